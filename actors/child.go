@@ -1,0 +1,242 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/utils/clock"
+)
+
+// Spec describes one child: its unique name, its kind, and the user's value
+// (a Controller, Store, Webhook or Runnable, as Kind says).
+type Spec struct {
+	Name string
+	Kind Kind
+	Impl any
+}
+
+// Config is what a child actor needs from its manager.
+type Config struct {
+	Logger *slog.Logger
+	Clock  clock.PassiveClock
+}
+
+// actorContext is the part of actor.Context the child's handlers use.
+type actorContext interface {
+	Send(pid *actor.PID, message interface{})
+}
+
+// childState is where a child is in its incarnation.
+type childState uint8
+
+const (
+	stateIdle        childState = iota // nothing started, or stopped and shut down
+	stateStarting                      // the start call is running
+	stateRunning                       // the start call returned nil
+	stateStartFailed                   // the start call failed; Shutdown is still owed
+	stateStopping                      // Shutdown is running
+)
+
+// child is the actor hosting one Spec.
+type child struct {
+	spec   Spec
+	cfg    Config
+	system *actor.ActorSystem
+	self   *actor.PID
+	parent *actor.PID
+
+	gen            uint64
+	state          childState
+	cancelStart    context.CancelFunc
+	failedReported bool   // Failed already sent for this incarnation
+	pendingFailure error  // reported while the start call was running
+	pendingStart   *Start // a Start received while Shutdown was running
+
+	health healthCall
+}
+
+// NewProps returns the Props of a child actor hosting spec.
+func NewProps(spec Spec, cfg Config) *actor.Props {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	c := &child{spec: spec, cfg: cfg}
+	return actor.PropsFromProducer(func() actor.Actor { return c })
+}
+
+// Receive handles one message. It never blocks: user calls run in goroutines
+// started here, and their results come back as messages.
+func (c *child) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		c.system, c.self, c.parent = ctx.ActorSystem(), ctx.Self(), ctx.Parent()
+	case Start:
+		c.start(ctx, m)
+	case startDone:
+		c.startDone(ctx, m)
+	case Stop:
+		c.stop(ctx, m)
+	case stopDone:
+		c.stopDone(ctx, m)
+	case HealthQuery:
+		c.queryHealth(m)
+	case reported:
+		c.reported(ctx, m)
+	case callFailed:
+		c.callFailed(ctx, m)
+	case *actor.Stopping:
+		// The tree is being torn down; end any start call still waiting on
+		// its context. Shutdown is the parent's business and has already
+		// happened (or was abandoned by the parent's deadline).
+		if c.cancelStart != nil {
+			c.cancelStart()
+		}
+	}
+}
+
+func (c *child) start(ctx actor.Context, m Start) {
+	if c.state == stateStopping {
+		c.pendingStart = &m
+		return
+	}
+	if c.state != stateIdle {
+		// Only the parent sends Start, and only to an idle child; anything
+		// else is a bug in the parent. Say so rather than start twice.
+		ctx.Send(c.parent, StartFailed{Name: c.spec.Name, Gen: m.Gen, Err: errStartWhileActive(c.spec)})
+		return
+	}
+	c.gen = m.Gen
+	c.failedReported = false
+	c.pendingFailure = nil
+
+	op, fn := c.startCall()
+	if fn == nil { // a plain runnable has nothing to start
+		c.state = stateRunning
+		ctx.Send(c.parent, Started{Name: c.spec.Name, Gen: m.Gen})
+		return
+	}
+	c.state = stateStarting
+	base := m.Ctx
+	if base == nil {
+		base = context.Background()
+	}
+	runCtx, cancel := context.WithCancel(base)
+	if m.Timeout > 0 {
+		runCtx, cancel = context.WithTimeout(base, m.Timeout)
+	}
+	c.cancelStart = cancel
+	gen, self, system := m.Gen, c.self, c.system
+	runCtx = WithReporter(runCtx, func(err error) {
+		system.Root.Send(self, reported{gen: gen, err: err})
+	})
+	clk := c.cfg.Clock
+	go func() {
+		begin := clk.Now()
+		err := Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) })
+		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
+	}()
+}
+
+func (c *child) startDone(ctx actor.Context, m startDone) {
+	if m.gen != c.gen || c.state != stateStarting {
+		return // stopped while starting: Stopped reports the outcome
+	}
+	c.cancelStart()
+	c.cancelStart = nil
+	if m.err != nil {
+		c.state = stateStartFailed
+		ctx.Send(c.parent, StartFailed{Name: c.spec.Name, Gen: m.gen, Err: m.err})
+		return
+	}
+	c.state = stateRunning
+	ctx.Send(c.parent, Started{Name: c.spec.Name, Gen: m.gen, Took: m.took})
+	if c.pendingFailure != nil {
+		c.fail(ctx, c.pendingFailure)
+	}
+}
+
+func (c *child) stop(ctx actor.Context, m Stop) {
+	switch c.state {
+	case stateStopping:
+		return // Shutdown runs once per incarnation; its Stopped answers this Stop too
+	case stateIdle:
+		ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: c.gen})
+		return
+	case stateStarting:
+		c.cancelStart()
+		c.cancelStart = nil
+	}
+	c.state = stateStopping
+	shutdown, ok := c.spec.Impl.(Runnable)
+	if !ok { // a store that is not a Runnable has nothing to shut down
+		c.system.Root.Send(c.self, stopDone{gen: c.gen})
+		return
+	}
+	stopCtx := m.Ctx
+	if stopCtx == nil {
+		stopCtx = context.Background()
+	}
+	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
+	go func() {
+		begin := clk.Now()
+		err := Call(c.spec.Kind, c.spec.Name, "Shutdown", func() error {
+			shutdown.Shutdown(stopCtx)
+			return nil
+		})
+		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
+	}()
+}
+
+func (c *child) stopDone(ctx actor.Context, m stopDone) {
+	if m.gen != c.gen || c.state != stateStopping {
+		return
+	}
+	c.state = stateIdle
+	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
+	if p := c.pendingStart; p != nil {
+		c.pendingStart = nil
+		c.start(ctx, *p)
+	}
+}
+
+func (c *child) reported(ctx actor.Context, m reported) {
+	if m.gen != c.gen {
+		return // a report of an incarnation that is gone
+	}
+	err := reportedError(c.spec.Kind, c.spec.Name, m.err)
+	switch c.state {
+	case stateStarting:
+		if c.pendingFailure == nil {
+			c.pendingFailure = err
+		}
+	case stateRunning:
+		c.fail(ctx, err)
+	}
+}
+
+// fail reports the first failure of a running incarnation to the parent.
+func (c *child) fail(ctx actorContext, err error) {
+	if c.failedReported {
+		return
+	}
+	c.failedReported = true
+	ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err})
+}
+
+// startCall returns the user call that starts this child's kind, or a nil
+// function when there is nothing to start.
+func (c *child) startCall() (op string, fn func(context.Context) error) {
+	switch c.spec.Kind {
+	case KindController:
+		return "Run", c.spec.Impl.(Controller).Run
+	case KindStore:
+		return "Recover", c.spec.Impl.(Store).Recover
+	case KindWebhook:
+		return "Start", c.spec.Impl.(Webhook).Start
+	}
+	return "", nil
+}

@@ -1,0 +1,92 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Start is sent by the parent to start a new incarnation Gen of the child:
+// Run for a controller, Recover for a store, Start for a webhook, nothing for
+// a plain runnable. Ctx is the start context given to the user call, bounded
+// by Timeout when it is positive; the child adds its failure reporter and
+// cancels it once the call has returned or the child is stopped. The child
+// answers Started or StartFailed.
+type Start struct {
+	Gen     uint64
+	Ctx     context.Context
+	Timeout time.Duration
+}
+
+// Stop is sent by the parent to shut the child down: Shutdown(Ctx) runs once
+// per incarnation, even when Stop is sent again while it runs. A start call
+// still running has its context cancelled. The child answers Stopped.
+type Stop struct {
+	Ctx context.Context
+}
+
+// HealthQuery asks a child for its health; the answer, a HealthAnswer with the
+// same Index, goes to ReplyTo (usually a HealthCollector).
+type HealthQuery struct {
+	Index   int
+	ReplyTo *actor.PID
+}
+
+// HealthAnswer is a child's answer to a HealthQuery.
+type HealthAnswer struct {
+	Index  int
+	Status HealthStatus
+}
+
+// Started is sent to the parent when the start call of incarnation Gen has
+// returned nil.
+type Started struct {
+	Name string
+	Gen  uint64
+	Took time.Duration // how long the start call ran
+}
+
+// StartFailed is sent to the parent when the start call of incarnation Gen
+// returned an error or panicked; Err is a *CallError or *PanicError.
+type StartFailed struct {
+	Name string
+	Gen  uint64
+	Err  error
+}
+
+// Stopped is sent to the parent when Shutdown of incarnation Gen has returned
+// (or there was nothing to shut down). Err is a *PanicError when Shutdown
+// panicked; the child counts as stopped either way.
+type Stopped struct {
+	Name string
+	Gen  uint64
+	Took time.Duration // how long Shutdown ran
+	Err  error
+}
+
+// Failed is sent to the parent when a started incarnation fails: a panic in
+// one of its user calls, or a failure reported by its background work.
+type Failed struct {
+	Name string
+	Gen  uint64
+	Err  error
+}
+
+// The child's own messages: results of the user calls it hosts.
+type (
+	startDone struct {
+		gen  uint64
+		took time.Duration
+		err  error
+	}
+	stopDone struct {
+		gen  uint64
+		took time.Duration
+		err  error
+	}
+	reported struct {
+		gen uint64
+		err error
+	}
+)
