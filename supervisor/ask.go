@@ -1,0 +1,63 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// replyProcess is a one-shot protoactor Process that receives the Reply to
+// one Ask. Unlike an actor.Future it has no timer of its own: Ask waits on
+// the caller's context.
+type replyProcess struct {
+	ch chan Reply
+}
+
+func (p *replyProcess) SendUserMessage(_ *actor.PID, message interface{}) {
+	if env, ok := message.(*actor.MessageEnvelope); ok {
+		message = env.Message
+	}
+	r, ok := message.(Reply)
+	if !ok {
+		r = Reply{Value: message}
+	}
+	select {
+	case p.ch <- r:
+	default: // answered already; a second answer is a bug upstream, not ours to block on
+	}
+}
+
+func (p *replyProcess) SendSystemMessage(*actor.PID, interface{}) {}
+func (p *replyProcess) Stop(*actor.PID)                           {}
+
+// Ask sends msg to the root supervisor pid and waits for its Reply, for ctx
+// to end, or for the manager's actors to stop (terminated), whichever comes
+// first. It returns the Reply's Value and Err; ctx's error, wrapped, when ctx
+// ended first; ErrStopped when the manager had stopped.
+func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, terminated <-chan struct{}, msg any) (any, error) {
+	select {
+	case <-terminated:
+		return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+	default:
+	}
+	p := &replyProcess{ch: make(chan Reply, 1)}
+	reg := system.ProcessRegistry
+	self, _ := reg.Add(p, "ask"+reg.NextId())
+	defer reg.Remove(self)
+	system.Root.RequestWithCustomSender(pid, msg, self)
+	select {
+	case r := <-p.ch:
+		return r.Value, r.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%T: %w", msg, ctx.Err())
+	case <-terminated:
+		// The reply may have raced the end of the tree.
+		select {
+		case r := <-p.ch:
+			return r.Value, r.Err
+		default:
+			return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// barrier waits for a set of children to reach their next Started,
+// StartFailed or Stopped, then runs its continuation once. A child may be
+// waited on by several barriers (a StopChild arriving while a restart stops
+// it); its next report settles them all. A start that ends in Stopped (it was
+// stopped while starting) settles a barrier with errInterrupted.
+type barrier struct {
+	left     int
+	err      error
+	failFast bool // for starts: continue with the first error
+	done     bool // the continuation has run, or the owner gave up on it
+	then     func(err error)
+}
+
+var errInterrupted = errors.New("supervisor: start interrupted by a stop")
+
+func (b *barrier) add(rec *childRecord) {
+	b.left++
+	rec.waits = append(rec.waits, b)
+}
+
+func (b *barrier) settle(err error) {
+	if b.done {
+		return
+	}
+	b.left--
+	if err != nil && b.err == nil {
+		b.err = err
+		if b.failFast {
+			b.done = true
+			b.then(err)
+			return
+		}
+	}
+	if b.left <= 0 {
+		b.done = true
+		b.then(b.err)
+	}
+}
+
+// settleChild settles every barrier waiting on rec.
+func settleChild(rec *childRecord, err error) {
+	waits := rec.waits
+	rec.waits = nil
+	for _, b := range waits {
+		b.settle(err)
+	}
+}
+
+// startAll starts recs in parallel with ctx (which carries the start
+// deadline, if any) and continues with the first error (failing fast) or nil
+// once all have started.
+func (s *root) startAll(recs []*childRecord, ctx context.Context, then func(err error)) {
+	if len(recs) == 0 {
+		then(nil)
+		return
+	}
+	b := &barrier{failFast: true, then: then}
+	for _, rec := range recs {
+		b.add(rec)
+		s.startChild(rec, ctx, 0)
+	}
+}
+
+// startChild sends Start for a new incarnation of rec, its start call
+// bounded by timeout when positive.
+func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
+	s.gen++
+	rec.gen = s.gen
+	rec.unhealthy = 0
+	rec.startedAt = time.Time{}
+	s.setState(rec, StateStarting)
+	s.ctx.Send(rec.pid, actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout})
+}
+
+// stopAll shuts down every active child of recs in parallel with ctx and
+// continues once all have stopped. Children not active are stopped already.
+func (s *root) stopAll(recs []*childRecord, ctx context.Context, then func()) {
+	b := &barrier{then: func(error) { then() }}
+	for _, rec := range recs {
+		if !rec.state.active() {
+			continue
+		}
+		b.add(rec)
+		if rec.state != StateStopping {
+			s.setState(rec, StateStopping)
+			s.ctx.Send(rec.pid, actors.Stop{Ctx: ctx})
+		}
+	}
+	if b.left == 0 {
+		b.done = true
+		then()
+	}
+}
+
+func (s *root) current(name string, gen uint64) *childRecord {
+	rec, ok := s.byName[name]
+	if !ok || rec.gen != gen {
+		return nil
+	}
+	return rec
+}
+
+func (s *root) onChildStarted(m actors.Started) {
+	rec := s.current(m.Name, m.Gen)
+	if rec == nil || rec.state != StateStarting {
+		return
+	}
+	s.setState(rec, StateRunning)
+	rec.startedAt = s.now()
+	rec.healthy, rec.message = true, ""
+	s.publish(ChildStarted, rec, nil)
+	settleChild(rec, nil)
+}
+
+func (s *root) onChildStartFailed(m actors.StartFailed) {
+	rec := s.current(m.Name, m.Gen)
+	if rec == nil || rec.state != StateStarting {
+		return
+	}
+	s.setState(rec, StateFailed)
+	s.recordFailure(rec, m.Err)
+	if len(rec.waits) > 0 {
+		settleChild(rec, m.Err) // the continuation decides: fail the start, or supervise
+		return
+	}
+	s.supervise(rec, m.Err)
+}
+
+func (s *root) onChildStopped(m actors.Stopped) {
+	rec := s.current(m.Name, m.Gen)
+	if rec == nil || rec.state != StateStopping {
+		return
+	}
+	s.setState(rec, StateStopped)
+	if m.Err != nil {
+		s.cfg.Logger.Error("child panicked in Shutdown", "child", rec.spec.Name, "err", m.Err)
+	}
+	s.publish(ChildStopped, rec, m.Err)
+	waits := rec.waits
+	rec.waits = nil
+	for _, b := range waits {
+		if b.failFast { // a start barrier: the start was interrupted
+			b.settle(errInterrupted)
+		} else {
+			b.settle(nil)
+		}
+	}
+}
+
+func (s *root) onChildFailed(m actors.Failed) {
+	rec := s.current(m.Name, m.Gen)
+	if rec == nil || rec.state != StateRunning {
+		return
+	}
+	s.recordFailure(rec, m.Err)
+	s.supervise(rec, m.Err)
+}
+
+// recordFailure counts and publishes one failure of rec.
+func (s *root) recordFailure(rec *childRecord, err error) {
+	rec.failures++
+	rec.lastErr = err
+	rec.healthy = false
+	rec.message = err.Error()
+	s.cfg.Logger.Error("child failed", "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
+	s.publish(ChildFailed, rec, err)
+}

@@ -1,0 +1,117 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/utils/clock"
+)
+
+// Strategy says which children restart when one fails.
+type Strategy string
+
+// The restart strategies.
+const (
+	// OneForOne restarts only the child that failed (the default).
+	OneForOne Strategy = "OneForOne"
+	// AllForOne restarts every controller and webhook when one fails.
+	AllForOne Strategy = "AllForOne"
+	// RestForOne restarts the child that failed and the controllers and
+	// webhooks added after it, in the order they were added.
+	RestForOne Strategy = "RestForOne"
+)
+
+// Mode is which manager the supervisor runs, and so which phases Start goes
+// through.
+type Mode uint8
+
+// The modes.
+const (
+	// ModeBase: pre-flight only; children are plain runnables, only shut down.
+	ModeBase Mode = iota
+	// ModeControllers: pre-flight, webhooks, election, stores, controllers.
+	ModeControllers
+	// ModeWebhooks: pre-flight, then every webhook's Start; ready once started.
+	ModeWebhooks
+)
+
+// Timing is the supervision configuration with every default filled in.
+type Timing struct {
+	Strategy           Strategy
+	MaxRestarts        int           // restarts allowed within RestartWindow
+	RestartWindow      time.Duration // also how long a child must run for its backoff to reset
+	InitialBackoff     time.Duration
+	MaxBackoff         time.Duration
+	HealthInterval     time.Duration
+	HealthTimeout      time.Duration
+	UnhealthyThreshold int
+	ShutdownTimeout    time.Duration // bound on Shutdown during restarts, escalation and fencing
+}
+
+// DefaultTiming is the Timing of a zero SupervisionSpec.
+var DefaultTiming = Timing{
+	Strategy:           OneForOne,
+	MaxRestarts:        5,
+	RestartWindow:      time.Minute,
+	InitialBackoff:     100 * time.Millisecond,
+	MaxBackoff:         30 * time.Second,
+	HealthInterval:     10 * time.Second,
+	HealthTimeout:      time.Second,
+	UnhealthyThreshold: 3,
+	ShutdownTimeout:    30 * time.Second,
+}
+
+// Clock is the time the supervisor uses: timers for backoff, tickers for
+// probes. Tests inject k8s.io/utils/clock/testing.FakeClock.
+type Clock interface {
+	clock.WithTicker
+	AfterFunc(d time.Duration, f func()) clock.Timer
+}
+
+// Config configures a root supervisor.
+type Config struct {
+	Mode Mode
+	// Preflight is the manager's Context.Start; nil means nothing to do.
+	Preflight func(ctx context.Context) error
+	// Elector is the Props of the elector actor (package lease); nil turns
+	// election off.
+	Elector *actor.Props
+	// Identity is this replica's lease identity, for Status.
+	Identity string
+	// FenceTimeout bounds the Shutdown calls after a lost lease: the time
+	// left before another replica may take the lease over. Zero uses
+	// Timing.ShutdownTimeout.
+	FenceTimeout time.Duration
+	Timing       Timing
+	Logger       *slog.Logger
+	Clock        Clock
+	// Jitter returns a number in [0, 1) for backoff jitter; nil uses math/rand/v2.
+	Jitter func() float64
+	// Bus receives the events; Observed the state the facade reads.
+	Bus      *Bus
+	Observed *Observed
+}
+
+func (c *Config) fill() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Jitter == nil {
+		c.Jitter = rand.Float64
+	}
+	if c.Bus == nil {
+		c.Bus = NewBus(0, c.Logger)
+	}
+	if c.Observed == nil {
+		c.Observed = NewObserved()
+	}
+	if c.Timing == (Timing{}) {
+		c.Timing = DefaultTiming
+	}
+}

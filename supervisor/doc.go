@@ -1,0 +1,44 @@
+// Package supervisor is the root supervisor actor of a manager: it drives the
+// phases, supervises the children, and answers lifecycle messages.
+//
+// # Phases
+//
+// A manager moves through the phases in one direction:
+//
+//	Idle → Initializing → Electing → Recovering → Starting → Running → ShuttingDown → Stopped
+//	                                                                              ↘ Failed
+//
+// Initializing runs the pre-flight (Context.Start) and starts webhooks;
+// Electing waits for the lease; Recovering runs every store's Recover in
+// parallel; Starting runs every controller's Run in parallel. Any failure on
+// the way, a start deadline or the caller's cancellation ends the start: the
+// manager shuts down what it started and ends in Failed. A requested shutdown
+// ends in Stopped; an escalation or a lost lease ends in Failed.
+//
+// # Supervision
+//
+// Once Running, a child that fails (a panic or error in one of its user calls,
+// a failure reported by its background work, UnhealthyThreshold unhealthy or
+// silent health probes in a row) is restarted with the Strategy: OneForOne
+// restarts the child, AllForOne every controller and webhook, RestForOne the
+// child and those added after it. A restart is Shutdown, a backoff, then the
+// start call again. A child that fails more than MaxRestarts times within
+// RestartWindow escalates: the manager shuts everything down, gives the lease
+// up, and fails with an *EscalationError naming the child.
+//
+// # Messages
+//
+// Everything the supervisor does happens in its Receive, one message at a
+// time; it never blocks there. User calls run in the child actors' goroutines
+// (package actors); timers and waits run in goroutines that only send a
+// message back. Callers outside the actor system use Ask; the managers'
+// methods are built on it. Lifecycle messages: RestartChild, StopChild,
+// StartChild, AddChild, RemoveChild and GetStatus. Every request is answered
+// with a Reply.
+//
+// # Events
+//
+// Every step is published as an Event to the subscribers of the Bus, in
+// order, asynchronously: each subscriber has its own queue and goroutine, so
+// a slow or panicking subscriber never delays supervision.
+package supervisor

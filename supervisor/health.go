@@ -1,0 +1,168 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// probeState is the supervisor's liveness probing: one sweep at a time,
+// every HealthInterval while Running.
+type probeState struct {
+	timer    clock.Timer
+	inFlight bool
+	stopped  bool
+}
+
+type (
+	// probeTick: time for the next liveness sweep.
+	probeTick struct{}
+	// probeDone: a liveness sweep has every answer, or its deadline passed.
+	probeDone struct {
+		col   *actors.HealthCollector
+		recs  []*childRecord
+		gens  []uint64
+		began time.Time
+	}
+)
+
+// onGatherHealth answers a manager's GetHealth: one entry per controller, in
+// the order they were added; none before the manager is starting. Children
+// the supervisor knows are not running are reported from their state; the
+// others are asked.
+func (s *root) onGatherHealth(m GatherHealth) {
+	col := m.Collector
+	if !s.obs.Starting() {
+		col.Expect([]actors.HealthStatus{}, nil)
+		return
+	}
+	ctrls := s.ofKind(actors.KindController)
+	statuses := make([]actors.HealthStatus, len(ctrls))
+	pending := make([]int, 0, len(ctrls))
+	for i, rec := range ctrls {
+		statuses[i].Name = rec.spec.Name
+		switch rec.state {
+		case StatePending, StateStarting, StateRunning:
+			pending = append(pending, i)
+		case StateStopped:
+			if rec.stopRequested {
+				statuses[i].Healthy = true
+				statuses[i].Message = "stopped by StopChild"
+			} else {
+				statuses[i].Message = "stopped"
+			}
+		case StateBackingOff:
+			statuses[i].Message = fmt.Sprintf("restarting after a failure: %v", rec.lastErr)
+		case StateFailed:
+			statuses[i].Message = fmt.Sprintf("failed: %v", rec.lastErr)
+		case StateStopping:
+			statuses[i].Message = "shutting down"
+		}
+	}
+	col.Expect(statuses, pending)
+	for _, i := range pending {
+		s.ctx.Send(ctrls[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
+	}
+}
+
+// startProbes arms the first liveness sweep.
+func (s *root) startProbes() {
+	if s.cfg.Timing.HealthInterval <= 0 || s.probe != nil {
+		return
+	}
+	s.probe = &probeState{}
+	s.armProbe()
+}
+
+func (s *root) armProbe() {
+	s.probe.timer = s.cfg.Clock.AfterFunc(s.cfg.Timing.HealthInterval, func() { s.sendSelf(probeTick{}) })
+}
+
+func (s *root) stopProbes() {
+	if s.probe == nil {
+		return
+	}
+	s.probe.stopped = true
+	if s.probe.timer != nil {
+		s.probe.timer.Stop()
+	}
+}
+
+func (s *root) onProbeTick() {
+	p := s.probe
+	if p == nil || p.stopped || s.phase != PhaseRunning {
+		return
+	}
+	s.armProbe()
+	if p.inFlight {
+		return // the last sweep is still waiting for its deadline
+	}
+	var recs []*childRecord
+	for _, rec := range s.children {
+		if rec.spec.Kind == actors.KindController && rec.state == StateRunning {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	p.inFlight = true
+	col := actors.NewHealthCollector(s.system)
+	statuses := make([]actors.HealthStatus, len(recs))
+	pending := make([]int, len(recs))
+	gens := make([]uint64, len(recs))
+	for i, rec := range recs {
+		statuses[i].Name = rec.spec.Name
+		pending[i] = i
+		gens[i] = rec.gen
+	}
+	col.Expect(statuses, pending)
+	for i, rec := range recs {
+		s.ctx.Send(rec.pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
+	}
+	done := probeDone{col: col, recs: recs, gens: gens, began: s.now()}
+	deadline := s.cfg.Clock.NewTimer(s.cfg.Timing.HealthTimeout)
+	go func() {
+		select {
+		case <-col.Done():
+		case <-deadline.C():
+		}
+		deadline.Stop()
+		s.sendSelf(done)
+	}()
+}
+
+// onProbeDone counts unhealthy and silent children; UnhealthyThreshold in a
+// row is a failure.
+func (s *root) onProbeDone(m probeDone) {
+	statuses, _ := m.col.Close(fmt.Sprintf("no health answer within %s", s.cfg.Timing.HealthTimeout))
+	if s.probe != nil {
+		s.probe.inFlight = false
+	}
+	if s.phase != PhaseRunning {
+		return
+	}
+	for i, rec := range m.recs {
+		if rec.gen != m.gens[i] || rec.state != StateRunning || s.byName[rec.spec.Name] != rec {
+			continue // restarted, stopped or removed since the sweep began
+		}
+		st := statuses[i]
+		rec.message = st.Message
+		if st.Healthy {
+			rec.healthy, rec.unhealthy = true, 0
+			continue
+		}
+		rec.healthy = false
+		rec.unhealthy++
+		err := fmt.Errorf("%w: %s", ErrUnhealthy, st.Message)
+		s.publish(ChildUnhealthy, rec, err)
+		if rec.unhealthy >= s.cfg.Timing.UnhealthyThreshold {
+			err = fmt.Errorf("%s %q: %d health probes in a row found it unhealthy: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy, err)
+			s.recordFailure(rec, err)
+			s.supervise(rec, err)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package supervisor
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Observed is the state a manager's facade reads without a message: the
+// root supervisor writes it, anyone may read it. It is a published copy; the
+// supervisor's own state is the truth.
+type Observed struct {
+	phase    atomic.Pointer[Phase]
+	ready    atomic.Bool
+	starting atomic.Bool
+	started  atomic.Bool
+	leader   atomic.Bool
+
+	done       chan struct{} // closed once the manager has stopped
+	terminated chan struct{} // closed once the actor tree has stopped
+
+	mu    sync.Mutex
+	err   error
+	final *Status
+}
+
+// NewObserved returns the state of a manager in phase Idle.
+func NewObserved() *Observed {
+	o := &Observed{done: make(chan struct{}), terminated: make(chan struct{})}
+	idle := PhaseIdle
+	o.phase.Store(&idle)
+	return o
+}
+
+// Phase is the manager's phase.
+func (o *Observed) Phase() Phase { return *o.phase.Load() }
+
+// Ready reports whether the pre-flight is done (for a webhook manager: every
+// webhook started) and the manager has not stopped.
+func (o *Observed) Ready() bool { return o.ready.Load() }
+
+// Starting reports whether the manager has been elected and begun to recover
+// and start.
+func (o *Observed) Starting() bool { return o.starting.Load() }
+
+// Started reports whether every controller has started.
+func (o *Observed) Started() bool { return o.started.Load() }
+
+// Leader reports whether this replica holds the lease.
+func (o *Observed) Leader() bool { return o.leader.Load() }
+
+// Done is closed once the manager has stopped (Stopped or Failed).
+func (o *Observed) Done() <-chan struct{} { return o.done }
+
+// Terminated is closed once the manager's actors have all stopped, after Done.
+func (o *Observed) Terminated() <-chan struct{} { return o.terminated }
+
+// Err is why the manager stopped: nil while it runs and after a requested
+// shutdown.
+func (o *Observed) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// Final is the manager's last Status, once it has stopped.
+func (o *Observed) Final() (Status, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.final == nil {
+		return Status{}, false
+	}
+	return *o.final, true
+}
+
+func (o *Observed) setPhase(p Phase) { o.phase.Store(&p) }
+
+func (o *Observed) finish(err error, final Status) {
+	o.mu.Lock()
+	o.err = err
+	o.final = &final
+	o.mu.Unlock()
+	o.ready.Store(false)
+	o.leader.Store(false)
+	close(o.done)
+}

@@ -1,0 +1,106 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// shutdownAttempt is a shutdown in progress.
+type shutdownAttempt struct {
+	cause   error // why: nil when requested
+	waiters []*actor.PID
+}
+
+func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
+	switch {
+	case s.phase.Ended():
+		s.respond(replyTo, nil, nil)
+	case s.shutdown != nil:
+		s.shutdown.waiters = append(s.shutdown.waiters, replyTo)
+	default:
+		ctx := m.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		s.beginShutdown(nil, ctx)
+		s.shutdown.waiters = append(s.shutdown.waiters, replyTo)
+	}
+}
+
+// beginShutdown shuts the manager down with cause (nil when requested): the
+// start in progress ends with an error, restarts and probes stop, every
+// active child's Shutdown(ctx) runs in parallel, and once all have returned
+// the lease is given up and the manager stops.
+func (s *root) beginShutdown(cause error, ctx context.Context) {
+	if s.shutdown != nil || s.phase.Ended() {
+		return
+	}
+	s.shutdown = &shutdownAttempt{cause: cause}
+	if s.start != nil {
+		err := cause
+		if err == nil {
+			err = fmt.Errorf("%w: %w", ErrShutdown, context.Canceled)
+		}
+		s.endStart(err)
+	}
+	for plan := range s.plans {
+		s.cancelPlan(plan)
+	}
+	s.stopProbes()
+	if s.endLifetime != nil {
+		s.endLifetime()
+	}
+	s.obs.ready.Store(false)
+	s.setPhase(PhaseShuttingDown)
+	for _, rec := range s.children {
+		rec.plan = nil
+		if rec.state == StateBackingOff {
+			s.setState(rec, StateStopped)
+		}
+	}
+	s.stopAll(s.children, ctx, s.releaseLease)
+}
+
+// releaseLease gives the lease up, now that every child has stopped.
+func (s *root) releaseLease() {
+	if s.elector == nil {
+		s.finish()
+		return
+	}
+	s.ctx.Send(s.elector, resignMessage)
+}
+
+// finish ends the manager: Stopped after a requested shutdown, Failed
+// otherwise; then its actors stop.
+func (s *root) finish() {
+	if s.phase.Ended() {
+		return
+	}
+	cause := s.shutdown.cause
+	s.leader = false
+	if cause != nil {
+		s.cfg.Logger.Error("manager failed", "err", cause)
+		s.setPhase(PhaseFailed)
+	} else {
+		s.setPhase(PhaseStopped)
+	}
+	s.obs.finish(cause, s.status())
+	for _, w := range s.shutdown.waiters {
+		s.respond(w, nil, nil)
+	}
+	s.bus.Close()
+	s.ctx.Stop(s.self)
+}
+
+// fenceContext bounds the Shutdown calls that fence a lost lease.
+func (s *root) fenceContext() context.Context {
+	d := s.cfg.FenceTimeout
+	if d <= 0 {
+		d = s.cfg.Timing.ShutdownTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	_ = cancel // released at the deadline; the children hold it until then
+	return ctx
+}

@@ -1,0 +1,252 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// startAttempt is a Start in progress.
+type startAttempt struct {
+	replyTo *actor.PID
+	ctx     context.Context // the caller's, cancelled once the start has ended
+	cancel  context.CancelFunc
+	timeout time.Duration
+	// bounded is ctx with the start timeout, from Recovering on.
+	bounded       context.Context
+	cancelBounded context.CancelFunc
+}
+
+// The supervisor's own messages for starting.
+type (
+	// preflightDone: Context.Start returned.
+	preflightDone struct {
+		attempt *startAttempt
+		err     error
+	}
+	// startExpired: the start context ended (deadline or the caller's cancel).
+	startExpired struct {
+		attempt *startAttempt
+		err     error
+	}
+)
+
+func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
+	if s.phase != PhaseIdle {
+		err := ErrStartTwice
+		if s.phase.Ended() {
+			err = fmt.Errorf("%w: it has stopped (%s)", ErrStartTwice, s.phase)
+		}
+		s.respond(replyTo, nil, err)
+		return
+	}
+	err := m.Err
+	if err == nil {
+		err = validateSpecs(m.Children)
+	}
+	if err != nil {
+		s.setPhase(PhaseInitializing)
+		s.respond(replyTo, nil, err)
+		s.beginShutdown(err, s.boundedContext())
+		return
+	}
+	base := m.Ctx
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithCancel(base)
+	a := &startAttempt{replyTo: replyTo, ctx: ctx, cancel: cancel, timeout: m.StartTimeout}
+	s.start = a
+	s.startTimeout = m.StartTimeout
+	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
+
+	for _, spec := range m.Children {
+		s.addRecord(spec)
+	}
+	s.setPhase(PhaseInitializing)
+	preflight := s.cfg.Preflight
+	go func() {
+		var err error
+		if preflight != nil {
+			err = actors.Call("context", "manager", "Start", func() error { return preflight(ctx) })
+		}
+		s.sendSelf(preflightDone{attempt: a, err: err})
+	}()
+}
+
+// addRecord spawns the actor of a child; it starts in StatePending.
+func (s *root) addRecord(spec actors.Spec) *childRecord {
+	rec := &childRecord{spec: spec, healthy: true}
+	rec.pid = s.ctx.SpawnPrefix(actors.NewProps(spec, actors.Config{Logger: s.cfg.Logger, Clock: s.cfg.Clock}), spec.Name)
+	s.setState(rec, StatePending)
+	s.children = append(s.children, rec)
+	s.byName[spec.Name] = rec
+	return rec
+}
+
+func (s *root) onPreflightDone(m preflightDone) {
+	if m.attempt != s.start || s.phase != PhaseInitializing {
+		return
+	}
+	if m.err != nil {
+		s.failStart(fmt.Errorf("cannot start context: %w", m.err))
+		return
+	}
+	if s.cfg.Mode != ModeWebhooks {
+		// The pre-flight is done: the manager passes readiness from here on,
+		// also as a standby waiting for the lease.
+		s.obs.ready.Store(true)
+	}
+	a := s.start
+	s.startAll(s.ofKind(actors.KindWebhook), a.ctx, func(err error) {
+		if s.start != a {
+			return // the start has ended (shut down, or timed out) meanwhile
+		}
+		if err != nil {
+			s.failStart(fmt.Errorf("cannot start webhooks: %w", err))
+			return
+		}
+		switch s.cfg.Mode {
+		case ModeControllers:
+			s.elect()
+		default:
+			s.obs.ready.Store(true)
+			s.obs.starting.Store(true)
+			s.finishStart()
+		}
+	})
+}
+
+// elect enters Electing, or goes straight on when election is off.
+func (s *root) elect() {
+	if s.cfg.Elector == nil {
+		s.recoverStores()
+		return
+	}
+	s.setPhase(PhaseElecting)
+	if s.elector == nil {
+		s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
+	}
+}
+
+// recoverStores enters Recovering; from here on the start timeout applies.
+func (s *root) recoverStores() {
+	a := s.start
+	s.obs.starting.Store(true)
+	a.bounded, a.cancelBounded = a.ctx, func() {}
+	if a.timeout > 0 {
+		a.bounded, a.cancelBounded = context.WithTimeout(a.ctx, a.timeout)
+		bounded := a.bounded
+		context.AfterFunc(bounded, func() {
+			if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
+				s.sendSelf(startExpired{attempt: a, err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
+			}
+		})
+	}
+	s.setPhase(PhaseRecovering)
+	s.startAll(s.ofKind(actors.KindStore), a.bounded, func(err error) {
+		if s.start != a {
+			return
+		}
+		if err != nil {
+			s.failStart(fmt.Errorf("cannot recover stores: %w", err))
+			return
+		}
+		s.setPhase(PhaseStarting)
+		s.startAll(s.ofKind(actors.KindController), a.bounded, func(err error) {
+			if s.start != a {
+				return
+			}
+			if err != nil {
+				s.failStart(fmt.Errorf("cannot start controllers: %w", err))
+				return
+			}
+			s.finishStart()
+		})
+	})
+}
+
+// finishStart starts the plain runnables (there is nothing to call) and
+// enters Running.
+func (s *root) finishStart() {
+	a := s.start
+	s.startAll(s.ofKind(actors.KindRunnable), a.ctx, func(error) {})
+	if s.cfg.Mode == ModeBase {
+		s.obs.starting.Store(true)
+	}
+	s.obs.started.Store(true)
+	s.setPhase(PhaseRunning)
+	s.endStart(nil)
+	s.startProbes()
+}
+
+func (s *root) onStartExpired(m startExpired) {
+	if m.attempt != s.start {
+		return
+	}
+	switch s.phase {
+	case PhaseInitializing, PhaseElecting, PhaseRecovering, PhaseStarting:
+		s.failStart(m.err)
+	}
+}
+
+// failStart ends a start that failed: the caller gets err, and the manager
+// shuts down what it started and ends in Failed with err.
+func (s *root) failStart(err error) {
+	s.beginShutdown(err, s.boundedContext())
+}
+
+// endStart answers the Start request and releases its contexts.
+func (s *root) endStart(err error) {
+	a := s.start
+	if a == nil {
+		return
+	}
+	s.start = nil
+	s.respond(a.replyTo, nil, err)
+	if a.cancelBounded != nil {
+		a.cancelBounded()
+	}
+	a.cancel()
+}
+
+func (s *root) ofKind(kind actors.Kind) []*childRecord {
+	var recs []*childRecord
+	for _, rec := range s.children {
+		if rec.spec.Kind == kind {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+// validateSpecs reports every nil value, empty name and duplicate name.
+func validateSpecs(specs []actors.Spec) error {
+	var errs []error
+	seen := make(map[string]int, len(specs))
+	for i, spec := range specs {
+		switch {
+		case spec.Impl == nil:
+			errs = append(errs, fmt.Errorf("child #%d is nil", i))
+			continue
+		case strings.TrimSpace(spec.Name) == "":
+			errs = append(errs, fmt.Errorf("child #%d (%T) has an empty name", i, spec.Impl))
+			continue
+		}
+		if j, dup := seen[spec.Name]; dup {
+			errs = append(errs, fmt.Errorf("children #%d and #%d are both named %q", j, i, spec.Name))
+			continue
+		}
+		seen[spec.Name] = i
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid children: %w", errors.Join(errs...))
+	}
+	return nil
+}

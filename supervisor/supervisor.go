@@ -1,0 +1,239 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// Handle is a spawned root supervisor and what its facade reads.
+type Handle struct {
+	PID      *actor.PID
+	System   *actor.ActorSystem
+	Observed *Observed
+	Bus      *Bus
+}
+
+// Spawn starts a root supervisor in phase Idle as a top-level actor of
+// system, named name.
+func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
+	cfg.fill()
+	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{}}
+	props := actor.PropsFromProducer(func() actor.Actor { return s })
+	pid, err := system.Root.SpawnNamed(props, name)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: cannot spawn %q: %w", name, err)
+	}
+	return &Handle{PID: pid, System: system, Observed: cfg.Observed, Bus: cfg.Bus}, nil
+}
+
+// root is the root supervisor actor. All its fields are owned by Receive.
+type root struct {
+	cfg    Config
+	obs    *Observed
+	bus    *Bus
+	ctx    actor.Context // the context of the message being handled
+	self   *actor.PID
+	system *actor.ActorSystem
+
+	phase    Phase
+	children []*childRecord // in the order they were added
+	byName   map[string]*childRecord
+	gen      uint64 // last incarnation number given to a child
+
+	start        *startAttempt
+	startTimeout time.Duration // bounds every start call, restarts included
+	shutdown     *shutdownAttempt
+	plans        map[*restartPlan]struct{}
+	probe        *probeState
+
+	lifetime    context.Context // ends when the manager shuts down
+	endLifetime context.CancelFunc
+
+	elector *actor.PID
+	leader  bool
+	holder  string // the lease holder last observed
+
+	terminated bool
+}
+
+// childRecord is the supervisor's view of one child.
+type childRecord struct {
+	spec     actors.Spec
+	pid      *actor.PID
+	state    ChildState
+	since    time.Time
+	gen      uint64 // the incarnation the child is in (or was last in)
+	restarts int
+	failures int
+	lastErr  error
+	healthy  bool
+	message  string
+
+	unhealthy   int         // consecutive unhealthy probes
+	startedAt   time.Time   // when the current incarnation started
+	budget      []time.Time // restarts within the window
+	backoffStep int
+
+	stopRequested bool         // stopped by StopChild: not supervised until started again
+	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
+	plan          *restartPlan // the restart plan it belongs to, if any
+}
+
+// Receive handles one message. It never blocks: user calls run in the child
+// actors, waits in goroutines that send a message back.
+func (s *root) Receive(ctx actor.Context) {
+	s.ctx = ctx
+	defer func() {
+		if r := recover(); r != nil {
+			s.internalError(fmt.Errorf("supervisor: internal error while handling %T: %v", ctx.Message(), r), debug.Stack())
+		}
+	}()
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.self, s.system = ctx.Self(), ctx.ActorSystem()
+	case *actor.Stopped:
+		if !s.terminated {
+			s.terminated = true
+			close(s.obs.terminated)
+		}
+
+	case StartManager:
+		s.onStartManager(m, ctx.Sender())
+	case ShutdownManager:
+		s.onShutdownManager(m, ctx.Sender())
+	case GatherHealth:
+		s.onGatherHealth(m)
+	case GetStatus:
+		s.respond(ctx.Sender(), s.status(), nil)
+	case RestartChild:
+		s.onRestartChild(m, ctx.Sender())
+	case StopChild:
+		s.onStopChild(m, ctx.Sender())
+	case StartChild:
+		s.onStartChild(m, ctx.Sender())
+	case AddChild:
+		s.onAddChild(m, ctx.Sender())
+	case RemoveChild:
+		s.onRemoveChild(m, ctx.Sender())
+	case childNamed:
+		s.onChildNamed(m)
+
+	case actors.Started:
+		s.onChildStarted(m)
+	case actors.StartFailed:
+		s.onChildStartFailed(m)
+	case actors.Stopped:
+		s.onChildStopped(m)
+	case actors.Failed:
+		s.onChildFailed(m)
+
+	case lease.Elected:
+		s.onElected(m)
+	case lease.NewLeader:
+		s.onNewLeader(m)
+	case lease.Lost:
+		s.onLeaseLost(m)
+	case lease.Released:
+		s.onLeaseReleased()
+
+	case preflightDone:
+		s.onPreflightDone(m)
+	case startExpired:
+		s.onStartExpired(m)
+	case restartDue:
+		s.onRestartDue(m)
+	case stopOverdue:
+		s.onStopOverdue(m)
+	case probeTick:
+		s.onProbeTick()
+	case probeDone:
+		s.onProbeDone(m)
+	case *actor.DeadLetterResponse:
+		// A reply to a requester that had given up; nothing to do.
+	}
+}
+
+// internalError handles a panic in the supervisor's own code: the manager
+// cannot be trusted to supervise any more, so it shuts down and fails.
+func (s *root) internalError(err error, stack []byte) {
+	s.cfg.Logger.Error("supervisor failed", "err", err, "stack", string(stack))
+	if s.phase.Ended() || s.shutdown != nil {
+		return
+	}
+	func() {
+		defer func() { _ = recover() }() // a second panic must not take the process down
+		s.beginShutdown(err, s.boundedContext())
+	}()
+}
+
+func (s *root) now() time.Time { return s.cfg.Clock.Now() }
+
+// send sends msg to the supervisor itself from any goroutine.
+func (s *root) sendSelf(msg any) { s.system.Root.Send(s.self, msg) }
+
+// respond answers a request; a nil requester (a plain Send) gets nothing.
+func (s *root) respond(to *actor.PID, value any, err error) {
+	if to != nil {
+		s.ctx.Send(to, Reply{Value: value, Err: err})
+	}
+}
+
+func (s *root) setPhase(p Phase) {
+	if s.phase == p {
+		return
+	}
+	s.phase = p
+	s.obs.setPhase(p)
+	s.cfg.Logger.Debug("phase changed", "phase", p)
+	s.bus.Publish(Event{Type: PhaseChanged, Time: s.now(), Phase: p})
+}
+
+// publish publishes a child event.
+func (s *root) publish(t EventType, rec *childRecord, err error) {
+	s.bus.Publish(Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+		Phase: s.phase, Restarts: rec.restarts, Err: err})
+}
+
+func (s *root) setState(rec *childRecord, st ChildState) {
+	rec.state = st
+	rec.since = s.now()
+}
+
+// boundedContext is the context for Shutdown calls the supervisor decides on
+// by itself (restarts, escalation): bounded by Timing.ShutdownTimeout.
+func (s *root) boundedContext() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timing.ShutdownTimeout)
+	_ = cancel // released when the deadline passes; the children hold it until then
+	return ctx
+}
+
+// record finds a child by name for a lifecycle message.
+func (s *root) record(name string) (*childRecord, error) {
+	rec, ok := s.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownChild, name)
+	}
+	return rec, nil
+}
+
+func (s *root) status() Status {
+	if final, ok := s.obs.Final(); ok {
+		return final
+	}
+	st := Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
+	st.Children = make([]ChildStatus, 0, len(s.children))
+	for _, rec := range s.children {
+		st.Children = append(st.Children, ChildStatus{
+			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts,
+			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
+		})
+	}
+	return st
+}
