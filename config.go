@@ -1,0 +1,206 @@
+package controllermanager
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// ControllerManagerConfigSpec configures a ControllerManager. Its zero value
+// works: election off, default supervision.
+type ControllerManagerConfigSpec struct {
+	LeaderElection *LeaderElectionSpec `json:"leaderElection,omitempty"`
+	Supervision    *SupervisionSpec    `json:"supervision,omitempty"`
+}
+
+// LeaderElectionSpec configures leader election over a coordination.k8s.io/v1
+// Lease. Every zero field takes its default.
+type LeaderElectionSpec struct {
+	// Enabled turns election on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// LeaseName is the Lease's name. Default: NewControllerManager's
+	// defaultLeaseName; both empty is an error.
+	LeaseName string `json:"leaseName,omitempty"`
+	// LeaseNamespace is the Lease's namespace. Default: $POD_NAMESPACE, else
+	// the service account's namespace file, else "default".
+	LeaseNamespace string `json:"leaseNamespace,omitempty"`
+	// LeaseDuration is how long a standby waits after the last renewal it
+	// observed before it takes the lease over. Default 30s.
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	// RenewDeadline is how long the leader retries renewing before it gives
+	// up leadership and fences. Default 15s; must be less than LeaseDuration.
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	// RetryPeriod is the time between attempts to acquire or renew. Default
+	// 5s; RenewDeadline must exceed 1.2 × RetryPeriod.
+	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// SupervisionStrategy says which children restart when one fails: OneForOne
+// (the default), AllForOne or RestForOne.
+type SupervisionStrategy = supervisor.Strategy
+
+// The supervision strategies.
+const (
+	OneForOne  = supervisor.OneForOne
+	AllForOne  = supervisor.AllForOne
+	RestForOne = supervisor.RestForOne
+)
+
+// SupervisionSpec configures supervision. Every zero field takes its default;
+// negative durations and counts are errors.
+type SupervisionSpec struct {
+	// Strategy: "OneForOne" (default), "AllForOne", "RestForOne".
+	Strategy SupervisionStrategy `json:"strategy,omitempty"`
+	// MaxRestarts is each child's restart budget within RestartWindow: one
+	// more failure escalates and stops the manager. Default 5.
+	MaxRestarts int32 `json:"maxRestarts,omitempty"`
+	// RestartWindow is the budget's window, and how long a child must run
+	// without failing for its backoff to start over. Default 1m.
+	RestartWindow metav1.Duration `json:"restartWindow,omitempty"`
+	// InitialBackoff is the wait before the first restart, doubling with each
+	// failure, with jitter. Default 100ms.
+	InitialBackoff metav1.Duration `json:"initialBackoff,omitempty"`
+	// MaxBackoff caps the backoff. Default 30s.
+	MaxBackoff metav1.Duration `json:"maxBackoff,omitempty"`
+	// HealthInterval is how often running controllers are probed. Default 10s.
+	HealthInterval metav1.Duration `json:"healthInterval,omitempty"`
+	// HealthTimeout is how long a health answer may take; a controller
+	// silent this long is unhealthy, and GetHealth returns within it.
+	// Default 1s.
+	HealthTimeout metav1.Duration `json:"healthTimeout,omitempty"`
+	// UnhealthyThreshold is how many unhealthy or silent probes in a row make
+	// a failure (and so a restart). Default 3.
+	UnhealthyThreshold int32 `json:"unhealthyThreshold,omitempty"`
+	// ShutdownTimeout bounds each Shutdown the supervisor calls on its own
+	// (restarts, escalation); a restart whose Shutdown has not returned by
+	// then escalates rather than run two incarnations at once. Default 30s.
+	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
+}
+
+// Defaults of LeaderElectionSpec.
+const (
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultRenewDeadline = 15 * time.Second
+	DefaultRetryPeriod   = 5 * time.Second
+)
+
+// serviceAccountNamespaceFile is where a pod finds its namespace.
+var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// electionConfig is a LeaderElectionSpec with its defaults filled in.
+type electionConfig struct {
+	name, namespace                           string
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+}
+
+// timing fills the defaults of spec and validates it; every problem is
+// reported, each naming its field.
+func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
+	t := supervisor.DefaultTiming
+	if spec == nil {
+		return t, nil
+	}
+	var errs []error
+	switch spec.Strategy {
+	case "":
+	case OneForOne, AllForOne, RestForOne:
+		t.Strategy = spec.Strategy
+	default:
+		errs = append(errs, fmt.Errorf("supervision.strategy: %q is not one of OneForOne, AllForOne, RestForOne", spec.Strategy))
+	}
+	count := func(field string, v int32, into *int) {
+		switch {
+		case v < 0:
+			errs = append(errs, fmt.Errorf("supervision.%s: must not be negative, got %d", field, v))
+		case v > 0:
+			*into = int(v)
+		}
+	}
+	count("maxRestarts", spec.MaxRestarts, &t.MaxRestarts)
+	count("unhealthyThreshold", spec.UnhealthyThreshold, &t.UnhealthyThreshold)
+	duration := func(field string, v metav1.Duration, into *time.Duration) {
+		switch {
+		case v.Duration < 0:
+			errs = append(errs, fmt.Errorf("supervision.%s: must not be negative, got %s", field, v.Duration))
+		case v.Duration > 0:
+			*into = v.Duration
+		}
+	}
+	duration("restartWindow", spec.RestartWindow, &t.RestartWindow)
+	duration("initialBackoff", spec.InitialBackoff, &t.InitialBackoff)
+	duration("maxBackoff", spec.MaxBackoff, &t.MaxBackoff)
+	duration("healthInterval", spec.HealthInterval, &t.HealthInterval)
+	duration("healthTimeout", spec.HealthTimeout, &t.HealthTimeout)
+	duration("shutdownTimeout", spec.ShutdownTimeout, &t.ShutdownTimeout)
+	if t.InitialBackoff > t.MaxBackoff {
+		errs = append(errs, fmt.Errorf("supervision.initialBackoff: %s exceeds supervision.maxBackoff %s", t.InitialBackoff, t.MaxBackoff))
+	}
+	return t, errors.Join(errs...)
+}
+
+// election fills the defaults of spec and validates it. It returns nil when
+// election is off.
+func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConfig, error) {
+	if spec == nil || spec.Enabled == nil || !*spec.Enabled {
+		return nil, nil
+	}
+	var errs []error
+	c := &electionConfig{name: spec.LeaseName, namespace: spec.LeaseNamespace}
+	if c.name == "" {
+		c.name = defaultLeaseName
+	}
+	if c.name == "" {
+		errs = append(errs, errors.New("leaderElection.leaseName: required when leader election is enabled and no default lease name is given"))
+	} else if msgs := validation.IsDNS1123Subdomain(c.name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("leaderElection.leaseName: %q is not a valid Kubernetes name: %s", c.name, strings.Join(msgs, "; ")))
+	}
+	if c.namespace == "" {
+		c.namespace = podNamespace()
+	} else if msgs := validation.IsDNS1123Label(c.namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("leaderElection.leaseNamespace: %q is not a valid namespace: %s", c.namespace, strings.Join(msgs, "; ")))
+	}
+	duration := func(field string, v metav1.Duration, def time.Duration) time.Duration {
+		switch {
+		case v.Duration < 0:
+			errs = append(errs, fmt.Errorf("leaderElection.%s: must not be negative, got %s", field, v.Duration))
+			return def
+		case v.Duration == 0:
+			return def
+		}
+		return v.Duration
+	}
+	c.leaseDuration = duration("leaseDuration", spec.LeaseDuration, DefaultLeaseDuration)
+	c.renewDeadline = duration("renewDeadline", spec.RenewDeadline, DefaultRenewDeadline)
+	c.retryPeriod = duration("retryPeriod", spec.RetryPeriod, DefaultRetryPeriod)
+	if c.leaseDuration <= c.renewDeadline {
+		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: %s must be greater than leaderElection.renewDeadline %s", c.leaseDuration, c.renewDeadline))
+	}
+	if c.renewDeadline <= time.Duration(1.2*float64(c.retryPeriod)) {
+		errs = append(errs, fmt.Errorf("leaderElection.renewDeadline: %s must be greater than 1.2 × leaderElection.retryPeriod %s", c.renewDeadline, c.retryPeriod))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// podNamespace is the namespace the process runs in: $POD_NAMESPACE, else
+// the service account's namespace file, else "default".
+func podNamespace() string {
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}

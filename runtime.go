@@ -1,0 +1,509 @@
+// Package controllermanager runs a service's controllers, stores and
+// webhooks as supervised actors: furiko's controllermanager API, on a
+// protoactor-go supervision tree.
+//
+// Each component added to a manager is hosted by an actor of its own, under
+// a root supervisor actor whose messages drive the phases: pre-flight,
+// leader election, store recovery, controller start, running, shutdown.
+// A component that fails after start is restarted alone, with backoff,
+// within a restart budget; health is gathered by querying the child actors
+// with a deadline, so a stuck controller cannot hang a probe; and leadership
+// is fenced: no controller runs without the lease, and the lease is given up
+// only after every controller has stopped.
+//
+// See the package's docs/ directory for the architecture, the supervision
+// semantics and leader election.
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Runnable is anything a manager shuts down when it stops. Shutdown should
+// block until the component has terminated, and return early when ctx ends.
+type Runnable = actors.Runnable
+
+// Controller is a Runnable started by Run and probed by GetHealth. Run
+// returns nil once the controller is started (its workers running), or an
+// error if it cannot start. Its name is GetHealth().Name, or Name() when it
+// has that method too.
+type Controller = actors.Controller
+
+// Store is recovered once the manager is elected, before any controller
+// runs.
+type Store = actors.Store
+
+// Webhook is an admission webhook, started by its manager and served at
+// Path().
+type Webhook = actors.Webhook
+
+// HealthStatus is the health of one controller.
+type HealthStatus = actors.HealthStatus
+
+// ErrNotReady is wrapped by GetReadiness's error while the manager is not
+// ready.
+var ErrNotReady = errors.New("controllermanager: not ready")
+
+// BaseManager manages runnables, readiness and health, and is the root of
+// the supervision tree that ControllerManager and WebhookManager build on.
+// Its own Start runs the pre-flight (Context.Start) only; the runnables
+// added to it are shut down by ShutdownAndWait.
+type BaseManager struct {
+	ctrlContext Context
+	mode        supervisor.Mode
+	opts        options
+	timing      supervisor.Timing
+	handle      *supervisor.Handle
+
+	mu      sync.Mutex
+	added   []any // runnables and stores, in the order they were added
+	started bool  // Start has been called
+}
+
+// ControllerManager runs controllers after recovering stores, once elected
+// when leader election is enabled.
+type ControllerManager struct {
+	*BaseManager
+}
+
+// WebhookManager starts webhooks and serves their admission requests.
+type WebhookManager struct {
+	*BaseManager
+}
+
+var (
+	_ interface {
+		GetReadiness() error
+		GetHealth() []HealthStatus
+	} = (*ControllerManager)(nil)
+	_ interface {
+		GetReadiness() error
+		GetHealth() []HealthStatus
+	} = (*WebhookManager)(nil)
+)
+
+// NewBaseManager returns a manager whose Start runs the pre-flight only.
+func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
+	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming, nil, "", collectOptions(opts))
+}
+
+// NewControllerManager returns a manager for controllers and stores,
+// configured by ctrlCfg; defaultLeaseName names the Lease when ctrlCfg does
+// not. An invalid configuration is an error that names every field at fault.
+func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSpec, defaultLeaseName string, opts ...Option) (*ControllerManager, error) {
+	o := collectOptions(opts)
+	timing, terr := ctrlCfg.Supervision.timing()
+	election, eerr := ctrlCfg.LeaderElection.election(defaultLeaseName)
+	var elector *actor.Props
+	var identity string
+	var lerr error
+	if eerr == nil && election != nil {
+		elector, identity, lerr = newElector(ctrlContext, election, o)
+	}
+	if err := errors.Join(terr, eerr, lerr); err != nil {
+		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
+	}
+	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, elector, identity, o)
+	return &ControllerManager{BaseManager: base}, nil
+}
+
+// NewWebhookManager returns a manager for webhooks.
+func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming, nil, "", collectOptions(opts))}
+}
+
+func newElector(ctrlContext Context, c *electionConfig, o options) (*actor.Props, string, error) {
+	lock := o.lock
+	if lock == nil {
+		var client kubernetes.Interface
+		if ctrlContext != nil {
+			client = ctrlContext.Kubernetes()
+		}
+		if client == nil {
+			return nil, "", errors.New("leaderElection.enabled: leader election needs a Kubernetes clientset (Context.Kubernetes() is nil) or WithLeaseLock")
+		}
+		identity := o.identity
+		if identity == "" {
+			identity = lease.NewIdentity()
+		}
+		var err error
+		if lock, err = lease.NewLeaseLock(client, c.namespace, c.name, identity); err != nil {
+			return nil, "", err
+		}
+	}
+	props, err := lease.NewProps(lease.Config{
+		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
+		Logger: o.logger.With("component", "leaderelection"),
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return props, lock.Identity(), nil
+}
+
+func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, elector *actor.Props, identity string, o options) *BaseManager {
+	if ctrlContext == nil {
+		ctrlContext = NewContext(nil)
+	}
+	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: timing}
+	system := newActorSystem(o.logger)
+	bus := supervisor.NewBus(o.eventBuffer, o.logger)
+	handle, err := supervisor.Spawn(system, "manager", supervisor.Config{
+		Mode:      mode,
+		Preflight: ctrlContext.Start,
+		Elector:   elector,
+		Identity:  identity,
+		Timing:    timing,
+		Logger:    o.logger,
+		Clock:     o.clock,
+		Bus:       bus,
+		Observed:  supervisor.NewObserved(),
+	})
+	if err != nil { // a fresh actor system has no actor of that name: cannot happen
+		panic(err)
+	}
+	m.handle = handle
+	return m
+}
+
+// Add adds runnables to the manager. A ControllerManager runs the
+// Controllers among them (and starts Webhooks, before election); a
+// WebhookManager starts the Webhooks; every other Runnable is only shut
+// down. Add after Start has no effect; Add cannot fail, so a nil runnable or
+// a duplicate name makes Start fail with an error naming it.
+func (m *BaseManager) Add(runnables ...Runnable) {
+	vals := make([]any, len(runnables))
+	for i, r := range runnables {
+		if r != nil {
+			vals[i] = r
+		}
+	}
+	m.add(vals)
+}
+
+func (m *BaseManager) add(vals []any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		m.opts.logger.Warn("Add after Start has no effect; use AddChild to add to a running manager", "count", len(vals))
+		return
+	}
+	m.added = append(m.added, vals...)
+}
+
+// Start runs the pre-flight (Context.Start) and makes the manager ready.
+// A ControllerManager's and a WebhookManager's Start do more; see theirs.
+func (m *BaseManager) Start(ctx context.Context) error {
+	return m.start(ctx, 0)
+}
+
+// start resolves the children's names, then has the supervisor start.
+func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) error {
+	m.mu.Lock()
+	if m.started {
+		m.mu.Unlock()
+		return fmt.Errorf("controllermanager: %w", supervisor.ErrStartTwice)
+	}
+	m.started = true
+	added := m.added
+	m.mu.Unlock()
+
+	msg := supervisor.StartManager{Ctx: ctx, StartTimeout: startTimeout}
+	msg.Children, msg.Err = m.specs(added)
+	_, err := m.ask(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("controllermanager: start: %w", err)
+	}
+	return nil
+}
+
+// specs classifies and names what was added; every problem is reported.
+func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
+	specs := make([]actors.Spec, len(added))
+	errs := make([]error, len(added))
+	var wg sync.WaitGroup
+	for i, v := range added {
+		spec, err := supervisor.Classify(m.mode, v)
+		if err != nil {
+			errs[i] = fmt.Errorf("child #%d: %w", i, err)
+			continue
+		}
+		specs[i] = spec
+		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
+			// Name() is a getter: call it here, panics recovered.
+			specs[i].Name, errs[i] = nameOf(v)
+			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
+				specs[i].Name = fmt.Sprintf("runnable-%d", i)
+			}
+			continue
+		}
+		// A controller's name is GetHealth().Name: user code that may hang.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			specs[i].Name, errs[i] = actors.ResolveName(v, m.timing.HealthTimeout)
+		}()
+	}
+	wg.Wait()
+	for i := range errs {
+		if errs[i] == nil && specs[i].Impl != nil && strings.TrimSpace(specs[i].Name) == "" {
+			errs[i] = fmt.Errorf("child #%d (%s %T) has an empty name", i, specs[i].Kind, specs[i].Impl)
+		} else if errs[i] != nil && !strings.HasPrefix(errs[i].Error(), "child #") {
+			errs[i] = fmt.Errorf("child #%d: %w", i, errs[i])
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid children: %w", err)
+	}
+	return specs, nil
+}
+
+func nameOf(v any) (name string, err error) {
+	n, ok := v.(actors.Namer)
+	if !ok {
+		return "", nil
+	}
+	err = actors.Call("child", fmt.Sprintf("%T", v), "Name", func() error { name = n.Name(); return nil })
+	return name, err
+}
+
+// GetHealth returns the health of every controller, in the order they were
+// added: empty until the manager is starting (not yet elected is not
+// unhealthy). Each controller is queried through its actor; one that does
+// not answer within SupervisionSpec.HealthTimeout is reported unhealthy, so
+// GetHealth returns within that timeout whatever the controllers do.
+func (m *BaseManager) GetHealth() []HealthStatus {
+	obs := m.handle.Observed
+	if final, stopped := obs.Final(); stopped {
+		return stoppedHealth(final, obs.Err())
+	}
+	if !obs.Starting() {
+		return []HealthStatus{}
+	}
+	system := m.handle.System
+	col := actors.NewHealthCollector(system)
+	system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
+	timer := time.NewTimer(m.timing.HealthTimeout)
+	defer timer.Stop()
+	select {
+	case <-col.Done():
+	case <-timer.C:
+	case <-obs.Terminated():
+	}
+	statuses, ok := col.Close(fmt.Sprintf("no health answer within %s", m.timing.HealthTimeout))
+	if !ok {
+		if final, stopped := obs.Final(); stopped {
+			return stoppedHealth(final, obs.Err())
+		}
+		return []HealthStatus{{Name: "manager", Message: fmt.Sprintf("the supervisor did not answer within %s", m.timing.HealthTimeout)}}
+	}
+	return statuses
+}
+
+func stoppedHealth(final Status, cause error) []HealthStatus {
+	msg := "manager stopped"
+	if cause != nil {
+		msg = "manager failed: " + cause.Error()
+	}
+	out := []HealthStatus{}
+	for _, c := range final.Children {
+		if c.Kind == actors.KindController {
+			out = append(out, HealthStatus{Name: c.Name, Message: msg})
+		}
+	}
+	return out
+}
+
+// GetReadiness returns nil once the pre-flight is done (for a
+// WebhookManager, once every webhook has started) and until the manager
+// shuts down; else an error wrapping ErrNotReady that says why. A standby
+// replica waiting for the lease is ready.
+func (m *BaseManager) GetReadiness() error {
+	obs := m.handle.Observed
+	if obs.Ready() {
+		return nil
+	}
+	switch p := obs.Phase(); {
+	case p == PhaseIdle:
+		return fmt.Errorf("%w: manager not started", ErrNotReady)
+	case p.Ended():
+		if err := obs.Err(); err != nil {
+			return fmt.Errorf("%w: manager failed: %v", ErrNotReady, err)
+		}
+		return fmt.Errorf("%w: manager stopped", ErrNotReady)
+	case p == PhaseShuttingDown:
+		return fmt.Errorf("%w: manager shutting down", ErrNotReady)
+	default:
+		return fmt.Errorf("%w: manager not fully initialized (phase %s)", ErrNotReady, p)
+	}
+}
+
+// IsStarting reports whether the manager has been elected (or needs no
+// election) and begun to recover stores and start controllers.
+func (m *BaseManager) IsStarting() bool { return m.handle.Observed.Starting() }
+
+// IsStarted reports whether every controller has started.
+func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
+
+// ShutdownAndWait shuts the manager down and waits until it has stopped or
+// ctx ends, whichever is first:
+//
+//  1. a Start in progress ends with an error; restarts and probes stop;
+//  2. every child's Shutdown(ctx) runs in parallel (controllers, webhooks,
+//     stores that are Runnables, plain runnables);
+//  3. once every Shutdown has returned, and only then, the lease is given up;
+//  4. the manager enters Stopped (Done is closed), its actors stop and the
+//     event subscribers receive the last events.
+//
+// When ctx ends first, ShutdownAndWait returns and the manager goes on
+// waiting for the Shutdown calls that have not returned; it keeps the lease
+// until they do (the lease then expires on its own if the process exits).
+// Calling it again waits again; calling it before Start stops the manager
+// at once.
+func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
+	if _, err := m.ask(ctx, supervisor.ShutdownManager{Ctx: ctx}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
+		m.opts.logger.Error("shutdown did not complete", "err", err)
+		return
+	}
+	select {
+	case <-m.handle.Observed.Terminated():
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-m.handle.Bus.Drained():
+	case <-ctx.Done():
+	}
+}
+
+// Done is closed once the manager has stopped: requested, escalated, lost
+// its lease or failed to start.
+func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
+
+// Err is why the manager stopped: nil while it runs and after a requested
+// shutdown; an *EscalationError, an error wrapping lease.ErrLost, or the
+// error that ended Start, otherwise.
+func (m *BaseManager) Err() error { return m.handle.Observed.Err() }
+
+// Subscribe registers fn for every event from now on, delivered in order on
+// a goroutine of fn's own: a slow or panicking fn never stalls supervision.
+// A subscriber that falls more than the event buffer behind loses the
+// oldest events it has not received and is told so by an EventsDropped
+// event. cancel stops the deliveries.
+func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
+	return m.handle.Bus.Subscribe(fn)
+}
+
+// Send sends a lifecycle message (package supervisor) to the root
+// supervisor, without waiting for its answer.
+func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, msg) }
+
+// Request sends a lifecycle message to the root supervisor and waits for its
+// answer or for ctx, whichever is first. After the manager has stopped,
+// GetStatus answers the final Status and other messages
+// supervisor.ErrStopped.
+func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
+	if _, ok := msg.(supervisor.GetStatus); ok {
+		if final, stopped := m.handle.Observed.Final(); stopped {
+			return final, nil
+		}
+	}
+	v, err := m.ask(ctx, msg)
+	if err != nil && errors.Is(err, supervisor.ErrStopped) {
+		if final, stopped := m.handle.Observed.Final(); stopped {
+			if _, ok := msg.(supervisor.GetStatus); ok {
+				return final, nil
+			}
+		}
+	}
+	return v, err
+}
+
+// Status returns the manager's Status (supervisor.GetStatus).
+func (m *BaseManager) Status(ctx context.Context) (Status, error) {
+	v, err := m.Request(ctx, supervisor.GetStatus{})
+	if err != nil {
+		return Status{}, err
+	}
+	return v.(Status), nil
+}
+
+// AddChild adds a controller, webhook, store or runnable to the running
+// manager and waits until it has started; it is then supervised like the
+// others. Its name comes from its Name method or, for a controller, from
+// GetHealth().Name.
+func (m *BaseManager) AddChild(ctx context.Context, child any) error {
+	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
+	return err
+}
+
+// RemoveChild shuts the named child down and removes it from the manager:
+// it is gone from health and status.
+func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
+	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
+	return err
+}
+
+// PID is the root supervisor's PID, for actor-native callers: requests to it
+// are answered with a supervisor.Reply.
+func (m *BaseManager) PID() *actor.PID { return m.handle.PID }
+
+func (m *BaseManager) ask(ctx context.Context, msg any) (any, error) {
+	return supervisor.Ask(ctx, m.handle.System, m.handle.PID, m.handle.Observed.Terminated(), msg)
+}
+
+// Add adds runnables: Controllers are run, Webhooks started (before
+// election), other Runnables only shut down. See BaseManager.Add.
+func (m *ControllerManager) Add(runnables ...Runnable) { m.BaseManager.Add(runnables...) }
+
+// AddStore adds stores to be recovered once elected, before any controller
+// runs. AddStore after Start has no effect.
+func (m *ControllerManager) AddStore(stores ...Store) {
+	vals := make([]any, len(stores))
+	for i, s := range stores {
+		if s != nil {
+			vals[i] = s
+		}
+	}
+	m.add(vals)
+}
+
+// Start starts the manager and blocks until every controller has started:
+// the pre-flight (Context.Start), then readiness, then webhooks, then the
+// election (blocking until elected), then IsStarting, then every store's
+// Recover in parallel, then every controller's Run in parallel, then
+// IsStarted. startTimeout > 0 bounds recovery plus start.
+//
+// Any failure returns an error that wraps its cause (errors.Is sees a
+// controller's error, context.DeadlineExceeded after startTimeout, the
+// caller's context error). A failed Start shuts down what it had started
+// and the manager ends in PhaseFailed; ShutdownAndWait waits for that.
+func (m *ControllerManager) Start(ctx context.Context, startTimeout time.Duration) error {
+	return m.start(ctx, startTimeout)
+}
+
+// GetHealth returns every controller's health; see BaseManager.GetHealth.
+func (m *ControllerManager) GetHealth() []HealthStatus { return m.BaseManager.GetHealth() }
+
+// ShutdownAndWait shuts the manager down, gives the lease up only after
+// every runnable has returned, and waits; see BaseManager.ShutdownAndWait.
+func (m *ControllerManager) ShutdownAndWait(ctx context.Context) { m.BaseManager.ShutdownAndWait(ctx) }
+
+// Add adds runnables: Webhooks are started, other Runnables only shut down.
+func (m *WebhookManager) Add(runnables ...Runnable) { m.BaseManager.Add(runnables...) }
+
+// Start runs the pre-flight, then every webhook's Start in parallel; once
+// all have started the manager is ready, starting and started together.
+func (m *WebhookManager) Start(ctx context.Context) error { return m.start(ctx, 0) }
