@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// largeN is the size -large adds: it fits in the 24 GiB of the project's machines.
+const largeN = 100_000
+
+func main() {
+	if err := mainErr(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// mainErr parses the flags, runs the harness and prints the table.
+func mainErr() error {
+	var (
+		sizesFlag = flag.String("n", "100,1000,10000", "comma-separated numbers of children")
+		large     = flag.Bool("large", false, fmt.Sprintf("also measure N=%d", largeN))
+		reps      = flag.Int("reps", 5, "cycles per system and N; the table gives the median")
+		restarts  = flag.Int("restarts", 100, "restart samples per cycle (at most N)")
+		quick     = flag.Bool("quick", false, "smoke run: -n 100,1000 -reps 3 -restarts 20, unless given")
+		only      = flag.String("systems", "", "comma-separated systems to run (default: all)")
+		jsonFile  = flag.String("json", "", "also write the results as JSON to this file")
+		timeout   = flag.Duration("timeout", 10*time.Minute, "bound on one cycle")
+		quiet     = flag.Bool("q", false, "no progress lines on stderr")
+	)
+	flag.Parse()
+
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		if !set["n"] {
+			*sizesFlag = "100,1000"
+		}
+		if !set["reps"] {
+			*reps = 3
+		}
+		if !set["restarts"] {
+			*restarts = 20
+		}
+	}
+
+	sizes, err := parseSizes(*sizesFlag)
+	if err != nil {
+		return err
+	}
+	if *large && !slices.Contains(sizes, largeN) {
+		sizes = append(sizes, largeN)
+	}
+	if *reps < 1 {
+		return errors.New("-reps must be at least 1")
+	}
+	if *restarts < 0 {
+		return errors.New("-restarts must not be negative")
+	}
+	makers, err := selectSystems(*only)
+	if err != nil {
+		return err
+	}
+
+	s := settings{sizes: sizes, reps: *reps, restarts: *restarts, timeout: *timeout}
+	if !*quiet {
+		s.progress = os.Stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	r, err := run(ctx, s, makers)
+	if err != nil {
+		return err
+	}
+	if err := writeTable(os.Stdout, r); err != nil {
+		return err
+	}
+	if *jsonFile != "" {
+		f, err := os.Create(*jsonFile)
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	return nil
+}
+
+// parseSizes parses "100,1000" into positive sizes.
+func parseSizes(s string) ([]int, error) {
+	var sizes []int
+	for field := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.ReplaceAll(strings.TrimSpace(field), "_", ""))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-n: %q is not a positive number", field)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+// allSystems is every system built in: the peers, then ours when built with -tags ours.
+func allSystems() []func() system {
+	makers := slices.Clone(peers)
+	if newOurs != nil {
+		makers = append(makers, newOurs)
+	}
+	return makers
+}
+
+// selectSystems returns the systems named in a comma-separated list, all if it is empty.
+func selectSystems(list string) ([]func() system, error) {
+	all := allSystems()
+	if list == "" {
+		return all, nil
+	}
+	var picked []func() system
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(all, func(m func() system) bool { return m().Name() == name })
+		if i < 0 {
+			return nil, fmt.Errorf("-systems: unknown system %q", name)
+		}
+		picked = append(picked, all[i])
+	}
+	return picked, nil
+}

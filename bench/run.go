@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+)
+
+// settings are what the flags choose.
+type settings struct {
+	sizes    []int         // N, in row order
+	reps     int           // cycles per (system, N)
+	restarts int           // restart samples per cycle, at most N
+	timeout  time.Duration // bound on one cycle
+	progress io.Writer     // one line per cycle; nil for none
+}
+
+// run measures every system at every size, reps times. Within each round it takes every
+// size, and at each size every system in turn, starting one system further along in each
+// round: so noise on the shared machine, and any cost of going first, falls on all alike.
+func run(ctx context.Context, s settings, makers []func() system) (*report, error) {
+	names := make([]string, len(makers))
+	for i, m := range makers {
+		names[i] = m().Name()
+	}
+	cycles := make(map[int][][]cycle, len(s.sizes)) // N → system → cycles
+	for _, n := range s.sizes {
+		cycles[n] = make([][]cycle, len(makers))
+	}
+
+	for rep := range s.reps {
+		for _, n := range s.sizes {
+			for k := range makers {
+				i := (k + rep) % len(makers)
+				if s.progress != nil {
+					fmt.Fprintf(s.progress, "rep %d/%d  N=%d  %s\n", rep+1, s.reps, n, names[i])
+				}
+				cctx, cancel := context.WithTimeout(ctx, s.timeout)
+				c, err := runCycle(cctx, makers[i](), n, s.restarts)
+				cancel()
+				if err != nil {
+					return nil, fmt.Errorf("%s at N=%d: %w", names[i], n, err)
+				}
+				cycles[n][i] = append(cycles[n][i], c)
+			}
+		}
+	}
+
+	r := &report{
+		GoVersion:  runtime.Version(),
+		GOOS:       runtime.GOOS,
+		GOARCH:     runtime.GOARCH,
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Reps:       s.reps,
+		Sizes:      s.sizes,
+		Systems:    names,
+	}
+	for _, n := range s.sizes {
+		for i, name := range names {
+			r.Results = append(r.Results, summarize(name, n, cycles[n][i])...)
+		}
+	}
+	return r, nil
+}
