@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"k8s.io/client-go/rest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds one test's cycles; tiny N finish in milliseconds.
+const testTimeout = time.Minute
+
+// TestEverySystemCycle runs one cycle of every built-in system at a tiny N: every child
+// runs, is healthy where the system gathers health, restarts where it supervises, and
+// has each run shut down (runCycle checks the last).
+func TestEverySystemCycle(t *testing.T) {
+	for _, newSystem := range allSystems() {
+		sys := newSystem()
+		t.Run(sys.Name(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+			defer cancel()
+			const n, restarts = 7, 3
+			have, err := runCycle(ctx, sys, n, restarts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, want := sys.(healthSweeper); have.hasHealth != want {
+				t.Errorf("hasHealth = %v, want %v", have.hasHealth, want)
+			}
+			wantRestarts := 0
+			if _, ok := sys.(restarter); ok {
+				wantRestarts = restarts
+			}
+			if len(have.restarts) != wantRestarts {
+				t.Errorf("%d restarts, want %d", len(have.restarts), wantRestarts)
+			}
+			if have.start <= 0 || have.shutdown <= 0 {
+				t.Errorf("start %v, shutdown %v: want both timed", have.start, have.shutdown)
+			}
+		})
+	}
+}
+
+// TestTableShape runs the whole harness at tiny N and checks the table: a header naming
+// every system (and a ratio column per peer when ours is built in), a row per
+// (workload, N) with a cell per column, and n/a exactly where a system lacks the
+// capability. The JSON holds one result per cell.
+func TestTableShape(t *testing.T) {
+	sizes := []int{3, 10}
+	makers := allSystems()
+	r, err := run(t.Context(), settings{sizes: sizes, reps: 2, restarts: 2, timeout: testTimeout}, makers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := writeTable(&table, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+
+	systems := make([]system, len(makers))
+	wantHeader := []string{"workload", "N"}
+	for i, m := range makers {
+		systems[i] = m()
+		wantHeader = append(wantHeader, systems[i].Name())
+	}
+	if newOurs != nil {
+		for _, s := range systems[:len(systems)-1] {
+			wantHeader = append(wantHeader, oursName+"/"+s.Name())
+		}
+	}
+
+	lines := strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")
+	if want := 2 + len(workloads)*len(sizes); len(lines) != want {
+		t.Fatalf("%d lines, want %d", len(lines), want)
+	}
+	rows := make([][]string, len(lines))
+	for i, line := range lines {
+		if !strings.HasPrefix(line, "| ") || !strings.HasSuffix(line, " |") {
+			t.Fatalf("line %d is not a table row: %q", i, line)
+		}
+		rows[i] = strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+		if len(rows[i]) != len(wantHeader) {
+			t.Fatalf("line %d has %d cells, want %d: %q", i, len(rows[i]), len(wantHeader), line)
+		}
+	}
+	if !slices.Equal(rows[0], wantHeader) {
+		t.Errorf("header = %q, want %q", rows[0], wantHeader)
+	}
+	if want := slices.Repeat([]string{"---"}, len(wantHeader)); !slices.Equal(rows[1], want) {
+		t.Errorf("separator = %q", rows[1])
+	}
+	for _, row := range rows[2:] {
+		for i, s := range systems {
+			_, sweeps := s.(healthSweeper)
+			_, restarts := s.(restarter)
+			wantNA := (row[0] == "health sweep" && !sweeps) ||
+				(strings.HasPrefix(row[0], "restart") && !restarts)
+			if haveNA := row[2+i] == "n/a"; haveNA != wantNA {
+				t.Errorf("%s N=%s %s = %q, want n/a: %v", row[0], row[1], s.Name(), row[2+i], wantNA)
+			}
+		}
+	}
+
+	var js bytes.Buffer
+	if err := writeJSON(&js, r); err != nil {
+		t.Fatal(err)
+	}
+	var decoded report
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(workloads) * len(sizes) * len(systems); len(decoded.Results) != want {
+		t.Errorf("JSON has %d results, want %d", len(decoded.Results), want)
+	}
+}
+
+// TestControllerRuntimeNeedsNoAPIServer points the manager at a server that records
+// every request: a manager with no caches, informers, leader election, metrics or
+// probes must start, sweep and stop without sending one.
+func TestControllerRuntimeNeedsNoAPIServer(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		paths []string
+	)
+	apiServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		http.Error(w, "the bench has no API server", http.StatusServiceUnavailable)
+	}))
+	defer apiServer.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	sys := &controllerRuntimeSystem{config: &rest.Config{Host: apiServer.URL}}
+	if _, err := runCycle(ctx, sys, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paths) > 0 {
+		t.Errorf("the manager contacted the API server: %q", paths)
+	}
+}
+
+func TestMedianAndPercentile(t *testing.T) {
+	tests := []struct {
+		samples     []float64
+		median, p50 float64
+		p99         float64
+	}{
+		{samples: []float64{5}, median: 5, p50: 5, p99: 5},
+		{samples: []float64{3, 1, 2}, median: 2, p50: 2, p99: 3},
+		{samples: []float64{4, 1, 3, 2}, median: 2.5, p50: 2, p99: 4},
+	}
+	for _, tt := range tests {
+		if have := median(tt.samples); have != tt.median {
+			t.Errorf("median(%v) = %v, want %v", tt.samples, have, tt.median)
+		}
+		if have := percentile(tt.samples, 50); have != tt.p50 {
+			t.Errorf("percentile(%v, 50) = %v, want %v", tt.samples, have, tt.p50)
+		}
+		if have := percentile(tt.samples, 99); have != tt.p99 {
+			t.Errorf("percentile(%v, 99) = %v, want %v", tt.samples, have, tt.p99)
+		}
+	}
+	hundred := make([]float64, 100)
+	for i := range hundred {
+		hundred[i] = float64(i + 1)
+	}
+	if have := percentile(hundred, 99); have != 99 {
+		t.Errorf("percentile(1..100, 99) = %v, want 99", have)
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{850 * time.Nanosecond, "850ns"},
+		{12345 * time.Nanosecond, "12.3µs"},
+		{4560 * time.Microsecond, "4.56ms"},
+		{1234 * time.Millisecond, "1.23s"},
+	}
+	for _, tt := range tests {
+		if have := formatDuration(tt.d); have != tt.want {
+			t.Errorf("formatDuration(%v) = %q, want %q", tt.d, have, tt.want)
+		}
+	}
+}
+
+func TestFormatRatio(t *testing.T) {
+	v := func(f float64) result { return result{Value: &f} }
+	tests := []struct {
+		ours, peer result
+		want       string
+	}{
+		{v(3), v(2), "1.50×"},
+		{v(3), result{}, "n/a"},
+		{result{}, v(2), "n/a"},
+		{v(3), v(0), "—"},
+	}
+	for _, tt := range tests {
+		if have := formatRatio(tt.ours, tt.peer); have != tt.want {
+			t.Errorf("formatRatio = %q, want %q", have, tt.want)
+		}
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []int
+		wantErr bool
+	}{
+		{in: "100,1000, 10_000", want: []int{100, 1000, 10000}},
+		{in: "5", want: []int{5}},
+		{in: "0", wantErr: true},
+		{in: "10,x", wantErr: true},
+		{in: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		have, err := parseSizes(tt.in)
+		if (err != nil) != tt.wantErr || !slices.Equal(have, tt.want) {
+			t.Errorf("parseSizes(%q) = %v, %v; want %v, error %v", tt.in, have, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestSelectSystems(t *testing.T) {
+	picked, err := selectSystems("suture, seed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range picked {
+		names = append(names, m().Name())
+	}
+	if want := []string{"suture", "seed"}; !slices.Equal(names, want) {
+		t.Errorf("picked %q, want %q", names, want)
+	}
+	if _, err := selectSystems("nope"); err == nil {
+		t.Error("an unknown system was accepted")
+	}
+}
