@@ -12,6 +12,10 @@ import (
 // children is not lost in timer resolution.
 const sweepBudget = 10_000
 
+// settleTimeout bounds the wait for the goroutine count to hold still: at N=100,000
+// the goroutines a system starts only to start its children take a while to end.
+const settleTimeout = 2 * time.Second
+
 // cycle is what one system measured in one cycle at one N.
 type cycle struct {
 	start, shutdown    time.Duration
@@ -19,7 +23,6 @@ type cycle struct {
 	hasHealth          bool
 	restarts           []time.Duration // nil unless the system restarts children
 	heapPerChild       float64         // bytes of live heap
-	stackPerChild      float64         // bytes of goroutine stacks, which the heap does not count
 	goroutinesPerChild float64
 }
 
@@ -52,7 +55,6 @@ func runCycle(ctx context.Context, sys system, n, restarts int) (res cycle, err 
 
 	after := idleFootprint()
 	res.heapPerChild = (float64(after.heap) - float64(before.heap)) / float64(n)
-	res.stackPerChild = (float64(after.stack) - float64(before.stack)) / float64(n)
 	res.goroutinesPerChild = float64(after.goroutines-before.goroutines) / float64(n)
 
 	if hs, ok := sys.(healthSweeper); ok {
@@ -105,25 +107,30 @@ func runCycle(ctx context.Context, sys system, n, restarts int) (res cycle, err 
 
 // footprint is the process's memory and goroutines at one moment.
 type footprint struct {
-	heap, stack uint64 // bytes: live heap, goroutine stacks in use
-	goroutines  int
+	heap       uint64 // bytes of live heap
+	goroutines int
 }
 
 // idleFootprint lets goroutines that are ending end, collects garbage and reads the
 // footprint.
+//
+// Goroutine stacks are left out: the runtime keeps dead goroutines' stacks and
+// descriptors for reuse, so whether a cycle pays for its goroutines depends on what ran
+// before it. goroutines/child is the honest measure of that cost (each at least the
+// 2 KiB starting stack plus a descriptor of a few hundred bytes).
 func idleFootprint() footprint {
 	runtime.GC()
-	goroutines := runtime.NumGoroutine()
-	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); {
+	goroutines, steady := runtime.NumGoroutine(), 0
+	for deadline := time.Now().Add(settleTimeout); steady < 3 && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Millisecond)
-		now := runtime.NumGoroutine()
-		if now == goroutines {
-			break
+		if now := runtime.NumGoroutine(); now != goroutines {
+			goroutines, steady = now, 0
+		} else {
+			steady++
 		}
-		goroutines = now
 	}
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return footprint{heap: m.HeapAlloc, stack: m.StackInuse, goroutines: goroutines}
+	return footprint{heap: m.HeapAlloc, goroutines: goroutines}
 }

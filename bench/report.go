@@ -61,7 +61,6 @@ var workloads = []workload{
 	{"restart p50", unitNanoseconds, pooledRestarts, func(s []float64) float64 { return percentile(s, 50) }},
 	{"restart p99", unitNanoseconds, pooledRestarts, func(s []float64) float64 { return percentile(s, 99) }},
 	{"heap/child", unitBytes, perCycle(func(c cycle) (float64, bool) { return c.heapPerChild, true }), median},
-	{"stack/child", unitBytes, perCycle(func(c cycle) (float64, bool) { return c.stackPerChild, true }), median},
 	{"goroutines/child", unitGoroutines, perCycle(func(c cycle) (float64, bool) { return c.goroutinesPerChild, true }), median},
 }
 
