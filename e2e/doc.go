@@ -1,0 +1,13 @@
+// Package e2e holds the end-to-end tests of github.com/actorkube/controllermanager: they
+// run against a real kube-apiserver and etcd, started per test by internal/cluster, and
+// start replicas and helpers as separate OS processes.
+//
+// It is a module of its own so that what it needs to run a control plane stays out of
+// the library's go.mod. Run it from this directory:
+//
+//	go test -race -count=1 ./...
+//
+// The binaries come from $KUBEBUILDER_ASSETS; when that is unset, the suite runs
+// ../hack/e2e-binaries.sh itself, which builds kube-apiserver and etcd from source once
+// (several minutes cold) into a cache outside the repository and reuses them after.
+package e2e
