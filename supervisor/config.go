@@ -81,13 +81,23 @@ type Config struct {
 	Elector *actor.Props
 	// Identity is this replica's lease identity, for Status.
 	Identity string
-	// FenceTimeout bounds the Shutdown calls after a lost lease: the time
-	// left before another replica may take the lease over. Zero uses
+	// FenceTimeout is how long after a lost lease every controller and
+	// store must have returned from Shutdown: the time left before another
+	// replica may take the lease over, less a margin (lease.Config's
+	// FenceTimeout). Their Shutdown contexts end at three quarters of it; at
+	// its end, one still shutting down fails the manager at once, with an
+	// error wrapping lease.ErrLost, so that the host exits. Zero uses
 	// Timing.ShutdownTimeout.
 	FenceTimeout time.Duration
-	Timing       Timing
-	Logger       *slog.Logger
-	Clock        Clock
+	// Reelect sets what a lost lease does once fenced: false stops the
+	// manager, which fails with an error wrapping lease.ErrLost; true sends
+	// it back to Electing (webhooks and plain runnables keep running), and
+	// once elected again it recovers the stores and runs the controllers
+	// afresh.
+	Reelect bool
+	Timing  Timing
+	Logger  *slog.Logger
+	Clock   Clock
 	// Jitter returns a number in [0, 1) for backoff jitter; nil uses math/rand/v2.
 	Jitter func() float64
 	// Bus receives the events; Observed the state the facade reads.

@@ -130,8 +130,8 @@ func (s *root) onProbeTick() {
 		case <-col.Done():
 		case <-deadline.C():
 		}
-		deadline.Stop()
 		s.sendSelf(done)
+		deadline.Stop()
 	}()
 }
 

@@ -66,7 +66,13 @@ func (s *root) onStartChild(m StartChild, replyTo *actor.PID) {
 	}
 	rec.stopRequested = false
 	s.stopAll([]*childRecord{rec}, s.boundedContext(), func() { // a Failed child still owes its Shutdown
+		if s.phase != PhaseRunning {
+			s.respond(replyTo, nil, fmt.Errorf("StartChild %q: %w", m.Name, ErrShutdown))
+			return
+		}
+		rec.restarts++ // every start call after the first counts, whatever asked for it
 		s.startOne(rec, replyTo, "StartChild")
+		s.publish(ChildRestarted, rec, nil)
 	})
 }
 
@@ -167,6 +173,7 @@ func (s *root) onRemoveChild(m RemoveChild, replyTo *actor.PID) {
 		}
 		delete(s.byName, rec.spec.Name)
 		s.children = deleteRecord(s.children, rec)
+		s.unpublishWebhook(rec)
 		s.ctx.Stop(rec.pid)
 		s.publish(ChildRemoved, rec, nil)
 		s.respond(replyTo, nil, nil)

@@ -68,7 +68,7 @@ type ChildStatus struct {
 	Name      string
 	Kind      actors.Kind
 	State     ChildState
-	Restarts  int       // times its start call ran again after the first
+	Restarts  int       // times its start call ran after the first, whatever asked for it (failure, RestartChild, StartChild)
 	Failures  int       // failures seen (each published as one ChildFailed)
 	Healthy   bool      // from the last health probe (true until probed)
 	Message   string    // the last probe's message, if any

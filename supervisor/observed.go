@@ -14,6 +14,7 @@ type Observed struct {
 	starting atomic.Bool
 	started  atomic.Bool
 	leader   atomic.Bool
+	webhooks atomic.Pointer[WebhookTable] // see webhooks.go
 
 	done       chan struct{} // closed once the manager has stopped
 	terminated chan struct{} // closed once the actor tree has stopped

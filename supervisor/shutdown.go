@@ -24,8 +24,7 @@ func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		s.beginShutdown(nil, ctx)
-		s.shutdown.waiters = append(s.shutdown.waiters, replyTo)
+		s.beginShutdown(nil, ctx, replyTo)
 	}
 }
 
@@ -33,11 +32,13 @@ func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
 // start in progress ends with an error, restarts and probes stop, every
 // active child's Shutdown(ctx) runs in parallel, and once all have returned
 // the lease is given up and the manager stops.
-func (s *root) beginShutdown(cause error, ctx context.Context) {
+//
+// waiters are answered once the manager has stopped.
+func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor.PID) {
 	if s.shutdown != nil || s.phase.Ended() {
 		return
 	}
-	s.shutdown = &shutdownAttempt{cause: cause}
+	s.shutdown = &shutdownAttempt{cause: cause, waiters: waiters}
 	if s.start != nil {
 		err := cause
 		if err == nil {
@@ -92,15 +93,4 @@ func (s *root) finish() {
 	}
 	s.bus.Close()
 	s.ctx.Stop(s.self)
-}
-
-// fenceContext bounds the Shutdown calls that fence a lost lease.
-func (s *root) fenceContext() context.Context {
-	d := s.cfg.FenceTimeout
-	if d <= 0 {
-		d = s.cfg.Timing.ShutdownTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	_ = cancel // released at the deadline; the children hold it until then
-	return ctx
 }

@@ -87,6 +87,7 @@ func (s *root) addRecord(spec actors.Spec) *childRecord {
 	s.setState(rec, StatePending)
 	s.children = append(s.children, rec)
 	s.byName[spec.Name] = rec
+	s.publishWebhook(rec)
 	return rec
 }
 
@@ -150,7 +151,7 @@ func (s *root) recoverStores() {
 		})
 	}
 	s.setPhase(PhaseRecovering)
-	s.startAll(s.ofKind(actors.KindStore), a.bounded, func(err error) {
+	s.startAll(s.toStart(actors.KindStore), a.bounded, func(err error) {
 		if s.start != a {
 			return
 		}
@@ -159,7 +160,7 @@ func (s *root) recoverStores() {
 			return
 		}
 		s.setPhase(PhaseStarting)
-		s.startAll(s.ofKind(actors.KindController), a.bounded, func(err error) {
+		s.startAll(s.toStart(actors.KindController), a.bounded, func(err error) {
 			if s.start != a {
 				return
 			}
@@ -176,7 +177,7 @@ func (s *root) recoverStores() {
 // enters Running.
 func (s *root) finishStart() {
 	a := s.start
-	s.startAll(s.ofKind(actors.KindRunnable), a.ctx, func(error) {})
+	s.startAll(s.toStart(actors.KindRunnable), a.ctx, func(error) {})
 	if s.cfg.Mode == ModeBase {
 		s.obs.starting.Store(true)
 	}

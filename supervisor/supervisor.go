@@ -58,7 +58,8 @@ type root struct {
 
 	elector *actor.PID
 	leader  bool
-	holder  string // the lease holder last observed
+	holder  string   // the lease holder last observed
+	fencing *fencing // the fencing in progress after a lost lease, if any
 
 	terminated bool
 }
@@ -142,6 +143,8 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onLeaseLost(m)
 	case lease.Released:
 		s.onLeaseReleased()
+	case fenceOverdue:
+		s.onFenceOverdue(m)
 
 	case preflightDone:
 		s.onPreflightDone(m)

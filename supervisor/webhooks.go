@@ -1,0 +1,57 @@
+package supervisor
+
+import (
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// WebhookRoute is one webhook child as an admission handler sees it: the
+// webhook and the actor its requests are sent to (as actors.AdmissionCall).
+type WebhookRoute struct {
+	Name    string
+	Webhook actors.Webhook
+	PID     *actor.PID
+}
+
+// WebhookTable is the set of webhook children, in the order they were added.
+// The supervisor publishes a new table in Observed each time it spawns or
+// removes a webhook's actor; a published table is never modified, so a
+// reader may keep it and tell a change by comparing pointers.
+//
+// The table holds no paths: Path is user code, which the supervisor never
+// calls in its Receive. The admission handler asks each webhook for its path
+// once, off the supervisor's mailbox.
+type WebhookTable struct {
+	Routes []WebhookRoute
+}
+
+// Webhooks returns the current table of webhook children; nil until the
+// first webhook's actor is spawned.
+func (o *Observed) Webhooks() *WebhookTable { return o.webhooks.Load() }
+
+// publishWebhook adds rec, a webhook child just spawned, to the table.
+func (s *root) publishWebhook(rec *childRecord) {
+	wh, ok := rec.spec.Impl.(actors.Webhook)
+	if !ok || rec.spec.Kind != actors.KindWebhook {
+		return
+	}
+	var routes []WebhookRoute
+	if old := s.obs.webhooks.Load(); old != nil {
+		routes = slices.Clip(old.Routes)
+	}
+	routes = append(routes, WebhookRoute{Name: rec.spec.Name, Webhook: wh, PID: rec.pid})
+	s.obs.webhooks.Store(&WebhookTable{Routes: routes})
+}
+
+// unpublishWebhook removes rec, a child being removed, from the table.
+func (s *root) unpublishWebhook(rec *childRecord) {
+	old := s.obs.webhooks.Load()
+	if old == nil || rec.spec.Kind != actors.KindWebhook {
+		return
+	}
+	routes := slices.DeleteFunc(slices.Clone(old.Routes), func(r WebhookRoute) bool { return r.PID == rec.pid })
+	s.obs.webhooks.Store(&WebhookTable{Routes: routes})
+}
