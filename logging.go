@@ -3,6 +3,7 @@ package controllermanager
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -53,7 +54,11 @@ func newActorSystem(logger *slog.Logger) *actor.ActorSystem {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(protoactorLogs{next: logger.Handler()}).With("lib", "protoactor")
 		}),
-		// Late replies to callers that gave up are expected; log them rarely.
+		// Late replies to callers that gave up (a health answer after its
+		// deadline) are expected; they are logged at Debug. protoactor starts
+		// a goroutine per throttle interval after a dead letter: keep it
+		// short-lived so that nothing of ours lingers after a shutdown.
 		actor.WithDeadLetterRequestLogging(false),
+		actor.WithDeadLetterThrottleInterval(50*time.Millisecond),
 	)
 }

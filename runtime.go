@@ -257,11 +257,21 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 		}()
 	}
 	wg.Wait()
+	seen := make(map[string]int, len(specs))
 	for i := range errs {
-		if errs[i] == nil && specs[i].Impl != nil && strings.TrimSpace(specs[i].Name) == "" {
+		switch {
+		case errs[i] != nil:
+			if !strings.HasPrefix(errs[i].Error(), "child #") {
+				errs[i] = fmt.Errorf("child #%d: %w", i, errs[i])
+			}
+		case strings.TrimSpace(specs[i].Name) == "":
 			errs[i] = fmt.Errorf("child #%d (%s %T) has an empty name", i, specs[i].Kind, specs[i].Impl)
-		} else if errs[i] != nil && !strings.HasPrefix(errs[i].Error(), "child #") {
-			errs[i] = fmt.Errorf("child #%d: %w", i, errs[i])
+		default:
+			if j, dup := seen[specs[i].Name]; dup {
+				errs[i] = fmt.Errorf("children #%d and #%d are both named %q", j, i, specs[i].Name)
+			} else {
+				seen[specs[i].Name] = i
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
