@@ -1,0 +1,235 @@
+// Command demo is a small service embedding the runtime: three controllers,
+// a store and an admission webhook, each in a supervised actor, with
+// /healthz, /readyz and the webhook served on a local port. It prints every
+// supervision event as it happens and stops cleanly on Ctrl-C.
+//
+// One controller, "flaky", fails in its background work every 20 seconds,
+// and the supervisor restarts it alone: watch the ChildFailed and
+// ChildRestarted events, and /healthz while it restarts.
+//
+//	go run ./examples/demo                 # serves on 127.0.0.1:8080
+//	curl -s localhost:8080/healthz?verbose
+//	curl -s localhost:8080/readyz
+//	go run ./examples/demo -addr :9090 -for 30s
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/health"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "where to serve /healthz, /readyz and the webhook")
+	runFor := flag.Duration("for", 0, "stop by itself after this long (0: run until Ctrl-C)")
+	failEvery := flag.Duration("fail-every", 20*time.Second, "how often the flaky controller fails")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *runFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *runFor)
+		defer cancel()
+	}
+	if err := run(ctx, config{addr: *addr, failEvery: *failEvery}, os.Stdout, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	addr      string
+	failEvery time.Duration
+}
+
+// run serves until ctx ends, then shuts down. ready, when not nil, receives
+// the address served once the manager has started.
+func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) error {
+	var printMu sync.Mutex
+	printf := func(format string, args ...any) {
+		printMu.Lock()
+		defer printMu.Unlock()
+		fmt.Fprintf(out, format, args...)
+	}
+
+	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{
+		Supervision: &cm.SupervisionSpec{
+			HealthInterval: metav1.Duration{Duration: 2 * time.Second},
+		},
+	}, "demo", cm.WithLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return err
+	}
+	m.Subscribe(func(e cm.Event) { printf("%s  %s\n", e.Time.Format("15:04:05.000"), e) })
+
+	m.AddStore(&inventory{})
+	m.Add(
+		newWorker("ticker", time.Second, 0),
+		newWorker("flaky", time.Second, cfg.failEvery),
+		newWorker("reporter", 5*time.Second, 0),
+		&denyPrivileged{},
+	)
+
+	mux := http.NewServeMux()
+	mux.Handle("/", health.NewHandler(m))
+	mux.Handle("/validate", m.Handler())
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	printf("serving /healthz, /readyz and /validate on http://%s\n", ln.Addr())
+
+	startErr := m.Start(ctx, 30*time.Second)
+	if startErr == nil {
+		printf("started; Ctrl-C to stop\n")
+		if ready != nil {
+			ready <- ln.Addr().String()
+		}
+		select {
+		case <-ctx.Done():
+		case <-m.Done(): // escalated: the host should exit non-zero
+		}
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m.ShutdownAndWait(shutdownCtx)
+	_ = srv.Shutdown(shutdownCtx)
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	if startErr != nil && !errors.Is(startErr, context.Canceled) {
+		return startErr
+	}
+	if err := m.Err(); err != nil {
+		return fmt.Errorf("manager failed: %w", err)
+	}
+	printf("stopped cleanly\n")
+	return nil
+}
+
+// worker is a furiko-style controller: Run starts a background loop and
+// returns; Shutdown stops it and waits. With failEvery > 0 its loop reports
+// a failure that often, through the reporter its Run context carries.
+type worker struct {
+	name      string
+	every     time.Duration
+	failEvery time.Duration
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	ticks  atomic.Int64
+}
+
+func newWorker(name string, every, failEvery time.Duration) *worker {
+	return &worker{name: name, every: every, failEvery: failEvery}
+}
+
+func (w *worker) Name() string { return w.name }
+
+func (w *worker) Run(ctx context.Context) error {
+	report, _ := cm.FailureReporter(ctx)
+	loopCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.cancel, w.done = cancel, done
+	w.mu.Unlock()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.every)
+		defer tick.Stop()
+		var fail <-chan time.Time
+		if w.failEvery > 0 {
+			t := time.NewTimer(w.failEvery)
+			defer t.Stop()
+			fail = t.C
+		}
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-tick.C:
+				w.ticks.Add(1)
+			case <-fail:
+				report(fmt.Errorf("lost the watch on its objects"))
+				<-loopCtx.Done() // a failed loop waits for Shutdown
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (w *worker) Shutdown(ctx context.Context) {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (w *worker) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: w.name, Healthy: true, Message: fmt.Sprintf("%d ticks", w.ticks.Load())}
+}
+
+// inventory is a store recovered before the controllers run.
+type inventory struct{}
+
+func (*inventory) Name() string { return "inventory" }
+
+func (*inventory) Recover(ctx context.Context) error {
+	select { // as if listing what was there before the restart
+	case <-time.After(200 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// denyPrivileged is a validating webhook that denies objects whose JSON
+// asks for "privileged": true.
+type denyPrivileged struct{ ready atomic.Bool }
+
+func (*denyPrivileged) Name() string { return "deny-privileged" }
+func (*denyPrivileged) Path() string { return "/validate" }
+
+func (d *denyPrivileged) Start(context.Context) error { d.ready.Store(true); return nil }
+func (d *denyPrivileged) Ready() bool                 { return d.ready.Load() }
+func (d *denyPrivileged) Shutdown(context.Context)    { d.ready.Store(false) }
+
+func (*denyPrivileged) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	if bytes.Contains(bytes.ReplaceAll(req.Object.Raw, []byte(" "), nil), []byte(`"privileged":true`)) {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false,
+			Result: &metav1.Status{Message: "privileged containers are not allowed"}}, nil
+	}
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, nil
+}
