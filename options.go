@@ -3,6 +3,7 @@ package controllermanager
 import (
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/actorkube/controllermanager/supervisor"
@@ -18,6 +19,8 @@ type options struct {
 	identity    string
 	lock        resourcelock.Interface
 	eventBuffer int
+	registerer  prometheus.Registerer // WithRegisterer
+	leaseName   string                // set by NewControllerManager for the metrics
 }
 
 // WithLogger sets the manager's logger; protoactor's own logs go to it too

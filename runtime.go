@@ -66,6 +66,7 @@ type BaseManager struct {
 	opts        options
 	timing      supervisor.Timing
 	handle      *supervisor.Handle
+	metrics     *managerMetrics
 
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added
@@ -114,6 +115,9 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 	}
 	if err := errors.Join(terr, eerr, lerr); err != nil {
 		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
+	}
+	if election != nil {
+		o.leaseName = election.name
 	}
 	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, elector, identity, o)
 	return &ControllerManager{BaseManager: base}, nil
@@ -175,6 +179,7 @@ func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor
 		panic(err)
 	}
 	m.handle = handle
+	m.metrics = newManagerMetrics(m, identity, o)
 	return m
 }
 
@@ -302,6 +307,7 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	if !obs.Starting() {
 		return []HealthStatus{}
 	}
+	defer m.metrics.observeProbe(time.Now())
 	system := m.handle.System
 	col := actors.NewHealthCollector(system)
 	system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
@@ -321,6 +327,10 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	}
 	return statuses
 }
+
+// HealthTimeout is SupervisionSpec.HealthTimeout: GetHealth returns within
+// it. health.NewHandler takes it as its probes' deadline.
+func (m *BaseManager) HealthTimeout() time.Duration { return m.timing.HealthTimeout }
 
 func stoppedHealth(final Status, cause error) []HealthStatus {
 	msg := "manager stopped"

@@ -1,0 +1,139 @@
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// WithRegisterer registers the manager's metrics on r too, besides the
+// manager's own registry (see Gatherer). Default: the manager's own registry
+// only; the process-wide prometheus.DefaultRegisterer is never used unless
+// passed here.
+//
+// Every manager registers the same metric names: to put two managers on one
+// registry, wrap it for each with a label that tells them apart, as in
+// prometheus.WrapRegistererWith(prometheus.Labels{"manager": "webhooks"}, r).
+// A registration that fails (a name taken) is logged, and the manager runs
+// on with its metrics on its own registry only.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = r }
+}
+
+// Gatherer returns the manager's own registry: its metrics, and nothing
+// else, whatever WithRegisterer says. Serve it with health.MetricsHandler
+// or health.WithMetrics; a host that passed its registry to WithRegisterer
+// serves that instead.
+func (m *BaseManager) Gatherer() prometheus.Gatherer { return m.metrics.registry }
+
+// The manager's metrics. The supervisor's state is their only source: the
+// collector asks for a Status on every scrape, so they never lag or drift
+// from what Status and GetHealth say.
+var (
+	leaderDesc = prometheus.NewDesc("controllermanager_leader",
+		"Whether this replica holds the leader-election lease (1) or not (0). Present only with leader election on.",
+		[]string{"lease", "identity"}, nil)
+	phaseDesc = prometheus.NewDesc("controllermanager_phase",
+		"The manager's phase: 1 for the phase it is in, 0 for every other.",
+		[]string{"phase"}, nil)
+	childRestartsDesc = prometheus.NewDesc("controllermanager_child_restarts_total",
+		"Times a child's start call ran again after its first, after a failure or a RestartChild.",
+		[]string{"child", "kind"}, nil)
+	childFailuresDesc = prometheus.NewDesc("controllermanager_child_failures_total",
+		"Failures of a child: an error or panic in its user calls, a failure its background work reported, or too many unhealthy probes in a row.",
+		[]string{"child", "kind"}, nil)
+	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
+		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
+		[]string{"child", "kind"}, nil)
+)
+
+// probeBuckets span a sweep of a few children (well under a millisecond) to
+// one that waits out a long HealthTimeout.
+var probeBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// managerMetrics are the metrics of one manager.
+type managerMetrics struct {
+	registry *prometheus.Registry
+	// probe is observed by GetHealth: the time to gather every
+	// controller's health.
+	probe prometheus.Histogram
+}
+
+// newManagerMetrics registers m's metrics on a registry of its own and on
+// the host's registerer, if any. It is called once m.handle is set.
+func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetrics {
+	mm := &managerMetrics{
+		registry: prometheus.NewRegistry(),
+		probe: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "controllermanager_health_probe_duration_seconds",
+			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
+			Buckets: probeBuckets,
+		}),
+	}
+	col := &statusCollector{m: m, lease: o.leaseName, identity: identity}
+	mm.registry.MustRegister(col, mm.probe)
+	if o.registerer != nil {
+		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe)); err != nil {
+			o.logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
+				"err", err)
+		}
+	}
+	return mm
+}
+
+// observeProbe records a GetHealth sweep that began at start.
+func (mm *managerMetrics) observeProbe(start time.Time) {
+	mm.probe.Observe(time.Since(start).Seconds())
+}
+
+// statusCollector turns the manager's Status into metrics on every scrape.
+type statusCollector struct {
+	m        *BaseManager
+	lease    string // the Lease's name; empty with election off
+	identity string // this replica's lease identity
+}
+
+// Describe sends the descriptors of every metric Collect sends.
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{leaderDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc} {
+		ch <- d
+	}
+}
+
+// Collect asks the supervisor for its Status, within HealthTimeout. When it
+// does not answer, the manager's phase and leadership still come from what
+// the facade observes, and the children's metrics are left out of this
+// scrape (their absence, not stale values, says the supervisor is stuck).
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.m.timing.HealthTimeout)
+	defer cancel()
+	st, err := c.m.Status(ctx)
+	if err != nil {
+		obs := c.m.handle.Observed
+		c.m.opts.logger.Warn("metrics: the supervisor did not answer GetStatus; children's metrics left out of this scrape", "err", err)
+		st = Status{Phase: obs.Phase(), Leader: obs.Leader(), Identity: c.identity}
+	}
+	for _, p := range supervisor.Phases {
+		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, boolValue(p == st.Phase), string(p))
+	}
+	if c.lease != "" {
+		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease, st.Identity)
+	}
+	for _, child := range st.Children {
+		kind := string(child.Kind)
+		ch <- prometheus.MustNewConstMetric(childRestartsDesc, prometheus.CounterValue, float64(child.Restarts), child.Name, kind)
+		ch <- prometheus.MustNewConstMetric(childFailuresDesc, prometheus.CounterValue, float64(child.Failures), child.Name, kind)
+		ch <- prometheus.MustNewConstMetric(childHealthyDesc, prometheus.GaugeValue, boolValue(child.Healthy), child.Name, kind)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
