@@ -1,0 +1,220 @@
+package health_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// mixed has one healthy and one unhealthy controller.
+func mixed() []actors.HealthStatus {
+	return []actors.HealthStatus{{Name: "jobs", Healthy: true}, {Name: "cron", Message: "informer not synced"}}
+}
+
+func notReady() error { return errors.New("not ready: pre-flight running") }
+
+func TestEndpoints(t *testing.T) {
+	failing := health.Check("informers", func(*http.Request) error { return errors.New("cache stale") })
+	passing := health.Check("informers", func(*http.Request) error { return nil })
+	panicking := health.Check("disk", func(*http.Request) error { panic("oops") })
+	watchdog := health.Check("leaderElection", func(*http.Request) error { return errors.New("renewal overdue by 20s") })
+
+	tests := []struct {
+		name     string
+		src      health.Source
+		opts     []health.Option
+		method   string // default GET
+		path     string
+		wantCode int
+		wantBody string // exact, unless wantJSON
+		wantJSON *health.Report
+		wantType string // Content-Type; default text/plain; charset=utf-8
+	}{
+		// /readyz
+		{name: "readyz ready", src: &source{}, path: "/readyz", wantCode: 200, wantBody: "ok"},
+		{name: "readyz trailing slash", src: &source{}, path: "/readyz/", wantCode: 200, wantBody: "ok"},
+		{name: "readyz not ready gives the reason", src: &source{ready: notReady}, path: "/readyz", wantCode: 503,
+			wantBody: lines("[-]manager failed: not ready: pre-flight running", "readyz check failed")},
+		{name: "readyz verbose", src: &source{}, path: "/readyz?verbose", wantCode: 200,
+			wantBody: lines("[+]manager ok", "readyz check passed")},
+		{name: "readyz verbose=true", src: &source{}, path: "/readyz?verbose=true", wantCode: 200,
+			wantBody: lines("[+]manager ok", "readyz check passed")},
+		{name: "readyz host check fails", src: &source{}, opts: []health.Option{health.WithReadyzCheck(failing)}, path: "/readyz", wantCode: 503,
+			wantBody: lines("[+]manager ok", "[-]informers failed: cache stale", "readyz check failed")},
+		{name: "readyz host check passes", src: &source{}, opts: []health.Option{health.WithReadyzCheck(passing)}, path: "/readyz?verbose", wantCode: 200,
+			wantBody: lines("[+]manager ok", "[+]informers ok", "readyz check passed")},
+		{name: "readyz exclude", src: &source{ready: notReady}, opts: []health.Option{health.WithReadyzCheck(passing)}, path: "/readyz?exclude=manager&verbose", wantCode: 200,
+			wantBody: lines("[+]informers ok", "readyz check passed")},
+		{name: "readyz exclude unknown warns", src: &source{}, path: "/readyz?verbose&exclude=nope&exclude=manager&exclude=nope2", wantCode: 200,
+			wantBody: lines(`warn: some readyz checks cannot be excluded: no matches for "nope", "nope2"`, "readyz check passed")},
+		{name: "readyz one check", src: &source{}, path: "/readyz/manager", wantCode: 200, wantBody: "ok"},
+		{name: "readyz one check fails", src: &source{ready: notReady}, path: "/readyz/manager", wantCode: 503,
+			wantBody: "manager check failed: manager: not ready: pre-flight running\n"},
+		{name: "readyz healthz checks are not readyz checks", src: &source{}, opts: []health.Option{health.WithHealthzCheck(failing)}, path: "/readyz/informers", wantCode: 404,
+			wantBody: "unknown readyz check \"informers\"; the checks are: manager\n"},
+		{name: "readyz HEAD", src: &source{}, method: http.MethodHead, path: "/readyz", wantCode: 200, wantBody: ""},
+		{name: "readyz POST", src: &source{}, method: http.MethodPost, path: "/readyz", wantCode: 405,
+			wantBody: "method POST not allowed on /readyz: use GET or HEAD\n"},
+
+		// /healthz, JSON
+		{name: "healthz empty", src: &source{}, path: "/healthz", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true, Status: []actors.HealthStatus{}}},
+		{name: "healthz healthy", src: newManager(source{health: healthy("jobs", "cron")}), path: "/healthz", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true,
+				Status: []actors.HealthStatus{{Name: "jobs", Healthy: true}, {Name: "cron", Healthy: true}},
+				Checks: []actors.HealthStatus{{Name: "phase", Healthy: true, Message: "Running"}}}},
+		{name: "healthz unhealthy controller", src: &source{health: mixed}, path: "/healthz", wantCode: 500,
+			wantJSON: &health.Report{Status: mixed()}},
+		{name: "healthz exclude the unhealthy controller", src: &source{health: mixed}, path: "/healthz?exclude=controller/cron", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true, Status: mixed()[:1]}},
+		{name: "healthz exclude every controller", src: &source{health: mixed}, path: "/healthz?exclude=controllers", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true, Status: []actors.HealthStatus{}}},
+		{name: "healthz unhealthy without a message", src: &source{health: func() []actors.HealthStatus { return []actors.HealthStatus{{Name: "jobs"}} }}, path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[-]controller/jobs failed: unhealthy", "healthz check failed")},
+
+		// /healthz, verbose
+		{name: "healthz verbose", src: newManager(source{health: mixed}), path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[-]controller/cron failed: informer not synced", "healthz check failed")},
+		{name: "healthz verbose exclude repeated", src: newManager(source{health: mixed}), path: "/healthz?verbose&exclude=controller/cron&exclude=phase", wantCode: 200,
+			wantBody: lines("[+]controller/jobs ok", "healthz check passed")},
+		{name: "healthz verbose exclude unknown", src: &source{health: healthy("jobs")}, path: "/healthz?verbose&exclude=controller/nope", wantCode: 200,
+			wantBody: lines("[+]controller/jobs ok", `warn: some healthz checks cannot be excluded: no matches for "controller/nope"`, "healthz check passed")},
+		{name: "healthz host checks, in order, after the built-in ones", src: newManager(source{health: healthy("jobs")}),
+			opts: []health.Option{health.WithHealthzCheck(passing, panicking)}, path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[+]informers ok", "[-]disk failed: check panicked: oops", "healthz check failed")},
+		{name: "healthz host check in JSON", src: &source{}, opts: []health.Option{health.WithHealthzCheck(failing)}, path: "/healthz", wantCode: 500,
+			wantJSON: &health.Report{Status: []actors.HealthStatus{}, Checks: []actors.HealthStatus{{Name: "informers", Message: "cache stale"}}}},
+		{name: "healthz the source's checks (lease watchdog)", src: func() health.Source {
+			m := newManager(source{health: healthy("jobs")})
+			m.checks = []health.Checker{watchdog, health.Check("phase", nil), health.Check("leaderElection", nil)} // misnamed and duplicate: ignored
+			return m
+		}(), path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[-]leaderElection failed: renewal overdue by 20s", "healthz check failed")},
+
+		// /healthz, the manager's phase
+		{name: "healthz stopped on request", src: newManager(source{}).stopped(nil), path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[-]phase failed: manager stopped", "healthz check failed")},
+		{name: "healthz escalated", src: newManager(source{}).stopped(errors.New(`supervisor: controller "cron" failed 6 times`)), path: "/healthz", wantCode: 500,
+			wantJSON: &health.Report{Status: []actors.HealthStatus{}, Checks: []actors.HealthStatus{{Name: "phase", Message: `manager failed: supervisor: controller "cron" failed 6 times`}}}},
+		{name: "healthz phase Failed", src: withStatus(supervisor.Status{Phase: supervisor.PhaseFailed, Err: errBoom}), path: "/healthz/phase", wantCode: 500,
+			wantBody: "phase check failed: phase: manager failed: boom\n"},
+		{name: "healthz phase Stopped", src: withStatus(supervisor.Status{Phase: supervisor.PhaseStopped}), path: "/healthz/phase", wantCode: 500,
+			wantBody: "phase check failed: phase: manager stopped\n"},
+		{name: "healthz phase ShuttingDown is alive", src: withStatus(supervisor.Status{Phase: supervisor.PhaseShuttingDown}), path: "/healthz/phase", wantCode: 200, wantBody: "ok"},
+		{name: "healthz supervisor does not answer", src: func() health.Source {
+			m := newManager(source{})
+			m.status = func(ctx context.Context) (supervisor.Status, error) {
+				return supervisor.Status{}, fmt.Errorf("GetStatus: %w", context.DeadlineExceeded)
+			}
+			return m
+		}(), path: "/healthz?verbose", wantCode: 500,
+			wantBody: lines("[-]phase failed: the supervisor did not answer: GetStatus: context deadline exceeded", "healthz check failed")},
+
+		// /healthz, one check
+		{name: "healthz one controller", src: &source{health: mixed}, path: "/healthz/controller/jobs", wantCode: 200, wantBody: "ok"},
+		{name: "healthz one unhealthy controller", src: &source{health: mixed}, path: "/healthz/controller/cron", wantCode: 500,
+			wantBody: "controller/cron check failed: controller/cron: informer not synced\n"},
+		{name: "healthz every controller", src: &source{health: mixed}, path: "/healthz/controllers", wantCode: 500,
+			wantBody: "controllers check failed: controller/cron: informer not synced\n"},
+		{name: "healthz one host check", src: &source{}, opts: []health.Option{health.WithHealthzCheck(failing)}, path: "/healthz/informers", wantCode: 500,
+			wantBody: "informers check failed: informers: cache stale\n"},
+		{name: "healthz unknown controller", src: newManager(source{health: mixed}), path: "/healthz/controller/nope", wantCode: 404,
+			wantBody: "unknown healthz check \"controller/nope\"; the checks are: phase, controllers, controller/jobs, controller/cron\n"},
+		{name: "healthz unknown check", src: &source{}, path: "/healthz/nope", wantCode: 404,
+			wantBody: "unknown healthz check \"nope\"; the checks are: controllers\n"},
+		{name: "healthz DELETE", src: &source{}, method: http.MethodDelete, path: "/healthz/controllers", wantCode: 405,
+			wantBody: "method DELETE not allowed on /healthz: use GET or HEAD\n"},
+
+		// elsewhere
+		{name: "unknown path", src: &source{}, path: "/livez", wantCode: 404, wantBody: "404 page not found\n"},
+		{name: "no metrics unless asked", src: &source{}, path: "/metrics", wantCode: 404, wantBody: "404 page not found\n"},
+		{name: "no pprof unless asked", src: &source{}, path: "/debug/pprof/", wantCode: 404, wantBody: "404 page not found\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := serve(t, health.NewHandler(tt.src, tt.opts...))
+			method := tt.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			have := do(t, srv, method, tt.path)
+			if have.code != tt.wantCode {
+				t.Errorf("status: want %d, have %d (body %q)", tt.wantCode, have.code, have.body)
+			}
+			wantType := "text/plain; charset=utf-8"
+			if tt.wantJSON != nil {
+				wantType = "application/json"
+				var rep health.Report
+				if err := json.Unmarshal([]byte(have.body), &rep); err != nil {
+					t.Fatalf("body is not a Report: %v: %q", err, have.body)
+				}
+				if want, haveJSON := mustJSON(t, tt.wantJSON), mustJSON(t, rep); want != haveJSON {
+					t.Errorf("report:\nwant %s\nhave %s", want, haveJSON)
+				}
+			} else if have.body != tt.wantBody {
+				t.Errorf("body:\nwant %q\nhave %q", tt.wantBody, have.body)
+			}
+			if haveType := have.header.Get("Content-Type"); haveType != wantType {
+				t.Errorf("Content-Type: want %q, have %q", wantType, haveType)
+			}
+		})
+	}
+}
+
+func withStatus(st supervisor.Status) *manager {
+	m := newManager(source{})
+	m.status = func(context.Context) (supervisor.Status, error) { return st, nil }
+	return m
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestNewHandlerRejectsBadChecks(t *testing.T) {
+	ok := func(*http.Request) error { return nil }
+	tests := []struct {
+		name string
+		opts []health.Option
+		want string // in the panic
+	}{
+		{"empty name", []health.Option{health.WithHealthzCheck(health.Check("", ok))}, "empty check name"},
+		{"built-in name", []health.Option{health.WithHealthzCheck(health.Check("phase", ok))}, `check name "phase" is reserved`},
+		{"controller prefix", []health.Option{health.WithReadyzCheck(health.Check("controller/x", ok))}, `the prefix "controller/" is reserved`},
+		{"space", []health.Option{health.WithHealthzCheck(health.Check("a b", ok))}, "contains a space"},
+		{"duplicate", []health.Option{health.WithReadyzCheck(health.Check("db", ok)), health.WithReadyzCheck(health.Check("db", ok))}, `WithReadyzCheck: check name "db" is used twice`},
+		{"nil check", []health.Option{health.WithHealthzCheck(nil)}, "WithHealthzCheck: check #0 is nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				have := fmt.Sprint(recover())
+				if !strings.Contains(have, tt.want) {
+					t.Errorf("panic: want it to contain %q, have %q", tt.want, have)
+				}
+			}()
+			health.NewHandler(&source{}, tt.opts...)
+		})
+	}
+	t.Run("nil source", func(t *testing.T) {
+		defer func() {
+			if have := fmt.Sprint(recover()); have != "health: NewHandler: nil Source" {
+				t.Errorf("panic: have %q", have)
+			}
+		}()
+		health.NewHandler(nil)
+	})
+}

@@ -1,0 +1,58 @@
+package health
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultTimeout is the handler's timeout when neither WithTimeout nor the
+// Source (TimeoutSource) sets one: a manager's default HealthTimeout.
+const DefaultTimeout = time.Second
+
+// Option configures NewHandler.
+type Option func(*config)
+
+type config struct {
+	timeout  time.Duration
+	healthz  []Checker
+	readyz   []Checker
+	gatherer prometheus.Gatherer
+	pprof    bool
+}
+
+// WithTimeout sets how long a check may take before it fails with "no
+// answer". The handler answers within the timeout plus a margin of a tenth
+// of it (at least 50ms, at most 1s). Default: the Source's HealthTimeout
+// (TimeoutSource), else DefaultTimeout. Zero or negative keeps the default.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
+// WithHealthzCheck adds checks to /healthz, after the built-in ones, in the
+// order given. Their names must be unique, and neither a built-in check's
+// name nor start with ControllerCheckPrefix; NewHandler panics otherwise,
+// as http.ServeMux.Handle does on a duplicate pattern.
+func WithHealthzCheck(checks ...Checker) Option {
+	return func(c *config) { c.healthz = append(c.healthz, checks...) }
+}
+
+// WithReadyzCheck adds checks to /readyz, after the built-in one, with the
+// rules of WithHealthzCheck.
+func WithReadyzCheck(checks ...Checker) Option {
+	return func(c *config) { c.readyz = append(c.readyz, checks...) }
+}
+
+// WithMetrics serves g at /metrics, as MetricsHandler does; pass a manager's
+// Gatherer, or the host's registry. Default: no /metrics.
+func WithMetrics(g prometheus.Gatherer) Option {
+	return func(c *config) { c.gatherer = g }
+}
+
+// WithPprof serves the runtime's profiles at /debug/pprof/, as
+// net/http/pprof does (index, cmdline, profile, symbol, trace and each
+// named profile). Off by default: profiles reveal the program's internals,
+// and a CPU profile or a trace costs while it runs.
+func WithPprof() Option {
+	return func(c *config) { c.pprof = true }
+}

@@ -1,0 +1,136 @@
+package health
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// Report is the JSON body of /healthz.
+type Report struct {
+	// Healthy is true when every check in Status and Checks is.
+	Healthy bool `json:"healthy"`
+	// Status is the controllers' health, as the Source's GetHealth reports
+	// it: the seed's report.
+	Status []actors.HealthStatus `json:"status"`
+	// Checks are the other checks: the phase, the Source's own and the
+	// host's, in the order they ran. A Message on a healthy check is a
+	// detail (the phase); on a failed one, the reason.
+	Checks []actors.HealthStatus `json:"checks,omitempty"`
+}
+
+func newReport(outs []outcome) Report {
+	rep := Report{Healthy: true, Status: []actors.HealthStatus{}}
+	for _, o := range outs {
+		if o.err != nil {
+			rep.Healthy = false
+		}
+		if o.status != nil {
+			rep.Status = append(rep.Status, *o.status)
+			continue
+		}
+		st := actors.HealthStatus{Name: o.name, Healthy: o.err == nil, Message: o.message}
+		if o.err != nil {
+			st.Message = o.err.Error()
+		}
+		rep.Checks = append(rep.Checks, st)
+	}
+	return rep
+}
+
+// listing is the Kubernetes text listing of a probe: "[+]name ok" or
+// "[-]name failed: reason" per check, then the verdict.
+func listing(ep endpoint, outs []outcome, unmatched []string) string {
+	var b strings.Builder
+	healthy := true
+	for _, o := range outs {
+		if o.err != nil {
+			healthy = false
+			fmt.Fprintf(&b, "[-]%s failed: %s\n", o.name, flatten(o.err.Error()))
+		} else {
+			fmt.Fprintf(&b, "[+]%s ok\n", o.name)
+		}
+	}
+	if len(unmatched) > 0 {
+		quoted := make([]string, len(unmatched))
+		for i, n := range unmatched {
+			quoted[i] = fmt.Sprintf("%q", n)
+		}
+		fmt.Fprintf(&b, "warn: some %s checks cannot be excluded: no matches for %s\n", ep.name, strings.Join(quoted, ", "))
+	}
+	if healthy {
+		fmt.Fprintf(&b, "%s check passed\n", ep.name)
+	} else {
+		fmt.Fprintf(&b, "%s check failed\n", ep.name)
+	}
+	return b.String()
+}
+
+// flatten keeps a reason on one line of the listing.
+func flatten(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil { // a Report always marshals
+		writeText(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// exclusions are the ?exclude= names of one request.
+type exclusions struct {
+	names []string // in the order given
+	used  map[string]bool
+}
+
+func newExclusions(names []string) *exclusions {
+	e := &exclusions{used: map[string]bool{}}
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if _, seen := e.used[n]; n != "" && !seen {
+			e.names = append(e.names, n)
+			e.used[n] = false
+		}
+	}
+	return e
+}
+
+// take reports whether name is excluded, and marks the exclusion used.
+func (e *exclusions) take(name string) bool {
+	if _, ok := e.used[name]; ok {
+		e.used[name] = true
+		return true
+	}
+	return false
+}
+
+// unmatched lists the exclusions that matched no check.
+func (e *exclusions) unmatched() []string {
+	var out []string
+	for _, n := range e.names {
+		if !e.used[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
