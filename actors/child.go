@@ -56,6 +56,9 @@ type child struct {
 	health healthCall
 }
 
+// inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
+var inlineDispatcher = actor.NewSynchronizedDispatcher(300)
+
 // NewProps returns the Props of a child actor hosting spec.
 func NewProps(spec Spec, cfg Config) *actor.Props {
 	if cfg.Logger == nil {
@@ -65,7 +68,12 @@ func NewProps(spec Spec, cfg Config) *actor.Props {
 		cfg.Clock = clock.RealClock{}
 	}
 	c := &child{spec: spec, cfg: cfg}
-	return actor.PropsFromProducer(func() actor.Actor { return c })
+	// A child's Receive never blocks (user calls run in goroutines of their
+	// own), so its mailbox can run on the goroutine that posts to it instead
+	// of a new goroutine per burst of messages: a health sweep of 10,000
+	// children then costs 10,000 health-call goroutines, not twice that.
+	// The mailbox still runs one message at a time, in order.
+	return actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(inlineDispatcher))
 }
 
 // Receive handles one message. It never blocks: user calls run in goroutines
