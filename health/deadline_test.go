@@ -125,11 +125,11 @@ func TestHostCheckOverdueIsNotCalledAgain(t *testing.T) {
 	srv := serve(t, health.NewHandler(&source{}, health.WithTimeout(timeout), health.WithHealthzCheck(slow)))
 
 	first := get(t, srv, "/healthz/cache")
-	if want := "cache check failed: cache: no answer within 100ms\n"; first.body != want {
+	if want := "cache check failed: no answer within 100ms\n"; first.body != want {
 		t.Errorf("first probe: want %q, have %q", want, first.body)
 	}
 	second := get(t, srv, "/healthz/cache")
-	if want := "cache check failed: cache: an earlier call has not returned yet, past its 100ms deadline\n"; second.body != want {
+	if want := "cache check failed: an earlier call has not returned yet, past its 100ms deadline\n"; second.body != want {
 		t.Errorf("second probe: want %q, have %q", want, second.body)
 	}
 	answersInTime(t, first)
@@ -150,7 +150,7 @@ func TestHostCheckSeesItsDeadline(t *testing.T) {
 	for range 3 { // each call returns at its deadline, so each probe calls it again
 		have := get(t, srv, "/readyz/db")
 		answersInTime(t, have)
-		if want := "db check failed: db: context deadline exceeded\n"; have.code != 503 || have.body != want {
+		if want := "db check failed: context deadline exceeded\n"; have.code != 503 || have.body != want {
 			t.Errorf("want 503 %q, have %d %q", want, have.code, have.body)
 		}
 	}

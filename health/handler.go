@@ -352,14 +352,18 @@ func (h *handler) serveOne(w http.ResponseWriter, r *http.Request, ep endpoint, 
 		}
 		outs = found
 	}
-	var errs []error
+	var reasons []string
 	for _, o := range outs {
-		if o.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", o.name, o.err))
+		switch {
+		case o.err == nil:
+		case o.name == name:
+			reasons = append(reasons, flatten(o.err.Error()))
+		default: // one controller of the controllers' check
+			reasons = append(reasons, o.name+": "+flatten(o.err.Error()))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		writeText(w, ep.failCode, fmt.Sprintf("%s check failed: %s\n", name, flatten(err.Error())))
+	if len(reasons) > 0 {
+		writeText(w, ep.failCode, fmt.Sprintf("%s check failed: %s\n", name, strings.Join(reasons, "; ")))
 		return
 	}
 	writeText(w, http.StatusOK, "ok")

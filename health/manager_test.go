@@ -108,7 +108,7 @@ func TestManagerLifecycle(t *testing.T) {
 		{name: "unhealthy controller", before: func() { jobs.healthy.Store(false) }, path: "/healthz?verbose", wantCode: 500,
 			wantBody: lines("[+]phase ok", "[-]controller/jobs failed: workqueue stalled", "healthz check failed")},
 		{name: "unhealthy controller, alone", path: "/healthz/controller/jobs", wantCode: 500,
-			wantBody: "controller/jobs check failed: controller/jobs: workqueue stalled\n"},
+			wantBody: "controller/jobs check failed: workqueue stalled\n"},
 		{name: "unhealthy controller, excluded", path: "/healthz?exclude=controller/jobs", wantCode: 200,
 			wantBody: `{"healthy":true,"status":[],"checks":[{"name":"phase","healthy":true,"message":"Running"}]}` + "\n"},
 		{name: "stopped: not alive", before: func() {
@@ -171,7 +171,7 @@ func TestManagerEscalated(t *testing.T) {
 		t.Fatal("the manager did not escalate")
 	}
 	have := get(t, srv, "/healthz/phase")
-	want := fmt.Sprintf("phase check failed: phase: manager failed: %v\n", m.Err())
+	want := fmt.Sprintf("phase check failed: manager failed: %v\n", m.Err())
 	if have.code != 500 || have.body != want || !strings.Contains(have.body, `controller "flaky" failed 2 times`) {
 		t.Errorf("want 500 %q\nhave %d %q", want, have.code, have.body)
 	}
