@@ -4,8 +4,23 @@
 // tells its parent, the root supervisor, what happens as messages: Elected,
 // NewLeader, Lost and, once it has given the lease up on request, Released.
 //
-// The elector never decides what runs: the supervisor does. It starts no
-// controller before Elected and, on Resign, the elector gives the lease up
-// (client-go's ReleaseOnCancel) only when the supervisor asks, which it does
-// after every runnable has returned from Shutdown.
+// The elector never decides what runs: the supervisor does. The safety model
+// is client-go's, made explicit:
+//
+//   - Nothing the lease guards starts before Elected.
+//   - Lost comes at most RetryPeriod + RenewDeadline after the last
+//     successful renewal (client-go gives up then; should its renew loop be
+//     stuck, the elector gives up by itself half a retry period later).
+//     Another replica may acquire the lease LeaseDuration after it observed
+//     that renewal. Config.FenceBudget is the time in between, and the
+//     supervisor stops every controller within Config.FenceTimeout of Lost.
+//   - The lease is released only on Resign, which the supervisor sends after
+//     every runnable has returned from Shutdown. client-go's ReleaseOnCancel
+//     is off, because it would also release a lease whose renewal failed,
+//     before anything was fenced.
+//   - The Watchdog reports a leader whose renewals have stopped without its
+//     election noticing, for a liveness probe to restart the process.
+//
+// What it cannot guarantee (clock-rate skew, a paused process, a Shutdown
+// that ignores its context) is set out in docs/leader-election.md.
 package lease

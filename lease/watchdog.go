@@ -1,0 +1,90 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// ErrRenewalOverdue is wrapped by Watchdog.Check's error: this replica holds
+// the lease but has not renewed it for longer than the lease duration plus
+// the grace.
+var ErrRenewalOverdue = errors.New("lease: renewal overdue")
+
+// DefaultWatchdogGrace is the Watchdog's grace when none is given.
+const DefaultWatchdogGrace = 20 * time.Second
+
+// Watchdog is a health check in the manner of client-go's HealthzAdaptor: it
+// fails while this replica's elector believes it holds the lease but its last
+// successful renewal is older than the lease duration plus a grace. That
+// happens only when the election itself is stuck (a lock call that never
+// returns, a wedged process): a live elector reports Lost, and the manager
+// fences, well before. A failing liveness probe then has the kubelet restart
+// the process, the only fence left.
+//
+// Standbys and managers whose election has ended are healthy. A nil
+// *Watchdog is a valid check that always passes, so that a manager without
+// election can hand one out.
+type Watchdog struct {
+	grace time.Duration
+
+	mu sync.Mutex
+	le *leaderelection.LeaderElector
+}
+
+// NewWatchdog returns a Watchdog that tolerates grace past the lease
+// duration; grace <= 0 means DefaultWatchdogGrace.
+func NewWatchdog(grace time.Duration) *Watchdog {
+	if grace <= 0 {
+		grace = DefaultWatchdogGrace
+	}
+	return &Watchdog{grace: grace}
+}
+
+// Name is the check's name: "leaderElection", as client-go's.
+func (w *Watchdog) Name() string { return "leaderElection" }
+
+// Check returns nil unless this replica leads and its last renewal is older
+// than the lease duration plus the grace; then an error wrapping
+// ErrRenewalOverdue. The request is not used.
+func (w *Watchdog) Check(*http.Request) error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	le := w.le
+	w.mu.Unlock()
+	if le == nil {
+		return nil
+	}
+	if err := le.Check(w.grace); err != nil {
+		return fmt.Errorf("%w: %v", ErrRenewalOverdue, err)
+	}
+	return nil
+}
+
+// watch points the watchdog at the election le runs; unwatch forgets it
+// once it has ended.
+func (w *Watchdog) watch(le *leaderelection.LeaderElector) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.le = le
+	w.mu.Unlock()
+}
+
+func (w *Watchdog) unwatch(le *leaderelection.LeaderElector) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.le == le {
+		w.le = nil
+	}
+	w.mu.Unlock()
+}
