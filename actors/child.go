@@ -53,7 +53,8 @@ type child struct {
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
 
-	health healthCall
+	health    healthCall
+	admission admissionState // a webhook's admission requests: see webhook.go
 }
 
 // inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
@@ -96,6 +97,8 @@ func (c *child) Receive(ctx actor.Context) {
 		c.reported(ctx, m)
 	case callFailed:
 		c.callFailed(ctx, m)
+	case *AdmissionCall:
+		c.admit(m)
 	case *actor.Stopping:
 		// The tree is being torn down; end any start call still waiting on
 		// its context. Shutdown is the parent's business and has already
