@@ -40,7 +40,26 @@ type LeaderElectionSpec struct {
 	// RetryPeriod is the time between attempts to acquire or renew. Default
 	// 5s; RenewDeadline must exceed 1.2 × RetryPeriod.
 	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
+	// OnLeaseLost is what the manager does once it has lost the lease and
+	// stopped every controller and store (fencing, which always happens
+	// first): "Exit" (the default) shuts the manager down, and Err() wraps
+	// lease.ErrLost so that the host exits; "Reelect" goes back to Electing,
+	// webhooks still serving, and once elected again recovers the stores and
+	// runs the controllers afresh, without a process restart.
+	OnLeaseLost LeaseLostAction `json:"onLeaseLost,omitempty"`
 }
+
+// LeaseLostAction is what a manager does after it has lost its lease and
+// fenced: LeaseLostExit (the default) or LeaseLostReelect.
+type LeaseLostAction string
+
+// The values of LeaderElectionSpec.OnLeaseLost.
+const (
+	// LeaseLostExit stops the manager; Err() wraps lease.ErrLost.
+	LeaseLostExit LeaseLostAction = "Exit"
+	// LeaseLostReelect sends the manager back to Electing.
+	LeaseLostReelect LeaseLostAction = "Reelect"
+)
 
 // SupervisionStrategy says which children restart when one fails: OneForOne
 // (the default), AllForOne or RestForOne.
@@ -84,7 +103,9 @@ type SupervisionSpec struct {
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
 }
 
-// Defaults of LeaderElectionSpec.
+// Defaults of LeaderElectionSpec. With them, a leader that loses its lease
+// has 10s (LeaseDuration − RenewDeadline − RetryPeriod) before another
+// replica may take over, and gives its controllers 8s of it to stop.
 const (
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultRenewDeadline = 15 * time.Second
@@ -98,6 +119,7 @@ var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount
 type electionConfig struct {
 	name, namespace                           string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
+	reelect                                   bool
 }
 
 // timing fills the defaults of spec and validates it; every problem is
@@ -145,8 +167,10 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 	return t, errors.Join(errs...)
 }
 
-// election fills the defaults of spec and validates it. It returns nil when
-// election is off.
+// election fills the defaults of spec and validates it, reporting every
+// problem, each naming its field. It returns nil, nil when election is off;
+// when it is on, the config (as far as it could be filled in) even with
+// errors, so that the caller can report its own problems too.
 func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConfig, error) {
 	if spec == nil || spec.Enabled == nil || !*spec.Enabled {
 		return nil, nil
@@ -161,10 +185,12 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	} else if msgs := validation.IsDNS1123Subdomain(c.name); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("leaderElection.leaseName: %q is not a valid Kubernetes name: %s", c.name, strings.Join(msgs, "; ")))
 	}
+	from := ""
 	if c.namespace == "" {
-		c.namespace = podNamespace()
-	} else if msgs := validation.IsDNS1123Label(c.namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("leaderElection.leaseNamespace: %q is not a valid namespace: %s", c.namespace, strings.Join(msgs, "; ")))
+		c.namespace, from = podNamespace()
+	}
+	if msgs := validation.IsDNS1123Label(c.namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("leaderElection.leaseNamespace: %q%s is not a valid namespace: %s", c.namespace, from, strings.Join(msgs, "; ")))
 	}
 	duration := func(field string, v metav1.Duration, def time.Duration) time.Duration {
 		switch {
@@ -179,28 +205,41 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	c.leaseDuration = duration("leaseDuration", spec.LeaseDuration, DefaultLeaseDuration)
 	c.renewDeadline = duration("renewDeadline", spec.RenewDeadline, DefaultRenewDeadline)
 	c.retryPeriod = duration("retryPeriod", spec.RetryPeriod, DefaultRetryPeriod)
-	if c.leaseDuration <= c.renewDeadline {
+	switch {
+	case c.leaseDuration%time.Second != 0:
+		// A standby reads the duration from the Lease, in whole seconds: a
+		// 1.5s lease would expire after 1s.
+		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: must be a whole number of seconds (a Lease stores seconds), got %s", c.leaseDuration))
+	case c.leaseDuration <= c.renewDeadline:
 		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: %s must be greater than leaderElection.renewDeadline %s", c.leaseDuration, c.renewDeadline))
+	case c.leaseDuration <= c.renewDeadline+c.retryPeriod:
+		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: %s leaves no time to fence a lost lease: it must be greater than leaderElection.renewDeadline + leaderElection.retryPeriod (%s)",
+			c.leaseDuration, c.renewDeadline+c.retryPeriod))
 	}
 	if c.renewDeadline <= time.Duration(1.2*float64(c.retryPeriod)) {
 		errs = append(errs, fmt.Errorf("leaderElection.renewDeadline: %s must be greater than 1.2 × leaderElection.retryPeriod %s", c.renewDeadline, c.retryPeriod))
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	switch spec.OnLeaseLost {
+	case "", LeaseLostExit:
+	case LeaseLostReelect:
+		c.reelect = true
+	default:
+		errs = append(errs, fmt.Errorf("leaderElection.onLeaseLost: %q is not one of %s, %s", spec.OnLeaseLost, LeaseLostExit, LeaseLostReelect))
 	}
-	return c, nil
+	return c, errors.Join(errs...)
 }
 
 // podNamespace is the namespace the process runs in: $POD_NAMESPACE, else
-// the service account's namespace file, else "default".
-func podNamespace() string {
+// the service account's namespace file, else "default". from says where it
+// came from, for error messages.
+func podNamespace() (ns, from string) {
 	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
-		return ns
+		return ns, " (from $POD_NAMESPACE)"
 	}
 	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
 		if ns := strings.TrimSpace(string(b)); ns != "" {
-			return ns
+			return ns, " (from " + serviceAccountNamespaceFile + ")"
 		}
 	}
-	return "default"
+	return "default", ""
 }

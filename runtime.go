@@ -24,10 +24,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -67,6 +65,7 @@ type BaseManager struct {
 	timing      supervisor.Timing
 	handle      *supervisor.Handle
 	metrics     *managerMetrics
+	election    *election // nil when election is off
 
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added
@@ -97,7 +96,7 @@ var (
 
 // NewBaseManager returns a manager whose Start runs the pre-flight only.
 func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
-	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming, nil, "", collectOptions(opts))
+	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming, nil, collectOptions(opts))
 }
 
 // NewControllerManager returns a manager for controllers and stores,
@@ -106,75 +105,41 @@ func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
 func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSpec, defaultLeaseName string, opts ...Option) (*ControllerManager, error) {
 	o := collectOptions(opts)
 	timing, terr := ctrlCfg.Supervision.timing()
-	election, eerr := ctrlCfg.LeaderElection.election(defaultLeaseName)
-	var elector *actor.Props
-	var identity string
-	var lerr error
-	if eerr == nil && election != nil {
-		elector, identity, lerr = newElector(ctrlContext, election, o)
-	}
-	if err := errors.Join(terr, eerr, lerr); err != nil {
+	election, eerr := newElection(ctrlContext, ctrlCfg.LeaderElection, defaultLeaseName, o)
+	if err := errors.Join(terr, eerr); err != nil {
 		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
 	}
 	if election != nil {
 		o.leaseName = election.name
 	}
-	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, elector, identity, o)
+	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, election, o)
 	return &ControllerManager{BaseManager: base}, nil
 }
 
 // NewWebhookManager returns a manager for webhooks.
 func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
-	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming, nil, "", collectOptions(opts))}
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming, nil, collectOptions(opts))}
 }
 
-func newElector(ctrlContext Context, c *electionConfig, o options) (*actor.Props, string, error) {
-	lock := o.lock
-	if lock == nil {
-		var client kubernetes.Interface
-		if ctrlContext != nil {
-			client = ctrlContext.Kubernetes()
-		}
-		if client == nil {
-			return nil, "", errors.New("leaderElection.enabled: leader election needs a Kubernetes clientset (Context.Kubernetes() is nil) or WithLeaseLock")
-		}
-		identity := o.identity
-		if identity == "" {
-			identity = lease.NewIdentity()
-		}
-		var err error
-		if lock, err = lease.NewLeaseLock(client, c.namespace, c.name, identity); err != nil {
-			return nil, "", err
-		}
-	}
-	props, err := lease.NewProps(lease.Config{
-		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"),
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return props, lock.Identity(), nil
-}
-
-func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, elector *actor.Props, identity string, o options) *BaseManager {
+func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, el *election, o options) *BaseManager {
 	if ctrlContext == nil {
 		ctrlContext = NewContext(nil)
 	}
-	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: timing}
+	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: timing, election: el}
 	system := newActorSystem(o.logger)
 	bus := supervisor.NewBus(o.eventBuffer, o.logger)
-	handle, err := supervisor.Spawn(system, "manager", supervisor.Config{
+	cfg := supervisor.Config{
 		Mode:      mode,
 		Preflight: ctrlContext.Start,
-		Elector:   elector,
-		Identity:  identity,
 		Timing:    timing,
 		Logger:    o.logger,
 		Clock:     o.clock,
 		Bus:       bus,
 		Observed:  supervisor.NewObserved(),
-	})
+	}
+	el.configure(&cfg)
+	identity := cfg.Identity
+	handle, err := supervisor.Spawn(system, "manager", cfg)
 	if err != nil { // a fresh actor system has no actor of that name: cannot happen
 		panic(err)
 	}

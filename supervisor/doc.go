@@ -3,7 +3,8 @@
 //
 // # Phases
 //
-// A manager moves through the phases in one direction:
+// A manager moves through the phases in one direction, but for one way back
+// (Config.Reelect, below):
 //
 //	Idle → Initializing → Electing → Recovering → Starting → Running → ShuttingDown → Stopped
 //	                                                                              ↘ Failed
@@ -14,6 +15,13 @@
 // the way, a start deadline or the caller's cancellation ends the start: the
 // manager shuts down what it started and ends in Failed. A requested shutdown
 // ends in Stopped; an escalation or a lost lease ends in Failed.
+//
+// A lost lease first fences: every controller and store is shut down within
+// Config.FenceTimeout, before another replica may take the lease over (one
+// still in Shutdown then fails the manager at once). With Config.Reelect the
+// manager then goes from Recovering, Starting or Running back to Electing,
+// its webhooks still serving, and the next election recovers the stores and
+// runs the controllers afresh; a Start still in progress waits for it.
 //
 // # Supervision
 //

@@ -1,0 +1,91 @@
+package controllermanager
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// election is a ControllerManager's leader election, ready to run.
+type election struct {
+	name     string // the Lease's name
+	identity string // this replica's holder identity
+	props    *actor.Props
+	watchdog *lease.Watchdog
+	fence    lease.Config // for its FenceTimeout
+	reelect  bool
+}
+
+// newElection validates spec and builds the elector. It returns nil, nil
+// when election is off, and reports every problem at once, a missing
+// clientset included.
+func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName string, o options) (*election, error) {
+	c, err := spec.election(defaultLeaseName)
+	if c == nil && err == nil {
+		return nil, nil
+	}
+	var client kubernetes.Interface
+	if ctrlContext != nil {
+		client = ctrlContext.Kubernetes()
+	}
+	if o.lock == nil && client == nil {
+		err = errors.Join(err, errors.New("leaderElection.enabled: leader election needs a Kubernetes clientset (Context.Kubernetes() is nil) or WithLeaseLock"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	lock := o.lock
+	if lock == nil {
+		identity := o.identity
+		if identity == "" {
+			identity = lease.NewIdentity()
+		}
+		if lock, err = lease.NewLeaseLock(client, c.namespace, c.name, identity); err != nil {
+			return nil, err
+		}
+	}
+	// The watchdog tolerates a renew deadline past the lease's expiry: a
+	// live elector reports Lost long before.
+	watchdog := lease.NewWatchdog(c.renewDeadline)
+	cfg := lease.Config{
+		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
+		Logger: o.logger.With("component", "leaderelection"), Watchdog: watchdog,
+	}
+	props, err := lease.NewProps(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leaderElection: %w", err)
+	}
+	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, reelect: c.reelect}, nil
+}
+
+// configure sets the election part of a root supervisor's config; a nil
+// election leaves it off.
+func (e *election) configure(cfg *supervisor.Config) {
+	if e == nil {
+		return
+	}
+	cfg.Elector = e.props
+	cfg.Identity = e.identity
+	cfg.FenceTimeout = e.fence.FenceTimeout()
+	cfg.Reelect = e.reelect
+}
+
+// LeaseWatchdog returns the health check of this manager's leader election,
+// in the manner of client-go's HealthzAdaptor: its Check fails while this
+// replica believes it leads but has not renewed the lease for longer than
+// the lease duration plus the renew deadline (a stuck election; a live one
+// reports the loss, and the manager fences, well before). Its Name is
+// "leaderElection". Plug it into a liveness probe, so that the kubelet
+// restarts such a process. Nil when election is off (a nil *lease.Watchdog
+// is a check that always passes).
+func (m *ControllerManager) LeaseWatchdog() *lease.Watchdog {
+	if m.election == nil {
+		return nil
+	}
+	return m.election.watchdog
+}
