@@ -135,9 +135,12 @@ func (c *child) start(ctx actor.Context, m Start) {
 	if base == nil {
 		base = context.Background()
 	}
-	runCtx, cancel := context.WithCancel(base)
+	var runCtx context.Context
+	var cancel context.CancelFunc
 	if m.Timeout > 0 {
 		runCtx, cancel = context.WithTimeout(base, m.Timeout)
+	} else {
+		runCtx, cancel = context.WithCancel(base)
 	}
 	c.cancelStart = cancel
 	gen, self, system := m.Gen, c.self, c.system
