@@ -10,7 +10,8 @@ import (
 )
 
 // probeState is the supervisor's liveness probing: one sweep at a time,
-// every HealthInterval while Running.
+// every HealthInterval, from the moment webhooks have started (a standby's
+// webhooks are probed too) until shutdown.
 type probeState struct {
 	timer    clock.Timer
 	inFlight bool
@@ -93,16 +94,18 @@ func (s *root) stopProbes() {
 
 func (s *root) onProbeTick() {
 	p := s.probe
-	if p == nil || p.stopped || s.phase != PhaseRunning {
+	if p == nil || p.stopped || !s.supervising() {
 		return
 	}
 	s.armProbe()
 	if p.inFlight {
 		return // the last sweep is still waiting for its deadline
 	}
+	// Controllers answer GetHealth; webhooks answer Ready (a webhook that
+	// stays not ready after its Start returned is stuck, not warming up).
 	var recs []*childRecord
 	for _, rec := range s.children {
-		if rec.spec.Kind == actors.KindController && rec.state == StateRunning {
+		if (rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook) && rec.state == StateRunning {
 			recs = append(recs, rec)
 		}
 	}
@@ -142,7 +145,7 @@ func (s *root) onProbeDone(m probeDone) {
 	if s.probe != nil {
 		s.probe.inFlight = false
 	}
-	if s.phase != PhaseRunning {
+	if !s.supervising() {
 		return
 	}
 	for i, rec := range m.recs {

@@ -30,10 +30,12 @@ type stopOverdue struct{ plan *restartPlan }
 
 // supervise handles one failure of rec with the strategy: restart what the
 // strategy names after a backoff, or escalate when rec's budget is spent.
-// Failures outside Running are not supervised: during start they fail the
-// start, during shutdown nothing restarts.
+// A child that has started is supervised in every phase up to shutdown (a
+// standby's webhooks, a store that recovered while controllers still start);
+// a start call failing during Start fails the start instead (the caller
+// settles its barrier), and during shutdown nothing restarts.
 func (s *root) supervise(rec *childRecord, err error) {
-	if s.phase != PhaseRunning || rec.stopRequested {
+	if !s.supervising() || rec.stopRequested {
 		return
 	}
 	now := s.now()
@@ -98,7 +100,7 @@ func (s *root) onRestartDue(m restartDue) {
 // time: starting a child again while its previous incarnation may still run
 // is what supervision must never do.
 func (s *root) onStopOverdue(m stopOverdue) {
-	if m.plan.cancelled || s.phase != PhaseRunning {
+	if m.plan.cancelled || !s.supervising() {
 		return
 	}
 	for _, r := range m.plan.recs {
@@ -220,4 +222,10 @@ func (s *root) lifetimeContext() context.Context {
 		s.lifetime, s.endLifetime = context.WithCancel(context.Background())
 	}
 	return s.lifetime
+}
+
+// supervising reports whether failures are handled: from the start until
+// the shutdown begins.
+func (s *root) supervising() bool {
+	return s.shutdown == nil && s.phase != PhaseIdle && !s.phase.Ended()
 }

@@ -113,6 +113,7 @@ func (s *root) onPreflightDone(m preflightDone) {
 			s.failStart(fmt.Errorf("cannot start webhooks: %w", err))
 			return
 		}
+		s.startProbes() // webhooks serve from now on, standby or not
 		switch s.cfg.Mode {
 		case ModeControllers:
 			s.elect()

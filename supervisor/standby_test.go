@@ -1,0 +1,79 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// neverElected is an elector that campaigns forever: the manager stays a
+// standby, and resigns when asked.
+func neverElected() *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(lease.Resign); ok {
+			ctx.Send(ctx.Parent(), lease.Released{})
+		}
+	})
+}
+
+func TestAStandbysWebhooksAreSupervised(t *testing.T) {
+	h := newHarness(t, timing(func(t *Timing) { t.HealthInterval = time.Second; t.UnhealthyThreshold = 2 }),
+		func(c *Config) { c.Elector = neverElected() })
+	var mu sync.Mutex
+	var report func(error)
+	wh := testchild.NewWebhook("wh", "/wh", func(ctx context.Context, _ int) error {
+		r, _ := actors.FailureReporter(ctx)
+		mu.Lock()
+		report = r
+		mu.Unlock()
+		return nil
+	}, nil)
+	c := testchild.NewController("c", testchild.Behavior{})
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{
+			{Name: "wh", Kind: actors.KindWebhook, Impl: wh}, controllerSpec(c),
+		}})
+		started <- err
+	}()
+	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+
+	// A failure reported by the webhook's background work: restarted.
+	mu.Lock()
+	r := report
+	mu.Unlock()
+	r(errBoom)
+	h.waitState("wh", StateBackingOff)
+	h.step(100 * time.Millisecond)
+	h.waitState("wh", StateRunning)
+	starts, _, _ := wh.Counts()
+	assert.Equal(t, 2, starts)
+
+	// A webhook that stays not ready is probed and restarted too.
+	wh.Shutdown(context.Background()) // makes Ready() false without the supervisor knowing
+	h.step(time.Second)
+	h.events.waitCount(t, ChildUnhealthy, "wh", 1)
+	h.settleProbe()
+	h.step(time.Second)
+	h.events.waitCount(t, ChildUnhealthy, "wh", 2)
+	h.waitState("wh", StateBackingOff)
+	assert.ErrorContains(t, h.child("wh").LastError, "webhook not ready")
+	h.step(200 * time.Millisecond)
+	h.waitState("wh", StateRunning)
+	assert.True(t, wh.Ready())
+
+	assert.Equal(t, PhaseElecting, h.status().Phase)
+	assert.Zero(t, runs(c), "no controller runs without the lease")
+	_, err := h.ask(ShutdownManager{Ctx: context.Background()})
+	require.NoError(t, err)
+	require.ErrorIs(t, <-started, ErrShutdown)
+}
