@@ -26,6 +26,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/health"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -481,6 +482,15 @@ func (m *ControllerManager) Start(ctx context.Context, startTimeout time.Duratio
 
 // GetHealth returns every controller's health; see BaseManager.GetHealth.
 func (m *ControllerManager) GetHealth() []HealthStatus { return m.BaseManager.GetHealth() }
+
+// HealthzChecks are the checks health.NewHandler adds to /healthz for this
+// manager (health.CheckProvider): the lease watchdog, with election on.
+func (m *ControllerManager) HealthzChecks() []health.Checker {
+	if w := m.LeaseWatchdog(); w != nil {
+		return []health.Checker{w}
+	}
+	return nil
+}
 
 // ShutdownAndWait shuts the manager down, gives the lease up only after
 // every runnable has returned, and waits; see BaseManager.ShutdownAndWait.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
@@ -28,6 +29,7 @@ var (
 	_ health.StatusSource  = (*cm.WebhookManager)(nil)
 	_ health.TimeoutSource = (*cm.ControllerManager)(nil)
 	_ health.TimeoutSource = (*cm.WebhookManager)(nil)
+	_ health.CheckProvider = (*cm.ControllerManager)(nil)
 )
 
 // controller is a controller whose health the test sets; a GetHealth with
@@ -208,5 +210,35 @@ func TestManagerScrape(t *testing.T) {
 	}
 	if strings.Contains(have.body, "go_goroutines") {
 		t.Error("the manager's registry has the Go collector: it should hold the manager's metrics only")
+	}
+}
+
+func TestManagerLeaseWatchdog(t *testing.T) {
+	enabled := true
+	m, err := cm.NewControllerManager(cm.NewContext(fake.NewClientset()), cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{Enabled: &enabled, LeaseNamespace: "jobs"},
+		Supervision:    &cm.SupervisionSpec{HealthInterval: duration(time.Hour)},
+	}, "jobs-operator", cm.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.ShutdownAndWait(context.Background()) })
+	m.Add(newController("jobs"))
+	start(t, m)
+	srv := serve(t, health.NewHandler(m))
+
+	tests := []struct {
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{"/healthz?verbose", 200, lines("[+]phase ok", "[+]controller/jobs ok", "[+]leaderElection ok", "healthz check passed")},
+		{"/healthz/leaderElection", 200, "ok"},
+		{"/healthz?verbose&exclude=leaderElection&exclude=controllers", 200, lines("[+]phase ok", "healthz check passed")},
+	}
+	for _, tt := range tests {
+		if have := get(t, srv, tt.path); have.code != tt.wantCode || have.body != tt.wantBody {
+			t.Errorf("GET %s: want %d %q, have %d %q", tt.path, tt.wantCode, tt.wantBody, have.code, have.body)
+		}
 	}
 }
