@@ -39,8 +39,7 @@ func noops(n int) []cm.Controller {
 	return out
 }
 
-func benchManager(b *testing.B, ctrls []cm.Controller) *cm.ControllerManager {
-	b.Helper()
+func benchManager(b testing.TB, ctrls []cm.Controller) *cm.ControllerManager {
 	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
 		cm.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -256,8 +257,12 @@ func nameOf(v any) (name string, err error) {
 	if !ok {
 		return "", nil
 	}
-	err = actors.Call("child", fmt.Sprintf("%T", v), "Name", func() error { name = n.Name(); return nil })
-	return name, err
+	defer func() {
+		if r := recover(); r != nil {
+			err = &actors.PanicError{Child: fmt.Sprintf("%T", v), Kind: "child", Op: "Name", Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return n.Name(), nil
 }
 
 // GetHealth returns the health of every controller, in the order they were

@@ -44,7 +44,7 @@ func (c *child) queryHealth(q HealthQuery) {
 	h.mu.Unlock()
 
 	gen, self, system := c.gen, c.self, c.system
-	go func() {
+	c.cfg.Goroutines.Go(func() {
 		status, err := c.callHealth()
 		if err != nil {
 			system.Root.Send(self, callFailed{gen: gen, err: err})
@@ -57,7 +57,7 @@ func (c *child) queryHealth(q HealthQuery) {
 		for _, w := range waiters {
 			system.Root.Send(w.ReplyTo, HealthAnswer{Index: w.Index, Status: status})
 		}
-	}()
+	})
 }
 
 // callHealth runs the kind's health call. The answer always carries the

@@ -17,6 +17,12 @@ type Start struct {
 	Gen     uint64
 	Ctx     context.Context
 	Timeout time.Duration
+	// Shared says that Ctx is shared by many children and ended by the
+	// parent (the manager's start): the child then uses it as it is, without
+	// a cancellable context of its own, which saves registering thousands of
+	// children under one parent context. A stop while starting does not
+	// cancel it; the parent ends it.
+	Shared bool
 }
 
 // Stop is sent by the parent to shut the child down: Shutdown(Ctx) runs once

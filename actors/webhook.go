@@ -118,7 +118,8 @@ func (c *child) admit(m *AdmissionCall) {
 	if a.runs == nil || a.gen != c.gen {
 		a.gen, a.runs = c.gen, &admissionRuns{}
 	}
-	go c.serveAdmission(wh, m, c.gen, a.runs)
+	gen, runs := c.gen, a.runs
+	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
 }
 
 func refuse(m *AdmissionCall, err error) {

@@ -47,12 +47,29 @@ func (b *barrier) settle(err error) {
 	}
 }
 
-// settleChild settles every barrier waiting on rec.
-func settleChild(rec *childRecord, err error) {
-	waits := rec.waits
-	rec.waits = nil
-	for _, b := range waits {
-		b.settle(err)
+// settleChild settles every barrier waiting on rec with err (a start
+// barrier settled by a stop gets errInterrupted instead when interrupted is
+// set).
+func settleChild(rec *childRecord, err error, interrupted bool) {
+	errFor := func(b *barrier) error {
+		if interrupted && b.failFast {
+			return errInterrupted
+		}
+		return err
+	}
+	switch len(rec.waits) {
+	case 0:
+	case 1: // the usual case: reuse the slice, a continuation may wait again
+		b := rec.waits[0]
+		rec.waits[0] = nil
+		rec.waits = rec.waits[:0]
+		b.settle(errFor(b))
+	default:
+		waits := rec.waits
+		rec.waits = nil
+		for _, b := range waits {
+			b.settle(errFor(b))
+		}
 	}
 }
 
@@ -67,19 +84,22 @@ func (s *root) startAll(recs []*childRecord, ctx context.Context, then func(err 
 	b := &barrier{failFast: true, then: then}
 	for _, rec := range recs {
 		b.add(rec)
-		s.startChild(rec, ctx, 0)
+		s.startChild(rec, ctx, 0, true)
 	}
 }
 
 // startChild sends Start for a new incarnation of rec, its start call
 // bounded by timeout when positive.
-func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
+//
+// shared says that ctx is the start context of many children, ended by the
+// supervisor (see actors.Start).
+func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration, shared bool) {
 	s.gen++
 	rec.gen = s.gen
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
 	s.setState(rec, StateStarting)
-	s.ctx.Send(rec.pid, actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout})
+	s.ctx.Send(rec.pid, actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout, Shared: shared})
 }
 
 // stopAll shuts down every active child of recs in parallel with ctx and
@@ -119,7 +139,7 @@ func (s *root) onChildStarted(m actors.Started) {
 	rec.startedAt = s.now()
 	rec.healthy, rec.message = true, ""
 	s.publish(ChildStarted, rec, nil)
-	settleChild(rec, nil)
+	settleChild(rec, nil, false)
 }
 
 func (s *root) onChildStartFailed(m actors.StartFailed) {
@@ -130,7 +150,7 @@ func (s *root) onChildStartFailed(m actors.StartFailed) {
 	s.setState(rec, StateFailed)
 	s.recordFailure(rec, m.Err)
 	if len(rec.waits) > 0 {
-		settleChild(rec, m.Err) // the continuation decides: fail the start, or supervise
+		settleChild(rec, m.Err, false) // the continuation decides: fail the start, or supervise
 		return
 	}
 	s.supervise(rec, m.Err)
@@ -146,15 +166,7 @@ func (s *root) onChildStopped(m actors.Stopped) {
 		s.cfg.Logger.Error("child panicked in Shutdown", "child", rec.spec.Name, "err", m.Err)
 	}
 	s.publish(ChildStopped, rec, m.Err)
-	waits := rec.waits
-	rec.waits = nil
-	for _, b := range waits {
-		if b.failFast { // a start barrier: the start was interrupted
-			b.settle(errInterrupted)
-		} else {
-			b.settle(nil)
-		}
-	}
+	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
 }
 
 func (s *root) onChildFailed(m actors.Failed) {

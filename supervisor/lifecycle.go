@@ -90,7 +90,7 @@ func (s *root) startOne(rec *childRecord, replyTo *actor.PID, op string) {
 		s.respond(replyTo, nil, nil)
 	}}
 	b.add(rec)
-	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
+	s.startChild(rec, s.lifetimeContext(), s.startTimeout, false)
 }
 
 func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {

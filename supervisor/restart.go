@@ -135,7 +135,7 @@ func (s *root) startNext(plan *restartPlan) {
 			s.supervise(r, err) // a failed restart is a failure; the plan's rest joins the new plan
 		}}
 		b.add(r)
-		s.startChild(r, s.lifetimeContext(), s.startTimeout)
+		s.startChild(r, s.lifetimeContext(), s.startTimeout, false)
 		s.publish(ChildRestarted, r, nil)
 		return
 	}

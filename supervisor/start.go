@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,10 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	s.startTimeout = m.StartTimeout
 	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
 
+	s.children = slices.Grow(s.children, len(m.Children))
+	if len(s.byName) == 0 {
+		s.byName = make(map[string]*childRecord, len(m.Children))
+	}
 	for _, spec := range m.Children {
 		s.addRecord(spec)
 	}
@@ -83,7 +88,8 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 // addRecord spawns the actor of a child; it starts in StatePending.
 func (s *root) addRecord(spec actors.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true}
-	rec.pid = s.ctx.SpawnPrefix(actors.NewProps(spec, actors.Config{Logger: s.cfg.Logger, Clock: s.cfg.Clock}), spec.Name)
+	rec.waits = rec.waitBuf[:0]
+	rec.pid = s.spawner.Spawn(s.ctx, spec)
 	s.setState(rec, StatePending)
 	s.children = append(s.children, rec)
 	s.byName[spec.Name] = rec

@@ -12,6 +12,12 @@ import (
 	"github.com/actorkube/controllermanager/lease"
 )
 
+// idleGoroutines is how many goroutines the children's user calls leave
+// waiting for the next call: enough to absorb a burst of calls that return
+// at once (a start or shutdown of thousands of children), few enough to
+// cost nothing worth counting while idle.
+const idleGoroutines = 64
+
 // Handle is a spawned root supervisor and what its facade reads.
 type Handle struct {
 	PID      *actor.PID
@@ -24,8 +30,13 @@ type Handle struct {
 // system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{}}
-	props := actor.PropsFromProducer(func() actor.Actor { return s })
+	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{},
+		goroutines: actors.NewGoroutines(idleGoroutines)}
+	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines})
+	// protoactor never restarts a child on its own: supervision is the
+	// root's own code, and a child's Receive runs no user code that could
+	// panic. Should one crash anyway, it is stopped, and the root fails.
+	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithSupervisor(stopCrashedChild))
 	pid, err := system.Root.SpawnNamed(props, name)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: cannot spawn %q: %w", name, err)
@@ -56,6 +67,9 @@ type root struct {
 	lifetime    context.Context // ends when the manager shuts down
 	endLifetime context.CancelFunc
 
+	goroutines *actors.Goroutines // lent to the children's user calls
+	spawner    *actors.Spawner
+
 	elector *actor.PID
 	leader  bool
 	holder  string   // the lease holder last observed
@@ -84,6 +98,7 @@ type childRecord struct {
 
 	stopRequested bool         // stopped by StopChild: not supervised until started again
 	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
+	waitBuf       [1]*barrier  // waits' first backing array
 	plan          *restartPlan // the restart plan it belongs to, if any
 }
 
@@ -99,9 +114,12 @@ func (s *root) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self, s.system = ctx.Self(), ctx.ActorSystem()
+	case *actor.Terminated:
+		s.onTerminated(m)
 	case *actor.Stopped:
 		if !s.terminated {
 			s.terminated = true
+			s.goroutines.Close()
 			close(s.obs.terminated)
 		}
 
@@ -239,4 +257,24 @@ func (s *root) status() Status {
 		})
 	}
 	return st
+}
+
+// stopCrashedChild is the root's protoactor strategy for its children: stop
+// a child whose Receive panicked (a bug of this package; user code never
+// runs there) instead of restarting it with a lost state.
+var stopCrashedChild = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })
+
+// onTerminated notices a child actor that stopped although the root did
+// not stop it: that is a crash of its Receive, and the manager cannot
+// supervise that child any more, so it fails.
+func (s *root) onTerminated(m *actor.Terminated) {
+	if s.phase.Ended() {
+		return // the tree is being torn down
+	}
+	for _, rec := range s.children {
+		if rec.pid.Equal(m.Who) {
+			s.internalError(fmt.Errorf("supervisor: the actor of %s %q stopped unexpectedly", rec.spec.Kind, rec.spec.Name), nil)
+			return
+		}
+	}
 }
