@@ -72,6 +72,9 @@ type BaseManager struct {
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added
 	started bool  // Start has been called
+	// controllers names the controllers given at Start, for a GetHealth the
+	// supervisor could not answer in time.
+	controllers []string
 }
 
 // ControllerManager runs controllers after recovering stores, once elected
@@ -194,6 +197,15 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 
 	msg := supervisor.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)
+	var controllers []string
+	for _, spec := range msg.Children {
+		if spec.Kind == actors.KindController {
+			controllers = append(controllers, spec.Name)
+		}
+	}
+	m.mu.Lock()
+	m.controllers = controllers
+	m.mu.Unlock()
 	_, err := m.ask(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("controllermanager: start: %w", err)
@@ -294,7 +306,16 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 		if final, stopped := obs.Final(); stopped {
 			return stoppedHealth(final, obs.Err())
 		}
-		return []HealthStatus{{Name: "manager", Message: fmt.Sprintf("the supervisor did not answer within %s", m.timing.HealthTimeout)}}
+		// The supervisor itself did not take the request in time: every
+		// controller is reported unhealthy, by the names given at Start.
+		m.mu.Lock()
+		names := m.controllers
+		m.mu.Unlock()
+		out := make([]HealthStatus, len(names))
+		for i, name := range names {
+			out[i] = HealthStatus{Name: name, Message: fmt.Sprintf("the supervisor did not answer within %s", m.timing.HealthTimeout)}
+		}
+		return out
 	}
 	return statuses
 }

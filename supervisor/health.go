@@ -163,7 +163,7 @@ func (s *root) onProbeDone(m probeDone) {
 		err := fmt.Errorf("%w: %s", ErrUnhealthy, st.Message)
 		s.publish(ChildUnhealthy, rec, err)
 		if rec.unhealthy >= s.cfg.Timing.UnhealthyThreshold {
-			err = fmt.Errorf("%s %q: %d health probes in a row found it unhealthy: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy, err)
+			err = fmt.Errorf("%s %q: unhealthy in %d health probes in a row: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy, err)
 			s.recordFailure(rec, err)
 			s.supervise(rec, err)
 		}

@@ -83,7 +83,7 @@ func TestUnhealthyThresholdRestartsTheController(t *testing.T) {
 			c := h.child("a")
 			assert.ErrorIs(t, c.LastError, ErrUnhealthy)
 			assert.Contains(t, c.LastError.Error(), tt.want)
-			assert.Contains(t, c.LastError.Error(), "3 health probes in a row")
+			assert.Contains(t, c.LastError.Error(), "unhealthy in 3 health probes in a row")
 			h.step(100 * time.Millisecond)
 			h.waitState("a", StateRunning)
 			if !tt.silent {
