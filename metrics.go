@@ -41,7 +41,7 @@ var (
 		"The manager's phase: 1 for the phase it is in, 0 for every other.",
 		[]string{"phase"}, nil)
 	childRestartsDesc = prometheus.NewDesc("controllermanager_child_restarts_total",
-		"Times a child's start call ran again after its first, after a failure or a RestartChild.",
+		"Times a child's start call ran after its first: after a failure, a RestartChild or a StartChild.",
 		[]string{"child", "kind"}, nil)
 	childFailuresDesc = prometheus.NewDesc("controllermanager_child_failures_total",
 		"Failures of a child: an error or panic in its user calls, a failure its background work reported, or too many unhealthy probes in a row.",

@@ -106,7 +106,7 @@ controllermanager_child_failures_total{child="jobs",kind="controller"} 0
 # TYPE controllermanager_child_healthy gauge
 controllermanager_child_healthy{child="cron",kind="controller"} 1
 controllermanager_child_healthy{child="jobs",kind="controller"} 1
-# HELP controllermanager_child_restarts_total Times a child's start call ran again after its first, after a failure or a RestartChild.
+# HELP controllermanager_child_restarts_total Times a child's start call ran after its first: after a failure, a RestartChild or a StartChild.
 # TYPE controllermanager_child_restarts_total counter
 controllermanager_child_restarts_total{child="cron",kind="controller"} 1
 controllermanager_child_restarts_total{child="jobs",kind="controller"} 0
