@@ -27,7 +27,7 @@ const testTimeout = time.Minute
 // runs, is healthy where the system gathers health, restarts where it supervises, and
 // has each run shut down (runCycle checks the last).
 func TestEverySystemCycle(t *testing.T) {
-	for _, newSystem := range allSystems() {
+	for _, newSystem := range allSystems {
 		sys := newSystem()
 		t.Run(sys.Name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -55,12 +55,12 @@ func TestEverySystemCycle(t *testing.T) {
 }
 
 // TestTableShape runs the whole harness at tiny N and checks the table: a header naming
-// every system (and a ratio column per peer when ours is built in), a row per
+// every system and a ratio column per peer (ours ÷ peer), a row per
 // (workload, N) with a cell per column, and n/a exactly where a system lacks the
 // capability. The JSON holds one result per cell.
 func TestTableShape(t *testing.T) {
 	sizes := []int{3, 10}
-	makers := allSystems()
+	makers := allSystems
 	r, err := run(t.Context(), settings{sizes: sizes, reps: 2, restarts: 2, timeout: testTimeout}, makers)
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +77,8 @@ func TestTableShape(t *testing.T) {
 		systems[i] = m()
 		wantHeader = append(wantHeader, systems[i].Name())
 	}
-	if newOurs != nil {
-		for _, s := range systems[:len(systems)-1] {
-			wantHeader = append(wantHeader, oursName+"/"+s.Name())
-		}
+	for _, s := range systems[:len(systems)-1] {
+		wantHeader = append(wantHeader, oursName+"/"+s.Name())
 	}
 
 	lines := strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")

@@ -2,8 +2,8 @@ module github.com/actorkube/controllermanager/bench
 
 go 1.26.0
 
-// The library under test, from this working tree; only ours.go (build tag "ours")
-// imports it. Requiring it also puts the library's own requirements in this module's
+// The library under test, from this working tree; only ours.go imports it.
+// Requiring it also puts the library's own requirements in this module's
 // graph, so the peers run on the same k8s.io and protoactor versions as the library.
 replace github.com/actorkube/controllermanager => ../
 
@@ -14,6 +14,7 @@ require (
 	github.com/thejerf/suture/v4 v4.0.6
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.23.0
+	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 )
@@ -80,7 +81,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.37.2 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
-	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab // indirect

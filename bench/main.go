@@ -110,18 +110,9 @@ func parseSizes(s string) ([]int, error) {
 	return sizes, nil
 }
 
-// allSystems is every system built in: the peers, then ours when built with -tags ours.
-func allSystems() []func() system {
-	makers := slices.Clone(peers)
-	if newOurs != nil {
-		makers = append(makers, newOurs)
-	}
-	return makers
-}
-
 // selectSystems returns the systems named in a comma-separated list, all if it is empty.
 func selectSystems(list string) ([]func() system, error) {
-	all := allSystems()
+	all := allSystems
 	if list == "" {
 		return all, nil
 	}

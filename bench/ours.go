@@ -1,53 +1,97 @@
-//go:build ours
-
-// This file needs the library, which is written against DESIGN.md; it builds only with
-// -tags ours until the library compiles, so that the peers run without it.
-
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	controllermanager "github.com/actorkube/controllermanager"
 )
 
-func init() { newOurs = func() system { return &oursSystem{} } }
-
 // oursSystem is controllermanager's ControllerManager with one Controller per child,
-// no leader election and the default supervision. Restart latency is not measured
-// yet: it will fail a child through the supervisor with zero backoff.
+// no leader election, supervision with backoff and budget out of the way (see
+// oursSupervision), and a logger that discards, as every peer's does.
+//
+// Health is the manager's GetHealth, which queries every child's actor. A child fails
+// the way a controller's background work fails: through the function
+// controllermanager.FailureReporter returned from the context its Run received; the
+// supervisor shuts it down and runs it again.
 type oursSystem struct {
-	mgr *controllermanager.ControllerManager
+	mgr         *controllermanager.ControllerManager
+	controllers []*oursController
 }
 
-var _ healthSweeper = (*oursSystem)(nil)
+var (
+	_ healthSweeper = (*oursSystem)(nil)
+	_ restarter     = (*oursSystem)(nil)
+)
 
-// oursController hosts one child as a controllermanager.Controller.
-type oursController struct{ *child }
+// oursSupervision takes backoff and the restart budget out of the restart latency, as
+// the suture and protoactor peers are configured: a nanosecond of backoff (zero means
+// the default), a budget out of reach, and a window that forgets each restart at once.
+var oursSupervision = controllermanager.SupervisionSpec{
+	InitialBackoff: metav1.Duration{Duration: time.Nanosecond},
+	MaxBackoff:     metav1.Duration{Duration: time.Nanosecond},
+	MaxRestarts:    math.MaxInt32,
+	RestartWindow:  metav1.Duration{Duration: time.Nanosecond},
+}
+
+// errReportedFailure is the failure the harness reports for a child of ours.
+var errReportedFailure = errors.New("bench: background work failed")
+
+// oursController hosts one child as a controllermanager.Controller, and keeps the
+// failure reporter of its latest Run.
+type oursController struct {
+	*child
+	report atomic.Pointer[func(error)]
+}
+
+var _ controllermanager.Controller = (*oursController)(nil)
+
+// Run keeps the failure reporter of this incarnation, then runs the child. The
+// reporter is stored first, so that once the harness sees the child run, Fail
+// reports a failure of the incarnation that is running.
+func (c *oursController) Run(ctx context.Context) error {
+	report, ok := controllermanager.FailureReporter(ctx)
+	if !ok {
+		return errors.New("bench: Run's context carries no failure reporter")
+	}
+	c.report.Store(&report)
+	return c.child.Run(ctx)
+}
 
 // GetHealth converts the child's health to the library's type.
-func (c oursController) GetHealth() controllermanager.HealthStatus {
+func (c *oursController) GetHealth() controllermanager.HealthStatus {
 	h := c.child.GetHealth()
 	return controllermanager.HealthStatus{Name: h.Name, Healthy: h.Healthy, Message: h.Message}
 }
 
-var _ controllermanager.Controller = oursController{}
-
 // Name is the column header.
-func (*oursSystem) Name() string { return "ours" }
+func (*oursSystem) Name() string { return oursName }
 
 // Start builds a manager, adds every child and starts it; Start returns once every
 // controller has run.
 func (s *oursSystem) Start(ctx context.Context, children []*child) error {
+	supervision := oursSupervision
 	mgr, err := controllermanager.NewControllerManager(
-		controllermanager.NewContext(nil), controllermanager.ControllerManagerConfigSpec{}, "bench")
+		controllermanager.NewContext(nil),
+		controllermanager.ControllerManagerConfigSpec{Supervision: &supervision},
+		"bench",
+		controllermanager.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return fmt.Errorf("new manager: %w", err)
 	}
 	s.mgr = mgr
-	for _, c := range children {
-		mgr.Add(oursController{c})
+	s.controllers = make([]*oursController, len(children))
+	for i, c := range children {
+		s.controllers[i] = &oursController{child: c}
+		mgr.Add(s.controllers[i])
 	}
 	return mgr.Start(ctx, 0)
 }
@@ -61,6 +105,16 @@ func (s *oursSystem) HealthSweep(context.Context) (int, error) {
 		}
 	}
 	return healthy, nil
+}
+
+// Fail reports a failure of child i's running incarnation.
+func (s *oursSystem) Fail(_ context.Context, i int) error {
+	report := s.controllers[i].report.Load()
+	if report == nil {
+		return fmt.Errorf("%s has not run", s.controllers[i].name)
+	}
+	(*report)(errReportedFailure)
+	return nil
 }
 
 // Shutdown shuts every controller down and waits until the manager has stopped.
