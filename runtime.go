@@ -22,6 +22,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -68,6 +69,10 @@ type BaseManager struct {
 	handle      *supervisor.Handle
 	metrics     *managerMetrics
 	election    *election // nil when election is off
+
+	// unstopped is set when a ShutdownAndWait gave up before every child
+	// had returned from Shutdown; Err reports it.
+	unstopped atomic.Pointer[UnstoppedError]
 
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added
@@ -379,14 +384,18 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 //  4. the manager enters Stopped (Done is closed), its actors stop and the
 //     event subscribers receive the last events.
 //
-// When ctx ends first, ShutdownAndWait returns and the manager goes on
-// waiting for the Shutdown calls that have not returned; it keeps the lease
-// until they do (the lease then expires on its own if the process exits).
-// Calling it again waits again; calling it before Start stops the manager
-// at once.
+// When ctx ends first, ShutdownAndWait returns at once and reports the
+// children whose Shutdown has not returned (an UnstoppedError: each one's
+// name, how long its Shutdown has run and the stack of the goroutine running
+// it), in the log, as a ChildUnstopped event each, and in Err. The manager
+// goes on waiting for those Shutdown calls; it keeps the lease until they
+// return (the lease then expires on its own if the process exits). Calling
+// it again waits again; calling it before Start stops the manager at once.
 func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
-	if _, err := m.ask(ctx, supervisor.ShutdownManager{Ctx: ctx}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
-		m.opts.logger.Error("shutdown did not complete", "err", err)
+	watch := actors.NewShutdownWatch()
+	watched := actors.WithShutdownWatch(ctx, watch)
+	if _, err := m.ask(watched, supervisor.ShutdownManager{Ctx: watched}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
+		m.reportUnstopped(watch, err)
 		return
 	}
 	select {
@@ -406,8 +415,19 @@ func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 
 // Err is why the manager stopped: nil while it runs and after a requested
 // shutdown; an *EscalationError, an error wrapping lease.ErrLost, or the
-// error that ended Start, otherwise.
-func (m *BaseManager) Err() error { return m.handle.Observed.Err() }
+// error that ended Start, otherwise. Once a ShutdownAndWait has given up on
+// children that did not return from Shutdown, Err also reports them, from
+// then on: an *UnstoppedError (joined to the cause, if any).
+func (m *BaseManager) Err() error {
+	err := m.handle.Observed.Err()
+	if u := m.unstopped.Load(); u != nil {
+		if err == nil {
+			return u
+		}
+		return errors.Join(err, u)
+	}
+	return err
+}
 
 // Subscribe registers fn for every event from now on, delivered in order on
 // a goroutine of fn's own: a slow or panicking fn never stalls supervision.

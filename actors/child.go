@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
@@ -55,6 +56,10 @@ type child struct {
 	failedReported bool   // Failed already sent for this incarnation
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
+
+	// stopping is the Shutdown call running, for the watches of its Stops
+	// (see ShutdownWatch).
+	stopping *stopCall
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
@@ -228,7 +233,10 @@ func (c *child) startDone(ctx actor.Context, m startDone) {
 func (c *child) stop(ctx actor.Context, m Stop) {
 	switch c.state {
 	case stateStopping:
-		return // Shutdown runs once per incarnation; its Stopped answers this Stop too
+		// Shutdown runs once per incarnation; its Stopped answers this Stop
+		// too, and this Stop's watch watches it as well.
+		watchOf(m.Ctx).add(c.stopping)
+		return
 	case stateIdle:
 		ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: c.gen})
 		return
@@ -247,12 +255,17 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 		stopCtx = context.Background()
 	}
 	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
+	call := &stopCall{name: c.spec.Name, kind: c.spec.Kind, began: time.Now()}
+	c.stopping = call
+	watchOf(stopCtx).add(call)
 	c.cfg.Goroutines.Go(func() {
+		call.enter()
 		begin := clk.Now()
 		err := Call(c.spec.Kind, c.spec.Name, "Shutdown", func() error {
 			shutdown.Shutdown(stopCtx)
 			return nil
 		})
+		call.exit()
 		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
 	})
 }
@@ -262,6 +275,7 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 		return
 	}
 	c.state = stateIdle
+	c.stopping = nil
 	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
 	if p := c.pendingStart; p != nil {
 		c.pendingStart = nil

@@ -40,6 +40,12 @@ const (
 	// LeaderLost: this replica, having led, lost the lease; Err wraps
 	// lease.ErrLost.
 	LeaderLost EventType = "LeaderLost"
+	// ChildUnstopped: a child's Shutdown had not returned when the context
+	// of a shutdown ended (ShutdownAndWait gave up waiting for it). Err is
+	// an *UnstoppedError naming it alone, with how long its Shutdown had
+	// run and the stack of the goroutine running it. Published by the
+	// manager's facade, once per child and per ShutdownAndWait that gave up.
+	ChildUnstopped EventType = "ChildUnstopped"
 	// EventsDropped: this subscriber fell more than its buffer behind and
 	// the oldest events it had not received were dropped; Restarts holds how
 	// many. Only this subscriber sees it.

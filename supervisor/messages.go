@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -133,7 +134,34 @@ var (
 	ErrShutdown = errors.New("supervisor: shut down during start")
 	// ErrStartTwice: Start was called on a manager that had already started.
 	ErrStartTwice = errors.New("supervisor: manager already started")
+	// ErrUnstopped is wrapped by an *UnstoppedError: a shutdown's context
+	// ended before every child's Shutdown had returned.
+	ErrUnstopped = errors.New("supervisor: children did not stop")
 )
+
+// Unstopped is a child whose Shutdown had not returned when a shutdown's
+// context ended: its name, kind, how long its Shutdown had run, and the
+// stack of the goroutine running it.
+type Unstopped = actors.Unstopped
+
+// UnstoppedError says which children had not returned from Shutdown when a
+// shutdown's context ended (ShutdownAndWait gave up waiting). Its message
+// names them and how long each had run; Children carries their stacks.
+// errors.Is sees ErrUnstopped.
+type UnstoppedError struct {
+	Children []Unstopped
+}
+
+func (e *UnstoppedError) Error() string {
+	names := make([]string, len(e.Children))
+	for i, u := range e.Children {
+		names[i] = u.String()
+	}
+	return fmt.Sprintf("%v: %s", ErrUnstopped, strings.Join(names, ", "))
+}
+
+// Unwrap returns ErrUnstopped.
+func (e *UnstoppedError) Unwrap() error { return ErrUnstopped }
 
 // EscalationError is why a manager stopped after a child failed more often
 // than its restart budget allows. errors.Is and errors.As see the child's

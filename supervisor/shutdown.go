@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // shutdownAttempt is a shutdown in progress.
@@ -19,6 +21,7 @@ func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
 		s.respond(replyTo, nil, nil)
 	case s.shutdown != nil:
 		s.shutdown.waiters = append(s.shutdown.waiters, replyTo)
+		s.watchStopping(m.Ctx)
 	default:
 		ctx := m.Ctx
 		if ctx == nil {
@@ -61,7 +64,24 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 			s.setState(rec, StateStopped)
 		}
 	}
+	s.watchStopping(ctx)
 	s.stopAll(s.children, ctx, s.releaseLease)
+}
+
+// watchStopping lets the actors.ShutdownWatch in ctx, if any, watch the
+// Shutdown calls already running (a restart's, a StopChild's, an earlier
+// shutdown's): a second Stop runs no second Shutdown, it adds the running
+// one to its watch, so that a ShutdownAndWait that gives up can name every
+// child that has not stopped.
+func (s *root) watchStopping(ctx context.Context) {
+	if actors.ShutdownWatchFrom(ctx) == nil {
+		return
+	}
+	for _, rec := range s.children {
+		if rec.state == StateStopping {
+			s.ctx.Send(rec.pid, actors.Stop{Ctx: ctx})
+		}
+	}
 }
 
 // releaseLease gives the lease up, now that every child has stopped.

@@ -1,0 +1,51 @@
+package controllermanager
+
+import (
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Unstopped is a child whose Shutdown had not returned when ShutdownAndWait
+// gave up: its name, kind, how long its Shutdown had run, and the stack of
+// the goroutine running it.
+type Unstopped = supervisor.Unstopped
+
+// UnstoppedError lists the children that had not returned from Shutdown
+// when a ShutdownAndWait's context ended; Err returns it from then on.
+// errors.Is sees ErrUnstopped.
+type UnstoppedError = supervisor.UnstoppedError
+
+// ErrUnstopped is wrapped by every UnstoppedError.
+var ErrUnstopped = supervisor.ErrUnstopped
+
+// ChildUnstopped is the event of a child whose Shutdown had not returned
+// when a ShutdownAndWait's context ended; its Err is an *UnstoppedError
+// naming that child alone.
+const ChildUnstopped = supervisor.ChildUnstopped
+
+// reportUnstopped reports, once a ShutdownAndWait has stopped waiting
+// (cause: its context's error), the Shutdown calls that have not returned:
+// in the log (one record per child, with its stack), as a ChildUnstopped
+// event each, and in Err. It costs one dump of every goroutine's stack,
+// and only when a child is stuck.
+func (m *BaseManager) reportUnstopped(watch *actors.ShutdownWatch, cause error) {
+	stuck := watch.Unstopped()
+	if len(stuck) == 0 {
+		// Either every Shutdown returned as ctx ended, or none had been
+		// called yet (the supervisor had not taken the request).
+		m.opts.logger.Error("shutdown did not complete", "err", cause)
+		return
+	}
+	uerr := &UnstoppedError{Children: stuck}
+	m.unstopped.Store(uerr)
+	m.opts.logger.Error("shutdown did not complete: children did not return from Shutdown", "err", uerr, "cause", cause)
+	now := time.Now()
+	for _, u := range stuck {
+		m.opts.logger.Error("child did not stop", "child", u.Name, "kind", u.Kind, "for", u.For,
+			"goroutine", u.Goroutine, "stack", u.Stack)
+		m.handle.Bus.Publish(Event{Type: ChildUnstopped, Time: now, Child: u.Name, Kind: string(u.Kind),
+			Phase: m.handle.Observed.Phase(), Err: &UnstoppedError{Children: []Unstopped{u}}})
+	}
+}
