@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -18,16 +19,26 @@ const programStopTimeout = 30 * time.Second
 // binary's path. It builds with -race when the test binary itself was built with it.
 func BuildProgram(t testing.TB, pkg string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), path.Base(pkg))
+	out, err := Build(pkg, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Build is BuildProgram into dir, for a binary that outlives one test: build it once per
+// test binary and remove dir when the tests are done.
+func Build(pkg, dir string) (string, error) {
+	out := filepath.Join(dir, path.Base(pkg))
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, pkg)...)
 	if output, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, output)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, output)
 	}
-	return out
+	return out, nil
 }
 
 // StartProgram starts the binary at bin as an OS process of its own, with args and env
