@@ -1,0 +1,242 @@
+// Command replica is what the end-to-end scenarios run as each replica of a service: it
+// embeds the runtime as a real controller manager would, with leader election over a
+// real Lease, a few controllers and, optionally, a validating webhook served over TLS,
+// and it journals what it does (package journal) so that a test can check, from outside
+// the process, that no two replicas' controllers were ever active at once.
+//
+//	replica --kubeconfig=... --lease-namespace=ns --lease-name=controllers --identity=a \
+//	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
+//	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...]
+//
+// It exits 0 after SIGTERM or SIGINT (once ShutdownAndWait has returned, so the lease
+// has been released), and 1 when the manager stopped by itself (Err() is set: a lost
+// lease with --on-lease-lost=Exit, an escalation) or could not start.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/e2e/internal/journal"
+	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/lease"
+)
+
+type config struct {
+	kubeconfig     string
+	leaseName      string
+	leaseNamespace string
+	identity       string
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
+	onLeaseLost    string
+	journalPath    string
+	webhookAddr    string
+	webhookCert    string
+	webhookKey     string
+	startTimeout   time.Duration
+	stopTimeout    time.Duration
+	observeEvery   time.Duration
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; default $KUBECONFIG")
+	flag.StringVar(&cfg.leaseName, "lease-name", "replica", "the Lease's name")
+	flag.StringVar(&cfg.leaseNamespace, "lease-namespace", "default", "the Lease's namespace; the informer controller watches ConfigMaps there")
+	flag.StringVar(&cfg.identity, "identity", "", "lease holder identity; default: the library's (host name and a UUID)")
+	flag.DurationVar(&cfg.leaseDuration, "lease-duration", 4*time.Second, "leaderElection.leaseDuration (whole seconds)")
+	flag.DurationVar(&cfg.renewDeadline, "renew-deadline", 2*time.Second, "leaderElection.renewDeadline")
+	flag.DurationVar(&cfg.retryPeriod, "retry-period", 500*time.Millisecond, "leaderElection.retryPeriod")
+	flag.StringVar(&cfg.onLeaseLost, "on-lease-lost", string(cm.LeaseLostExit), "leaderElection.onLeaseLost: Exit or Reelect")
+	flag.StringVar(&cfg.journalPath, "journal", "", "file the journal is appended to; default stdout")
+	flag.StringVar(&cfg.webhookAddr, "webhook-addr", "", "serve the validating webhook over TLS here (127.0.0.1:0 picks a port, journalled); default: no webhook")
+	flag.StringVar(&cfg.webhookCert, "webhook-cert", "", "the webhook server's certificate (PEM)")
+	flag.StringVar(&cfg.webhookKey, "webhook-key", "", "the webhook server's key (PEM)")
+	flag.DurationVar(&cfg.startTimeout, "start-timeout", 30*time.Second, "Start's startTimeout: bounds each round of recovery and start")
+	flag.DurationVar(&cfg.stopTimeout, "stop-timeout", 10*time.Second, "bounds ShutdownAndWait after SIGTERM")
+	flag.DurationVar(&cfg.observeEvery, "observe-every", 50*time.Millisecond, "how often the observed lease holder is read from the manager's status")
+	flag.Parse()
+
+	out := os.Stdout
+	if cfg.journalPath != "" {
+		f, err := os.OpenFile(cfg.journalPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "replica:", err)
+			os.Exit(2)
+		}
+		out = f
+	}
+	rec := journal.NewWriter(out, cfg.identity)
+	rec.Write(journal.Entry{Kind: journal.Begin, PID: os.Getpid()})
+
+	// Registered first, so that a SIGTERM sent as soon as the replica shows signs of
+	// life is never lost.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, cfg, rec)
+	stop()
+	code := 0
+	if err != nil {
+		code = 1
+		fmt.Fprintln(os.Stderr, "replica:", err)
+		rec.Write(journal.Entry{Kind: journal.Exit, Code: code, Err: err.Error()})
+	} else {
+		rec.Write(journal.Entry{Kind: journal.Exit})
+	}
+	os.Exit(code)
+}
+
+// run runs the replica until ctx ends or the manager stops by itself, and returns why
+// it stopped: nil after a requested stop.
+func run(ctx context.Context, cfg config, rec *journal.Writer) error {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).
+		With("replica", cfg.identity)
+
+	restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("failed to load kubeconfig %q: %w", cfg.kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+
+	yes := true
+	spec := cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{
+			Enabled:        &yes,
+			LeaseName:      cfg.leaseName,
+			LeaseNamespace: cfg.leaseNamespace,
+			LeaseDuration:  metav1.Duration{Duration: cfg.leaseDuration},
+			RenewDeadline:  metav1.Duration{Duration: cfg.renewDeadline},
+			RetryPeriod:    metav1.Duration{Duration: cfg.retryPeriod},
+			OnLeaseLost:    cm.LeaseLostAction(cfg.onLeaseLost),
+		},
+	}
+	opts := []cm.Option{cm.WithLogger(logger)}
+	if cfg.identity != "" {
+		opts = append(opts, cm.WithIdentity(cfg.identity))
+	}
+	mgr, err := cm.NewControllerManager(cm.NewContext(client), spec, "replica", opts...)
+	if err != nil {
+		return err
+	}
+	cancelEvents := mgr.Subscribe(func(e cm.Event) {
+		entry := journal.Entry{
+			Time: e.Time.UnixNano(), Kind: journal.Supervision, Type: string(e.Type),
+			Child: e.Child, ChildKind: e.Kind, Phase: string(e.Phase), Restarts: e.Restarts,
+		}
+		if e.Err != nil {
+			entry.Err = e.Err.Error()
+		}
+		rec.Write(entry)
+	})
+	defer cancelEvents()
+
+	mgr.Add(
+		newTicker("reconciler-a", rec),
+		newTicker("reconciler-b", rec),
+		newConfigMapWatcher("configmaps", client, cfg.leaseNamespace, rec),
+	)
+
+	// The webhook server serves from before the election, as a standby's must.
+	var servers sync.WaitGroup
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer func() { stopServing(); servers.Wait() }()
+	if cfg.webhookAddr != "" {
+		mgr.Add(newPolicyWebhook("configmap-policy", "/validate", cfg.identity, rec))
+		srv, err := cm.NewWebhookServer(cm.WebhookServerConfig{
+			Addr: cfg.webhookAddr, CertFile: cfg.webhookCert, KeyFile: cfg.webhookKey,
+			Handler: mgr.Handler(), Probes: health.NewHandler(mgr), Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.webhookAddr)
+		if err != nil {
+			return fmt.Errorf("webhook server: %w", err)
+		}
+		rec.Write(journal.Entry{Kind: journal.WebhookServing, Addr: ln.Addr().String()})
+		servers.Go(func() {
+			if err := srv.Serve(serveCtx, ln); err != nil {
+				logger.Error("webhook server failed", "err", err)
+			}
+		})
+	}
+
+	servers.Go(func() { observeLeader(serveCtx, mgr, cfg.observeEvery, rec) })
+
+	startErr := mgr.Start(ctx, cfg.startTimeout)
+	if startErr != nil {
+		rec.Write(journal.Entry{Kind: journal.StartReturned, Err: startErr.Error()})
+	} else {
+		rec.Write(journal.Entry{Kind: journal.StartReturned})
+		select {
+		case <-ctx.Done():
+		case <-mgr.Done():
+		}
+	}
+
+	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.stopTimeout)
+	defer cancel()
+	mgr.ShutdownAndWait(stopCtx)
+	shutdown := journal.Entry{Kind: journal.ShutdownReturned}
+	if err := mgr.Err(); err != nil {
+		shutdown.Err = err.Error()
+	}
+	rec.Write(shutdown)
+
+	// A stop we asked for (SIGTERM) is not a failure, even while Start was still
+	// waiting for the lease: cancelling Start's context fails the start, and the
+	// manager may then report that cancellation as its Err.
+	stopped := ctx.Err() != nil
+	if err := mgr.Err(); err != nil && !(stopped && errors.Is(err, context.Canceled) && !errors.Is(err, lease.ErrLost)) {
+		return fmt.Errorf("manager stopped: %w", err)
+	}
+	if startErr != nil && !(stopped && errors.Is(startErr, context.Canceled)) {
+		return fmt.Errorf("manager did not start: %w", startErr)
+	}
+	if stopCtx.Err() != nil {
+		return fmt.Errorf("not stopped within %s", cfg.stopTimeout)
+	}
+	return rec.Err()
+}
+
+// observeLeader journals each change of the lease holder the manager has observed.
+func observeLeader(ctx context.Context, mgr *cm.ControllerManager, every time.Duration, rec *journal.Writer) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-mgr.Done():
+			return
+		case <-tick.C:
+		}
+		askCtx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := mgr.Status(askCtx)
+		cancel()
+		if err != nil || st.LeaderIdentity == last {
+			continue
+		}
+		last = st.LeaderIdentity
+		rec.Write(journal.Entry{Kind: journal.Leader, Leader: last})
+	}
+}
