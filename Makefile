@@ -34,5 +34,8 @@ e2e-binaries:
 demo:
 	$(GO) run ./examples/demo
 
+# The comparative benchmarks (bench/README.md); e.g.
+# make bench BENCHFLAGS='-large -json /tmp/bench.json'. A nested module cannot
+# be run as `go run ./bench` from here.
 bench:
-	$(GO) -C bench run -tags ours .
+	$(GO) -C bench run . $(BENCHFLAGS)

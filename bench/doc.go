@@ -10,12 +10,14 @@
 // median is reported (restart latencies: median and p99 of all samples).
 //
 // The output is one Markdown table: a row per (workload, N), a column per system and,
-// when ours is built in (build tag "ours"), ours as a ratio to each peer. Lower is
-// better everywhere.
+// when ours is among the systems run, ours as a ratio to each peer. Lower is better
+// everywhere.
 //
 // Run it from the repository root with
 //
 //	go -C bench run . [-n 100,1000,10000] [-reps 5] [-large] [-quick] [-json FILE]
 //
-// This directory is its own module so that the peers never reach the library's go.mod.
+// or make bench. This directory is its own module so that the peers never reach the
+// library's go.mod; that is also why "go run ./bench" cannot work from the root (see
+// README.md).
 package main
