@@ -153,10 +153,13 @@ func requireNoRestart(t *testing.T, r *replica) {
 	begins := slices.DeleteFunc(slices.Clone(entries), func(e journal.Entry) bool { return e.Kind != journal.Begin })
 	require.Len(t, begins, 1, "%s started more than once", r.id)
 	require.Equal(t, r.proc.Pid(), begins[0].PID)
-	for _, e := range entries {
-		if e.Kind == journal.Supervision && e.Type == "LeaderLost" {
-			require.Equal(t, "Electing", e.Phase, "%s did not go back to Electing on a lost lease with Reelect", r.id)
+	for i, e := range entries {
+		if e.Kind != journal.Supervision || e.Type != "LeaderLost" {
+			continue
 		}
+		next := slices.IndexFunc(entries[i+1:], supervision("PhaseChanged"))
+		require.GreaterOrEqual(t, next, 0, "%s: no phase after LeaderLost", r.id)
+		require.Equal(t, "Electing", entries[i+1+next].Phase, "%s did not go back to Electing on a lost lease with Reelect", r.id)
 	}
 }
 

@@ -20,6 +20,10 @@ import (
 // context's cause (a failed start) must not be left to chance: a host decides its exit
 // status on it. The standbys run in this process, against a real API server, on a Lease
 // that another holder keeps for an hour.
+//
+// It fails today: Start returns as soon as its context ends, while the root supervisor
+// hears of the cancellation through the message of a context.AfterFunc
+// (supervisor/start.go), which races with the ShutdownManager that ShutdownAndWait sends.
 func TestStandbyStopEndsTheSameWayEveryTime(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -32,7 +36,9 @@ func TestStandbyStopEndsTheSameWayEveryTime(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	const standbys = 20
+	// The race is lopsided (from 1 in 20 to 1 in 3 standbys end with nil, by the
+	// machine's load), so ask often enough to see both outcomes.
+	const standbys = 50
 	outcomes := map[string]int{}
 	for i := range standbys {
 		outcomes[stopStandby(t, c, i)]++
