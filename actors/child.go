@@ -57,9 +57,15 @@ type child struct {
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
 
-	// stopping is the Shutdown call running, for the watches of its Stops
-	// (see ShutdownWatch).
-	stopping *stopCall
+	// starting is the start call running; stopping the Shutdown call
+	// running or due, for the watches of its Stops (see ShutdownWatch).
+	starting, stopping *userCall
+	// stopAfterStart is the context of a Stop that came while the start
+	// call ran: its Shutdown runs once the start call has returned.
+	stopAfterStart context.Context
+	// sharedStart: the start call runs on a shared context, which a Stop
+	// does not end (Start.Shared).
+	sharedStart bool
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
@@ -193,6 +199,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 		base = context.Background()
 	}
 	runCtx, cancel := base, noCancel
+	c.sharedStart = m.Shared && m.Timeout <= 0
 	switch {
 	case m.Timeout > 0:
 		runCtx, cancel = context.WithTimeout(base, m.Timeout)
@@ -205,17 +212,31 @@ func (c *child) start(ctx actor.Context, m Start) {
 		system.Root.Send(self, reported{gen: gen, err: err})
 	})
 	clk := c.cfg.Clock
+	call := &userCall{name: c.spec.Name, kind: c.spec.Kind, op: op, began: time.Now()}
+	c.starting = call
 	c.cfg.Goroutines.Go(func() {
+		call.enter()
 		begin := clk.Now()
 		err := Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) })
+		call.exit()
 		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
 	})
 }
 
 func (c *child) startDone(ctx actor.Context, m startDone) {
-	if m.gen != c.gen || c.state != stateStarting {
-		return // stopped while starting: Stopped reports the outcome
+	if m.gen == c.gen && c.stopAfterStart != nil {
+		// Stopped while starting: now that the start call has returned,
+		// its Shutdown runs, and Stopped reports the outcome.
+		stopCtx := c.stopAfterStart
+		c.stopAfterStart = nil
+		c.starting = nil
+		c.runShutdown(stopCtx, c.stopping)
+		return
 	}
+	if m.gen != c.gen || c.state != stateStarting {
+		return
+	}
+	c.starting = nil
 	c.cancelStart()
 	c.cancelStart = nil
 	if m.err != nil {
@@ -240,24 +261,44 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 	case stateIdle:
 		ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: c.gen})
 		return
-	case stateStarting:
-		c.cancelStart()
-		c.cancelStart = nil
-	}
-	c.state = stateStopping
-	shutdown, ok := c.spec.Impl.(Runnable)
-	if !ok { // a store that is not a Runnable has nothing to shut down
-		c.system.Root.Send(c.self, stopDone{gen: c.gen})
-		return
 	}
 	stopCtx := m.Ctx
 	if stopCtx == nil {
 		stopCtx = context.Background()
 	}
-	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
-	call := &stopCall{name: c.spec.Name, kind: c.spec.Kind, began: time.Now()}
+	call := &userCall{name: c.spec.Name, kind: c.spec.Kind, op: "Shutdown", began: time.Now()}
 	c.stopping = call
 	watchOf(stopCtx).add(call)
+	starting := c.state == stateStarting
+	c.state = stateStopping
+	if starting {
+		c.cancelStart()
+		c.cancelStart = nil
+		if !c.sharedStart {
+			// The start call's context is cancelled, and Shutdown waits for
+			// the call to return (startDone): it never runs before or beside
+			// the Run (Recover, Start) it ends, which could otherwise start
+			// work after its Shutdown that nothing would ever stop. (A
+			// shared start context is ended by the parent, which may not
+			// have done so: Shutdown runs at once, as it always did.)
+			call.waitsFor = c.starting
+			c.stopAfterStart = stopCtx
+			return
+		}
+	}
+	c.runShutdown(stopCtx, call)
+}
+
+// runShutdown runs the incarnation's Shutdown (call) in a goroutine of its
+// own; stopDone reports its return.
+func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
+	shutdown, ok := c.spec.Impl.(Runnable)
+	if !ok { // a store that is not a Runnable has nothing to shut down
+		call.exit()
+		c.system.Root.Send(c.self, stopDone{gen: c.gen})
+		return
+	}
+	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
 	c.cfg.Goroutines.Go(func() {
 		call.enter()
 		begin := clk.Now()

@@ -17,9 +17,13 @@ import (
 type Unstopped struct {
 	Name string
 	Kind Kind
-	// For is how long its Shutdown had been running.
+	// Call is the user call it is stuck in: "Shutdown", or, for a child
+	// stopped while starting, the start call ("Run", "Recover", "Start")
+	// that its Shutdown waits for.
+	Call string
+	// For is how long ago it was stopped.
 	For time.Duration
-	// Goroutine is the id of the goroutine running its Shutdown (0 if that
+	// Goroutine is the id of the goroutine running Call (0 if that
 	// goroutine had not yet begun).
 	Goroutine int64
 	// Stack is that goroutine's stack as runtime.Stack prints it, its
@@ -28,6 +32,9 @@ type Unstopped struct {
 }
 
 func (u Unstopped) String() string {
+	if u.Call != "" && u.Call != "Shutdown" {
+		return fmt.Sprintf("%s %q (stopped %s ago, its %s has not returned: Shutdown waits for it)", u.Kind, u.Name, u.For.Round(time.Millisecond), u.Call)
+	}
 	return fmt.Sprintf("%s %q (Shutdown running for %s)", u.Kind, u.Name, u.For.Round(time.Millisecond))
 }
 
@@ -41,7 +48,7 @@ func (u Unstopped) String() string {
 // every Stop that waits for it.
 type ShutdownWatch struct {
 	mu    sync.Mutex
-	calls []*stopCall
+	calls []*userCall
 }
 
 // NewShutdownWatch returns an empty watch.
@@ -83,7 +90,11 @@ func (w *ShutdownWatch) Unstopped() []Unstopped {
 		if c.returned.Load() {
 			continue
 		}
-		out = append(out, Unstopped{Name: c.name, Kind: c.kind, For: now.Sub(c.began), Goroutine: c.goroutine.Load()})
+		u := Unstopped{Name: c.name, Kind: c.kind, Call: c.op, For: now.Sub(c.began), Goroutine: c.goroutine.Load()}
+		if w := c.waitsFor; w != nil && u.Goroutine == 0 && !w.returned.Load() {
+			u.Call, u.Goroutine = w.op, w.goroutine.Load()
+		}
+		out = append(out, u)
 	}
 	if len(out) == 0 {
 		return nil
@@ -99,7 +110,7 @@ func (w *ShutdownWatch) Unstopped() []Unstopped {
 	return out
 }
 
-func (w *ShutdownWatch) add(c *stopCall) {
+func (w *ShutdownWatch) add(c *userCall) {
 	if w == nil || c == nil {
 		return
 	}
@@ -110,20 +121,25 @@ func (w *ShutdownWatch) add(c *stopCall) {
 	w.mu.Unlock()
 }
 
-// stopCall is one Shutdown call of a child, as watches see it.
-type stopCall struct {
+// userCall is one user call of a child (its Shutdown, or its start call),
+// as watches see it.
+type userCall struct {
 	name      string
 	kind      Kind
+	op        string // "Shutdown", "Run", "Recover", "Start"
 	began     time.Time
 	goroutine atomic.Int64 // set by the goroutine running the call
 	returned  atomic.Bool
+	// waitsFor is the start call a Shutdown waits for, when the child was
+	// stopped while starting: until it returns, that is where it is stuck.
+	waitsFor *userCall
 }
 
 // enter records the calling goroutine as the one running the call.
-func (c *stopCall) enter() { c.goroutine.Store(currentGoroutine()) }
+func (c *userCall) enter() { c.goroutine.Store(currentGoroutine()) }
 
 // exit records that the call has returned.
-func (c *stopCall) exit() { c.returned.Store(true) }
+func (c *userCall) exit() { c.returned.Store(true) }
 
 // currentGoroutine is the calling goroutine's id, from the first line of its
 // stack ("goroutine 123 [running]:"): Go has no other way to tell it.
