@@ -159,6 +159,8 @@ func TestStartFailures(t *testing.T) {
 		wantText  []string
 		wantRuns  int
 		wantPanic bool
+		// wantStopped: the manager ends Stopped with Err nil, not Failed.
+		wantStopped bool
 	}{{
 		name:     "preflight error",
 		host:     hostContext{start: func(context.Context) error { return errBoom }},
@@ -192,9 +194,10 @@ func TestStartFailures(t *testing.T) {
 		ctx: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 50*time.Millisecond)
 		},
-		run:      testchild.Block(nil),
-		wantIs:   context.DeadlineExceeded,
-		wantRuns: 1,
+		run:         testchild.Block(nil),
+		wantIs:      context.DeadlineExceeded,
+		wantRuns:    1,
+		wantStopped: true, // the caller asked to stop: not a failure of the manager
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -230,7 +233,13 @@ func TestStartFailures(t *testing.T) {
 			case <-time.After(wait):
 				t.Fatal("manager did not stop after a failed start")
 			}
-			assert.Error(t, m.Err())
+			if tt.wantStopped {
+				assert.NoError(t, m.Err())
+				assert.Equal(t, cm.PhaseStopped, mustStatus(t, m).Phase)
+			} else {
+				assert.Error(t, m.Err())
+				assert.Equal(t, cm.PhaseFailed, mustStatus(t, m).Phase)
+			}
 			assert.False(t, m.IsStarted())
 			runs, shutdowns, _ := c.Counts()
 			assert.Equal(t, tt.wantRuns, runs)

@@ -58,7 +58,7 @@ type Event struct {
 	Time     time.Time
 	Child    string // the child's name; empty for manager-level events
 	Kind     string // "controller", "store", "webhook", "runnable", or empty
-	Phase    Phase  // the manager's phase after the event
+	Phase    Phase  // the manager's phase when the event was published (a PhaseChanged that follows says where it went)
 	Restarts int    // the child's restarts so far (for EventsDropped: how many events were dropped)
 	Err      error  // the failure, where there is one
 }

@@ -77,3 +77,34 @@ func TestAStandbysWebhooksAreSupervised(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, <-started, ErrShutdown)
 }
+
+// A host stops a standby by cancelling Start's context and then calling
+// ShutdownAndWait: whichever reaches the supervisor first, the manager ends
+// Stopped with no error (the caller asked to stop).
+func TestCancellingAStandbysStartIsARequestedStop(t *testing.T) {
+	for i := range 30 {
+		h := newHarness(t, timing(nil), func(c *Config) { c.Elector = neverElected() })
+		c := testchild.NewController("c", testchild.Behavior{})
+		ctx, cancel := context.WithCancel(context.Background())
+		started := make(chan error, 1)
+		go func() {
+			_, err := Ask(ctx, h.handle.System, h.handle.PID, h.handle.Observed.Terminated(),
+				StartManager{Ctx: ctx, Children: []actors.Spec{controllerSpec(c)}})
+			started <- err
+		}()
+		h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+		cancel()
+		if i%2 == 0 { // the other half: ShutdownAndWait right after, racing the cancellation
+			require.ErrorIs(t, <-started, context.Canceled)
+		}
+		if _, err := h.ask(ShutdownManager{Ctx: context.Background()}); err != nil {
+			require.ErrorIs(t, err, ErrStopped, "stopped already by the cancellation")
+		}
+		<-h.handle.Observed.Done()
+		if i%2 == 1 {
+			require.Error(t, <-started)
+		}
+		require.Equal(t, PhaseStopped, h.handle.Observed.Phase(), "run %d", i)
+		require.NoError(t, h.handle.Observed.Err(), "run %d", i)
+	}
+}

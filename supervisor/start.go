@@ -31,10 +31,12 @@ type (
 		attempt *startAttempt
 		err     error
 	}
-	// startExpired: the start context ended (deadline or the caller's cancel).
+	// startExpired: the start context ended: the caller's context (its
+	// cancel or its deadline), or startTimeout when timedOut.
 	startExpired struct {
-		attempt *startAttempt
-		err     error
+		attempt  *startAttempt
+		err      error
+		timedOut bool
 	}
 )
 
@@ -153,7 +155,8 @@ func (s *root) recoverStores() {
 		bounded := a.bounded
 		context.AfterFunc(bounded, func() {
 			if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
-				s.sendSelf(startExpired{attempt: a, err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
+				s.sendSelf(startExpired{attempt: a, timedOut: true,
+					err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
 			}
 		})
 	}
@@ -194,6 +197,13 @@ func (s *root) finishStart() {
 	s.startProbes()
 }
 
+// onStartExpired ends a start whose context ended. startTimeout passing is
+// a failure: the manager ends Failed. The caller's context ending is the
+// caller asking to stop (a SIGTERM while a standby waits for the lease): the
+// manager shuts down as ShutdownAndWait would and ends Stopped, Err nil (see
+// failStart), so that the outcome does not depend on whether
+// ShutdownAndWait, the cancellation or a child's reaction to it reaches the
+// supervisor first.
 func (s *root) onStartExpired(m startExpired) {
 	if m.attempt != s.start {
 		return
@@ -205,8 +215,16 @@ func (s *root) onStartExpired(m startExpired) {
 }
 
 // failStart ends a start that failed: the caller gets err, and the manager
-// shuts down what it started and ends in Failed with err.
+// shuts down what it started and ends in Failed with err. When the caller's
+// context has ended, whatever failed did so because of it (a Run returning
+// its context's error): the caller asked to stop, and the manager ends
+// Stopped, Err nil, as after ShutdownAndWait.
 func (s *root) failStart(err error) {
+	if a := s.start; a != nil && a.ctx.Err() != nil {
+		s.endStart(fmt.Errorf("start ended by its caller's context: %w", err))
+		s.beginShutdown(nil, s.boundedContext())
+		return
+	}
 	s.beginShutdown(err, s.boundedContext())
 }
 
