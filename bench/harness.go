@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -27,9 +28,10 @@ type cycle struct {
 }
 
 // runCycle hosts n fresh children in a fresh system and measures, in order: start until
-// every child runs; heap and goroutines per idle child; health sweeps; up to restarts
-// restarts of distinct children, one at a time; shutdown. It then checks that every
-// run of every child was shut down.
+// every child runs; heap and goroutines per idle child (against the lower of the
+// footprints before start and after shutdown); health sweeps; up to restarts restarts of
+// distinct children, one at a time; shutdown. It then checks that every run of every
+// child was shut down.
 func runCycle(ctx context.Context, sys system, n, restarts int) (res cycle, err error) {
 	children := newChildren(n)
 	started := false
@@ -54,8 +56,6 @@ func runCycle(ctx context.Context, sys system, n, restarts int) (res cycle, err 
 	res.start = time.Since(t0)
 
 	after := idleFootprint()
-	res.heapPerChild = (float64(after.heap) - float64(before.heap)) / float64(n)
-	res.goroutinesPerChild = float64(after.goroutines-before.goroutines) / float64(n)
 
 	if hs, ok := sys.(healthSweeper); ok {
 		sweeps := max(1, sweepBudget/n)
@@ -97,6 +97,16 @@ func runCycle(ctx context.Context, sys system, n, restarts int) (res cycle, err 
 	}
 	res.shutdown = time.Since(t0)
 
+	// The footprint once the system is gone is a second baseline: memory an
+	// earlier cycle still held when this one began (a stopped system's timers
+	// can keep it alive for a while) may be freed during this cycle, and
+	// counting from before would then charge this system less than nothing.
+	// Memory this system keeps after its own shutdown leaves end above before,
+	// so taking the lower of the two never hides this system's own cost.
+	end := idleFootprint()
+	res.heapPerChild = (float64(after.heap) - float64(min(before.heap, end.heap))) / float64(n)
+	res.goroutinesPerChild = float64(after.goroutines-min(before.goroutines, end.goroutines)) / float64(n)
+
 	for _, c := range children {
 		if runs, shutdowns := c.runs.Load(), c.shutdowns.Load(); runs == 0 || runs != shutdowns {
 			return res, fmt.Errorf("%s: %d runs, %d shutdowns", c.name, runs, shutdowns)
@@ -133,4 +143,24 @@ func idleFootprint() footprint {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return footprint{heap: m.HeapAlloc, goroutines: goroutines}
+}
+
+// warmGoroutines has n goroutines exist at once, then end, before anything is measured.
+// The runtime never frees a goroutine's descriptor (a few hundred bytes of heap); it
+// reuses it. Without this, the first system to run n goroutines at once would have those
+// descriptors counted in its heap/child, and the systems after it would not.
+func warmGoroutines(n int) {
+	var started, release sync.WaitGroup
+	started.Add(n)
+	release.Add(1)
+	var ended sync.WaitGroup
+	for range n {
+		ended.Go(func() {
+			started.Done()
+			release.Wait()
+		})
+	}
+	started.Wait()
+	release.Done()
+	ended.Wait()
 }

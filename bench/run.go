@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -29,6 +30,10 @@ func run(ctx context.Context, s settings, makers []func() system) (*report, erro
 	for _, n := range s.sizes {
 		cycles[n] = make([][]cycle, len(makers))
 	}
+
+	// Every system starts a goroutine per child at some point (to run Run, Serve or a
+	// Runnable), some of them all at once; see warmGoroutines.
+	warmGoroutines(2*slices.Max(s.sizes) + 1000)
 
 	for rep := range s.reps {
 		for _, n := range s.sizes {
