@@ -392,8 +392,8 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 // return (the lease then expires on its own if the process exits). Calling
 // it again waits again; calling it before Start stops the manager at once.
 func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
-	watch := actors.NewShutdownWatch()
-	watched := actors.WithShutdownWatch(ctx, watch)
+	watched, watch, disarm := watchShutdown(ctx)
+	defer disarm()
 	if _, err := m.ask(watched, supervisor.ShutdownManager{Ctx: watched}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
 		m.reportUnstopped(watch, err)
 		return

@@ -1,6 +1,8 @@
 package controllermanager
 
 import (
+	"context"
+	"runtime"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -24,6 +26,28 @@ var ErrUnstopped = supervisor.ErrUnstopped
 // when a ShutdownAndWait's context ended; its Err is an *UnstoppedError
 // naming that child alone.
 const ChildUnstopped = supervisor.ChildUnstopped
+
+// watchShutdown returns ctx carrying a new actors.ShutdownWatch, for the
+// Shutdown calls of a ShutdownAndWait. When ctx has a deadline, the watch
+// takes its stack dump shortly before it (the later of halfway there and
+// 20ms plus 3µs per goroutine before it): the dump stops the world for
+// about 1.5ms per thousand goroutines, and taken at the deadline it would
+// make ShutdownAndWait late by as much. disarm cancels the early dump.
+func watchShutdown(ctx context.Context) (watched context.Context, watch *actors.ShutdownWatch, disarm func()) {
+	watch = actors.NewShutdownWatch()
+	watched = actors.WithShutdownWatch(ctx, watch)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return watched, watch, func() {}
+	}
+	until := time.Until(deadline)
+	lead := 20*time.Millisecond + time.Duration(runtime.NumGoroutine())*3*time.Microsecond
+	if until <= 0 {
+		return watched, watch, func() {}
+	}
+	early := time.AfterFunc(max(until-lead, until/2), watch.Snapshot)
+	return watched, watch, func() { early.Stop() }
+}
 
 // reportUnstopped reports, once a ShutdownAndWait has stopped waiting
 // (cause: its context's error), the Shutdown calls that have not returned:

@@ -49,6 +49,16 @@ func (u Unstopped) String() string {
 type ShutdownWatch struct {
 	mu    sync.Mutex
 	calls []*userCall
+
+	// snapshot holds the stacks Snapshot dumped, by goroutine, each with
+	// the call that goroutine ran then.
+	snapMu   sync.Mutex
+	snapshot map[int64]snapshotStack
+}
+
+type snapshotStack struct {
+	call  *userCall
+	stack string
 }
 
 // NewShutdownWatch returns an empty watch.
@@ -73,39 +83,102 @@ func watchOf(ctx context.Context) *ShutdownWatch {
 	return w
 }
 
+// stuckCall is a watched call that has not returned, and where it is
+// stuck: the goroutine of the call itself, or of the start call it waits
+// for.
+type stuckCall struct {
+	call, in  *userCall
+	goroutine int64
+}
+
+// stuck returns the watched calls that have not returned, each once, in
+// the order they began.
+func (w *ShutdownWatch) stuck() []stuckCall {
+	w.mu.Lock()
+	calls := slices.Clone(w.calls)
+	w.mu.Unlock()
+	var out []stuckCall
+	seen := make(map[*userCall]bool, len(calls))
+	for _, c := range calls {
+		if seen[c] || c.returned.Load() {
+			continue
+		}
+		seen[c] = true
+		sc := stuckCall{call: c, in: c, goroutine: c.goroutine.Load()}
+		if w := c.waitsFor; w != nil && sc.goroutine == 0 && !w.returned.Load() {
+			sc.in, sc.goroutine = w, w.goroutine.Load()
+		}
+		out = append(out, sc)
+	}
+	slices.SortStableFunc(out, func(a, b stuckCall) int { return a.call.began.Compare(b.call.began) })
+	return out
+}
+
+// Snapshot dumps, now, the stacks of the watched calls that have not
+// returned, for Unstopped to use. The dump stops the world for a time that
+// grows with the number of goroutines (about 1.5ms per thousand): a waiter
+// calls Snapshot shortly before its deadline so that Unstopped, at the
+// deadline, costs next to nothing. Calls that began since, or whose
+// goroutine has changed, are dumped again by Unstopped.
+func (w *ShutdownWatch) Snapshot() {
+	if w == nil {
+		return
+	}
+	stuck := w.stuck()
+	if len(stuck) == 0 {
+		return
+	}
+	wanted := make(map[int64]string, len(stuck))
+	for _, sc := range stuck {
+		wanted[sc.goroutine] = ""
+	}
+	goroutineStacks(wanted)
+	w.snapMu.Lock()
+	defer w.snapMu.Unlock()
+	w.snapshot = make(map[int64]snapshotStack, len(stuck))
+	for _, sc := range stuck {
+		w.snapshot[sc.goroutine] = snapshotStack{call: sc.in, stack: wanted[sc.goroutine]}
+	}
+}
+
 // Unstopped returns the watched Shutdown calls that have not returned, in
-// the order they began, each with the stack of the goroutine running it.
-// It takes a stack dump of every goroutine (runtime.Stack with all set,
-// which stops the world for the time it takes) only when there is one.
+// the order they began, each with the stack of the goroutine where it is
+// stuck: from the last Snapshot when it holds it, else from a dump of every
+// goroutine's stack (runtime.Stack with all set), taken only when needed.
 func (w *ShutdownWatch) Unstopped() []Unstopped {
 	if w == nil {
 		return nil
 	}
-	w.mu.Lock()
-	calls := slices.Clone(w.calls)
-	w.mu.Unlock()
-	var out []Unstopped
-	now := time.Now()
-	for _, c := range calls {
-		if c.returned.Load() {
-			continue
-		}
-		u := Unstopped{Name: c.name, Kind: c.kind, Call: c.op, For: now.Sub(c.began), Goroutine: c.goroutine.Load()}
-		if w := c.waitsFor; w != nil && u.Goroutine == 0 && !w.returned.Load() {
-			u.Call, u.Goroutine = w.op, w.goroutine.Load()
-		}
-		out = append(out, u)
-	}
-	if len(out) == 0 {
+	stuck := w.stuck()
+	if len(stuck) == 0 {
 		return nil
 	}
-	wanted := make(map[int64]string, len(out))
-	for _, u := range out {
-		wanted[u.Goroutine] = ""
+	now := time.Now()
+	out := make([]Unstopped, len(stuck))
+	w.snapMu.Lock() // also waits for a Snapshot in progress
+	var missing map[int64]string
+	for i, sc := range stuck {
+		out[i] = Unstopped{Name: sc.call.name, Kind: sc.call.kind, Call: sc.in.op, For: now.Sub(sc.call.began), Goroutine: sc.goroutine}
+		if snap, ok := w.snapshot[sc.goroutine]; ok && snap.call == sc.in && sc.goroutine != 0 {
+			out[i].Stack = snap.stack
+			continue
+		}
+		if sc.goroutine == 0 {
+			continue // its goroutine has not begun: there is no stack yet
+		}
+		if missing == nil {
+			missing = map[int64]string{}
+		}
+		missing[sc.goroutine] = ""
 	}
-	goroutineStacks(wanted)
-	for i := range out {
-		out[i].Stack = wanted[out[i].Goroutine]
+	w.snapMu.Unlock()
+	if missing != nil {
+		goroutineStacks(missing)
+		for i := range out {
+			if stack, ok := missing[out[i].Goroutine]; ok && out[i].Stack == "" {
+				out[i].Stack = stack
+			}
+		}
 	}
 	return out
 }
@@ -115,9 +188,7 @@ func (w *ShutdownWatch) add(c *userCall) {
 		return
 	}
 	w.mu.Lock()
-	if !slices.Contains(w.calls, c) {
-		w.calls = append(w.calls, c)
-	}
+	w.calls = append(w.calls, c) // a call added twice is reported once
 	w.mu.Unlock()
 }
 
@@ -165,9 +236,11 @@ func parseGoroutineHeader(b []byte) (int64, bool) {
 }
 
 // goroutineStacks dumps every goroutine's stack and fills in the stacks of
-// those in wanted.
+// those in wanted. The buffer is sized for the goroutines there are (about
+// a kilobyte each) so that the dump, which stops the world, is seldom taken
+// twice.
 func goroutineStacks(wanted map[int64]string) {
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, max(64<<10, runtime.NumGoroutine()<<10))
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
