@@ -79,7 +79,7 @@ func (s *root) startProbes() {
 }
 
 func (s *root) armProbe() {
-	s.probe.timer = s.cfg.Clock.AfterFunc(s.cfg.Timing.HealthInterval, func() { s.sendSelf(probeTick{}) })
+	s.probe.timer = s.cfg.Clock.AfterFunc(s.cfg.Timing.HealthInterval, s.timerSend(func() any { return probeTick{} }))
 }
 
 func (s *root) stopProbes() {

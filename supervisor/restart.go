@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"weak"
 
 	"k8s.io/utils/clock"
 
@@ -60,17 +61,28 @@ func (s *root) supervise(rec *childRecord, err error) {
 			}
 		}
 	}
-	for _, r := range s.children {
-		if members[r] {
-			plan.recs = append(plan.recs, r)
-			r.plan = plan
+	if len(members) == 1 { // OneForOne: no need to walk every child for the order
+		plan.recs = []*childRecord{rec}
+		rec.plan = plan
+	} else {
+		for _, r := range s.children {
+			if members[r] {
+				plan.recs = append(plan.recs, r)
+				r.plan = plan
+			}
 		}
 	}
 	if s.plans == nil {
 		s.plans = map[*restartPlan]struct{}{}
 	}
 	s.plans[plan] = struct{}{}
-	overdue := s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, func() { s.sendSelf(stopOverdue{plan: plan}) })
+	weakPlan := weak.Make(plan)
+	overdue := s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any {
+		if p := weakPlan.Value(); p != nil {
+			return stopOverdue{plan: p}
+		}
+		return nil
+	}))
 	s.stopAll(plan.recs, s.boundedContext(), func() {
 		overdue.Stop()
 		if plan.cancelled {
@@ -86,7 +98,12 @@ func (s *root) supervise(rec *childRecord, err error) {
 			s.startNext(plan)
 			return
 		}
-		plan.timer = s.cfg.Clock.AfterFunc(wait, func() { s.sendSelf(restartDue{plan: plan}) })
+		plan.timer = s.cfg.Clock.AfterFunc(wait, s.timerSend(func() any {
+			if p := weakPlan.Value(); p != nil {
+				return restartDue{plan: p}
+			}
+			return nil
+		}))
 	})
 }
 

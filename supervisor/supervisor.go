@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+	"weak"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -76,6 +77,9 @@ type root struct {
 	fencing *fencing // the fencing in progress after a lost lease, if any
 
 	terminated bool
+
+	nowAt    time.Time // now's reading for the message being handled
+	nowValid bool
 }
 
 // childRecord is the supervisor's view of one child.
@@ -106,6 +110,7 @@ type childRecord struct {
 // actors, waits in goroutines that send a message back.
 func (s *root) Receive(ctx actor.Context) {
 	s.ctx = ctx
+	s.nowValid = false
 	defer func() {
 		if r := recover(); r != nil {
 			s.internalError(fmt.Errorf("supervisor: internal error while handling %T: %v", ctx.Message(), r), debug.Stack())
@@ -194,7 +199,33 @@ func (s *root) internalError(err error, stack []byte) {
 	}()
 }
 
-func (s *root) now() time.Time { return s.cfg.Clock.Now() }
+// now is the time of the message being handled: read once per message, so
+// that a message touching every child (a start, a shutdown) reads the clock
+// once, not a few times per child.
+func (s *root) now() time.Time {
+	if s.nowValid {
+		return s.nowAt
+	}
+	s.nowAt, s.nowValid = s.cfg.Clock.Now(), true
+	return s.nowAt
+}
+
+// timerSend returns a timer's function that sends the message msg returns to
+// the supervisor. It holds the supervisor weakly: Stop leaves a timer in the
+// runtime's timer heap until it would have fired (longer, while other timers
+// are pending), and a closure holding s would keep a stopped manager, its
+// records and its whole actor system alive that long. msg returns nil when
+// what it refers to is gone.
+func (s *root) timerSend(msg func() any) func() {
+	w := weak.Make(s)
+	return func() {
+		if s := w.Value(); s != nil {
+			if m := msg(); m != nil {
+				s.sendSelf(m)
+			}
+		}
+	}
+}
 
 // send sends msg to the supervisor itself from any goroutine.
 func (s *root) sendSelf(msg any) { s.system.Root.Send(s.self, msg) }
