@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
@@ -212,13 +211,12 @@ func (c *child) start(ctx actor.Context, m Start) {
 		system.Root.Send(self, reported{gen: gen, err: err})
 	})
 	clk := c.cfg.Clock
-	call := &userCall{name: c.spec.Name, kind: c.spec.Kind, op: op, began: time.Now()}
+	call := newUserCall(c.spec, op)
 	c.starting = call
 	c.cfg.Goroutines.Go(func() {
-		call.enter()
 		begin := clk.Now()
-		err := Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) })
-		call.exit()
+		var err error
+		call.run(func() { err = Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) }) })
 		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
 	})
 }
@@ -266,7 +264,7 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 	if stopCtx == nil {
 		stopCtx = context.Background()
 	}
-	call := &userCall{name: c.spec.Name, kind: c.spec.Kind, op: "Shutdown", began: time.Now()}
+	call := newUserCall(c.spec, "Shutdown")
 	c.stopping = call
 	watchOf(stopCtx).add(call)
 	starting := c.state == stateStarting
@@ -300,13 +298,14 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 	}
 	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
 	c.cfg.Goroutines.Go(func() {
-		call.enter()
 		begin := clk.Now()
-		err := Call(c.spec.Kind, c.spec.Name, "Shutdown", func() error {
-			shutdown.Shutdown(stopCtx)
-			return nil
+		var err error
+		call.run(func() {
+			err = Call(c.spec.Kind, c.spec.Name, "Shutdown", func() error {
+				shutdown.Shutdown(stopCtx)
+				return nil
+			})
 		})
-		call.exit()
 		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
 	})
 }

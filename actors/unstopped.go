@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,8 @@ type Unstopped struct {
 	Call string
 	// For is how long ago it was stopped.
 	For time.Duration
-	// Goroutine is the id of the goroutine running Call (0 if that
-	// goroutine had not yet begun).
+	// Goroutine is the id of the goroutine running Call (0 if it was not
+	// found: the call had not begun yet).
 	Goroutine int64
 	// Stack is that goroutine's stack as runtime.Stack prints it, its
 	// "goroutine N [state]:" line first; empty when it could not be found.
@@ -50,15 +51,17 @@ type ShutdownWatch struct {
 	mu    sync.Mutex
 	calls []*userCall
 
-	// snapshot holds the stacks Snapshot dumped, by goroutine, each with
-	// the call that goroutine ran then.
+	// snapshot holds where Snapshot found the calls that had not returned,
+	// by call.
 	snapMu   sync.Mutex
-	snapshot map[int64]snapshotStack
+	snapshot map[uint64]foundCall
 }
 
-type snapshotStack struct {
-	call  *userCall
-	stack string
+// foundCall is where a dump of every goroutine found a call: its goroutine
+// and that goroutine's stack.
+type foundCall struct {
+	goroutine int64
+	stack     string
 }
 
 // NewShutdownWatch returns an empty watch.
@@ -83,12 +86,10 @@ func watchOf(ctx context.Context) *ShutdownWatch {
 	return w
 }
 
-// stuckCall is a watched call that has not returned, and where it is
-// stuck: the goroutine of the call itself, or of the start call it waits
-// for.
+// stuckCall is a watched call that has not returned, and the call it is
+// stuck in: itself, or the start call it waits for.
 type stuckCall struct {
-	call, in  *userCall
-	goroutine int64
+	call, in *userCall
 }
 
 // stuck returns the watched calls that have not returned, each once, in
@@ -104,9 +105,9 @@ func (w *ShutdownWatch) stuck() []stuckCall {
 			continue
 		}
 		seen[c] = true
-		sc := stuckCall{call: c, in: c, goroutine: c.goroutine.Load()}
-		if w := c.waitsFor; w != nil && sc.goroutine == 0 && !w.returned.Load() {
-			sc.in, sc.goroutine = w, w.goroutine.Load()
+		sc := stuckCall{call: c, in: c}
+		if w := c.waitsFor; w != nil && !c.begun.Load() && !w.returned.Load() {
+			sc.in = w
 		}
 		out = append(out, sc)
 	}
@@ -114,12 +115,12 @@ func (w *ShutdownWatch) stuck() []stuckCall {
 	return out
 }
 
-// Snapshot dumps, now, the stacks of the watched calls that have not
-// returned, for Unstopped to use. The dump stops the world for a time that
-// grows with the number of goroutines (about 1.5ms per thousand): a waiter
-// calls Snapshot shortly before its deadline so that Unstopped, at the
-// deadline, costs next to nothing. Calls that began since, or whose
-// goroutine has changed, are dumped again by Unstopped.
+// Snapshot finds, now, where the watched calls that have not returned are
+// stuck, for Unstopped to use. It takes a dump of every goroutine's stack,
+// which stops the world for a time that grows with the number of
+// goroutines (about 1.5ms per thousand): a waiter calls Snapshot shortly
+// before its deadline so that Unstopped, at the deadline, costs next to
+// nothing. Calls that began since are looked for again by Unstopped.
 func (w *ShutdownWatch) Snapshot() {
 	if w == nil {
 		return
@@ -128,23 +129,21 @@ func (w *ShutdownWatch) Snapshot() {
 	if len(stuck) == 0 {
 		return
 	}
-	wanted := make(map[int64]string, len(stuck))
+	wanted := make(map[uint64]foundCall, len(stuck))
 	for _, sc := range stuck {
-		wanted[sc.goroutine] = ""
+		wanted[sc.in.id] = foundCall{}
 	}
-	goroutineStacks(wanted)
+	findCalls(wanted)
 	w.snapMu.Lock()
-	defer w.snapMu.Unlock()
-	w.snapshot = make(map[int64]snapshotStack, len(stuck))
-	for _, sc := range stuck {
-		w.snapshot[sc.goroutine] = snapshotStack{call: sc.in, stack: wanted[sc.goroutine]}
-	}
+	w.snapshot = wanted
+	w.snapMu.Unlock()
 }
 
 // Unstopped returns the watched Shutdown calls that have not returned, in
 // the order they began, each with the stack of the goroutine where it is
-// stuck: from the last Snapshot when it holds it, else from a dump of every
-// goroutine's stack (runtime.Stack with all set), taken only when needed.
+// stuck: from the last Snapshot when it found it, else from a dump of
+// every goroutine's stack (runtime.Stack with all set), taken only when
+// needed.
 func (w *ShutdownWatch) Unstopped() []Unstopped {
 	if w == nil {
 		return nil
@@ -155,30 +154,30 @@ func (w *ShutdownWatch) Unstopped() []Unstopped {
 	}
 	now := time.Now()
 	out := make([]Unstopped, len(stuck))
+	found := make([]foundCall, len(stuck))
+	var missing map[uint64]foundCall
 	w.snapMu.Lock() // also waits for a Snapshot in progress
-	var missing map[int64]string
 	for i, sc := range stuck {
-		out[i] = Unstopped{Name: sc.call.name, Kind: sc.call.kind, Call: sc.in.op, For: now.Sub(sc.call.began), Goroutine: sc.goroutine}
-		if snap, ok := w.snapshot[sc.goroutine]; ok && snap.call == sc.in && sc.goroutine != 0 {
-			out[i].Stack = snap.stack
+		out[i] = Unstopped{Name: sc.call.name, Kind: sc.call.kind, Call: sc.in.op, For: now.Sub(sc.call.began)}
+		if f, ok := w.snapshot[sc.in.id]; ok && f.goroutine != 0 {
+			found[i] = f
 			continue
 		}
-		if sc.goroutine == 0 {
-			continue // its goroutine has not begun: there is no stack yet
-		}
 		if missing == nil {
-			missing = map[int64]string{}
+			missing = map[uint64]foundCall{}
 		}
-		missing[sc.goroutine] = ""
+		missing[sc.in.id] = foundCall{}
 	}
 	w.snapMu.Unlock()
 	if missing != nil {
-		goroutineStacks(missing)
-		for i := range out {
-			if stack, ok := missing[out[i].Goroutine]; ok && out[i].Stack == "" {
-				out[i].Stack = stack
-			}
+		findCalls(missing)
+	}
+	for i, sc := range stuck {
+		f := found[i]
+		if f.goroutine == 0 {
+			f = missing[sc.in.id]
 		}
+		out[i].Goroutine, out[i].Stack = f.goroutine, f.stack
 	}
 	return out
 }
@@ -195,33 +194,55 @@ func (w *ShutdownWatch) add(c *userCall) {
 // userCall is one user call of a child (its Shutdown, or its start call),
 // as watches see it.
 type userCall struct {
-	name      string
-	kind      Kind
-	op        string // "Shutdown", "Run", "Recover", "Start"
-	began     time.Time
-	goroutine atomic.Int64 // set by the goroutine running the call
-	returned  atomic.Bool
+	id       uint64 // unique in the process: hostCall prints it
+	name     string
+	kind     Kind
+	op       string // "Shutdown", "Run", "Recover", "Start"
+	began    time.Time
+	begun    atomic.Bool // its goroutine has entered hostCall
+	returned atomic.Bool
 	// waitsFor is the start call a Shutdown waits for, when the child was
 	// stopped while starting: until it returns, that is where it is stuck.
 	waitsFor *userCall
 }
 
-// enter records the calling goroutine as the one running the call.
-func (c *userCall) enter() { c.goroutine.Store(currentGoroutine()) }
+var lastCallID atomic.Uint64
 
-// exit records that the call has returned.
-func (c *userCall) exit() { c.returned.Store(true) }
-
-// currentGoroutine is the calling goroutine's id, from the first line of its
-// stack ("goroutine 123 [running]:"): Go has no other way to tell it.
-func currentGoroutine() int64 {
-	var buf [64]byte
-	n := runtime.Stack(buf[:], false)
-	id, _ := parseGoroutineHeader(buf[:n])
-	return id
+func newUserCall(spec Spec, op string) *userCall {
+	return &userCall{id: lastCallID.Add(1), name: spec.Name, kind: spec.Kind, op: op, began: time.Now()}
 }
 
-// parseGoroutineHeader reads the id from a stack's first line.
+// run runs fn as the call, in hostCall, whose frame marks the goroutine
+// as the call's in a dump of every goroutine's stack.
+func (c *userCall) run(fn func()) {
+	c.begun.Store(true)
+	hostCall(c.id, fn)
+	c.returned.Store(true)
+}
+
+// exit records that the call has returned (or was never made).
+func (c *userCall) exit() { c.returned.Store(true) }
+
+// hostCall runs fn, the user call whose id is id. Its frame prints as
+// "actors.hostCall(0x2a, ...)" in a stack dump: id stays live after fn
+// returns, so the traceback prints it exactly (no "?"). That is how a dump
+// tells which goroutine runs which call, at no cost to the call (a few
+// nanoseconds, where taking the goroutine's id with runtime.Stack costs
+// microseconds per call).
+//
+//go:noinline
+func hostCall(id uint64, fn func()) {
+	fn()
+	if id == 0 {
+		panic("actors: a user call without an id")
+	}
+}
+
+// hostCallFrame is how hostCall's frame begins in a dump.
+var hostCallFrame = []byte("/actors.hostCall(0x")
+
+// parseGoroutineHeader reads the id from a stack's first line
+// ("goroutine 123 [running]:").
 func parseGoroutineHeader(b []byte) (int64, bool) {
 	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
 	if !ok {
@@ -235,11 +256,11 @@ func parseGoroutineHeader(b []byte) (int64, bool) {
 	return id, err == nil
 }
 
-// goroutineStacks dumps every goroutine's stack and fills in the stacks of
-// those in wanted. The buffer is sized for the goroutines there are (about
-// a kilobyte each) so that the dump, which stops the world, is seldom taken
-// twice.
-func goroutineStacks(wanted map[int64]string) {
+// findCalls dumps every goroutine's stack and fills in, for each call id in
+// wanted, the goroutine that runs it (in hostCall) and its stack. The
+// buffer is sized for the goroutines there are (about a kilobyte each) so
+// that the dump, which stops the world, is seldom taken twice.
+func findCalls(wanted map[uint64]foundCall) {
 	buf := make([]byte, max(64<<10, runtime.NumGoroutine()<<10))
 	for {
 		n := runtime.Stack(buf, true)
@@ -250,10 +271,23 @@ func goroutineStacks(wanted map[int64]string) {
 		buf = make([]byte, 2*len(buf))
 	}
 	for block := range bytes.SplitSeq(buf, []byte("\n\n")) {
-		if id, ok := parseGoroutineHeader(block); ok {
-			if _, want := wanted[id]; want {
-				wanted[id] = string(bytes.TrimRight(block, "\n"))
-			}
+		at := bytes.Index(block, hostCallFrame)
+		if at < 0 {
+			continue
 		}
+		hex := block[at+len(hostCallFrame):]
+		end := bytes.IndexFunc(hex, func(r rune) bool { return !strings.ContainsRune("0123456789abcdef", r) })
+		if end <= 0 {
+			continue
+		}
+		id, err := strconv.ParseUint(string(hex[:end]), 16, 64)
+		if err != nil {
+			continue
+		}
+		if _, want := wanted[id]; !want {
+			continue
+		}
+		g, _ := parseGoroutineHeader(block)
+		wanted[id] = foundCall{goroutine: g, stack: string(bytes.TrimRight(block, "\n"))}
 	}
 }
