@@ -213,7 +213,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 	clk := c.cfg.Clock
 	call := newUserCall(c.spec, op)
 	c.starting = call
-	c.cfg.Goroutines.Go(func() {
+	c.cfg.Goroutines.GoDeep(func() {
 		begin := clk.Now()
 		var err error
 		call.run(func() { err = Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) }) })
@@ -297,7 +297,7 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 		return
 	}
 	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
-	c.cfg.Goroutines.Go(func() {
+	c.cfg.Goroutines.GoDeep(func() {
 		begin := clk.Now()
 		var err error
 		call.run(func() {

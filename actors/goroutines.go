@@ -58,10 +58,41 @@ func (g *Goroutines) serve(fn func()) {
 	}
 }
 
+// GoDeep is Go for a call whose result is delivered through the child's
+// mailbox (start and stop calls): a new goroutine grows its stack first,
+// while it is shallow; see growStack.
+func (g *Goroutines) GoDeep(fn func()) {
+	if g == nil {
+		go func() { _ = growStack(); fn() }()
+		return
+	}
+	select {
+	case g.work <- fn:
+	default:
+		go func() { _ = growStack(); g.serve(fn) }()
+	}
+}
+
 // Close lets the idle goroutines exit, and those still running a call exit
 // once it returns. Go still works after Close, with new goroutines.
 func (g *Goroutines) Close() {
 	if g != nil {
 		g.once.Do(func() { close(g.closed) })
 	}
+}
+
+// stackIndex keeps growStack's frame from being optimised away; never written.
+var stackIndex int
+
+// growStack grows a new goroutine's stack once, while it is shallow and
+// cheap to copy, to the size a hosted call and the delivery of its result
+// need: the result runs the child's mailbox inline, under a deep protoactor
+// call chain, where growing the stack copies and adjusts every frame each
+// time it doubles (measured: 29% of a shutdown of 10,000 children).
+//
+//go:noinline
+func growStack() byte {
+	var frame [6 << 10]byte
+	frame[stackIndex] = 1
+	return frame[len(frame)-1-stackIndex]
 }
