@@ -3,6 +3,7 @@ package controllermanager
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -112,6 +113,18 @@ const (
 	DefaultRetryPeriod   = 5 * time.Second
 )
 
+// maxLeaseDuration is the longest duration a Lease can hold: an int32 of
+// seconds.
+const maxLeaseDuration = math.MaxInt32 * time.Second
+
+// The least a health probe may be configured to: below, probing costs more
+// than it tells, and a timeout shorter than a goroutine's scheduling
+// latency fails healthy children.
+const (
+	minHealthInterval = 10 * time.Millisecond
+	minHealthTimeout  = time.Millisecond
+)
+
 // serviceAccountNamespaceFile is where a pod finds its namespace.
 var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -160,6 +173,12 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 	duration("maxBackoff", spec.MaxBackoff, &t.MaxBackoff)
 	duration("healthInterval", spec.HealthInterval, &t.HealthInterval)
 	duration("healthTimeout", spec.HealthTimeout, &t.HealthTimeout)
+	if t.HealthInterval < minHealthInterval {
+		errs = append(errs, fmt.Errorf("supervision.healthInterval: must be at least %s, got %s", minHealthInterval, t.HealthInterval))
+	}
+	if t.HealthTimeout < minHealthTimeout {
+		errs = append(errs, fmt.Errorf("supervision.healthTimeout: must be at least %s, got %s", minHealthTimeout, t.HealthTimeout))
+	}
 	duration("shutdownTimeout", spec.ShutdownTimeout, &t.ShutdownTimeout)
 	if t.InitialBackoff > t.MaxBackoff {
 		errs = append(errs, fmt.Errorf("supervision.initialBackoff: %s exceeds supervision.maxBackoff %s", t.InitialBackoff, t.MaxBackoff))
@@ -206,6 +225,10 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	c.renewDeadline = duration("renewDeadline", spec.RenewDeadline, DefaultRenewDeadline)
 	c.retryPeriod = duration("retryPeriod", spec.RetryPeriod, DefaultRetryPeriod)
 	switch {
+	case c.leaseDuration > maxLeaseDuration:
+		// A Lease stores the duration as an int32 of seconds: past it, the
+		// stored duration is negative and standbys take over at once.
+		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: must be at most %s (a Lease stores an int32 of seconds), got %s", maxLeaseDuration, c.leaseDuration))
 	case c.leaseDuration%time.Second != 0:
 		// A standby reads the duration from the Lease, in whole seconds: a
 		// 1.5s lease would expire after 1s.

@@ -18,9 +18,16 @@ func (p *replyProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 	if env, ok := message.(*actor.MessageEnvelope); ok {
 		message = env.Message
 	}
-	r, ok := message.(Reply)
-	if !ok {
-		r = Reply{Value: message}
+	var r Reply
+	switch m := message.(type) {
+	case Reply:
+		r = m
+	case *actor.DeadLetterResponse:
+		// The request reached no actor: the supervisor had already stopped
+		// (its PID left the registry before Terminated was closed).
+		r = Reply{Err: ErrStopped}
+	default:
+		r = Reply{Value: m}
 	}
 	select {
 	case p.ch <- r:
@@ -48,6 +55,9 @@ func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, termina
 	system.Root.RequestWithCustomSender(pid, msg, self)
 	select {
 	case r := <-p.ch:
+		if r.Err == ErrStopped { // a dead letter: name the request, as below
+			return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+		}
 		return r.Value, r.Err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%T: %w", msg, ctx.Err())

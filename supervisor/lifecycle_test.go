@@ -63,6 +63,11 @@ func TestLifecycleMessages(t *testing.T) {
 	}
 	_, err = h.ask(RestartChild{Name: "plain"})
 	assert.ErrorContains(t, err, "nothing to start")
+
+	// A request of a type it does not handle is answered, not left waiting.
+	_, err = h.ask(&GetStatus{})
+	assert.ErrorIs(t, err, ErrUnknownMessage)
+	assert.ErrorContains(t, err, "*supervisor.GetStatus")
 }
 
 func TestAddAndRemoveChildWhileRunning(t *testing.T) {

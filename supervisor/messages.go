@@ -132,6 +132,8 @@ var (
 	// ErrShutdown is wrapped by the error Start returns when the manager was
 	// shut down before it had started.
 	ErrShutdown = errors.New("supervisor: shut down during start")
+	// ErrUnknownMessage: a request of a type the supervisor does not handle.
+	ErrUnknownMessage = errors.New("supervisor: unknown message")
 	// ErrStartTwice: Start was called on a manager that had already started.
 	ErrStartTwice = errors.New("supervisor: manager already started")
 	// ErrUnstopped is wrapped by an *UnstoppedError: a shutdown's context

@@ -149,8 +149,12 @@ func (s *root) elect() {
 func (s *root) recoverStores() {
 	a := s.start
 	s.obs.starting.Store(true)
-	a.bounded, a.cancelBounded = a.ctx, func() {}
-	if a.timeout > 0 {
+	// The round's own context, cancelled when the round ends or is
+	// abandoned (a lost lease with Reelect), so that no start call of an
+	// abandoned round runs on beside the next round's.
+	if a.timeout <= 0 {
+		a.bounded, a.cancelBounded = context.WithCancel(a.ctx)
+	} else {
 		a.bounded, a.cancelBounded = context.WithTimeout(a.ctx, a.timeout)
 		bounded := a.bounded
 		context.AfterFunc(bounded, func() {

@@ -183,6 +183,12 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onProbeDone(m)
 	case *actor.DeadLetterResponse:
 		// A reply to a requester that had given up; nothing to do.
+	default:
+		// A request the supervisor does not know (a pointer to a lifecycle
+		// message, say) is answered, so that its sender does not wait in vain.
+		if sender := ctx.Sender(); sender != nil {
+			s.respond(sender, nil, fmt.Errorf("%w: %T", ErrUnknownMessage, m))
+		}
 	}
 }
 
