@@ -33,7 +33,8 @@ type LeaderElectionSpec struct {
 	// the service account's namespace file, else "default".
 	LeaseNamespace string `json:"leaseNamespace,omitempty"`
 	// LeaseDuration is how long a standby waits after the last renewal it
-	// observed before it takes the lease over. Default 30s.
+	// observed before it takes the lease over. Default 30s; whole seconds,
+	// at most what a Lease holds (2^31-1 s).
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
 	// RenewDeadline is how long the leader retries renewing before it gives
 	// up leadership and fences. Default 15s; must be less than LeaseDuration.
@@ -89,11 +90,12 @@ type SupervisionSpec struct {
 	InitialBackoff metav1.Duration `json:"initialBackoff,omitempty"`
 	// MaxBackoff caps the backoff. Default 30s.
 	MaxBackoff metav1.Duration `json:"maxBackoff,omitempty"`
-	// HealthInterval is how often running controllers are probed. Default 10s.
+	// HealthInterval is how often running controllers (and webhooks) are
+	// probed. Default 10s; at least 10ms.
 	HealthInterval metav1.Duration `json:"healthInterval,omitempty"`
 	// HealthTimeout is how long a health answer may take; a controller
 	// silent this long is unhealthy, and GetHealth returns within it.
-	// Default 1s.
+	// Default 1s; at least 1ms.
 	HealthTimeout metav1.Duration `json:"healthTimeout,omitempty"`
 	// UnhealthyThreshold is how many unhealthy or silent probes in a row make
 	// a failure (and so a restart). Default 3.
