@@ -55,6 +55,7 @@ type child struct {
 	failedReported bool   // Failed already sent for this incarnation
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
+	initial        *Start // the start to run once spawned (Spawner.Spawn)
 
 	// starting is the start call running; stopping the Shutdown call
 	// running or due, for the watches of its Stops (see ShutdownWatch).
@@ -127,9 +128,10 @@ func NewSpawner(cfg Config) *Spawner {
 }
 
 // Spawn spawns a child hosting spec under the parent whose context ctx is;
-// the child's id starts with its name.
-func (s *Spawner) Spawn(ctx actor.SpawnerContext, spec Spec) *actor.PID {
-	s.next = &child{spec: spec, cfg: s.cfg}
+// the child's id starts with its name. With a start, the child runs it as
+// soon as it is spawned, as if sent right after, but without the message.
+func (s *Spawner) Spawn(ctx actor.SpawnerContext, spec Spec, start *Start) *actor.PID {
+	s.next = &child{spec: spec, cfg: s.cfg, initial: start}
 	return ctx.SpawnPrefix(s.props, spec.Name)
 }
 
@@ -145,6 +147,10 @@ func (c *child) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		c.system, c.self, c.parent = ctx.ActorSystem(), ctx.Self(), ctx.Parent()
+		if m := c.initial; m != nil {
+			c.initial = nil
+			c.start(ctx, *m)
+		}
 	case Start:
 		c.start(ctx, m)
 	case startDone:

@@ -99,7 +99,12 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
 	s.setState(rec, StateStarting)
-	s.ctx.Send(rec.pid, actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout, Shared: shared})
+	start := actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout, Shared: shared}
+	if rec.pid == nil {
+		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
+		return
+	}
+	s.ctx.Send(rec.pid, start)
 }
 
 // stopAll shuts down every active child of recs in parallel with ctx and

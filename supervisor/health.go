@@ -45,6 +45,12 @@ func (s *root) onGatherHealth(m GatherHealth) {
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
 		statuses[i].Name = rec.spec.Name
+		switch {
+		case rec.pid == nil: // not spawned yet: its first start is to come
+			statuses[i].Healthy = true
+			statuses[i].Message = "not started yet"
+			continue
+		}
 		switch rec.state {
 		case StatePending, StateStarting, StateRunning:
 			pending = append(pending, i)

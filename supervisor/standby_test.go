@@ -108,3 +108,38 @@ func TestCancellingAStandbysStartIsARequestedStop(t *testing.T) {
 		require.NoError(t, h.handle.Observed.Err(), "run %d", i)
 	}
 }
+
+// Before their first start, controllers have no actor: health reports them
+// as not started yet, healthy (waiting for the stores is not a failure).
+func TestControllersAreHealthyUntilTheirFirstStart(t *testing.T) {
+	h := newHarness(t, timing(nil))
+	release := make(chan struct{})
+	store := testchild.NewStore("s", func(ctx context.Context, _ int) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	c := testchild.NewController("c", testchild.Behavior{})
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{
+			{Name: "s", Kind: actors.KindStore, Impl: store}, controllerSpec(c),
+		}})
+		started <- err
+	}()
+	h.waitFor("recovering", func(s Status) bool { return s.Phase == PhaseRecovering })
+	col := actors.NewHealthCollector(h.handle.System)
+	h.handle.System.Root.Send(h.handle.PID, GatherHealth{Collector: col})
+	<-col.Done()
+	statuses, ok := col.Close("silent")
+	require.True(t, ok)
+	assert.Equal(t, []actors.HealthStatus{{Name: "c", Healthy: true, Message: "not started yet"}}, statuses)
+	_, _, healthCalls := c.Counts()
+	assert.Zero(t, healthCalls)
+	close(release)
+	require.NoError(t, <-started)
+	assert.Equal(t, StateRunning, h.child("c").State)
+}

@@ -87,11 +87,16 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	}()
 }
 
-// addRecord spawns the actor of a child; it starts in StatePending.
+// addRecord records a child, in StatePending, and spawns its actor unless it
+// is a controller.
 func (s *root) addRecord(spec actors.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true}
 	rec.waits = rec.waitBuf[:0]
-	rec.pid = s.spawner.Spawn(s.ctx, spec)
+	if spec.Kind != actors.KindController {
+		// A controller's actor is spawned by its first start (startChild):
+		// one message less per controller, and a standby hosts none.
+		rec.pid = s.spawner.Spawn(s.ctx, spec, nil)
+	}
 	s.setState(rec, StatePending)
 	s.children = append(s.children, rec)
 	s.byName[spec.Name] = rec

@@ -309,7 +309,7 @@ func (s *root) onTerminated(m *actor.Terminated) {
 		return // the tree is being torn down
 	}
 	for _, rec := range s.children {
-		if rec.pid.Equal(m.Who) {
+		if rec.pid != nil && rec.pid.Equal(m.Who) {
 			s.internalError(fmt.Errorf("supervisor: the actor of %s %q stopped unexpectedly", rec.spec.Kind, rec.spec.Name), nil)
 			return
 		}
