@@ -22,9 +22,11 @@ import (
 
 type contractController struct{}
 
-func (contractController) Shutdown(context.Context)   {}
-func (contractController) Run(context.Context) error  { return nil }
-func (contractController) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: "c", Healthy: true, Message: ""} }
+func (contractController) Shutdown(context.Context)  {}
+func (contractController) Run(context.Context) error { return nil }
+func (contractController) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "c", Healthy: true, Message: ""}
+}
 
 type contractStore struct{}
 
