@@ -17,6 +17,7 @@ type PanicError struct {
 	Stack []byte // the stack of the panicking goroutine, as runtime/debug.Stack prints it
 }
 
+// Error names the child, the call and the panic value; the stack is in Stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("%s %q: panic in %s: %v", e.Kind, e.Child, e.Op, e.Value)
 }
@@ -37,6 +38,7 @@ type CallError struct {
 	Err   error
 }
 
+// Error names the child and the call, then the error the call returned.
 func (e *CallError) Error() string {
 	return fmt.Sprintf("%s %q: %s: %v", e.Kind, e.Child, e.Op, e.Err)
 }

@@ -32,6 +32,7 @@ type Unstopped struct {
 	Stack string
 }
 
+// String is one line: the child, its call and how long it has run.
 func (u Unstopped) String() string {
 	if u.Call != "" && u.Call != "Shutdown" {
 		return fmt.Sprintf("%s %q (stopped %s ago, its %s has not returned: Shutdown waits for it)", u.Kind, u.Name, u.For.Round(time.Millisecond), u.Call)

@@ -63,6 +63,7 @@ type Event struct {
 	Err      error  // the failure, where there is one
 }
 
+// String is the event on one line, for logs: its type, phase, child and error.
 func (e Event) String() string {
 	s := fmt.Sprintf("%s phase=%s", e.Type, e.Phase)
 	if e.Child != "" {

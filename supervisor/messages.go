@@ -154,6 +154,7 @@ type UnstoppedError struct {
 	Children []Unstopped
 }
 
+// Error lists the children that did not stop.
 func (e *UnstoppedError) Error() string {
 	names := make([]string, len(e.Children))
 	for i, u := range e.Children {
@@ -176,6 +177,7 @@ type EscalationError struct {
 	Err      error         // the child's last failure
 }
 
+// Error names the child, its failures within the window and its last failure.
 func (e *EscalationError) Error() string {
 	return fmt.Sprintf("supervisor: %s %q failed %d times within %s, more than its restart budget allows: %v",
 		e.Kind, e.Child, e.Restarts+1, e.Window, e.Err)

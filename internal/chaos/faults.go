@@ -49,6 +49,7 @@ const (
 var faultNames = [...]string{"", "Report", "HealthPanic", "Unhealthy", "HealthHang", "StartError", "StartPanic",
 	"SlowShutdown", "HungShutdown", "ShutdownPanic", "HandlePanic", "HandleErrors", "HandleSlow"}
 
+// String names the kind of fault.
 func (k FaultKind) String() string {
 	if int(k) < len(faultNames) {
 		return faultNames[k]
@@ -79,6 +80,7 @@ type Fault struct {
 	counted atomic.Int32 // ChildFailed events naming it
 }
 
+// Error describes the injected fault.
 func (f *Fault) Error() string {
 	return fmt.Sprintf("chaos: fault #%d (%s) of %s in incarnation %d", f.Seq, f.Kind, f.Child, f.Inc)
 }
