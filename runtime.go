@@ -222,7 +222,7 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 	specs := make([]actors.Spec, len(added))
 	errs := make([]error, len(added))
-	var wg sync.WaitGroup
+	var byHealth []int // controllers named by GetHealth().Name
 	for i, v := range added {
 		spec, err := supervisor.Classify(m.mode, v)
 		if err != nil {
@@ -239,13 +239,18 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 			continue
 		}
 		// A controller's name is GetHealth().Name: user code that may hang.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			specs[i].Name, errs[i] = actors.ResolveName(v, m.timing.HealthTimeout)
-		}()
+		byHealth = append(byHealth, i)
 	}
-	wg.Wait()
+	if len(byHealth) > 0 {
+		vals := make([]any, len(byHealth))
+		for j, i := range byHealth {
+			vals[j] = added[i]
+		}
+		names, nerrs := actors.ResolveNames(vals, m.timing.HealthTimeout)
+		for j, i := range byHealth {
+			specs[i].Name, errs[i] = names[j], nerrs[j]
+		}
+	}
 	seen := make(map[string]int, len(specs))
 	for i := range errs {
 		switch {

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"fmt"
+	"runtime/debug"
+	"sync"
 	"time"
 )
 
@@ -11,35 +13,87 @@ import (
 // GetHealth().Name for a Controller, else "" (a plain Runnable has no name).
 // It gives up after timeout.
 func ResolveName(v any, timeout time.Duration) (string, error) {
-	var op string
-	var fn func() string
-	switch x := v.(type) {
-	case Namer:
-		op, fn = "Name", x.Name
-	case Controller:
-		op, fn = "GetHealth", func() string { return x.GetHealth().Name }
-	default:
-		return "", nil
+	names, errs := ResolveNames([]any{v}, timeout)
+	return names[0], errs[0]
+}
+
+// ResolveNames is ResolveName for many values at once, with one deadline
+// for all of them: each name method still runs in a goroutine of its own,
+// under its own recover, but the wait is one timer, not one per value.
+// names[i] and errs[i] answer vals[i].
+func ResolveNames(vals []any, timeout time.Duration) (names []string, errs []error) {
+	n := len(vals)
+	names, errs = make([]string, n), make([]error, n)
+	if n == 0 {
+		return names, errs
 	}
-	type result struct {
-		name string
-		err  error
+	var mu sync.Mutex
+	answered := make([]bool, n)
+	left := n
+	done := make(chan struct{})
+	for i, v := range vals {
+		go func() {
+			name, err := resolveNameNow(v)
+			mu.Lock()
+			defer mu.Unlock()
+			if left < 0 { // the deadline passed: the caller has moved on
+				return
+			}
+			names[i], errs[i], answered[i] = name, err, true
+			if left--; left == 0 {
+				close(done)
+			}
+		}()
 	}
-	done := make(chan result, 1)
-	go func() {
-		var name string
-		err := Call("child", fmt.Sprintf("%T", v), op, func() error { name = fn(); return nil })
-		done <- result{name, err}
-	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case r := <-done:
-		if r.err != nil {
-			return "", fmt.Errorf("cannot name %T: %w", v, r.err)
-		}
-		return r.name, nil
+	case <-done:
 	case <-timer.C:
-		return "", fmt.Errorf("cannot name %T: %s did not return within %s", v, op, timeout)
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if left > 0 {
+		for i, ok := range answered {
+			if !ok {
+				errs[i] = fmt.Errorf("cannot name %T: %s did not return within %s", vals[i], nameOp(vals[i]), timeout)
+			}
+		}
+	}
+	left = -1
+	return names, errs
+}
+
+// resolveNameNow runs v's name method here, turning a panic into an error.
+func resolveNameNow(v any) (name string, err error) {
+	op := nameOp(v)
+	switch x := v.(type) {
+	case Namer:
+		err = callNamed(v, op, func() { name = x.Name() })
+	case Controller:
+		err = callNamed(v, op, func() { name = x.GetHealth().Name })
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot name %T: %w", v, err)
+	}
+	return name, nil
+}
+
+// callNamed runs fn under recover, formatting the child's type only when
+// it panicked.
+func callNamed(v any, op string, fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Child: fmt.Sprintf("%T", v), Kind: "child", Op: op, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	fn()
+	return nil
+}
+
+func nameOp(v any) string {
+	if _, ok := v.(Namer); ok {
+		return "Name"
+	}
+	return "GetHealth"
 }
