@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,7 +231,7 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 		specs[i] = spec
 		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
 			// Name() is a getter: call it here, panics recovered.
-			specs[i].Name, errs[i] = nameOf(v)
+			specs[i].Name, errs[i] = actors.NameOf(v)
 			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
 				specs[i].Name = fmt.Sprintf("runnable-%d", i)
 			}
@@ -272,19 +271,6 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 		return nil, fmt.Errorf("invalid children: %w", err)
 	}
 	return specs, nil
-}
-
-func nameOf(v any) (name string, err error) {
-	n, ok := v.(actors.Namer)
-	if !ok {
-		return "", nil
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &actors.PanicError{Child: fmt.Sprintf("%T", v), Kind: "child", Op: "Name", Value: r, Stack: debug.Stack()}
-		}
-	}()
-	return n.Name(), nil
 }
 
 // GetHealth returns the health of every controller, in the order they were

@@ -29,16 +29,31 @@ func NewGoroutines(maxIdle int) *Goroutines {
 }
 
 // Go runs fn in a goroutine of its own: an idle one, or a new one.
-func (g *Goroutines) Go(fn func()) {
-	if g == nil {
-		go fn()
-		return
+func (g *Goroutines) Go(fn func()) { g.run(fn, false) }
+
+// GoDeep is Go for a call whose result is delivered through the child's
+// mailbox (start and stop calls): a new goroutine grows its stack first,
+// while it is shallow; see growStack.
+func (g *Goroutines) GoDeep(fn func()) { g.run(fn, true) }
+
+func (g *Goroutines) run(fn func(), grow bool) {
+	if g != nil {
+		select {
+		case g.work <- fn:
+			return
+		default:
+		}
 	}
-	select {
-	case g.work <- fn:
-	default:
-		go g.serve(fn)
-	}
+	go func() {
+		if grow {
+			_ = growStack()
+		}
+		if g == nil {
+			fn()
+			return
+		}
+		g.serve(fn)
+	}()
 }
 
 func (g *Goroutines) serve(fn func()) {
@@ -55,21 +70,6 @@ func (g *Goroutines) serve(fn func()) {
 			g.idle.Add(-1)
 			return
 		}
-	}
-}
-
-// GoDeep is Go for a call whose result is delivered through the child's
-// mailbox (start and stop calls): a new goroutine grows its stack first,
-// while it is shallow; see growStack.
-func (g *Goroutines) GoDeep(fn func()) {
-	if g == nil {
-		go func() { _ = growStack(); fn() }()
-		return
-	}
-	select {
-	case g.work <- fn:
-	default:
-		go func() { _ = growStack(); g.serve(fn) }()
 	}
 }
 

@@ -69,7 +69,7 @@ func resolveNameNow(v any) (name string, err error) {
 	op := nameOp(v)
 	switch x := v.(type) {
 	case Namer:
-		err = callNamed(v, op, func() { name = x.Name() })
+		name, err = NameOf(v)
 	case Controller:
 		err = callNamed(v, op, func() { name = x.GetHealth().Name })
 	}
@@ -77,6 +77,18 @@ func resolveNameNow(v any) (name string, err error) {
 		return "", fmt.Errorf("cannot name %T: %w", v, err)
 	}
 	return name, nil
+}
+
+// NameOf calls v's Name method here, when it has one, turning a panic into
+// a *PanicError: for a getter that is called where a goroutine per value
+// would cost more than it guards against. A value without one has no name.
+func NameOf(v any) (name string, err error) {
+	n, ok := v.(Namer)
+	if !ok {
+		return "", nil
+	}
+	err = callNamed(v, "Name", func() { name = n.Name() })
+	return name, err
 }
 
 // callNamed runs fn under recover, formatting the child's type only when

@@ -32,11 +32,10 @@ type (
 		err     error
 	}
 	// startExpired: the start context ended: the caller's context (its
-	// cancel or its deadline), or startTimeout when timedOut.
+	// cancel or its deadline), or startTimeout (failStart tells them apart).
 	startExpired struct {
-		attempt  *startAttempt
-		err      error
-		timedOut bool
+		attempt *startAttempt
+		err     error
 	}
 )
 
@@ -164,7 +163,7 @@ func (s *root) recoverStores() {
 		bounded := a.bounded
 		context.AfterFunc(bounded, func() {
 			if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
-				s.sendSelf(startExpired{attempt: a, timedOut: true,
+				s.sendSelf(startExpired{attempt: a,
 					err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
 			}
 		})
