@@ -63,16 +63,10 @@ type child struct {
 	// stopAfterStart is the context of a Stop that came while the start
 	// call ran: its Shutdown runs once the start call has returned.
 	stopAfterStart context.Context
-	// sharedStart: the start call runs on a shared context, which a Stop
-	// does not end (Start.Shared).
-	sharedStart bool
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
 }
-
-// noCancel is the cancel function of a shared start context: its owner ends it.
-func noCancel() {}
 
 // inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
 var inlineDispatcher = actor.NewSynchronizedDispatcher(300)
@@ -203,12 +197,13 @@ func (c *child) start(ctx actor.Context, m Start) {
 	if base == nil {
 		base = context.Background()
 	}
-	runCtx, cancel := base, noCancel
-	c.sharedStart = m.Shared && m.Timeout <= 0
-	switch {
-	case m.Timeout > 0:
+	// Every start call has a context of its own, so that a Stop can end
+	// it without ending its siblings' (they may share base).
+	var runCtx context.Context
+	var cancel context.CancelFunc
+	if m.Timeout > 0 {
 		runCtx, cancel = context.WithTimeout(base, m.Timeout)
-	case !m.Shared:
+	} else {
 		runCtx, cancel = context.WithCancel(base)
 	}
 	c.cancelStart = cancel
@@ -276,19 +271,17 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 	starting := c.state == stateStarting
 	c.state = stateStopping
 	if starting {
+		// The start call's context is cancelled, and Shutdown waits for the
+		// call to return (startDone): it never runs before or beside the Run
+		// (Recover, Start) it ends, which could otherwise start work after
+		// its Shutdown that nothing would ever stop. This holds on every
+		// path (a manager's shutdown during its own start, a lost lease, a
+		// restart): Stopped, and so the lease's release, waits too.
 		c.cancelStart()
 		c.cancelStart = nil
-		if !c.sharedStart {
-			// The start call's context is cancelled, and Shutdown waits for
-			// the call to return (startDone): it never runs before or beside
-			// the Run (Recover, Start) it ends, which could otherwise start
-			// work after its Shutdown that nothing would ever stop. (A
-			// shared start context is ended by the parent, which may not
-			// have done so: Shutdown runs at once, as it always did.)
-			call.waitsFor = c.starting
-			c.stopAfterStart = stopCtx
-			return
-		}
+		call.waitsFor = c.starting
+		c.stopAfterStart = stopCtx
+		return
 	}
 	c.runShutdown(stopCtx, call)
 }

@@ -9,20 +9,15 @@ import (
 
 // Start is sent by the parent to start a new incarnation Gen of the child:
 // Run for a controller, Recover for a store, Start for a webhook, nothing for
-// a plain runnable. Ctx is the start context given to the user call, bounded
-// by Timeout when it is positive; the child adds its failure reporter and
-// cancels it once the call has returned or the child is stopped. The child
+// a plain runnable. Ctx is the base of the start call's context, which the
+// child derives (bounded by Timeout when it is positive), adds its failure
+// reporter to, and cancels once the call has returned or the child is
+// stopped; a Stop while the call runs waits for it to return before Shutdown. The child
 // answers Started or StartFailed.
 type Start struct {
 	Gen     uint64
 	Ctx     context.Context
 	Timeout time.Duration
-	// Shared says that Ctx is shared by many children and ended by the
-	// parent (the manager's start): the child then uses it as it is, without
-	// a cancellable context of its own, which saves registering thousands of
-	// children under one parent context. A stop while starting does not
-	// cancel it; the parent ends it.
-	Shared bool
 }
 
 // Stop is sent by the parent to shut the child down: Shutdown(Ctx) runs once

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -84,22 +85,19 @@ func (s *root) startAll(recs []*childRecord, ctx context.Context, then func(err 
 	b := &barrier{failFast: true, then: then}
 	for _, rec := range recs {
 		b.add(rec)
-		s.startChild(rec, ctx, 0, true)
+		s.startChild(rec, ctx, 0)
 	}
 }
 
-// startChild sends Start for a new incarnation of rec, its start call
-// bounded by timeout when positive.
-//
-// shared says that ctx is the start context of many children, ended by the
-// supervisor (see actors.Start).
-func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration, shared bool) {
+// startChild sends Start for a new incarnation of rec, its start call on a
+// context of its own derived from ctx, bounded by timeout when positive.
+func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
 	s.gen++
 	rec.gen = s.gen
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
 	s.setState(rec, StateStarting)
-	start := actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout, Shared: shared}
+	start := actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	if rec.pid == nil {
 		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
 		return
@@ -168,7 +166,7 @@ func (s *root) onChildStopped(m actors.Stopped) {
 	}
 	s.setState(rec, StateStopped)
 	if m.Err != nil {
-		s.cfg.Logger.Error("child panicked in Shutdown", "child", rec.spec.Name, "err", m.Err)
+		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
 	s.publish(ChildStopped, rec, m.Err)
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
@@ -189,6 +187,18 @@ func (s *root) recordFailure(rec *childRecord, err error) {
 	rec.lastErr = err
 	rec.healthy = false
 	rec.message = err.Error()
-	s.cfg.Logger.Error("child failed", "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
+	s.logFailure("child failed", rec, err)
 	s.publish(ChildFailed, rec, err)
+}
+
+// logFailure logs a failure of rec once; a panic with its stack, as klog
+// and controller-runtime do, since the PanicError's message leaves it out.
+func (s *root) logFailure(msg string, rec *childRecord, err error) {
+	var pe *actors.PanicError
+	if errors.As(err, &pe) {
+		s.cfg.Logger.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err,
+			"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		return
+	}
+	s.cfg.Logger.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
 }
