@@ -93,7 +93,7 @@ func (s *root) fence(cause error) {
 	s.fencing = f
 	f.timer = time.AfterFunc(timeout, func() { s.sendSelf(fenceOverdue{f: f}) })
 	for _, rec := range s.children {
-		if rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindStore {
+		if fencedChild(rec) {
 			f.recs = append(f.recs, rec)
 		}
 	}
@@ -112,19 +112,12 @@ func (s *root) fence(cause error) {
 		// call, if any, waits for the next election.
 		s.start = s.nextRound(s.start)
 	}
-	for plan := range s.plans {
-		s.cancelPlan(plan)
-	}
-	s.stopProbes()
-	s.probe = nil // a new round arms new probes
+	// Only what the lease fences stops: webhooks and plain runnables run on
+	// (a webhook's restart in progress goes on), and their liveness probes
+	// too, as on any standby.
+	s.quiesce(fencedChild)
 	s.obs.starting.Store(false)
 	s.obs.started.Store(false)
-	for _, rec := range f.recs {
-		rec.plan = nil
-		if rec.state == StateBackingOff {
-			s.setState(rec, StateStopped)
-		}
-	}
 	s.setPhase(PhaseElecting)
 	s.stopAll(f.recs, ctx, func() {
 		s.fenced(f)

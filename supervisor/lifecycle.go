@@ -90,7 +90,7 @@ func (s *root) startOne(rec *childRecord, replyTo *actor.PID, op string) {
 		s.respond(replyTo, nil, nil)
 	}}
 	b.add(rec)
-	s.startChild(rec, s.lifetimeContext(), s.startTimeout, false)
+	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
 }
 
 func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
@@ -106,8 +106,8 @@ func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
 // it down.
 func (s *root) stopForGood(rec *childRecord, then func()) {
 	rec.stopRequested = true
-	rec.plan = nil
-	if rec.state == StateBackingOff || rec.state == StatePending {
+	s.quiesce(onlyChild(rec))
+	if rec.state == StatePending {
 		s.setState(rec, StateStopped)
 	}
 	s.stopAll([]*childRecord{rec}, s.boundedContext(), then)

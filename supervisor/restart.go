@@ -36,8 +36,8 @@ type stopOverdue struct{ plan *restartPlan }
 // a start call failing during Start fails the start instead (the caller
 // settles its barrier), and during shutdown nothing restarts.
 func (s *root) supervise(rec *childRecord, err error) {
-	if !s.supervising() || rec.stopRequested {
-		return
+	if !s.supervising() || rec.stopRequested || (fencedChild(rec) && !s.leaseHeld()) {
+		return // a fenced child failing as its lease goes is stopped, not restarted
 	}
 	now := s.now()
 	if !s.allowRestart(rec, now) {
@@ -135,7 +135,17 @@ func (s *root) startNext(plan *restartPlan) {
 		r := plan.recs[plan.next]
 		plan.next++
 		if r.plan != plan {
-			continue // taken out of the plan (StopChild, RemoveChild)
+			continue // taken out of the plan (StopChild, RemoveChild, a lost lease)
+		}
+		if fencedChild(r) && !s.leaseHeld() {
+			// Cannot happen (a lost lease takes fenced children out of every
+			// plan, and a standby's plans never take them in); if it did,
+			// starting r would run it without the lease.
+			r.plan = nil
+			if r.state == StateBackingOff {
+				s.setState(r, StateStopped)
+			}
+			continue
 		}
 		r.restarts++
 		b := &barrier{failFast: true, then: func(err error) {
@@ -152,7 +162,7 @@ func (s *root) startNext(plan *restartPlan) {
 			s.supervise(r, err) // a failed restart is a failure; the plan's rest joins the new plan
 		}}
 		b.add(r)
-		s.startChild(r, s.lifetimeContext(), s.startTimeout, false)
+		s.startChild(r, s.lifetimeContext(), s.startTimeout)
 		s.publish(ChildRestarted, r, nil)
 		return
 	}
@@ -184,6 +194,9 @@ func (s *root) group(rec *childRecord) []*childRecord {
 		}
 		if r.stopRequested || (r.spec.Kind != actors.KindController && r.spec.Kind != actors.KindWebhook) {
 			continue
+		}
+		if fencedChild(r) && !s.leaseHeld() {
+			continue // a standby's webhook restarts alone: its controllers may not run
 		}
 		if s.cfg.Timing.Strategy == AllForOne || after {
 			group = append(group, r)
