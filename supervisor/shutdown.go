@@ -2,9 +2,11 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
 )
@@ -13,7 +15,24 @@ import (
 type shutdownAttempt struct {
 	cause   error // why: nil when requested
 	waiters []*actor.PID
+
+	// A shutdown that nobody asked for (an escalation, a failed start, a
+	// lost lease with Exit) is bounded: see boundFailedShutdown.
+	watch   *actors.ShutdownWatch
+	overdue clock.Timer
 }
+
+type (
+	// shutdownOverdue: a failure's shutdown has not finished within
+	// Timing.ShutdownTimeout.
+	shutdownOverdue struct{ attempt *shutdownAttempt }
+	// shutdownReport: where the Shutdown calls that an overdue shutdown
+	// waits for are stuck, found off the mailbox.
+	shutdownReport struct {
+		attempt *shutdownAttempt
+		stuck   []Unstopped
+	}
+)
 
 func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
 	switch {
@@ -49,23 +68,78 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		}
 		s.endStart(err)
 	}
-	for plan := range s.plans {
-		s.cancelPlan(plan)
-	}
+	s.quiesce(everyChild)
 	s.stopProbes()
 	if s.endLifetime != nil {
 		s.endLifetime()
 	}
 	s.obs.ready.Store(false)
 	s.setPhase(PhaseShuttingDown)
-	for _, rec := range s.children {
-		rec.plan = nil
-		if rec.state == StateBackingOff {
-			s.setState(rec, StateStopped)
-		}
+	if cause != nil {
+		ctx = s.boundFailedShutdown(ctx)
 	}
 	s.watchStopping(ctx)
 	s.stopAll(s.children, ctx, s.releaseLease)
+}
+
+// boundFailedShutdown bounds a shutdown that nobody asked for: nobody
+// waits for it with a context of their own, and a Shutdown call that hangs
+// would leave the manager in ShuttingDown for ever, Done open and the lease
+// renewed while nothing runs on it. Once Timing.ShutdownTimeout has passed
+// the manager ends Failed anyway, its Err naming the cause and, with their
+// stacks, the children whose Shutdown has not returned (onShutdownOverdue).
+// The lease is not given up then, since those children may still run: the
+// renewals stop and the lease expires on its own. It returns ctx carrying
+// the watch of those Shutdown calls.
+func (s *root) boundFailedShutdown(ctx context.Context) context.Context {
+	a := s.shutdown
+	a.watch = actors.NewShutdownWatch()
+	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any {
+		return shutdownOverdue{attempt: a}
+	}))
+	return actors.WithShutdownWatch(ctx, a.watch)
+}
+
+func (s *root) onShutdownOverdue(m shutdownOverdue) {
+	if m.attempt != s.shutdown || s.phase.Ended() {
+		return
+	}
+	watch := m.attempt.watch
+	go func() { // a dump of every goroutine's stack: not on the mailbox
+		s.sendSelf(shutdownReport{attempt: m.attempt, stuck: watch.Unstopped()})
+	}()
+}
+
+func (s *root) onShutdownReport(m shutdownReport) {
+	if m.attempt != s.shutdown || s.phase.Ended() {
+		return
+	}
+	var active []string
+	for _, rec := range s.children {
+		if rec.state.active() {
+			active = append(active, fmt.Sprintf("%s %q", rec.spec.Kind, rec.spec.Name))
+		}
+	}
+	if len(active) == 0 {
+		return // all stopped meanwhile: the lease is being given up
+	}
+	stuck := m.stuck
+	if len(stuck) == 0 { // returned between the dump and now, or not watched: name them at least
+		for _, rec := range s.children {
+			if rec.state.active() {
+				stuck = append(stuck, Unstopped{Name: rec.spec.Name, Kind: rec.spec.Kind, Call: "Shutdown"})
+			}
+		}
+	}
+	uerr := &UnstoppedError{Children: stuck}
+	s.cfg.Logger.Error("shutdown after a failure did not complete: the manager fails without giving the lease up",
+		"cause", m.attempt.cause, "timeout", s.cfg.Timing.ShutdownTimeout, "err", uerr)
+	for _, u := range stuck {
+		s.cfg.Logger.Error("child did not stop", "child", u.Name, "kind", u.Kind, "call", u.Call, "for", u.For,
+			"goroutine", u.Goroutine, "stack", u.Stack)
+	}
+	m.attempt.cause = errors.Join(m.attempt.cause, uerr)
+	s.finish()
 }
 
 // watchStopping lets the actors.ShutdownWatch in ctx, if any, watch the
@@ -100,6 +174,9 @@ func (s *root) finish() {
 		return
 	}
 	cause := s.shutdown.cause
+	if s.shutdown.overdue != nil {
+		s.shutdown.overdue.Stop()
+	}
 	s.leader = false
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)

@@ -168,6 +168,10 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onLeaseReleased()
 	case fenceOverdue:
 		s.onFenceOverdue(m)
+	case shutdownOverdue:
+		s.onShutdownOverdue(m)
+	case shutdownReport:
+		s.onShutdownReport(m)
 
 	case preflightDone:
 		s.onPreflightDone(m)
