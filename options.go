@@ -2,9 +2,11 @@ package controllermanager
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -21,6 +23,35 @@ type options struct {
 	eventBuffer int
 	registerer  prometheus.Registerer // WithRegisterer
 	leaseName   string                // set by NewControllerManager for the metrics
+	drain       time.Duration         // WithSubscriberDrainTimeout; 0: DefaultSubscriberDrainTimeout
+}
+
+// DefaultSubscriberDrainTimeout is how long ShutdownAndWait waits, by
+// default, for the event subscribers to take the last events.
+const DefaultSubscriberDrainTimeout = time.Second
+
+// WithSubscriberDrainTimeout sets how long ShutdownAndWait waits, once the
+// manager has stopped, for the event subscribers to take the last events
+// (Subscribe). A subscriber still busy then keeps its goroutine and may
+// still receive them; ShutdownAndWait returns. Default
+// DefaultSubscriberDrainTimeout; negative: do not wait.
+func WithSubscriberDrainTimeout(d time.Duration) Option {
+	return func(o *options) { o.drain = d }
+}
+
+func (o options) subscriberDrain() time.Duration {
+	if o.drain == 0 {
+		return DefaultSubscriberDrainTimeout
+	}
+	return o.drain
+}
+
+// clockOrReal is the clock of WithClock, or the real one.
+func (o options) clockOrReal() supervisor.Clock {
+	if o.clock != nil {
+		return o.clock
+	}
+	return clock.RealClock{}
 }
 
 // WithLogger sets the manager's logger; protoactor's own logs go to it too

@@ -373,7 +373,9 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 //     stores that are Runnables, plain runnables);
 //  3. once every Shutdown has returned, and only then, the lease is given up;
 //  4. the manager enters Stopped (Done is closed), its actors stop and the
-//     event subscribers receive the last events.
+//     event subscribers receive the last events; ShutdownAndWait waits for
+//     them to take those for at most WithSubscriberDrainTimeout (default
+//     one second), so that a subscriber that blocks never holds it.
 //
 // When ctx ends first, ShutdownAndWait returns at once and reports the
 // children whose Shutdown has not returned (an UnstoppedError: each one's
@@ -394,9 +396,20 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	// The last events reach the subscribers, but a subscriber that blocks
+	// must not hold the host's shutdown: its wait is bounded.
+	drain := m.opts.subscriberDrain()
+	if drain <= 0 {
+		return
+	}
+	timer := m.opts.clockOrReal().NewTimer(drain)
+	defer timer.Stop()
 	select {
 	case <-m.handle.Bus.Drained():
 	case <-ctx.Done():
+	case <-timer.C():
+		m.opts.logger.Warn("event subscribers did not take the last events in time; not waiting for them",
+			"timeout", drain)
 	}
 }
 
