@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // admWait bounds anything that should happen promptly.
@@ -164,7 +165,7 @@ type admFixture struct {
 // admServe starts a ControllerManager (which hosts webhooks, and promotes
 // Handler from BaseManager) with hooks, serves it with cfg over TLS, and
 // tears both down at the end of the test.
-func admServe(t *testing.T, cfg cm.WebhookConfig, sup *cm.SupervisionSpec, hooks ...*admHook) *admFixture {
+func admServe(t *testing.T, cfg webhook.Config, sup *cm.SupervisionSpec, hooks ...*admHook) *admFixture {
 	t.Helper()
 	if sup == nil {
 		sup = &cm.SupervisionSpec{
@@ -309,7 +310,7 @@ func TestWebhookAnswersReviewsOfBothVersions(t *testing.T) {
 		seen.Store(string(req.UID), req)
 		return shared, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 
 	tests := []struct {
 		name, file, apiVersion, uid string
@@ -353,7 +354,7 @@ func TestWebhookAnswersReviewsOfBothVersions(t *testing.T) {
 
 func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{MaxBodyBytes: 4096}, nil, hook)
+	f := admServe(t, webhook.Config{MaxBodyBytes: 4096}, nil, hook)
 	v1 := admBody(t, admV1)
 	review := func(mutate func(m map[string]any)) []byte {
 		var m map[string]any
@@ -429,7 +430,7 @@ func TestWebhookNotReady(t *testing.T) {
 	v1 := admBody(t, admV1)
 	t.Run("Ready false", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		hook.setReady(func() bool { return false })
 		r := f.post(t, "/validate", v1)
 		if r.code != 503 || !strings.Contains(r.text, "Ready returned false") || r.header.Get("Retry-After") == "" {
@@ -443,7 +444,7 @@ func TestWebhookNotReady(t *testing.T) {
 	})
 	t.Run("Ready hangs", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{ReadyTimeout: 50 * time.Millisecond}, nil, hook)
+		f := admServe(t, webhook.Config{ReadyTimeout: 50 * time.Millisecond}, nil, hook)
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 		entered := make(chan struct{}, 100)
@@ -472,7 +473,7 @@ func TestWebhookNotReady(t *testing.T) {
 	})
 	t.Run("Ready panics", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		hook.setReady(func() bool { panic("no readiness") })
 		r := f.post(t, "/validate", v1)
 		if r.code != 503 || !strings.Contains(r.text, "panic in Ready: no readiness") {
@@ -490,7 +491,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 		hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 			return nil, errors.New("cannot reach the policy store")
 		})
-		f := admServe(t, cm.WebhookConfig{FailureThreshold: -1}, nil, hook)
+		f := admServe(t, webhook.Config{FailureThreshold: -1}, nil, hook)
 		r := f.post(t, "/validate", v1)
 		r.wantDenial(t, "admission.k8s.io/v1", uid, 500, `webhook "validate": Handle: cannot reach the policy store`)
 		if r.review.Response.Result.Reason != metav1.StatusReasonInternalError {
@@ -502,7 +503,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 		hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 			return nil, nil
 		})
-		f := admServe(t, cm.WebhookConfig{FailureThreshold: -1}, nil, hook)
+		f := admServe(t, webhook.Config{FailureThreshold: -1}, nil, hook)
 		f.post(t, "/validate", admBody(t, admV1beta1)).wantDenial(t, "admission.k8s.io/v1beta1", "0df28fbd-5f5f-11e8-bc74-36e6bb280816", 500, "neither a response nor an error")
 	})
 	t.Run("panic restarts the webhook", func(t *testing.T) {
@@ -514,7 +515,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 			}
 			return &admissionv1.AdmissionResponse{Allowed: true}, nil
 		})
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		r := f.post(t, "/validate", v1)
 		r.wantDenial(t, "admission.k8s.io/v1", uid, 500, `webhook "validate": panic in Handle: nil map`)
 		if strings.Contains(r.text, "goroutine") {
@@ -540,7 +541,7 @@ func TestWebhookRestartsAfterFailuresInARow(t *testing.T) {
 		}
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{FailureThreshold: 3}, nil, hook)
+	f := admServe(t, webhook.Config{FailureThreshold: 3}, nil, hook)
 	post := func(failing bool) {
 		fail.Store(failing)
 		r := f.post(t, "/validate", v1)
@@ -574,7 +575,7 @@ func TestWebhookFailingPastTheBudgetEscalates(t *testing.T) {
 	hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 		panic("always")
 	})
-	f := admServe(t, cm.WebhookConfig{}, &cm.SupervisionSpec{
+	f := admServe(t, webhook.Config{}, &cm.SupervisionSpec{
 		MaxRestarts:    2,
 		InitialBackoff: metav1.Duration{Duration: time.Millisecond},
 		MaxBackoff:     metav1.Duration{Duration: time.Millisecond},
@@ -610,7 +611,7 @@ func TestWebhookSlowerThanTheTimeoutIsDeniedInTime(t *testing.T) {
 		<-release // ignores ctx, as a stuck Handle does
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	t.Cleanup(func() { close(release); returned.Wait() })
 
 	begin := time.Now()
@@ -636,7 +637,7 @@ func TestWebhookRunsRequestsConcurrentlyUpToTheBound(t *testing.T) {
 		<-release
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{MaxInFlight: bound}, nil, hook)
+	f := admServe(t, webhook.Config{MaxInFlight: bound}, nil, hook)
 
 	var wg sync.WaitGroup
 	replies := make([]admReply, bound)
@@ -685,7 +686,7 @@ func TestWebhookIsUnavailableWhileRestarting(t *testing.T) {
 		}
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	f.post(t, "/validate", v1).wantDenial(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", 500, "corrupt cache")
 	<-inShutdown
 	hook.setShutdown(nil)
@@ -704,7 +705,7 @@ func TestWebhookIsUnavailableWhileRestarting(t *testing.T) {
 func TestWebhookRoutesFollowAddAndRemove(t *testing.T) {
 	v1 := admBody(t, admV1)
 	first := newAdmHook("first", "/first")
-	f := admServe(t, cm.WebhookConfig{}, nil, first)
+	f := admServe(t, webhook.Config{}, nil, first)
 	if r := f.post(t, "/second", v1); r.code != 404 {
 		t.Fatalf("have %d for a path no webhook serves", r.code)
 	}
@@ -739,7 +740,7 @@ func TestWebhookRoutesFollowAddAndRemove(t *testing.T) {
 func TestWebhookStoppedByStopChildIsUnavailable(t *testing.T) {
 	v1 := admBody(t, admV1)
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	if _, err := f.mgr.Request(context.Background(), supervisor.StopChild{Name: "validate"}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package controllermanager
+package webhook
 
 import (
 	"bytes"
@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// WebhookServerConfig configures a WebhookServer.
-type WebhookServerConfig struct {
+// ServerConfig configures a Server.
+type ServerConfig struct {
 	// Addr is the address to listen on. Default ":9443", the port
 	// webhook services conventionally target.
 	Addr string
@@ -48,7 +48,7 @@ type WebhookServerConfig struct {
 	Logger *slog.Logger
 }
 
-// WebhookServer serves admission webhooks over HTTPS, TLS 1.2 or later, with
+// Server serves admission webhooks over HTTPS, TLS 1.2 or later, with
 // a certificate pair read from files and reloaded when they change on disk.
 //
 // Rotated files are picked up without a file watcher: a handshake re-reads
@@ -60,8 +60,8 @@ type WebhookServerConfig struct {
 // atomic symlink swap kubelet uses for Secret volumes and rewrites within
 // one timestamp tick. A server with no handshakes reads nothing, and there is
 // no goroutine or timer to stop.
-type WebhookServer struct {
-	cfg   WebhookServerConfig
+type Server struct {
+	cfg   ServerConfig
 	certs *certReloader
 
 	mu       sync.Mutex
@@ -69,9 +69,9 @@ type WebhookServer struct {
 	shutdown bool
 }
 
-// NewWebhookServer checks cfg and loads the certificate pair. Every problem
+// NewServer checks cfg and loads the certificate pair. Every problem
 // is reported at once; a pair that cannot be loaded is an error.
-func NewWebhookServer(cfg WebhookServerConfig) (*WebhookServer, error) {
+func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = ":9443"
 	}
@@ -85,7 +85,7 @@ func NewWebhookServer(cfg WebhookServerConfig) (*WebhookServer, error) {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(minLevel{min: slog.LevelWarn, next: slog.Default().Handler()})
+		cfg.Logger = slog.New(warnAndAbove{slog.Default().Handler()})
 	}
 	var errs []error
 	if cfg.CertFile == "" {
@@ -105,17 +105,17 @@ func NewWebhookServer(cfg WebhookServerConfig) (*WebhookServer, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("controllermanager: invalid webhook server: %w", err)
+		return nil, fmt.Errorf("webhook: invalid server: %w", err)
 	}
-	return &WebhookServer{cfg: cfg, certs: certs}, nil
+	return &Server{cfg: cfg, certs: certs}, nil
 }
 
 // Start listens on Addr and serves until ctx ends or Shutdown is called; see
 // Serve.
-func (s *WebhookServer) Start(ctx context.Context) error {
+func (s *Server) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("controllermanager: webhook server: %w", err)
+		return fmt.Errorf("webhook: server: %w", err)
 	}
 	return s.Serve(ctx, ln)
 }
@@ -126,7 +126,7 @@ func (s *WebhookServer) Start(ctx context.Context) error {
 // closes the connections left; it returns nil. It returns an error when
 // serving fails, or when the server was shut down already (a server serves
 // once).
-func (s *WebhookServer) Serve(ctx context.Context, ln net.Listener) error {
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler: s.routes(),
 		TLSConfig: &tls.Config{
@@ -140,7 +140,7 @@ func (s *WebhookServer) Serve(ctx context.Context, ln net.Listener) error {
 	if s.shutdown || s.srv != nil {
 		s.mu.Unlock()
 		_ = ln.Close()
-		return errors.New("controllermanager: webhook server: already served")
+		return errors.New("webhook: server: already served")
 	}
 	s.srv = srv
 	s.mu.Unlock()
@@ -152,7 +152,7 @@ func (s *WebhookServer) Serve(ctx context.Context, ln net.Listener) error {
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil // Shutdown was called
 		}
-		return fmt.Errorf("controllermanager: webhook server: %w", err)
+		return fmt.Errorf("webhook: server: %w", err)
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 		defer cancel()
@@ -168,7 +168,7 @@ func (s *WebhookServer) Serve(ctx context.Context, ln net.Listener) error {
 // waits for the requests in progress to be answered, or for ctx to end,
 // whichever is first; when ctx ends first it closes the connections left
 // and returns ctx's error. A server not serving yet never will.
-func (s *WebhookServer) Shutdown(ctx context.Context) error {
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown = true
 	srv := s.srv
@@ -184,7 +184,7 @@ func (s *WebhookServer) Shutdown(ctx context.Context) error {
 }
 
 // routes sends the probe paths to Probes, when set, and the rest to Handler.
-func (s *WebhookServer) routes() http.Handler {
+func (s *Server) routes() http.Handler {
 	if s.cfg.Probes == nil {
 		return s.cfg.Handler
 	}
@@ -270,4 +270,19 @@ func (c *certReloader) logFailure(err error) {
 	if !repeated {
 		c.logger.Error("cannot reload the webhook server's certificate: serving the previous one", "err", err)
 	}
+}
+
+// warnAndAbove drops the records below Warn: the server's default logger
+// reports certificate failures, not every client's failed handshake.
+type warnAndAbove struct{ next slog.Handler }
+
+func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.next.Enabled(ctx, l)
+}
+func (h warnAndAbove) Handle(ctx context.Context, r slog.Record) error { return h.next.Handle(ctx, r) }
+func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnAndAbove{h.next.WithAttrs(attrs)}
+}
+func (h warnAndAbove) WithGroup(name string) slog.Handler {
+	return warnAndAbove{h.next.WithGroup(name)}
 }

@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // admCA signs serving certificates for 127.0.0.1, as cert-manager would.
@@ -103,9 +103,9 @@ func (f admCertFiles) write(t *testing.T, p admPair) {
 
 // admServeTLS serves handler with a WebhookServer on a loopback port until
 // the end of the test.
-func admServeTLS(t *testing.T, cfg cm.WebhookServerConfig) (addr string) {
+func admServeTLS(t *testing.T, cfg webhook.ServerConfig) (addr string) {
 	t.Helper()
-	srv, err := cm.NewWebhookServer(cfg)
+	srv, err := webhook.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +142,8 @@ func TestWebhookServerServesAdmissionAndProbesOverTLS(t *testing.T) {
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 10))
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	f := admServe(t, webhook.Config{}, nil, hook)
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: f.mgr.Handler(),
 		Probes: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "probe "+r.URL.Path) }),
 	})
@@ -183,7 +183,7 @@ func TestWebhookServerReloadsRotatedCertificates(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler(),
 		CertCheckInterval: -1, // every handshake reads the files
 		Logger:            admQuietLogger,
@@ -252,7 +252,7 @@ func TestWebhookServerReloadsRotatedCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr = admServeTLS(t, cm.WebhookServerConfig{
+	addr = admServeTLS(t, webhook.ServerConfig{
 		CertFile: mount.cert, KeyFile: mount.key, Handler: http.NotFoundHandler(), CertCheckInterval: -1, Logger: admQuietLogger,
 	})
 	if s := admServerSerial(t, addr, ca.pool); s != 20 {
@@ -268,7 +268,7 @@ func TestWebhookServerChecksTheFilesAtMostEveryInterval(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler(), CertCheckInterval: time.Hour,
 	})
 	files.write(t, ca.issue(t, 2))
@@ -287,16 +287,16 @@ func TestNewWebhookServerValidates(t *testing.T) {
 
 	tests := []struct {
 		name string
-		cfg  cm.WebhookServerConfig
+		cfg  webhook.ServerConfig
 		want []string
 	}{
-		{"nothing", cm.WebhookServerConfig{}, []string{"certFile: required", "keyFile: required", "handler: required"}},
-		{"missing files", cm.WebhookServerConfig{CertFile: files.cert + ".gone", KeyFile: files.key, Handler: http.NotFoundHandler()}, []string{"certFile:", "no such file"}},
-		{"mismatched pair", cm.WebhookServerConfig{CertFile: mismatched.cert, KeyFile: mismatched.key, Handler: http.NotFoundHandler()}, []string{"private key does not match public key"}},
+		{"nothing", webhook.ServerConfig{}, []string{"certFile: required", "keyFile: required", "handler: required"}},
+		{"missing files", webhook.ServerConfig{CertFile: files.cert + ".gone", KeyFile: files.key, Handler: http.NotFoundHandler()}, []string{"certFile:", "no such file"}},
+		{"mismatched pair", webhook.ServerConfig{CertFile: mismatched.cert, KeyFile: mismatched.key, Handler: http.NotFoundHandler()}, []string{"private key does not match public key"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := cm.NewWebhookServer(tt.cfg)
+			_, err := webhook.NewServer(tt.cfg)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -313,7 +313,7 @@ func TestWebhookServerShutdown(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	srv, err := cm.NewWebhookServer(cm.WebhookServerConfig{CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
+	srv, err := webhook.NewServer(webhook.ServerConfig{CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
 	}
