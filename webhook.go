@@ -45,10 +45,11 @@ func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookCo
 // bounded by cfg: see webhook.NewHandler for the routing and every status.
 // The handler may be created before Start; until then it answers 503. A
 // BaseManager hosts no webhooks (they are plain runnables to it): its
-// handler answers 404.
+// handler answers 404. Its requests are counted in the manager's metrics,
+// under controller-runtime's names (see webhook.Metrics).
 func (m *BaseManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 	host := webhookHost{Observed: m.handle.Observed, system: m.handle.System}
-	return webhook.NewHandler(host, cfg, m.opts.logger.With("component", "webhooks"))
+	return webhook.NewHandler(host, cfg, m.opts.logger.With("component", "webhooks"), m.metrics.webhooks)
 }
 
 // webhookHost is the manager as webhook.NewHandler sees it.

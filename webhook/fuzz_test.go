@@ -45,6 +45,7 @@ func FuzzAdmissionReview(f *testing.F) {
 			target += "?timeout=" + url.QueryEscape(timeout)
 		}
 		req := httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		handler.ServeHTTP(rec, req)
 		if rec.Code >= 500 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -117,10 +118,12 @@ type Host interface {
 // apiVersion whose response.uid is the request's. Requests run
 // concurrently; cfg bounds them. logger receives the routing failures (a
 // Path that panics, hangs or is empty; two webhooks with one path); nil
-// discards them.
+// discards them. metrics, when not nil, counts and times the requests to
+// each webhook's path (see NewMetrics).
 //
 // Bad input never reaches Handle: an unknown path is answered 404, another
-// method 405, a body over cfg.MaxBodyBytes 413, a body that is not an
+// method 405, a Content-Type other than application/json 415, a body over
+// cfg.MaxBodyBytes 413, a body that is not an
 // AdmissionReview with a request and a uid (or of another apiVersion, or a
 // ?timeout= that is not a duration of at least a second) 400 with the
 // reason. A webhook not running (not
@@ -137,15 +140,16 @@ type Host interface {
 // change. Of two webhooks with one path, the one added first serves it.
 // The handler may be created before the manager starts; until then it
 // answers 503. See docs/webhooks.md for the flow and every status.
-func NewHandler(host Host, cfg Config, logger *slog.Logger) http.Handler {
+func NewHandler(host Host, cfg Config, logger *slog.Logger, metrics *Metrics) http.Handler {
 	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &admissionHandler{
-		cfg:    cfg,
-		host:   host,
-		logger: logger,
+		cfg:     cfg,
+		host:    host,
+		logger:  logger,
+		metrics: metrics,
 		policy: actors.AdmissionPolicy{
 			MaxInFlight: cfg.MaxInFlight, ReadyTimeout: cfg.ReadyTimeout, FailureThreshold: cfg.FailureThreshold,
 		},
@@ -154,10 +158,11 @@ func NewHandler(host Host, cfg Config, logger *slog.Logger) http.Handler {
 
 // admissionHandler is what NewHandler returns.
 type admissionHandler struct {
-	cfg    Config
-	host   Host
-	logger *slog.Logger
-	policy actors.AdmissionPolicy
+	cfg     Config
+	host    Host
+	logger  *slog.Logger
+	metrics *Metrics // nil: none
+	policy  actors.AdmissionPolicy
 
 	routesMu sync.Mutex                 // serialises rebuilding routes
 	routes   atomic.Pointer[pathRoutes] // built from host.Webhooks()
@@ -193,9 +198,19 @@ func (h *admissionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAdmissionError(w, admissionError{http.StatusNotFound, fmt.Sprintf("no webhook is served at %q", r.URL.Path)})
 		return
 	}
+	body := w // the request's own writer, for MaxBytesReader
+	if h.metrics != nil {
+		rec := h.metrics.begin(r.URL.Path, w) // a path served: the label's values are bounded
+		defer rec.end()
+		w = rec
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeAdmissionError(w, admissionError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: admission reviews are POSTed", r.Method)})
+		return
+	}
+	if aerr := checkContentType(r); aerr != nil {
+		writeAdmissionError(w, *aerr)
 		return
 	}
 	timeout, err := requestTimeout(r, h.cfg.DefaultTimeout)
@@ -205,7 +220,7 @@ func (h *admissionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	defer putBodyBuffer(buf)
-	if aerr := readBody(buf, w, r, h.cfg.MaxBodyBytes); aerr != nil {
+	if aerr := readBody(buf, body, r, h.cfg.MaxBodyBytes); aerr != nil {
 		writeAdmissionError(w, *aerr)
 		return
 	}
@@ -297,6 +312,7 @@ func (h *admissionHandler) rebuildRoutes(table *supervisor.WebhookTable) *pathRo
 				continue
 			}
 			next.byPath[path] = rt
+			h.metrics.serving(path)
 		}
 	}
 	h.routes.Store(next)
@@ -389,6 +405,17 @@ func readBody(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request, limit i
 		return &admissionError{http.StatusBadRequest, "request body is empty: want an AdmissionReview"}
 	}
 	return nil
+}
+
+// checkContentType refuses a request whose body is not declared JSON, as
+// the API server always declares it: application/json, with or without
+// parameters (charset=utf-8).
+func checkContentType(r *http.Request) *admissionError {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+		return nil
+	}
+	return &admissionError{http.StatusUnsupportedMediaType, fmt.Sprintf("unsupported Content-Type %q: want application/json", ct)}
 }
 
 // The apiVersions of AdmissionReview the handler takes.

@@ -405,6 +405,7 @@ func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := f.srv.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -424,6 +425,52 @@ func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 	}
 	// The same handler still serves good input.
 	f.post(t, "/validate", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
+}
+
+// TestWebhookRefusesBodiesNotDeclaredJSON: the API server declares its
+// reviews application/json; anything else is refused with 415 and the
+// reason, before Handle, and JSON with parameters is taken.
+func TestWebhookRefusesBodiesNotDeclaredJSON(t *testing.T) {
+	v1 := admBody(t, admV1)
+	hook := newAdmHook("validate", "/validate")
+	f := admServe(t, webhook.Config{}, nil, hook)
+	for _, tt := range []struct {
+		contentType string
+		set         bool
+		want        int
+		reason      string
+	}{
+		{"", false, 415, `unsupported Content-Type "": want application/json`},
+		{"text/plain", true, 415, `unsupported Content-Type "text/plain"`},
+		{"application/yaml", true, 415, `unsupported Content-Type "application/yaml"`},
+		{"application/json-patch+json", true, 415, "want application/json"},
+		{"application/json; charset", true, 415, "want application/json"}, // not a media type
+		{"application/json; charset=utf-8", true, 200, ""},
+		{"Application/JSON", true, 200, ""},
+	} {
+		t.Run(tt.contentType, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/validate", bytes.NewReader(v1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.set {
+				req.Header.Set("Content-Type", tt.contentType)
+			}
+			before := hook.handled.Load()
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			text, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.want || !strings.Contains(string(text), tt.reason) {
+				t.Errorf("have %d %q, want %d with %q", resp.StatusCode, text, tt.want, tt.reason)
+			}
+			if handled := hook.handled.Load() - before; (tt.want == 200) != (handled == 1) {
+				t.Errorf("Handle ran %d times for a %d", handled, tt.want)
+			}
+		})
+	}
 }
 
 func TestWebhookNotReady(t *testing.T) {

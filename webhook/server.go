@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,8 +38,51 @@ type ServerConfig struct {
 	// certificate and key files to pick up a rotated pair. Default 10s;
 	// negative: at every handshake.
 	CertCheckInterval time.Duration
-	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	// ReadHeaderTimeout bounds reading a request's headers: a client that
+	// dribbles them (slowloris) is disconnected. Default 10s.
 	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, its body included, from its
+	// first byte. With HTTP/1.1, net/http also cancels the request's context
+	// when it passes, so it bounds the time a request may take in all: keep
+	// it at or above the longest timeoutSeconds of the webhook
+	// configurations. Default 30s, the longest timeoutSeconds the API
+	// server allows; negative: none.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the time from the end of a request's headers to
+	// the end of its answer. Default 35s, a little over ReadTimeout's
+	// default; negative: none.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds how long a keep-alive connection waits for its next
+	// request. Default 120s, longer than the API server's client keeps an
+	// idle connection (90s), so that the client closes first; negative: none.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the size of a request's headers (the request line
+	// included); a larger one is answered 431. Default 64 KiB, far above the
+	// few hundred bytes the API server sends; negative: net/http's default,
+	// 1 MiB.
+	MaxHeaderBytes int
+	// EnableHTTP2 serves HTTP/2 to clients that offer it by ALPN. Default
+	// false: HTTP/1.1 only, as Kubernetes projects default since HTTP/2's
+	// rapid-reset attack (CVE-2023-44487); the API server calls webhooks
+	// over HTTP/1.1 as well. It decides: net/http adds or removes "h2" in the
+	// NextProtos that TLSOpts may set to match it.
+	EnableHTTP2 bool
+	// ClientCAFile, when set, is a PEM bundle of the CAs that sign the
+	// certificates clients must present: a client without a certificate
+	// signed by one of them fails the TLS handshake. Set it to the CA of the
+	// client certificate the API server presents to webhooks (configured in
+	// its --admission-control-config-file). It is read once, by NewServer.
+	// It cannot be set with Probes: kubelet's HTTPS probes present no client
+	// certificate, so serve them on a port of their own. Default "": no
+	// client certificate is asked for.
+	ClientCAFile string
+	// TLSOpts are applied in order to the server's tls.Config after its
+	// defaults (TLS 1.2 or later, the reloaded certificate pair, the client
+	// CAs of ClientCAFile), to raise MinVersion, restrict CipherSuites or
+	// replace GetCertificate, as controller-runtime's webhook.Options.TLSOpts.
+	// NewServer applies them once, to a throwaway config, to check them: a
+	// nil or panicking one is an error. Default none.
+	TLSOpts []func(*tls.Config)
 	// ShutdownTimeout bounds the graceful shutdown that follows the end of
 	// Start's context: requests still running after it have their
 	// connections closed. Default 30s.
@@ -50,6 +94,10 @@ type ServerConfig struct {
 
 // Server serves admission webhooks over HTTPS, TLS 1.2 or later, with
 // a certificate pair read from files and reloaded when they change on disk.
+// It is hardened by default: HTTP/1.1 only, a bound on the time to read a
+// request's headers, the whole request, the answer and an idle connection,
+// and on the size of the headers; ClientCAFile makes it verify the API
+// server's client certificate, and TLSOpts adjust the TLS configuration.
 //
 // Rotated files are picked up without a file watcher: a handshake re-reads
 // both files when the last read is older than CertCheckInterval, and
@@ -61,8 +109,9 @@ type ServerConfig struct {
 // one timestamp tick. A server with no handshakes reads nothing, and there is
 // no goroutine or timer to stop.
 type Server struct {
-	cfg   ServerConfig
-	certs *certReloader
+	cfg       ServerConfig
+	certs     *certReloader
+	clientCAs *x509.CertPool // nil without ClientCAFile
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -84,6 +133,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	cfg.ReadTimeout = orDefault(cfg.ReadTimeout, DefaultServerReadTimeout)
+	cfg.WriteTimeout = orDefault(cfg.WriteTimeout, DefaultServerWriteTimeout)
+	cfg.IdleTimeout = orDefault(cfg.IdleTimeout, DefaultServerIdleTimeout)
+	switch {
+	case cfg.MaxHeaderBytes == 0:
+		cfg.MaxHeaderBytes = DefaultServerMaxHeaderBytes
+	case cfg.MaxHeaderBytes < 0:
+		cfg.MaxHeaderBytes = 0 // net/http's default
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(warnAndAbove{slog.Default().Handler()})
 	}
@@ -97,17 +155,97 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Handler == nil {
 		errs = append(errs, errors.New("handler: required"))
 	}
-	var certs *certReloader
+	if cfg.ClientCAFile != "" && cfg.Probes != nil {
+		errs = append(errs, errors.New("probes: cannot be served with clientCAFile set (kubelet's HTTPS probes present no client certificate): serve them on a port of their own"))
+	}
+	s := &Server{cfg: cfg}
+	if cfg.ClientCAFile != "" {
+		pool, err := loadClientCAs(cfg.ClientCAFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.clientCAs = pool
+	}
 	if len(errs) == 0 {
-		certs = &certReloader{certFile: cfg.CertFile, keyFile: cfg.KeyFile, interval: cfg.CertCheckInterval, logger: cfg.Logger}
-		if err := certs.reload(); err != nil {
+		s.certs = &certReloader{certFile: cfg.CertFile, keyFile: cfg.KeyFile, interval: cfg.CertCheckInterval, logger: cfg.Logger}
+		if err := s.certs.reload(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if _, err := s.tlsConfig(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("webhook: invalid server: %w", err)
 	}
-	return &Server{cfg: cfg, certs: certs}, nil
+	return s, nil
+}
+
+// The defaults of ServerConfig's timeouts and header limit.
+const (
+	DefaultServerReadTimeout    = 30 * time.Second
+	DefaultServerWriteTimeout   = 35 * time.Second
+	DefaultServerIdleTimeout    = 120 * time.Second
+	DefaultServerMaxHeaderBytes = 64 << 10
+)
+
+// orDefault is d, or def when d is 0; a negative d is 0, none.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// loadClientCAs reads a PEM bundle of CA certificates.
+func loadClientCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("clientCAFile: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("clientCAFile %s: no PEM certificate in it", file)
+	}
+	return pool, nil
+}
+
+// tlsConfig is the server's TLS configuration: its defaults, then TLSOpts.
+// A TLSOpts function that is nil or panics is an error naming it.
+func (s *Server) tlsConfig() (cfg *tls.Config, err error) {
+	cfg = &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: s.certs.getCertificate,
+	}
+	if s.clientCAs != nil {
+		cfg.ClientCAs = s.clientCAs
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	for i, opt := range s.cfg.TLSOpts {
+		if opt == nil {
+			return nil, fmt.Errorf("tlsOpts[%d]: nil", i)
+		}
+		if err := applyTLSOpt(opt, cfg); err != nil {
+			return nil, fmt.Errorf("tlsOpts[%d]: %w", i, err)
+		}
+	}
+	return cfg, nil
+}
+
+// applyTLSOpt runs opt on cfg; a panic in it is an error.
+func applyTLSOpt(opt func(*tls.Config), cfg *tls.Config) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panicked: %v", r)
+		}
+	}()
+	opt(cfg)
+	return nil
 }
 
 // Start listens on Addr and serves until ctx ends or Shutdown is called; see
@@ -127,13 +265,23 @@ func (s *Server) Start(ctx context.Context) error {
 // serving fails, or when the server was shut down already (a server serves
 // once).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	tlsCfg, err := s.tlsConfig()
+	if err != nil { // NewServer ran the same TLSOpts without error: one is not deterministic
+		_ = ln.Close()
+		return fmt.Errorf("webhook: server: %w", err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(s.cfg.EnableHTTP2)
 	srv := &http.Server{
-		Handler: s.routes(),
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: s.certs.getCertificate,
-		},
+		Handler:           s.routes(),
+		TLSConfig:         tlsCfg,
+		Protocols:         &protocols,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
