@@ -156,11 +156,7 @@ func (ca *admCA) issueClient(t *testing.T) tls.Certificate {
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return tls.Certificate{Certificate: [][]byte{ca.sign(t, tmpl, key)}, PrivateKey: key}
 }
 
 func TestWebhookServerVerifiesClientCertificates(t *testing.T) {
