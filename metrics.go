@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // WithRegisterer registers the manager's metrics on r too, besides the
@@ -61,6 +62,8 @@ type managerMetrics struct {
 	// probe is observed by GetHealth: the time to gather every
 	// controller's health.
 	probe prometheus.Histogram
+	// webhooks counts the admission requests of every WebhookHandler.
+	webhooks *webhook.Metrics
 }
 
 // newManagerMetrics registers m's metrics on a registry of its own and on
@@ -73,11 +76,12 @@ func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetri
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
+		webhooks: webhook.NewMetrics(),
 	}
 	col := &statusCollector{m: m, lease: o.leaseName, identity: identity}
-	mm.registry.MustRegister(col, mm.probe)
+	mm.registry.MustRegister(col, mm.probe, mm.webhooks)
 	if o.registerer != nil {
-		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe)); err != nil {
+		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks)); err != nil {
 			o.logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}

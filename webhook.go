@@ -1,435 +1,62 @@
 package controllermanager
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	admissionv1 "k8s.io/api/admission/v1"
-	admissionv1beta1 "k8s.io/api/admission/v1beta1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
-// WebhookConfig configures the admission handler of a manager. Its zero
-// value serves with the defaults each field states.
-type WebhookConfig struct {
-	// MaxBodyBytes bounds a request's body; a larger one is answered 413.
-	// Default (0 or negative) 7 MiB: an AdmissionReview carries at most two
-	// objects (old and new) of at most 3 MiB each (the API server's limit on
-	// a request body), and less than 1 MiB of the rest.
-	MaxBodyBytes int64
-	// MaxInFlight bounds, per webhook, the Handle calls running at once,
-	// those that outlived their request's deadline included; a request past
-	// it is answered 429. Default (0) 256; negative: no bound.
-	MaxInFlight int
-	// DefaultTimeout is how long a request may take when it has no
-	// ?timeout= parameter (the API server always sends one). Default 10s,
-	// the API server's default timeoutSeconds.
-	DefaultTimeout time.Duration
-	// ReadyTimeout bounds the wait for a webhook's Ready before a request is
-	// answered 503. Default 1s.
-	ReadyTimeout time.Duration
-	// FailureThreshold is how many failed Handle calls in a row (an error,
-	// no response, or no answer before the request's deadline) make the
-	// webhook fail, so that the supervision strategy restarts it; a panic
-	// in Handle fails it at once. Default (0) 5; negative: only panics fail
-	// it.
-	FailureThreshold int
-}
+// Admission serving lives in package webhook; these names keep the root
+// package's API of the first release.
 
-// The defaults of WebhookConfig.
+// WebhookConfig configures the admission handler of a manager; see
+// webhook.Config.
+type WebhookConfig = webhook.Config
+
+// The defaults of WebhookConfig; see webhook.Config.
 const (
-	DefaultWebhookMaxBodyBytes     = 7 << 20
-	DefaultWebhookMaxInFlight      = 256
-	DefaultWebhookTimeout          = 10 * time.Second
-	DefaultWebhookReadyTimeout     = time.Second
-	DefaultWebhookFailureThreshold = 5
+	DefaultWebhookMaxBodyBytes     = webhook.DefaultMaxBodyBytes
+	DefaultWebhookMaxInFlight      = webhook.DefaultMaxInFlight
+	DefaultWebhookTimeout          = webhook.DefaultTimeout
+	DefaultWebhookReadyTimeout     = webhook.DefaultReadyTimeout
+	DefaultWebhookFailureThreshold = webhook.DefaultFailureThreshold
 )
 
-// The bounds of ?timeout=, those of a webhook configuration's
-// timeoutSeconds: shorter is not from an API server and is refused (it would
-// only let a client fail calls at will), longer is capped.
-const (
-	minWebhookTimeout = time.Second
-	maxWebhookTimeout = 30 * time.Second
-)
+// WebhookServerConfig configures a WebhookServer; see webhook.ServerConfig.
+type WebhookServerConfig = webhook.ServerConfig
 
-func (c WebhookConfig) withDefaults() WebhookConfig {
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultWebhookMaxBodyBytes
-	}
-	switch {
-	case c.MaxInFlight == 0:
-		c.MaxInFlight = DefaultWebhookMaxInFlight
-	case c.MaxInFlight < 0:
-		c.MaxInFlight = 0
-	}
-	if c.DefaultTimeout <= 0 {
-		c.DefaultTimeout = DefaultWebhookTimeout
-	}
-	if c.ReadyTimeout <= 0 {
-		c.ReadyTimeout = DefaultWebhookReadyTimeout
-	}
-	switch {
-	case c.FailureThreshold == 0:
-		c.FailureThreshold = DefaultWebhookFailureThreshold
-	case c.FailureThreshold < 0:
-		c.FailureThreshold = 0
-	}
-	return c
+// WebhookServer serves admission webhooks over HTTPS; see webhook.Server.
+type WebhookServer = webhook.Server
+
+// NewWebhookServer checks cfg and loads the certificate pair; see
+// webhook.NewServer.
+func NewWebhookServer(cfg WebhookServerConfig) (*WebhookServer, error) {
+	return webhook.NewServer(cfg)
 }
 
 // Handler returns the manager's admission handler with the default
 // WebhookConfig; see WebhookHandler.
 func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookConfig{}) }
 
-// WebhookHandler returns an http.Handler that serves the manager's webhooks:
-// a POST to a webhook's Path() with an admission.k8s.io/v1 (or v1beta1)
-// AdmissionReview runs the webhook's Handle, in a goroutine owned by the
-// webhook's actor, and is answered with an AdmissionReview of the same
-// apiVersion whose response.uid is the request's. Requests run
-// concurrently; cfg bounds them.
-//
-// Bad input never reaches Handle: an unknown path is answered 404, another
-// method 405, a body over cfg.MaxBodyBytes 413, a body that is not an
-// AdmissionReview with a request and a uid (or of another apiVersion, or a
-// ?timeout= that is not a duration of at least a second) 400 with the
-// reason. A webhook not running (not
-// started, restarting, stopped) or not Ready() is answered 503, one with
-// cfg.MaxInFlight calls running 429. A Handle that returns an error, or
-// panics, or has not answered shortly before the request's ?timeout= (10%
-// of it, at most a second, before, so that the answer reaches the API
-// server in time) is answered 200 with a review that denies the request,
-// its status carrying the reason; the failure counts towards
-// cfg.FailureThreshold. Every request is answered exactly once.
-//
-// The handler reads the webhooks the manager has (AddChild and RemoveChild
-// included) at each request; Path() is asked once per webhook and must not
-// change. Of two webhooks with one path, the one added first serves it.
+// WebhookHandler returns an http.Handler that serves the manager's webhooks,
+// bounded by cfg: see webhook.NewHandler for the routing and every status.
 // The handler may be created before Start; until then it answers 503. A
 // BaseManager hosts no webhooks (they are plain runnables to it): its
-// handler answers 404. See docs/webhooks.md for the flow and every status.
+// handler answers 404. Its requests are counted in the manager's metrics,
+// under controller-runtime's names (see webhook.Metrics).
 func (m *BaseManager) WebhookHandler(cfg WebhookConfig) http.Handler {
-	cfg = cfg.withDefaults()
-	return &admissionHandler{
-		cfg:    cfg,
-		system: m.handle.System,
-		obs:    m.handle.Observed,
-		logger: m.opts.logger.With("component", "webhooks"),
-		policy: actors.AdmissionPolicy{
-			MaxInFlight: cfg.MaxInFlight, ReadyTimeout: cfg.ReadyTimeout, FailureThreshold: cfg.FailureThreshold,
-		},
-	}
+	host := webhookHost{Observed: m.handle.Observed, system: m.handle.System}
+	return webhook.NewHandler(host, cfg, m.opts.logger.With("component", "webhooks"), m.metrics.webhooks)
 }
 
-// admissionHandler is what WebhookHandler returns.
-type admissionHandler struct {
-	cfg    WebhookConfig
+// webhookHost is the manager as webhook.NewHandler sees it.
+type webhookHost struct {
+	*supervisor.Observed
 	system *actor.ActorSystem
-	obs    *supervisor.Observed
-	logger *slog.Logger
-	policy actors.AdmissionPolicy
-
-	routesMu sync.Mutex                 // serialises rebuilding routes
-	routes   atomic.Pointer[pathRoutes] // built from obs.Webhooks()
 }
 
-// pathRoutes maps paths to webhooks for one published WebhookTable.
-type pathRoutes struct {
-	table  *supervisor.WebhookTable
-	byPath map[string]supervisor.WebhookRoute
-	paths  map[*actor.PID]string // each webhook's Path(), asked once; "" when it could not be had
-}
-
-// pathTimeout bounds a webhook's Path() call.
-const pathTimeout = time.Second
-
-// admissionError is a request answered with an HTTP error, not a review.
-type admissionError struct {
-	code   int
-	reason string
-}
-
-func (h *admissionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch p := h.obs.Phase(); {
-	case p == supervisor.PhaseIdle:
-		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager not started"})
-		return
-	case p.Ended():
-		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
-		return
-	}
-	route, ok := h.route(r.URL.Path)
-	if !ok {
-		writeAdmissionError(w, admissionError{http.StatusNotFound, fmt.Sprintf("no webhook is served at %q", r.URL.Path)})
-		return
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeAdmissionError(w, admissionError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: admission reviews are POSTed", r.Method)})
-		return
-	}
-	timeout, err := requestTimeout(r, h.cfg.DefaultTimeout)
-	if err != nil {
-		writeAdmissionError(w, admissionError{http.StatusBadRequest, err.Error()})
-		return
-	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
-	if aerr := readBody(buf, w, r, h.cfg.MaxBodyBytes); aerr != nil {
-		writeAdmissionError(w, *aerr)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if aerr := decodeReview(buf.Bytes(), &review); aerr != nil {
-		writeAdmissionError(w, *aerr)
-		return
-	}
-	h.admit(w, r, route, &review, timeout)
-}
-
-// admit sends the request to the webhook's actor and answers with its
-// result, or with a denial once the request's deadline has passed.
-func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route supervisor.WebhookRoute, review *admissionv1.AdmissionReview, timeout time.Duration) {
-	answerBy := timeout - min(timeout/10, time.Second)
-	ctx, cancel := context.WithTimeout(r.Context(), answerBy)
-	defer cancel()
-	reply := make(chan actors.AdmissionResult, 1)
-	h.system.Root.Send(route.PID, &actors.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply})
-
-	var res actors.AdmissionResult
-	select {
-	case res = <-reply:
-	case <-ctx.Done():
-		if r.Context().Err() != nil {
-			return // the client has gone: there is no one to answer
-		}
-		writeReview(w, review, denial(review.Request, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
-			fmt.Sprintf("webhook %q did not answer within %s", route.Name, answerBy)))
-		return
-	case <-h.obs.Terminated():
-		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
-		return
-	}
-	switch {
-	case errors.Is(res.Refused, actors.ErrTooManyRequests):
-		w.Header().Set("Retry-After", "1")
-		writeAdmissionError(w, admissionError{http.StatusTooManyRequests, res.Refused.Error()})
-	case res.Refused != nil:
-		w.Header().Set("Retry-After", "1")
-		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, res.Refused.Error()})
-	case res.Err != nil:
-		writeReview(w, review, denial(review.Request, http.StatusInternalServerError, metav1.StatusReasonInternalError, res.Err.Error()))
-	default:
-		resp := *res.Response // the webhook's value may be shared between requests: never write to it
-		resp.UID = review.Request.UID
-		writeReview(w, review, &resp)
-	}
-}
-
-// route finds the webhook served at path.
-func (h *admissionHandler) route(path string) (supervisor.WebhookRoute, bool) {
-	table := h.obs.Webhooks()
-	routes := h.routes.Load()
-	if routes == nil || routes.table != table {
-		routes = h.rebuildRoutes(table)
-	}
-	rt, ok := routes.byPath[path]
-	return rt, ok
-}
-
-// rebuildRoutes maps paths to the webhooks of table, asking each webhook not
-// seen before for its Path().
-func (h *admissionHandler) rebuildRoutes(table *supervisor.WebhookTable) *pathRoutes {
-	h.routesMu.Lock()
-	defer h.routesMu.Unlock()
-	old := h.routes.Load()
-	if old != nil && old.table == table {
-		return old
-	}
-	next := &pathRoutes{table: table, byPath: map[string]supervisor.WebhookRoute{}, paths: map[*actor.PID]string{}}
-	if table != nil {
-		for _, rt := range table.Routes {
-			path, known := "", false
-			if old != nil {
-				path, known = old.paths[rt.PID]
-			}
-			if !known {
-				path = h.pathOf(rt)
-			}
-			next.paths[rt.PID] = path
-			if path == "" {
-				continue
-			}
-			if other, dup := next.byPath[path]; dup {
-				if !known {
-					h.logger.Error("two webhooks have one path: the first added serves it", "path", path, "serving", other.Name, "ignored", rt.Name)
-				}
-				continue
-			}
-			next.byPath[path] = rt
-		}
-	}
-	h.routes.Store(next)
-	return next
-}
-
-// pathOf asks a webhook for its Path(), in a goroutine of its own so that a
-// Path that hangs or panics cannot hang or crash a request; "" when it could
-// not be had (the webhook is then not served, and the failure is logged).
-func (h *admissionHandler) pathOf(rt supervisor.WebhookRoute) string {
-	done := make(chan string, 1)
-	go func() {
-		var path string
-		err := actors.Call(actors.KindWebhook, rt.Name, "Path", func() error { path = rt.Webhook.Path(); return nil })
-		if err != nil {
-			h.logger.Error("cannot serve a webhook: its Path panicked", "child", rt.Name, "err", err)
-			path = ""
-		} else if path == "" {
-			h.logger.Error("cannot serve a webhook: its Path is empty", "child", rt.Name)
-		} else if !strings.HasPrefix(path, "/") {
-			path = "/" + path
-		}
-		done <- path
-	}()
-	timer := time.NewTimer(pathTimeout)
-	defer timer.Stop()
-	select {
-	case path := <-done:
-		return path
-	case <-timer.C:
-		h.logger.Error("cannot serve a webhook: its Path did not return", "child", rt.Name, "timeout", pathTimeout)
-		return ""
-	}
-}
-
-// requestTimeout is the request's ?timeout= (as the API server sends it,
-// e.g. "10s"; a bare number is seconds), at least 1s and capped at 30s, or
-// def.
-func requestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
-	raw := r.URL.Query().Get("timeout")
-	if raw == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(raw)
-	if err != nil {
-		// A bare number is seconds, as in timeoutSeconds.
-		n, nerr := strconv.Atoi(raw)
-		if nerr != nil {
-			return 0, fmt.Errorf("invalid ?timeout=%q: not a duration", raw)
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d < minWebhookTimeout {
-		return 0, fmt.Errorf("invalid ?timeout=%q: less than %s", raw, minWebhookTimeout)
-	}
-	return min(d, maxWebhookTimeout), nil
-}
-
-// bodyBuffers recycles request bodies; buffers that grew past maxPooledBody
-// are let go, so a burst of large reviews does not pin memory.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-const maxPooledBody = 256 << 10
-
-func putBodyBuffer(buf *bytes.Buffer) {
-	if buf.Cap() > maxPooledBody {
-		return
-	}
-	buf.Reset()
-	bodyBuffers.Put(buf)
-}
-
-// readBody reads the request's body into buf, up to limit bytes.
-func readBody(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request, limit int64) *admissionError {
-	tooLarge := &admissionError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", limit)}
-	if r.ContentLength > limit {
-		return tooLarge
-	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return tooLarge
-		}
-		return &admissionError{http.StatusBadRequest, fmt.Sprintf("cannot read request body: %v", err)}
-	}
-	if buf.Len() == 0 {
-		return &admissionError{http.StatusBadRequest, "request body is empty: want an AdmissionReview"}
-	}
-	return nil
-}
-
-// The apiVersions of AdmissionReview the handler takes.
-var (
-	admissionV1      = admissionv1.SchemeGroupVersion.String()
-	admissionV1beta1 = admissionv1beta1.SchemeGroupVersion.String()
-)
-
-// decodeReview decodes an AdmissionReview of either apiVersion into the v1
-// types: v1beta1's AdmissionReview has the same fields, JSON names and
-// types (a test checks it field by field), so one decoding serves both, and
-// the review is answered in the apiVersion it came in.
-func decodeReview(body []byte, review *admissionv1.AdmissionReview) *admissionError {
-	if err := json.Unmarshal(body, review); err != nil {
-		return &admissionError{http.StatusBadRequest, fmt.Sprintf("request body is not an AdmissionReview: %v", err)}
-	}
-	switch {
-	case review.APIVersion != admissionV1 && review.APIVersion != admissionV1beta1:
-		return &admissionError{http.StatusBadRequest, fmt.Sprintf("unsupported apiVersion %q: want %s or %s", review.APIVersion, admissionV1, admissionV1beta1)}
-	case review.Kind != "AdmissionReview":
-		return &admissionError{http.StatusBadRequest, fmt.Sprintf("unsupported kind %q: want AdmissionReview", review.Kind)}
-	case review.Request == nil:
-		return &admissionError{http.StatusBadRequest, "AdmissionReview has no request"}
-	case review.Request.UID == "":
-		return &admissionError{http.StatusBadRequest, "AdmissionReview request has no uid"}
-	}
-	return nil
-}
-
-// denial is the response that denies req because its webhook failed.
-func denial(req *admissionv1.AdmissionRequest, code int32, reason metav1.StatusReason, msg string) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{
-		UID:     req.UID,
-		Allowed: false,
-		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg},
-	}
-}
-
-// writeReview answers with an AdmissionReview of the request's apiVersion.
-func writeReview(w http.ResponseWriter, in *admissionv1.AdmissionReview, resp *admissionv1.AdmissionResponse) {
-	out := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: in.APIVersion, Kind: "AdmissionReview"},
-		Response: resp,
-	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
-	if err := json.NewEncoder(buf).Encode(&out); err != nil {
-		writeAdmissionError(w, admissionError{http.StatusInternalServerError, fmt.Sprintf("cannot encode the AdmissionReview: %v", err)})
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, buf)
-}
-
-func writeAdmissionError(w http.ResponseWriter, e admissionError) {
-	http.Error(w, e.reason, e.code)
-}
+// Send delivers msg to the actor pid from outside the actor system.
+func (h webhookHost) Send(pid *actor.PID, msg any) { h.system.Root.Send(pid, msg) }

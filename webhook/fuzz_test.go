@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // FuzzAdmissionReview posts arbitrary bodies and ?timeout= values to a
@@ -36,7 +37,7 @@ func FuzzAdmissionReview(f *testing.F) {
 		defer cancel()
 		mgr.ShutdownAndWait(ctx)
 	})
-	handler := mgr.WebhookHandler(cm.WebhookConfig{MaxBodyBytes: 64 << 10, FailureThreshold: -1})
+	handler := mgr.WebhookHandler(webhook.Config{MaxBodyBytes: 64 << 10, FailureThreshold: -1})
 
 	f.Fuzz(func(t *testing.T, body []byte, timeout string) {
 		target := "/validate"
@@ -44,6 +45,7 @@ func FuzzAdmissionReview(f *testing.F) {
 			target += "?timeout=" + url.QueryEscape(timeout)
 		}
 		req := httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		handler.ServeHTTP(rec, req)
 		if rec.Code >= 500 {

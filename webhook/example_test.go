@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // noLatestTag is a validating webhook that denies pods whose images float on
@@ -48,7 +49,7 @@ func (noLatestTag) Handle(ctx context.Context, req *admissionv1.AdmissionRequest
 // each request runs the webhook's Handle in a goroutine of the webhook's
 // actor, supervised like a controller. Here an httptest server stands in
 // for the API server's calls.
-func ExampleWebhookManager_Handler() {
+func Example_handler() {
 	mgr := cm.NewWebhookManager(cm.NewContext(nil))
 	mgr.Add(noLatestTag{})
 	if err := mgr.Start(context.Background()); err != nil {
@@ -84,7 +85,7 @@ func ExampleWebhookManager_Handler() {
 // A webhook service serves its manager's webhooks over HTTPS with the
 // certificate cert-manager keeps in a mounted Secret; a rotated certificate
 // is picked up without a restart. The probes share the port.
-func ExampleWebhookServer() {
+func ExampleServer() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -95,7 +96,7 @@ func ExampleWebhookServer() {
 	}
 	defer mgr.ShutdownAndWait(context.Background())
 
-	srv, err := cm.NewWebhookServer(cm.WebhookServerConfig{
+	srv, err := webhook.NewServer(webhook.ServerConfig{
 		Addr:     ":9443",
 		CertFile: "/tmp/k8s-webhook-server/serving-certs/tls.crt",
 		KeyFile:  "/tmp/k8s-webhook-server/serving-certs/tls.key",

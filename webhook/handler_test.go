@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // admWait bounds anything that should happen promptly.
@@ -164,7 +165,7 @@ type admFixture struct {
 // admServe starts a ControllerManager (which hosts webhooks, and promotes
 // Handler from BaseManager) with hooks, serves it with cfg over TLS, and
 // tears both down at the end of the test.
-func admServe(t *testing.T, cfg cm.WebhookConfig, sup *cm.SupervisionSpec, hooks ...*admHook) *admFixture {
+func admServe(t *testing.T, cfg webhook.Config, sup *cm.SupervisionSpec, hooks ...*admHook) *admFixture {
 	t.Helper()
 	if sup == nil {
 		sup = &cm.SupervisionSpec{
@@ -309,7 +310,7 @@ func TestWebhookAnswersReviewsOfBothVersions(t *testing.T) {
 		seen.Store(string(req.UID), req)
 		return shared, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 
 	tests := []struct {
 		name, file, apiVersion, uid string
@@ -353,7 +354,7 @@ func TestWebhookAnswersReviewsOfBothVersions(t *testing.T) {
 
 func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{MaxBodyBytes: 4096}, nil, hook)
+	f := admServe(t, webhook.Config{MaxBodyBytes: 4096}, nil, hook)
 	v1 := admBody(t, admV1)
 	review := func(mutate func(m map[string]any)) []byte {
 		var m map[string]any
@@ -404,6 +405,7 @@ func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := f.srv.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -425,11 +427,57 @@ func TestWebhookRefusesBadInputBeforeHandle(t *testing.T) {
 	f.post(t, "/validate", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 }
 
+// TestWebhookRefusesBodiesNotDeclaredJSON: the API server declares its
+// reviews application/json; anything else is refused with 415 and the
+// reason, before Handle, and JSON with parameters is taken.
+func TestWebhookRefusesBodiesNotDeclaredJSON(t *testing.T) {
+	v1 := admBody(t, admV1)
+	hook := newAdmHook("validate", "/validate")
+	f := admServe(t, webhook.Config{}, nil, hook)
+	for _, tt := range []struct {
+		contentType string
+		set         bool
+		want        int
+		reason      string
+	}{
+		{"", false, 415, `unsupported Content-Type "": want application/json`},
+		{"text/plain", true, 415, `unsupported Content-Type "text/plain"`},
+		{"application/yaml", true, 415, `unsupported Content-Type "application/yaml"`},
+		{"application/json-patch+json", true, 415, "want application/json"},
+		{"application/json; charset", true, 415, "want application/json"}, // not a media type
+		{"application/json; charset=utf-8", true, 200, ""},
+		{"Application/JSON", true, 200, ""},
+	} {
+		t.Run(tt.contentType, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/validate", bytes.NewReader(v1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.set {
+				req.Header.Set("Content-Type", tt.contentType)
+			}
+			before := hook.handled.Load()
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			text, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.want || !strings.Contains(string(text), tt.reason) {
+				t.Errorf("have %d %q, want %d with %q", resp.StatusCode, text, tt.want, tt.reason)
+			}
+			if handled := hook.handled.Load() - before; (tt.want == 200) != (handled == 1) {
+				t.Errorf("Handle ran %d times for a %d", handled, tt.want)
+			}
+		})
+	}
+}
+
 func TestWebhookNotReady(t *testing.T) {
 	v1 := admBody(t, admV1)
 	t.Run("Ready false", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		hook.setReady(func() bool { return false })
 		r := f.post(t, "/validate", v1)
 		if r.code != 503 || !strings.Contains(r.text, "Ready returned false") || r.header.Get("Retry-After") == "" {
@@ -443,7 +491,7 @@ func TestWebhookNotReady(t *testing.T) {
 	})
 	t.Run("Ready hangs", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{ReadyTimeout: 50 * time.Millisecond}, nil, hook)
+		f := admServe(t, webhook.Config{ReadyTimeout: 50 * time.Millisecond}, nil, hook)
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 		entered := make(chan struct{}, 100)
@@ -472,7 +520,7 @@ func TestWebhookNotReady(t *testing.T) {
 	})
 	t.Run("Ready panics", func(t *testing.T) {
 		hook := newAdmHook("validate", "/validate")
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		hook.setReady(func() bool { panic("no readiness") })
 		r := f.post(t, "/validate", v1)
 		if r.code != 503 || !strings.Contains(r.text, "panic in Ready: no readiness") {
@@ -490,7 +538,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 		hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 			return nil, errors.New("cannot reach the policy store")
 		})
-		f := admServe(t, cm.WebhookConfig{FailureThreshold: -1}, nil, hook)
+		f := admServe(t, webhook.Config{FailureThreshold: -1}, nil, hook)
 		r := f.post(t, "/validate", v1)
 		r.wantDenial(t, "admission.k8s.io/v1", uid, 500, `webhook "validate": Handle: cannot reach the policy store`)
 		if r.review.Response.Result.Reason != metav1.StatusReasonInternalError {
@@ -502,7 +550,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 		hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 			return nil, nil
 		})
-		f := admServe(t, cm.WebhookConfig{FailureThreshold: -1}, nil, hook)
+		f := admServe(t, webhook.Config{FailureThreshold: -1}, nil, hook)
 		f.post(t, "/validate", admBody(t, admV1beta1)).wantDenial(t, "admission.k8s.io/v1beta1", "0df28fbd-5f5f-11e8-bc74-36e6bb280816", 500, "neither a response nor an error")
 	})
 	t.Run("panic restarts the webhook", func(t *testing.T) {
@@ -514,7 +562,7 @@ func TestWebhookHandleFailuresAreDenials(t *testing.T) {
 			}
 			return &admissionv1.AdmissionResponse{Allowed: true}, nil
 		})
-		f := admServe(t, cm.WebhookConfig{}, nil, hook)
+		f := admServe(t, webhook.Config{}, nil, hook)
 		r := f.post(t, "/validate", v1)
 		r.wantDenial(t, "admission.k8s.io/v1", uid, 500, `webhook "validate": panic in Handle: nil map`)
 		if strings.Contains(r.text, "goroutine") {
@@ -540,7 +588,7 @@ func TestWebhookRestartsAfterFailuresInARow(t *testing.T) {
 		}
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{FailureThreshold: 3}, nil, hook)
+	f := admServe(t, webhook.Config{FailureThreshold: 3}, nil, hook)
 	post := func(failing bool) {
 		fail.Store(failing)
 		r := f.post(t, "/validate", v1)
@@ -574,7 +622,7 @@ func TestWebhookFailingPastTheBudgetEscalates(t *testing.T) {
 	hook.setHandle(func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 		panic("always")
 	})
-	f := admServe(t, cm.WebhookConfig{}, &cm.SupervisionSpec{
+	f := admServe(t, webhook.Config{}, &cm.SupervisionSpec{
 		MaxRestarts:    2,
 		InitialBackoff: metav1.Duration{Duration: time.Millisecond},
 		MaxBackoff:     metav1.Duration{Duration: time.Millisecond},
@@ -610,7 +658,7 @@ func TestWebhookSlowerThanTheTimeoutIsDeniedInTime(t *testing.T) {
 		<-release // ignores ctx, as a stuck Handle does
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	t.Cleanup(func() { close(release); returned.Wait() })
 
 	begin := time.Now()
@@ -636,7 +684,7 @@ func TestWebhookRunsRequestsConcurrentlyUpToTheBound(t *testing.T) {
 		<-release
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{MaxInFlight: bound}, nil, hook)
+	f := admServe(t, webhook.Config{MaxInFlight: bound}, nil, hook)
 
 	var wg sync.WaitGroup
 	replies := make([]admReply, bound)
@@ -685,7 +733,7 @@ func TestWebhookIsUnavailableWhileRestarting(t *testing.T) {
 		}
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	})
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	f.post(t, "/validate", v1).wantDenial(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", 500, "corrupt cache")
 	<-inShutdown
 	hook.setShutdown(nil)
@@ -704,7 +752,7 @@ func TestWebhookIsUnavailableWhileRestarting(t *testing.T) {
 func TestWebhookRoutesFollowAddAndRemove(t *testing.T) {
 	v1 := admBody(t, admV1)
 	first := newAdmHook("first", "/first")
-	f := admServe(t, cm.WebhookConfig{}, nil, first)
+	f := admServe(t, webhook.Config{}, nil, first)
 	if r := f.post(t, "/second", v1); r.code != 404 {
 		t.Fatalf("have %d for a path no webhook serves", r.code)
 	}
@@ -739,7 +787,7 @@ func TestWebhookRoutesFollowAddAndRemove(t *testing.T) {
 func TestWebhookStoppedByStopChildIsUnavailable(t *testing.T) {
 	v1 := admBody(t, admV1)
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
+	f := admServe(t, webhook.Config{}, nil, hook)
 	if _, err := f.mgr.Request(context.Background(), supervisor.StopChild{Name: "validate"}); err != nil {
 		t.Fatal(err)
 	}

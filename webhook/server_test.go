@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // admCA signs serving certificates for 127.0.0.1, as cert-manager would.
@@ -69,10 +69,7 @@ func (ca *admCA) issue(t *testing.T, serial int64) admPair {
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der := ca.sign(t, tmpl, key)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +78,16 @@ func (ca *admCA) issue(t *testing.T, serial int64) admPair {
 		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}
+}
+
+// sign returns the DER of tmpl for key, signed by ca.
+func (ca *admCA) sign(t *testing.T, tmpl *x509.Certificate, key *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }
 
 // admCertFiles is a mounted Secret's tls.crt and tls.key.
@@ -103,9 +110,9 @@ func (f admCertFiles) write(t *testing.T, p admPair) {
 
 // admServeTLS serves handler with a WebhookServer on a loopback port until
 // the end of the test.
-func admServeTLS(t *testing.T, cfg cm.WebhookServerConfig) (addr string) {
+func admServeTLS(t *testing.T, cfg webhook.ServerConfig) (addr string) {
 	t.Helper()
-	srv, err := cm.NewWebhookServer(cfg)
+	srv, err := webhook.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +149,8 @@ func TestWebhookServerServesAdmissionAndProbesOverTLS(t *testing.T) {
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 10))
 	hook := newAdmHook("validate", "/validate")
-	f := admServe(t, cm.WebhookConfig{}, nil, hook)
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	f := admServe(t, webhook.Config{}, nil, hook)
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: f.mgr.Handler(),
 		Probes: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "probe "+r.URL.Path) }),
 	})
@@ -183,7 +190,7 @@ func TestWebhookServerReloadsRotatedCertificates(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler(),
 		CertCheckInterval: -1, // every handshake reads the files
 		Logger:            admQuietLogger,
@@ -252,7 +259,7 @@ func TestWebhookServerReloadsRotatedCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr = admServeTLS(t, cm.WebhookServerConfig{
+	addr = admServeTLS(t, webhook.ServerConfig{
 		CertFile: mount.cert, KeyFile: mount.key, Handler: http.NotFoundHandler(), CertCheckInterval: -1, Logger: admQuietLogger,
 	})
 	if s := admServerSerial(t, addr, ca.pool); s != 20 {
@@ -268,7 +275,7 @@ func TestWebhookServerChecksTheFilesAtMostEveryInterval(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	addr := admServeTLS(t, cm.WebhookServerConfig{
+	addr := admServeTLS(t, webhook.ServerConfig{
 		CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler(), CertCheckInterval: time.Hour,
 	})
 	files.write(t, ca.issue(t, 2))
@@ -287,16 +294,16 @@ func TestNewWebhookServerValidates(t *testing.T) {
 
 	tests := []struct {
 		name string
-		cfg  cm.WebhookServerConfig
+		cfg  webhook.ServerConfig
 		want []string
 	}{
-		{"nothing", cm.WebhookServerConfig{}, []string{"certFile: required", "keyFile: required", "handler: required"}},
-		{"missing files", cm.WebhookServerConfig{CertFile: files.cert + ".gone", KeyFile: files.key, Handler: http.NotFoundHandler()}, []string{"certFile:", "no such file"}},
-		{"mismatched pair", cm.WebhookServerConfig{CertFile: mismatched.cert, KeyFile: mismatched.key, Handler: http.NotFoundHandler()}, []string{"private key does not match public key"}},
+		{"nothing", webhook.ServerConfig{}, []string{"certFile: required", "keyFile: required", "handler: required"}},
+		{"missing files", webhook.ServerConfig{CertFile: files.cert + ".gone", KeyFile: files.key, Handler: http.NotFoundHandler()}, []string{"certFile:", "no such file"}},
+		{"mismatched pair", webhook.ServerConfig{CertFile: mismatched.cert, KeyFile: mismatched.key, Handler: http.NotFoundHandler()}, []string{"private key does not match public key"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := cm.NewWebhookServer(tt.cfg)
+			_, err := webhook.NewServer(tt.cfg)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -313,7 +320,7 @@ func TestWebhookServerShutdown(t *testing.T) {
 	ca := newAdmCA(t)
 	files := newAdmCertFiles(t)
 	files.write(t, ca.issue(t, 1))
-	srv, err := cm.NewWebhookServer(cm.WebhookServerConfig{CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
+	srv, err := webhook.NewServer(webhook.ServerConfig{CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
 	if err != nil {
 		t.Fatal(err)
 	}

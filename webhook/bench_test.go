@@ -1,4 +1,4 @@
-package controllermanager_test
+package webhook_test
 
 import (
 	"bytes"
