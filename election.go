@@ -3,6 +3,7 @@ package controllermanager
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ type election struct {
 	watchdog *lease.Watchdog
 	fence    lease.Config // for its FenceTimeout
 	reelect  bool
+	events   *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -40,14 +42,18 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 		return nil, err
 	}
 	lock := o.lock
+	var events *kubeEvents
 	if lock == nil {
 		identity := o.identity
 		if identity == "" {
 			identity = lease.NewIdentity()
 		}
-		if lock, err = lease.NewLeaseLock(client, c.namespace, c.name, identity); err != nil {
+		events = newKubeEvents(o, client, c.namespace, c.name, identity)
+		if lock, err = lease.NewLeaseLockWithRecorder(client, c.namespace, c.name, identity, events.lockRecorder()); err != nil {
 			return nil, err
 		}
+	} else {
+		events = newKubeEvents(o, client, c.namespace, c.name, lock.Identity())
 	}
 	// The watchdog tolerates a renew deadline past the lease's expiry: a
 	// live elector reports Lost long before.
@@ -60,7 +66,7 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if err != nil {
 		return nil, fmt.Errorf("leaderElection: %w", err)
 	}
-	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, reelect: c.reelect}, nil
+	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, reelect: c.reelect, events: events}, nil
 }
 
 // configure sets the election part of a root supervisor's config; a nil
@@ -88,4 +94,17 @@ func (m *ControllerManager) LeaseWatchdog() *lease.Watchdog {
 		return nil
 	}
 	return m.election.watchdog
+}
+
+// kubeEvents returns the manager's Kubernetes Events: the election's, or,
+// with election off, the host's recorder's (WithEventRecorder) if any.
+func (e *election) kubeEvents(o options) *kubeEvents {
+	if e != nil {
+		return e.events
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = ""
+	}
+	return newKubeEvents(o, nil, "", "", host)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/actorkube/controllermanager/webhook"
 )
@@ -50,6 +51,13 @@ var (
 	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
 		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
 		[]string{"child", "kind"}, nil)
+	// masterStatusDesc is client-go's and controller-runtime's leader
+	// election gauge, under their name and label, so that their dashboards
+	// work; client-go's own is never registered (it needs a global
+	// provider).
+	masterStatusDesc = prometheus.NewDesc("leader_election_master_status",
+		"Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		[]string{"name"}, nil)
 )
 
 // probeBuckets span a sweep of a few children (well under a millisecond) to
@@ -64,6 +72,13 @@ type managerMetrics struct {
 	probe prometheus.Histogram
 	// webhooks counts the admission requests of every WebhookHandler.
 	webhooks *webhook.Metrics
+	// panics counts the panics in each child's user calls, from the
+	// events (a count Status does not keep).
+	panics *prometheus.CounterVec
+	// lastPanic is the last *PanicError counted per child, so that a
+	// failure wrapping the panic of a probe already counted is not counted
+	// twice. Owned by the subscriber's goroutine.
+	lastPanic map[string]*actors.PanicError
 }
 
 // newManagerMetrics registers m's metrics on a registry of its own and on
@@ -77,11 +92,16 @@ func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetri
 			Buckets: probeBuckets,
 		}),
 		webhooks: webhook.NewMetrics(),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controllermanager_child_panics_total",
+			Help: "Panics recovered in a child's user calls (Run, Recover, Start, Shutdown, GetHealth, Ready, Handle).",
+		}, []string{"child", "kind"}),
+		lastPanic: map[string]*actors.PanicError{},
 	}
 	col := &statusCollector{m: m, lease: o.leaseName, identity: identity}
-	mm.registry.MustRegister(col, mm.probe, mm.webhooks)
+	mm.registry.MustRegister(col, mm.probe, mm.webhooks, mm.panics)
 	if o.registerer != nil {
-		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks)); err != nil {
+		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks), o.registerer.Register(mm.panics)); err != nil {
 			o.logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}
@@ -94,6 +114,26 @@ func (mm *managerMetrics) observeProbe(start time.Time) {
 	mm.probe.Observe(time.Since(start).Seconds())
 }
 
+// observeEvent counts the panics an event reports: a failure, a Shutdown
+// or a health probe that panicked. A child's series starts at 0 when it
+// first starts, and goes with RemoveChild.
+func (mm *managerMetrics) observeEvent(e Event) {
+	switch e.Type {
+	case ChildStarted:
+		mm.panics.WithLabelValues(e.Child, e.Kind)
+	case ChildRemoved:
+		mm.panics.DeleteLabelValues(e.Child, e.Kind)
+		delete(mm.lastPanic, e.Child)
+	case ChildFailed, ChildStopped, ChildUnhealthy:
+		p, ok := errors.AsType[*actors.PanicError](e.Err)
+		if !ok || mm.lastPanic[e.Child] == p {
+			return
+		}
+		mm.lastPanic[e.Child] = p
+		mm.panics.WithLabelValues(e.Child, e.Kind).Inc()
+	}
+}
+
 // statusCollector turns the manager's Status into metrics on every scrape.
 type statusCollector struct {
 	m        *BaseManager
@@ -103,7 +143,7 @@ type statusCollector struct {
 
 // Describe sends the descriptors of every metric Collect sends.
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc} {
+	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc} {
 		ch <- d
 	}
 }
@@ -126,6 +166,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.lease != "" {
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease, st.Identity)
+		ch <- prometheus.MustNewConstMetric(masterStatusDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease)
 	}
 	for _, child := range st.Children {
 		kind := string(child.Kind)

@@ -4,8 +4,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/supervisor"
@@ -24,6 +26,7 @@ type options struct {
 	registerer  prometheus.Registerer // WithRegisterer
 	leaseName   string                // set by NewControllerManager for the metrics
 	drain       time.Duration         // WithSubscriberDrainTimeout; 0: DefaultSubscriberDrainTimeout
+	recorder    record.EventRecorder  // WithEventRecorder
 }
 
 // DefaultSubscriberDrainTimeout is how long ShutdownAndWait waits, by
@@ -99,4 +102,27 @@ func collectOptions(opts []Option) options {
 		o.logger = slog.New(minLevel{min: slog.LevelWarn, next: slog.Default().Handler()})
 	}
 	return o
+}
+
+// WithLogr sets the manager's logger from a logr.Logger, as WithLogger does
+// from a *slog.Logger: the two are one sink (the last of the two options
+// given wins). The runtime's records reach it through logr.ToSlogHandler
+// (slog Info is V(0), Debug V(4), Warn is Info at V(0), Error is Error), and
+// client-go's leader election and event recorder log to it through their
+// context, leaving the process-wide klog alone; see docs/observability.md.
+// A zero logr.Logger discards everything.
+func WithLogr(logger logr.Logger) Option {
+	return func(o *options) { o.logger = slog.New(logr.ToSlogHandler(logger)) }
+}
+
+// WithEventRecorder records Kubernetes Events with recorder: a Normal
+// LeaderElected, and a Warning LeaderLost, Escalated or ChildFailed, on this
+// replica's Pod (POD_NAME and POD_NAMESPACE) or else on the Lease; and the
+// lease lock's own "became leader" and "stopped leading" events on the
+// Lease. The host owns recorder and its broadcaster: it shuts them down.
+// Default: with leader election on and a clientset, a recorder of the
+// manager's own, rate-limited and aggregated, shut down with the manager;
+// otherwise no Events. See docs/observability.md.
+func WithEventRecorder(recorder record.EventRecorder) Option {
+	return func(o *options) { o.recorder = recorder }
 }

@@ -397,7 +397,7 @@ func TestPanicIsLoggedWithItsStack(t *testing.T) {
 	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "", cm.WithLogger(slog.New(logs)))
 	require.NoError(t, err)
 	var once atomic.Bool
-	m.Add(&panicky{once: &once})
+	m.Add(&pbPanicky{once: &once})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), elWait)
 		defer cancel()
@@ -416,19 +416,19 @@ func TestPanicIsLoggedWithItsStack(t *testing.T) {
 	})
 	n := 0
 	for _, r := range logs.records() {
-		if strings.Contains(r, "stack=") && strings.Contains(r, "(*panicky).Run") {
+		if strings.Contains(r, "stack=") && strings.Contains(r, "(*pbPanicky).Run") {
 			n++
 		}
 	}
 	assert.Equal(t, 1, n, "logged once")
 }
 
-// panicky's second Run panics.
-type panicky struct{ once *atomic.Bool }
+// pbPanicky's second Run panics.
+type pbPanicky struct{ once *atomic.Bool }
 
-func (p *panicky) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: "panicky", Healthy: true} }
-func (p *panicky) Shutdown(context.Context)   {}
-func (p *panicky) Run(context.Context) error {
+func (p *pbPanicky) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: "panicky", Healthy: true} }
+func (p *pbPanicky) Shutdown(context.Context)   {}
+func (p *pbPanicky) Run(context.Context) error {
 	if p.once.Swap(true) {
 		panic("boom")
 	}

@@ -67,7 +67,8 @@ type BaseManager struct {
 	timing      supervisor.Timing
 	handle      *supervisor.Handle
 	metrics     *managerMetrics
-	election    *election // nil when election is off
+	election    *election   // nil when election is off
+	events      *kubeEvents // nil when no Kubernetes Events are recorded
 
 	// unstopped is set when a ShutdownAndWait gave up before every child
 	// had returned from Shutdown; Err reports it.
@@ -154,6 +155,7 @@ func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor
 	}
 	m.handle = handle
 	m.metrics = newManagerMetrics(m, identity, o)
+	m.events = el.kubeEvents(o)
 	return m
 }
 
@@ -198,6 +200,7 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	m.started = true
 	added := m.added
 	m.mu.Unlock()
+	m.observe()
 
 	msg := supervisor.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)

@@ -39,6 +39,9 @@ const (
 	ControllerCheckPrefix = "controller/"
 	// ManagerCheck is the /readyz check of the Source's GetReadiness.
 	ManagerCheck = "manager"
+	// PingCheck is the first /livez check: it passes whenever the handler
+	// answers, as k8s.io/apiserver's ping does.
+	PingCheck = "ping"
 )
 
 // validName reports why name cannot name a check of the host or of a

@@ -34,6 +34,7 @@ func TestHungCallsStillAnswerInTime(t *testing.T) {
 		src      func(h *hang) health.Source
 		opts     func(h *hang) []health.Option
 		path     string
+		accept   string
 		wantCode int
 		wantBody string
 	}{
@@ -45,14 +46,14 @@ func TestHungCallsStillAnswerInTime(t *testing.T) {
 			wantBody: lines("[-]controllers failed: no answer from GetHealth within 150ms", "healthz check failed"),
 		},
 		{
-			name: "GetHealth, JSON", path: "/healthz", wantCode: 500,
+			name: "GetHealth, JSON", path: "/healthz", accept: "application/json", wantCode: 500,
 			src: func(h *hang) health.Source {
 				return &source{health: func() []actors.HealthStatus { h.block(); return nil }}
 			},
 			wantBody: `{"healthy":false,"status":[],"checks":[{"name":"controllers","healthy":false,"message":"no answer from GetHealth within 150ms"}]}` + "\n",
 		},
 		{
-			name: "GetReadiness", path: "/readyz", wantCode: 503,
+			name: "GetReadiness", path: "/readyz?verbose", wantCode: 503,
 			src: func(h *hang) health.Source {
 				return &source{ready: func() error { h.block(); return nil }}
 			},
@@ -65,10 +66,10 @@ func TestHungCallsStillAnswerInTime(t *testing.T) {
 				m.status = func(context.Context) (supervisor.Status, error) { h.block(); return supervisor.Status{}, nil }
 				return m
 			},
-			wantBody: lines("[-]phase failed: no answer from the supervisor within 150ms", "healthz check failed"),
+			wantBody: lines("[-]phase failed: no answer from the supervisor within 150ms", "[+]controllers excluded: ok", "healthz check failed"),
 		},
 		{
-			name: "host check that ignores its context", path: "/readyz", wantCode: 503,
+			name: "host check that ignores its context", path: "/readyz?verbose", wantCode: 503,
 			src: func(*hang) health.Source { return &source{} },
 			opts: func(h *hang) []health.Option {
 				return []health.Option{health.WithReadyzCheck(health.Check("cache", func(*http.Request) error { h.block(); return nil }))}
@@ -85,7 +86,7 @@ func TestHungCallsStillAnswerInTime(t *testing.T) {
 			}
 			srv := serve(t, health.NewHandler(tt.src(h), append(opts, health.WithTimeout(timeout))...))
 
-			have := get(t, srv, tt.path)
+			have := doAccept(t, srv, http.MethodGet, tt.path, tt.accept)
 			answersInTime(t, have)
 			if have.code != tt.wantCode || have.body != tt.wantBody {
 				t.Errorf("want %d %q\nhave %d %q", tt.wantCode, tt.wantBody, have.code, have.body)

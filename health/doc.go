@@ -1,23 +1,27 @@
-// Package health serves a manager's probes over HTTP: /healthz and /readyz,
-// the Kubernetes way, answered from the supervision tree within a deadline,
-// every time; and, when asked, its Prometheus metrics and pprof profiles.
+// Package health serves a manager's probes over HTTP: /healthz, /livez and
+// /readyz, in k8s.io/apiserver's healthz format, answered from the
+// supervision tree within a deadline, every time; and, when asked, its
+// Prometheus metrics and pprof profiles.
 //
 // # Endpoints
 //
 // NewHandler returns an http.Handler for these paths (mount it at the root of
 // a mux, or under a prefix with http.StripPrefix):
 //
-//	/healthz          200 or 500: the JSON Report {"healthy":…,"status":[…],"checks":[…]}
-//	/healthz?verbose  the same checks as text: "[+]name ok", "[-]name failed: reason"
+//	/healthz          200 "ok", or 500 and the listing: "[+]name ok", "[-]name failed: reason withheld"
+//	/healthz?verbose  the listing, passing or not, with each failure's reason
 //	/healthz/<name>   one check: 200 "ok", or 500 with the reason; 404 if there is none by that name
-//	/readyz           200 "ok", or 503 with the failing checks and their reasons
-//	/readyz?verbose   the text listing
-//	/readyz/<name>    one check: 200 "ok", or 503 with the reason; 404 if unknown
+//	/livez            the same for liveness (500 on failure); /livez?verbose, /livez/<name>
+//	/readyz           the same for readiness (503 on failure); /readyz?verbose, /readyz/<name>
 //	/metrics          with WithMetrics only
 //	/debug/pprof/     with WithPprof only
 //
-// ?exclude=<name> (repeatable) leaves a check out of /healthz and /readyz; an
-// excluded name that matches no check is reported in the verbose listing.
+// ?exclude=<name> (repeatable) does not run a check and lists it as
+// "[+]name excluded: ok"; exclusions that match no check are named in a
+// "warn: some health checks cannot be excluded: no matches for …" line. A
+// request with Accept: application/json gets the JSON Report instead of the
+// text. The listing ends with "<endpoint> check passed" or "<endpoint> check
+// failed", as the apiserver's does.
 //
 // # Checks
 //
@@ -32,6 +36,11 @@
 //   - the checks of the Source itself (CheckProvider: the lease watchdog of
 //     a manager with election on);
 //   - the host's checks (WithHealthzCheck).
+//
+// /livez runs "ping" (always passes), "phase", the Source's checks
+// (CheckProvider) and the host's (WithLivezCheck): what a restart of the
+// process would cure, never the controllers, which the supervisor restarts
+// itself.
 //
 // /readyz runs "manager" (the Source's GetReadiness), then the host's
 // checks (WithReadyzCheck).

@@ -44,7 +44,7 @@ func ExampleNewHandler() {
 	}
 	defer m.ShutdownAndWait(context.Background())
 
-	for _, path := range []string{"/readyz", "/readyz?verbose", "/healthz", "/healthz?verbose", "/healthz/controller/jobs", "/healthz/controller/cron"} {
+	for _, path := range []string{"/readyz", "/readyz?verbose", "/healthz", "/healthz?verbose", "/livez?verbose", "/healthz/controller/jobs", "/healthz/controller/cron"} {
 		res, err := srv.Client().Get(srv.URL + path)
 		if err != nil {
 			panic(err)
@@ -62,12 +62,16 @@ func ExampleNewHandler() {
 	// readyz check passed
 	//
 	// GET /healthz → 200
-	// {"healthy":true,"status":[{"name":"jobs","healthy":true}],"checks":[{"name":"phase","healthy":true,"message":"Running"}]}
-	//
+	// ok
 	// GET /healthz?verbose → 200
 	// [+]phase ok
 	// [+]controller/jobs ok
 	// healthz check passed
+	//
+	// GET /livez?verbose → 200
+	// [+]ping ok
+	// [+]phase ok
+	// livez check passed
 	//
 	// GET /healthz/controller/jobs → 200
 	// ok

@@ -131,11 +131,20 @@ type response struct {
 
 func do(t *testing.T, srv *httptest.Server, method, path string) response {
 	t.Helper()
+	return doAccept(t, srv, method, path, "")
+}
+
+// doAccept is do with an Accept header, unless accept is empty.
+func doAccept(t *testing.T, srv *httptest.Server, method, path, accept string) response {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	began := time.Now()
 	res, err := srv.Client().Do(req)

@@ -20,6 +20,7 @@ type handler struct {
 	budget  time.Duration // how long a request waits for its checks: timeout plus a margin
 	healthz []Checker     // the host's
 	readyz  []Checker
+	livez   []Checker
 	metrics http.Handler // nil without WithMetrics
 	pprof   http.Handler // nil without WithPprof
 
@@ -34,19 +35,21 @@ type statusAnswer struct {
 	err    error
 }
 
-// endpoint is /healthz or /readyz.
+// endpoint is /healthz, /livez or /readyz.
 type endpoint struct {
-	name     string // "healthz" or "readyz"
+	name     string // "healthz", "livez" or "readyz"
 	failCode int    // the status code of a failed probe
 }
 
 var (
 	healthzEndpoint = endpoint{name: "healthz", failCode: http.StatusInternalServerError}
+	livezEndpoint   = endpoint{name: "livez", failCode: http.StatusInternalServerError}
 	readyzEndpoint  = endpoint{name: "readyz", failCode: http.StatusServiceUnavailable}
+	endpoints       = []endpoint{healthzEndpoint, livezEndpoint, readyzEndpoint}
 )
 
-// NewHandler returns the handler of src's probes: /healthz, /readyz and
-// their single checks, and /metrics and /debug/pprof/ when the options ask
+// NewHandler returns the handler of src's probes: /healthz, /livez, /readyz
+// and their single checks, and /metrics and /debug/pprof/ when the options ask
 // for them; see the package doc for the endpoints, the checks and the
 // deadlines. Mount it at the root of a mux, or under a prefix with
 // http.StripPrefix.
@@ -64,7 +67,8 @@ func NewHandler(src Source, opts ...Option) http.Handler {
 			opt(&c)
 		}
 	}
-	if err := errors.Join(validateChecks("WithHealthzCheck", c.healthz), validateChecks("WithReadyzCheck", c.readyz)); err != nil {
+	if err := errors.Join(validateChecks("WithHealthzCheck", c.healthz), validateChecks("WithReadyzCheck", c.readyz),
+		validateLivez(c.livez)); err != nil {
 		panic(fmt.Sprintf("health: NewHandler: %v", err))
 	}
 	timeout := c.timeout
@@ -74,7 +78,7 @@ func NewHandler(src Source, opts ...Option) http.Handler {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	h := &handler{src: src, timeout: timeout, budget: timeout + margin(timeout), healthz: c.healthz, readyz: c.readyz}
+	h := &handler{src: src, timeout: timeout, budget: timeout + margin(timeout), healthz: c.healthz, readyz: c.readyz, livez: c.livez}
 	if c.gatherer != nil {
 		h.metrics = MetricsHandler(c.gatherer)
 	}
@@ -109,18 +113,33 @@ func validateChecks(option string, checks []Checker) error {
 	return errors.Join(errs...)
 }
 
+// validateLivez validates the host's /livez checks: the rules of the other
+// endpoints, and PingCheck is taken too.
+func validateLivez(checks []Checker) error {
+	err := validateChecks("WithLivezCheck", checks)
+	for _, c := range checks {
+		if c != nil && c.Name() == PingCheck {
+			err = errors.Join(err, fmt.Errorf("WithLivezCheck: check name %q is reserved for a built-in check", PingCheck))
+		}
+	}
+	return err
+}
+
 // ServeHTTP routes the request to its endpoint.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	for _, ep := range endpoints {
+		root := "/" + ep.name
+		switch {
+		case path == root || path == root+"/":
+			h.serveProbe(w, r, ep, "")
+			return
+		case strings.HasPrefix(path, root+"/"):
+			h.serveProbe(w, r, ep, strings.TrimPrefix(path, root+"/"))
+			return
+		}
+	}
 	switch {
-	case path == "/healthz" || path == "/healthz/":
-		h.serveProbe(w, r, healthzEndpoint, "")
-	case strings.HasPrefix(path, "/healthz/"):
-		h.serveProbe(w, r, healthzEndpoint, strings.TrimPrefix(path, "/healthz/"))
-	case path == "/readyz" || path == "/readyz/":
-		h.serveProbe(w, r, readyzEndpoint, "")
-	case strings.HasPrefix(path, "/readyz/"):
-		h.serveProbe(w, r, readyzEndpoint, strings.TrimPrefix(path, "/readyz/"))
 	case path == "/metrics" && h.metrics != nil:
 		h.metrics.ServeHTTP(w, r)
 	case (path == "/debug/pprof" || strings.HasPrefix(path, "/debug/pprof/")) && h.pprof != nil:
@@ -143,10 +162,22 @@ func (h *handler) probes(ep endpoint) []probe {
 		return h.appendCheckers(ps, ep, h.readyz)
 	}
 	var ps []probe
+	if ep == livezEndpoint {
+		ps = append(ps, probe{name: PingCheck, start: func(*http.Request) *pending { return settled(outcome{name: PingCheck}) }})
+	}
 	_, stops := h.src.(Stopper)
 	_, reports := h.src.(StatusSource)
 	if stops || reports {
 		ps = append(ps, probe{name: PhaseCheck, start: h.startPhase})
+	}
+	if ep == livezEndpoint {
+		// Liveness leaves the controllers out: the supervisor restarts an
+		// unhealthy controller itself, and a kubelet restarting the pod for
+		// it would undo the restart budget.
+		if cp, ok := h.src.(CheckProvider); ok {
+			ps = h.appendCheckers(ps, ep, cp.HealthzChecks())
+		}
+		return h.appendCheckers(ps, ep, h.livez)
 	}
 	ps = append(ps, probe{name: ControllersCheck, start: h.startControllers})
 	if cp, ok := h.src.(CheckProvider); ok {
@@ -290,32 +321,35 @@ func (h *handler) serveProbe(w http.ResponseWriter, r *http.Request, ep endpoint
 	excluded := newExclusions(query["exclude"])
 	var ps []*pending
 	for _, p := range h.probes(ep) {
-		if !excluded.take(p.name) {
-			ps = append(ps, p.start(r))
+		if excluded.take(p.name) {
+			ps = append(ps, settled(outcome{name: p.name, excluded: true}))
+			continue
 		}
+		ps = append(ps, p.start(r))
 	}
 	outs, ok := await(r.Context(), ps, h.budget)
 	if !ok {
 		return // the client has gone
 	}
-	kept := outs[:0]
-	for _, o := range outs {
-		if o.status == nil || !excluded.take(o.name) {
-			kept = append(kept, o)
+	for i := range outs {
+		if outs[i].status != nil && excluded.take(outs[i].name) {
+			outs[i].excluded = true
 		}
 	}
-	rep := newReport(kept)
+	rep := newReport(outs)
 	code := http.StatusOK
 	if !rep.Healthy {
 		code = ep.failCode
 	}
 	switch {
-	case verbose || (ep == readyzEndpoint && !rep.Healthy):
-		writeText(w, code, listing(ep, kept, excluded.unmatched()))
-	case ep == readyzEndpoint:
-		writeText(w, code, "ok")
-	default:
+	case acceptsJSON(r):
 		writeJSON(w, code, rep)
+	case verbose || !rep.Healthy:
+		// As k8s.io/apiserver: a failure is always listed, its reasons
+		// withheld unless ?verbose asks for them.
+		writeText(w, code, listing(ep, outs, excluded.unmatched(), verbose))
+	default:
+		writeText(w, code, "ok")
 	}
 }
 

@@ -33,6 +33,7 @@ func TestEndpoints(t *testing.T) {
 		opts     []health.Option
 		method   string // default GET
 		path     string
+		accept   string // the Accept header; default application/json with wantJSON, none otherwise
 		wantCode int
 		wantBody string // exact, unless wantJSON
 		wantJSON *health.Report
@@ -41,20 +42,24 @@ func TestEndpoints(t *testing.T) {
 		// /readyz
 		{name: "readyz ready", src: &source{}, path: "/readyz", wantCode: 200, wantBody: "ok"},
 		{name: "readyz trailing slash", src: &source{}, path: "/readyz/", wantCode: 200, wantBody: "ok"},
-		{name: "readyz not ready gives the reason", src: &source{ready: notReady}, path: "/readyz", wantCode: 503,
+		{name: "readyz not ready withholds the reason", src: &source{ready: notReady}, path: "/readyz", wantCode: 503,
+			wantBody: lines("[-]manager failed: reason withheld", "readyz check failed")},
+		{name: "readyz not ready, verbose, gives the reason", src: &source{ready: notReady}, path: "/readyz?verbose", wantCode: 503,
 			wantBody: lines("[-]manager failed: not ready: pre-flight running", "readyz check failed")},
+		{name: "readyz not ready, JSON", src: &source{ready: notReady}, path: "/readyz", wantCode: 503,
+			wantJSON: &health.Report{Status: []actors.HealthStatus{}, Checks: []actors.HealthStatus{{Name: "manager", Message: "not ready: pre-flight running"}}}},
 		{name: "readyz verbose", src: &source{}, path: "/readyz?verbose", wantCode: 200,
 			wantBody: lines("[+]manager ok", "readyz check passed")},
 		{name: "readyz verbose=true", src: &source{}, path: "/readyz?verbose=true", wantCode: 200,
 			wantBody: lines("[+]manager ok", "readyz check passed")},
 		{name: "readyz host check fails", src: &source{}, opts: []health.Option{health.WithReadyzCheck(failing)}, path: "/readyz", wantCode: 503,
-			wantBody: lines("[+]manager ok", "[-]informers failed: cache stale", "readyz check failed")},
+			wantBody: lines("[+]manager ok", "[-]informers failed: reason withheld", "readyz check failed")},
 		{name: "readyz host check passes", src: &source{}, opts: []health.Option{health.WithReadyzCheck(passing)}, path: "/readyz?verbose", wantCode: 200,
 			wantBody: lines("[+]manager ok", "[+]informers ok", "readyz check passed")},
 		{name: "readyz exclude", src: &source{ready: notReady}, opts: []health.Option{health.WithReadyzCheck(passing)}, path: "/readyz?exclude=manager&verbose", wantCode: 200,
-			wantBody: lines("[+]informers ok", "readyz check passed")},
+			wantBody: lines("[+]manager excluded: ok", "[+]informers ok", "readyz check passed")},
 		{name: "readyz exclude unknown warns", src: &source{}, path: "/readyz?verbose&exclude=nope&exclude=manager&exclude=nope2", wantCode: 200,
-			wantBody: lines(`warn: some readyz checks cannot be excluded: no matches for "nope", "nope2"`, "readyz check passed")},
+			wantBody: lines("[+]manager excluded: ok", `warn: some health checks cannot be excluded: no matches for "nope","nope2"`, "readyz check passed")},
 		{name: "readyz one check", src: &source{}, path: "/readyz/manager", wantCode: 200, wantBody: "ok"},
 		{name: "readyz one check fails", src: &source{ready: notReady}, path: "/readyz/manager", wantCode: 503,
 			wantBody: "manager check failed: not ready: pre-flight running\n"},
@@ -64,9 +69,22 @@ func TestEndpoints(t *testing.T) {
 		{name: "readyz POST", src: &source{}, method: http.MethodPost, path: "/readyz", wantCode: 405,
 			wantBody: "method POST not allowed on /readyz: use GET or HEAD\n"},
 
+		// /healthz, plain
+		{name: "healthz passes", src: newManager(source{health: healthy("jobs", "cron")}), path: "/healthz", wantCode: 200, wantBody: "ok"},
+		{name: "healthz fails: the listing, reasons withheld", src: newManager(source{health: mixed}), path: "/healthz", wantCode: 500,
+			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[-]controller/cron failed: reason withheld", "healthz check failed")},
+		{name: "healthz fails, excluded checks listed", src: newManager(source{health: mixed}), path: "/healthz?exclude=phase&exclude=controller/jobs", wantCode: 500,
+			wantBody: lines("[+]phase excluded: ok", "[+]controller/jobs excluded: ok", "[-]controller/cron failed: reason withheld", "healthz check failed")},
+		{name: "healthz passes once the failing check is excluded", src: newManager(source{health: mixed}), path: "/healthz?exclude=controller/cron", wantCode: 200, wantBody: "ok"},
+
 		// /healthz, JSON
 		{name: "healthz empty", src: &source{}, path: "/healthz", wantCode: 200,
 			wantJSON: &health.Report{Healthy: true, Status: []actors.HealthStatus{}}},
+		{name: "healthz JSON among other media types", src: &source{}, path: "/healthz", accept: "text/html;q=0.9, Application/JSON;q=0.8", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true, Status: []actors.HealthStatus{}}},
+		{name: "healthz JSON wins over verbose", src: &source{health: mixed}, path: "/healthz?verbose", wantCode: 500,
+			wantJSON: &health.Report{Status: mixed()}},
+		{name: "healthz text for any other media type", src: &source{}, path: "/healthz", accept: "application/jsonl, */*", wantCode: 200, wantBody: "ok"},
 		{name: "healthz healthy", src: newManager(source{health: healthy("jobs", "cron")}), path: "/healthz", wantCode: 200,
 			wantJSON: &health.Report{Healthy: true,
 				Status: []actors.HealthStatus{{Name: "jobs", Healthy: true}, {Name: "cron", Healthy: true}},
@@ -84,9 +102,11 @@ func TestEndpoints(t *testing.T) {
 		{name: "healthz verbose", src: newManager(source{health: mixed}), path: "/healthz?verbose", wantCode: 500,
 			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[-]controller/cron failed: informer not synced", "healthz check failed")},
 		{name: "healthz verbose exclude repeated", src: newManager(source{health: mixed}), path: "/healthz?verbose&exclude=controller/cron&exclude=phase", wantCode: 200,
-			wantBody: lines("[+]controller/jobs ok", "healthz check passed")},
+			wantBody: lines("[+]phase excluded: ok", "[+]controller/jobs ok", "[+]controller/cron excluded: ok", "healthz check passed")},
+		{name: "healthz verbose exclude every controller", src: newManager(source{health: mixed}), path: "/healthz?verbose&exclude=controllers", wantCode: 200,
+			wantBody: lines("[+]phase ok", "[+]controllers excluded: ok", "healthz check passed")},
 		{name: "healthz verbose exclude unknown", src: &source{health: healthy("jobs")}, path: "/healthz?verbose&exclude=controller/nope", wantCode: 200,
-			wantBody: lines("[+]controller/jobs ok", `warn: some healthz checks cannot be excluded: no matches for "controller/nope"`, "healthz check passed")},
+			wantBody: lines("[+]controller/jobs ok", `warn: some health checks cannot be excluded: no matches for "controller/nope"`, "healthz check passed")},
 		{name: "healthz host checks, in order, after the built-in ones", src: newManager(source{health: healthy("jobs")}),
 			opts: []health.Option{health.WithHealthzCheck(passing, panicking)}, path: "/healthz?verbose", wantCode: 500,
 			wantBody: lines("[+]phase ok", "[+]controller/jobs ok", "[+]informers ok", "[-]disk failed: check panicked: oops", "healthz check failed")},
@@ -133,8 +153,38 @@ func TestEndpoints(t *testing.T) {
 		{name: "healthz DELETE", src: &source{}, method: http.MethodDelete, path: "/healthz/controllers", wantCode: 405,
 			wantBody: "method DELETE not allowed on /healthz: use GET or HEAD\n"},
 
+		// /livez
+		{name: "livez passes", src: newManager(source{health: mixed}), path: "/livez", wantCode: 200, wantBody: "ok"},
+		{name: "livez verbose: ping, phase, the source's checks, the host's; no controllers", src: func() health.Source {
+			m := newManager(source{health: mixed})
+			m.checks = []health.Checker{passing}
+			return m
+		}(), opts: []health.Option{health.WithLivezCheck(health.Check("deadlock", func(*http.Request) error { return nil })), health.WithHealthzCheck(failing)},
+			path: "/livez?verbose", wantCode: 200,
+			wantBody: lines("[+]ping ok", "[+]phase ok", "[+]informers ok", "[+]deadlock ok", "livez check passed")},
+		{name: "livez plain source: ping only", src: &source{health: mixed}, path: "/livez?verbose", wantCode: 200,
+			wantBody: lines("[+]ping ok", "livez check passed")},
+		{name: "livez fails once the manager has stopped", src: newManager(source{}).stopped(errBoom), path: "/livez", wantCode: 500,
+			wantBody: lines("[+]ping ok", "[-]phase failed: reason withheld", "livez check failed")},
+		{name: "livez fails: the lease watchdog", src: func() health.Source {
+			m := newManager(source{})
+			m.checks = []health.Checker{watchdog}
+			return m
+		}(), path: "/livez?verbose", wantCode: 500,
+			wantBody: lines("[+]ping ok", "[+]phase ok", "[-]leaderElection failed: renewal overdue by 20s", "livez check failed")},
+		{name: "livez exclude", src: newManager(source{}).stopped(errBoom), path: "/livez?exclude=phase", wantCode: 200, wantBody: "ok"},
+		{name: "livez one check", src: newManager(source{}), path: "/livez/ping", wantCode: 200, wantBody: "ok"},
+		{name: "livez one failing check", src: newManager(source{}).stopped(errBoom), path: "/livez/phase", wantCode: 500,
+			wantBody: "phase check failed: manager failed: boom\n"},
+		{name: "livez has no controllers' checks", src: &source{health: mixed}, path: "/livez/controller/jobs", wantCode: 404,
+			wantBody: "unknown livez check \"controller/jobs\"; the checks are: ping\n"},
+		{name: "livez JSON", src: newManager(source{}), path: "/livez", wantCode: 200,
+			wantJSON: &health.Report{Healthy: true, Status: []actors.HealthStatus{}, Checks: []actors.HealthStatus{{Name: "ping", Healthy: true}, {Name: "phase", Healthy: true, Message: "Running"}}}},
+		{name: "livez POST", src: &source{}, method: http.MethodPost, path: "/livez", wantCode: 405,
+			wantBody: "method POST not allowed on /livez: use GET or HEAD\n"},
+
 		// elsewhere
-		{name: "unknown path", src: &source{}, path: "/livez", wantCode: 404, wantBody: "404 page not found\n"},
+		{name: "unknown path", src: &source{}, path: "/livezz", wantCode: 404, wantBody: "404 page not found\n"},
 		{name: "no metrics unless asked", src: &source{}, path: "/metrics", wantCode: 404, wantBody: "404 page not found\n"},
 		{name: "no pprof unless asked", src: &source{}, path: "/debug/pprof/", wantCode: 404, wantBody: "404 page not found\n"},
 	}
@@ -145,7 +195,11 @@ func TestEndpoints(t *testing.T) {
 			if method == "" {
 				method = http.MethodGet
 			}
-			have := do(t, srv, method, tt.path)
+			accept := tt.accept
+			if accept == "" && tt.wantJSON != nil {
+				accept = "application/json"
+			}
+			have := doAccept(t, srv, method, tt.path, accept)
 			if have.code != tt.wantCode {
 				t.Errorf("status: want %d, have %d (body %q)", tt.wantCode, have.code, have.body)
 			}
@@ -195,6 +249,8 @@ func TestNewHandlerRejectsBadChecks(t *testing.T) {
 		{"built-in name", []health.Option{health.WithHealthzCheck(health.Check("phase", ok))}, `check name "phase" is reserved`},
 		{"controller prefix", []health.Option{health.WithReadyzCheck(health.Check("controller/x", ok))}, `the prefix "controller/" is reserved`},
 		{"space", []health.Option{health.WithHealthzCheck(health.Check("a b", ok))}, "contains a space"},
+		{"ping on livez", []health.Option{health.WithLivezCheck(health.Check("ping", ok))}, `WithLivezCheck: check name "ping" is reserved`},
+		{"duplicate on livez", []health.Option{health.WithLivezCheck(health.Check("db", ok), health.Check("db", ok))}, `WithLivezCheck: check name "db" is used twice`},
 		{"duplicate", []health.Option{health.WithReadyzCheck(health.Check("db", ok)), health.WithReadyzCheck(health.Check("db", ok))}, `WithReadyzCheck: check name "db" is used twice`},
 		{"nil check", []health.Option{health.WithHealthzCheck(nil)}, "WithHealthzCheck: check #0 is nil"},
 	}

@@ -97,35 +97,40 @@ func TestManagerLifecycle(t *testing.T) {
 		name     string
 		before   func()
 		path     string
+		accept   string
 		wantCode int
 		wantBody string
 	}{
 		{name: "not started: alive, not ready", path: "/healthz?verbose", wantCode: 200,
 			wantBody: lines("[+]phase ok", "healthz check passed")},
 		{name: "not started: not ready", path: "/readyz", wantCode: 503,
+			wantBody: lines("[-]manager failed: reason withheld", "readyz check failed")},
+		{name: "not started: not ready, verbose", path: "/readyz?verbose", wantCode: 503,
 			wantBody: lines("[-]manager failed: controllermanager: not ready: manager not started", "readyz check failed")},
-		{name: "running: JSON", before: func() { start(t, m) }, path: "/healthz", wantCode: 200,
+		{name: "running: JSON", before: func() { start(t, m) }, path: "/healthz", accept: "application/json", wantCode: 200,
 			wantBody: `{"healthy":true,"status":[{"name":"jobs","healthy":true}],"checks":[{"name":"phase","healthy":true,"message":"Running"}]}` + "\n"},
 		{name: "running: ready", path: "/readyz", wantCode: 200, wantBody: "ok"},
 		{name: "unhealthy controller", before: func() { jobs.healthy.Store(false) }, path: "/healthz?verbose", wantCode: 500,
 			wantBody: lines("[+]phase ok", "[-]controller/jobs failed: workqueue stalled", "healthz check failed")},
 		{name: "unhealthy controller, alone", path: "/healthz/controller/jobs", wantCode: 500,
 			wantBody: "controller/jobs check failed: workqueue stalled\n"},
-		{name: "unhealthy controller, excluded", path: "/healthz?exclude=controller/jobs", wantCode: 200,
+		{name: "unhealthy controller, excluded", path: "/healthz?exclude=controller/jobs", accept: "application/json", wantCode: 200,
 			wantBody: `{"healthy":true,"status":[],"checks":[{"name":"phase","healthy":true,"message":"Running"}]}` + "\n"},
 		{name: "stopped: not alive", before: func() {
 			jobs.healthy.Store(true)
 			m.ShutdownAndWait(context.Background())
 		}, path: "/healthz?verbose", wantCode: 500,
 			wantBody: lines("[-]phase failed: manager stopped", "[-]controller/jobs failed: manager stopped", "healthz check failed")},
-		{name: "stopped: not ready", path: "/readyz", wantCode: 503,
+		{name: "stopped: not alive either", path: "/livez", wantCode: 500,
+			wantBody: lines("[+]ping ok", "[-]phase failed: reason withheld", "livez check failed")},
+		{name: "stopped: not ready", path: "/readyz?verbose", wantCode: 503,
 			wantBody: lines("[-]manager failed: controllermanager: not ready: manager stopped", "readyz check failed")},
 	}
 	for _, s := range steps {
 		if s.before != nil {
 			s.before()
 		}
-		have := get(t, srv, s.path)
+		have := doAccept(t, srv, http.MethodGet, s.path, s.accept)
 		if have.code != s.wantCode || have.body != s.wantBody {
 			t.Errorf("%s: GET %s\nwant %d %q\nhave %d %q", s.name, s.path, s.wantCode, s.wantBody, have.code, have.body)
 		}
@@ -234,7 +239,7 @@ func TestManagerLeaseWatchdog(t *testing.T) {
 	}{
 		{"/healthz?verbose", 200, lines("[+]phase ok", "[+]controller/jobs ok", "[+]leaderElection ok", "healthz check passed")},
 		{"/healthz/leaderElection", 200, "ok"},
-		{"/healthz?verbose&exclude=leaderElection&exclude=controllers", 200, lines("[+]phase ok", "healthz check passed")},
+		{"/healthz?verbose&exclude=leaderElection&exclude=controllers", 200, lines("[+]phase ok", "[+]controllers excluded: ok", "[+]leaderElection excluded: ok", "healthz check passed")},
 	}
 	for _, tt := range tests {
 		if have := get(t, srv, tt.path); have.code != tt.wantCode || have.body != tt.wantBody {

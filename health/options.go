@@ -17,6 +17,7 @@ type config struct {
 	timeout  time.Duration
 	healthz  []Checker
 	readyz   []Checker
+	livez    []Checker
 	gatherer prometheus.Gatherer
 	pprof    bool
 }
@@ -55,4 +56,13 @@ func WithMetrics(g prometheus.Gatherer) Option {
 // and a CPU profile or a trace costs while it runs.
 func WithPprof() Option {
 	return func(c *config) { c.pprof = true }
+}
+
+// WithLivezCheck adds checks to /livez, after the built-in ones, in the
+// order given, with the rules of WithHealthzCheck; PingCheck is reserved
+// too. Give /livez only what a restart of the process would cure (a
+// deadlocked dependency), never what the supervisor handles (a controller)
+// or what a standby has to wait for (the lease).
+func WithLivezCheck(checks ...Checker) Option {
+	return func(c *config) { c.livez = append(c.livez, checks...) }
 }

@@ -14,9 +14,10 @@ import (
 
 // outcome is the result of one check.
 type outcome struct {
-	name    string
-	message string // on success: a detail for the JSON report (the phase)
-	err     error
+	name     string
+	message  string // on success: a detail for the JSON report (the phase)
+	err      error
+	excluded bool // left out by ?exclude=: listed, not run
 	// status is the controller's own entry, for the checks of a controller.
 	status *actors.HealthStatus
 }

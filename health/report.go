@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/actorkube/controllermanager/actors"
 )
 
-// Report is the JSON body of /healthz.
+// Report is the body of /healthz, /livez and /readyz when the request
+// asks for JSON (Accept: application/json); excluded checks are left out.
 type Report struct {
 	// Healthy is true when every check in Status and Checks is.
 	Healthy bool `json:"healthy"`
@@ -25,6 +27,9 @@ type Report struct {
 func newReport(outs []outcome) Report {
 	rep := Report{Healthy: true, Status: []actors.HealthStatus{}}
 	for _, o := range outs {
+		if o.excluded {
+			continue
+		}
 		if o.err != nil {
 			rep.Healthy = false
 		}
@@ -41,25 +46,37 @@ func newReport(outs []outcome) Report {
 	return rep
 }
 
-// listing is the Kubernetes text listing of a probe: "[+]name ok" or
-// "[-]name failed: reason" per check, then the verdict.
-func listing(ep endpoint, outs []outcome, unmatched []string) string {
+// listing is the text listing of a probe in k8s.io/apiserver's healthz
+// format: per check "[+]name ok", "[+]name excluded: ok", or "[-]name
+// failed: reason withheld" (the reason itself when verbose), then a warning
+// naming the exclusions that matched nothing, then the verdict. The
+// apiserver names its verdict after the endpoint ("livez check passed"),
+// and so does this.
+func listing(ep endpoint, outs []outcome, unmatched []string, verbose bool) string {
 	var b strings.Builder
 	healthy := true
 	for _, o := range outs {
-		if o.err != nil {
+		switch {
+		case o.excluded:
+			fmt.Fprintf(&b, "[+]%s excluded: ok\n", o.name)
+		case o.err != nil:
 			healthy = false
-			fmt.Fprintf(&b, "[-]%s failed: %s\n", o.name, flatten(o.err.Error()))
-		} else {
+			reason := "reason withheld"
+			if verbose {
+				reason = flatten(o.err.Error())
+			}
+			fmt.Fprintf(&b, "[-]%s failed: %s\n", o.name, reason)
+		default:
 			fmt.Fprintf(&b, "[+]%s ok\n", o.name)
 		}
 	}
 	if len(unmatched) > 0 {
-		quoted := make([]string, len(unmatched))
-		for i, n := range unmatched {
+		sorted := slices.Sorted(slices.Values(unmatched))
+		quoted := make([]string, len(sorted))
+		for i, n := range sorted {
 			quoted[i] = fmt.Sprintf("%q", n)
 		}
-		fmt.Fprintf(&b, "warn: some %s checks cannot be excluded: no matches for %s\n", ep.name, strings.Join(quoted, ", "))
+		fmt.Fprintf(&b, "warn: some health checks cannot be excluded: no matches for %s\n", strings.Join(quoted, ","))
 	}
 	if healthy {
 		fmt.Fprintf(&b, "%s check passed\n", ep.name)
@@ -67,6 +84,20 @@ func listing(ep endpoint, outs []outcome, unmatched []string) string {
 		fmt.Fprintf(&b, "%s check failed\n", ep.name)
 	}
 	return b.String()
+}
+
+// acceptsJSON reports whether the request asks for JSON: an Accept header
+// naming application/json (parameters and q-values aside).
+func acceptsJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			media, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(media), "application/json") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // flatten keeps a reason on one line of the listing.

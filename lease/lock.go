@@ -23,12 +23,20 @@ func NewIdentity() string {
 // NewLeaseLock returns a resourcelock.LeaseLock on the Lease namespace/name,
 // held under identity.
 func NewLeaseLock(client kubernetes.Interface, namespace, name, identity string) (resourcelock.Interface, error) {
+	return NewLeaseLockWithRecorder(client, namespace, name, identity, nil)
+}
+
+// NewLeaseLockWithRecorder is NewLeaseLock with an EventRecorder: client-go
+// records a Normal "LeaderElection" Event on the Lease through it when this
+// replica becomes leader ("<identity> became leader") and when it stops
+// leading ("<identity> stopped leading"). A nil recorder records nothing.
+func NewLeaseLockWithRecorder(client kubernetes.Interface, namespace, name, identity string, recorder resourcelock.EventRecorder) (resourcelock.Interface, error) {
 	if client == nil {
 		return nil, fmt.Errorf("lease: no Kubernetes clientset for the Lease %s/%s", namespace, name)
 	}
 	return &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder},
 	}, nil
 }
