@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/actorkube/controllermanager/supervisor"
@@ -21,6 +22,7 @@ type options struct {
 	eventBuffer int
 	registerer  prometheus.Registerer // WithRegisterer
 	leaseName   string                // set by NewControllerManager for the metrics
+	leClient    kubernetes.Interface  // WithLeaderElectionClient
 }
 
 // WithLogger sets the manager's logger; protoactor's own logs go to it too
