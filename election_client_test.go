@@ -3,6 +3,7 @@ package controllermanager_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -56,10 +58,12 @@ func TestWithLeaderElectionClientNeedsNoContextClientset(t *testing.T) {
 	require.NoError(t, m.Err())
 }
 
-// logRecorder keeps the messages logged at Info and above.
+// logRecorder keeps the messages logged at Info and above, and the "why"
+// of each (the reason the elector gives for a lost lease).
 type logRecorder struct {
 	mu       sync.Mutex
 	messages []string
+	whys     []string
 }
 
 func (r *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -67,6 +71,12 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.messages = append(r.messages, rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "why" {
+			r.whys = append(r.whys, a.Value.String())
+		}
+		return true
+	})
 	return nil
 }
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
@@ -120,4 +130,35 @@ func TestStandbyLogsTheHolderOncePerChange(t *testing.T) {
 	require.NoError(t, srv.Steal(elNamespace, elLeaseName, "other", time.Hour))
 	elEventually(t, "the standby says it waits for the new holder", func() bool { return len(logs.withPrefix(waiting)) > 1 })
 	assert.Equal(t, []string{waiting + "elsewhere", waiting + "other"}, logs.withPrefix(waiting))
+}
+
+// A leader that cannot renew says why it lost the lease in the same words,
+// with the same figures, in its log and in Err.
+func TestLostLeaseErrAndLogAgree(t *testing.T) {
+	t.Parallel()
+	srv := leasetest.NewServer()
+	client := srv.Client("a")
+	logs := &logRecorder{}
+	m, err := cm.NewControllerManager(cm.NewContext(client),
+		cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostExit)}, "",
+		cm.WithIdentity("a"), cm.WithLogger(slog.New(logs)))
+	require.NoError(t, err)
+	served := serveInBackground(context.Background(), m, elWait)
+	elEventually(t, "started", m.IsStarted)
+
+	client.Partition(true)
+	err = waitServe(t, served)
+	require.ErrorIs(t, err, lease.ErrLost)
+	logs.mu.Lock()
+	whys := slices.Clone(logs.whys)
+	logs.mu.Unlock()
+	require.Len(t, whys, 1, "one loss, logged once")
+	// Which check fires first depends on the scheduling: client-go giving up
+	// after the renew deadline, or the elector's own stall check.
+	assert.Contains(t, []string{
+		"no renewal succeeded within the renew deadline (1s)",
+		"not renewed for more than 1.15s (renew deadline 1s + 1.5 × retry period 100ms)",
+	}, whys[0])
+	assert.Equal(t, "lease: lost: "+whys[0], m.Err().Error())
+	assert.Contains(t, err.Error(), "lease: lost: "+whys[0])
 }
