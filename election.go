@@ -31,12 +31,12 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if c == nil && err == nil {
 		return nil, nil
 	}
-	var client kubernetes.Interface
-	if ctrlContext != nil {
+	client := o.leClient
+	if client == nil && ctrlContext != nil {
 		client = ctrlContext.Kubernetes()
 	}
 	if o.lock == nil && client == nil {
-		err = errors.Join(err, errors.New("leaderElection.enabled: leader election needs a Kubernetes clientset (Context.Kubernetes() is nil) or WithLeaseLock"))
+		err = errors.Join(err, errors.New("leaderElection.enabled: leader election needs a Kubernetes clientset (Context.Kubernetes() is nil), WithLeaderElectionClient or WithLeaseLock"))
 	}
 	if err != nil {
 		return nil, err
@@ -107,4 +107,22 @@ func (e *election) kubeEvents(o options) *kubeEvents {
 		host = ""
 	}
 	return newKubeEvents(o, nil, "", "", host)
+}
+
+// WithLeaderElectionClient gives leader election a clientset of its own for
+// the Lease. Default: Context.Kubernetes(), the controllers' clientset.
+//
+// Give it one: client-go's rate limiter belongs to a clientset (5 requests
+// per second, burst 10, unless the rest.Config says otherwise), so on a
+// shared clientset a busy controller queues the lease's renewals behind its
+// own requests, and a renewal that waits past the renew deadline loses the
+// lease. kube-controller-manager builds its leader-election client the same
+// way, from a copy of its config:
+//
+//	electionClient := kubernetes.NewForConfigOrDie(rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election"))
+//
+// A new clientset has a rate limiter of its own (its config's QPS and
+// Burst); WithLeaseLock, when given, takes precedence over this option.
+func WithLeaderElectionClient(client kubernetes.Interface) Option {
+	return func(o *options) { o.leClient = client }
 }

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -178,5 +180,60 @@ func ExampleBaseManager_Request() {
 	// Output:
 	// Running jobs Stopped
 	// Running restarts: 2
-	// true supervisor.RestartChild: supervisor: unknown child "nope"
+	// true restart of child "nope": supervisor: unknown child "nope"
+}
+
+// Serve is the whole host loop: Start, wait for ctx (SIGTERM, with
+// signal.NotifyContext) or for the manager to stop by itself, shut down
+// within the timeout, and return what the process's exit status should say:
+// nil after a requested stop. Here the host's stop comes once the manager
+// runs.
+func ExampleControllerManager_Serve() {
+	mgr, _ := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "example-operator",
+		cm.WithLogger(slog.New(slog.DiscardHandler)))
+	mgr.Add(&jobController{})
+
+	ctx, sigterm := context.WithCancel(context.Background()) // signal.NotifyContext in a real host
+	mgr.Subscribe(func(e cm.Event) {
+		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning {
+			sigterm()
+		}
+	})
+	err := mgr.Serve(ctx, time.Minute, 30*time.Second)
+	fmt.Println("serve:", err)
+	// Output:
+	// serve: <nil>
+}
+
+// A standby stopped while it waits for the lease has done what was asked
+// of it: Serve returns nil, and the process exits 0. (Start alone would
+// return an error wrapping context.Canceled, as the seed's contract says.)
+// The lease is held by another replica, on leasetest's in-memory API server.
+func ExampleControllerManager_Serve_standby() {
+	srv := leasetest.NewServer()
+	holder, hour, now := "the-leader", int32(3600), metav1.NowMicro()
+	_, _ = srv.Client(holder).CoordinationV1().Leases("default").Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "example-operator", Namespace: "default"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &hour, AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	enabled := true
+	mgr, _ := cm.NewControllerManager(cm.NewContext(srv.Client("standby")), cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{Enabled: &enabled, LeaseNamespace: "default"},
+	}, "example-operator", cm.WithLogger(slog.New(slog.DiscardHandler)))
+	jobs := &jobController{}
+	mgr.Add(jobs)
+
+	ctx, sigterm := context.WithCancel(context.Background())
+	mgr.Subscribe(func(e cm.Event) {
+		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseElecting {
+			sigterm() // a rolling update stops the standby
+		}
+	})
+	err := mgr.Serve(ctx, time.Minute, 30*time.Second)
+	jobs.mu.Lock()
+	ran := jobs.stop != nil
+	jobs.mu.Unlock()
+	fmt.Println("serve:", err, "controller ran:", ran)
+	// Output:
+	// serve: <nil> controller ran: false
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -27,6 +28,7 @@ type options struct {
 	leaseName   string                // set by NewControllerManager for the metrics
 	drain       time.Duration         // WithSubscriberDrainTimeout; 0: DefaultSubscriberDrainTimeout
 	recorder    record.EventRecorder  // WithEventRecorder
+	leClient    kubernetes.Interface  // WithLeaderElectionClient
 }
 
 // DefaultSubscriberDrainTimeout is how long ShutdownAndWait waits, by

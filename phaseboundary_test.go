@@ -426,8 +426,10 @@ func TestPanicIsLoggedWithItsStack(t *testing.T) {
 // pbPanicky's second Run panics.
 type pbPanicky struct{ once *atomic.Bool }
 
-func (p *pbPanicky) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: "panicky", Healthy: true} }
-func (p *pbPanicky) Shutdown(context.Context)   {}
+func (p *pbPanicky) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "panicky", Healthy: true}
+}
+func (p *pbPanicky) Shutdown(context.Context) {}
 func (p *pbPanicky) Run(context.Context) error {
 	if p.once.Swap(true) {
 		panic("boom")

@@ -39,6 +39,13 @@ type Runnable = actors.Runnable
 // returns nil once the controller is started (its workers running), or an
 // error if it cannot start. Its name is GetHealth().Name, or Name() when it
 // has that method too.
+//
+// The context passed to Run is cancelled as soon as Run returns (it carries
+// the start deadline and the Start caller's cancellation): work that
+// outlives Run, an informer or a workqueue, runs on a context of its own
+// that Shutdown cancels, derived with context.WithoutCancel(ctx) to keep
+// what the manager put in it (FailureReporter). docs/architecture.md says
+// why.
 type Controller = actors.Controller
 
 // Store is recovered once the manager is elected, before any controller
@@ -84,11 +91,28 @@ type BaseManager struct {
 
 // ControllerManager runs controllers after recovering stores, once elected
 // when leader election is enabled.
+//
+// What it offers, by use:
+//   - build: Add, AddStore (before Start);
+//   - run: Serve (the whole host loop: Start, wait, ShutdownAndWait, the
+//     exit error), or Start and ShutdownAndWait by hand;
+//   - watch: Done and Err (stopped, and why), Subscribe (every event),
+//     Status, GetHealth, GetReadiness, IsStarting, IsStarted;
+//   - probe and serve: health.NewHandler(mgr), HealthzChecks,
+//     LeaseWatchdog, Handler and WebhookHandler (admission), Gatherer
+//     (metrics);
+//   - steer while running: Send and Request (the lifecycle messages of
+//     package supervisor), AddChild, RemoveChild, PID.
 type ControllerManager struct {
 	*BaseManager
 }
 
 // WebhookManager starts webhooks and serves their admission requests.
+//
+// It offers Add, Start, Serve and ShutdownAndWait; Handler and
+// WebhookHandler (the admission endpoint); Done, Err, Subscribe, Status,
+// GetHealth, GetReadiness, IsStarting, IsStarted; Send, Request, AddChild,
+// RemoveChild and PID, as a ControllerManager does.
 type WebhookManager struct {
 	*BaseManager
 }
@@ -214,10 +238,25 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	m.controllers = controllers
 	m.mu.Unlock()
 	_, err := m.ask(ctx, msg)
-	if err != nil {
+	return startError(ctx, err)
+}
+
+// startError words what ended a Start for the caller: the caller's
+// cancellation, the manager stopped meanwhile, or the supervisor's reason.
+func startError(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			return fmt.Errorf("controllermanager: start abandoned, its context ended: %w: %w", ctx.Err(), cause)
+		}
+		return fmt.Errorf("controllermanager: start abandoned, its context ended: %w", ctx.Err())
+	case errors.Is(err, supervisor.ErrStopped):
+		return fmt.Errorf("controllermanager: start abandoned, the manager stopped: %w", supervisor.ErrStopped)
+	default:
 		return fmt.Errorf("controllermanager: start: %w", err)
 	}
-	return nil
 }
 
 // specs classifies and names what was added; every problem is reported.

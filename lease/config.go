@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
@@ -98,4 +99,21 @@ func (c Config) electionConfig(cb leaderelection.LeaderCallbacks) leaderelection
 		ReleaseOnCancel: false,
 		Name:            c.Lock.Describe(),
 	}
+}
+
+// deadlineReason is why a leader lost the lease when client-go's renew loop
+// gave up (or the election ended with err), with the figures.
+func (c Config) deadlineReason(err error) string {
+	if err != nil { // its first line: a panic's stack is logged apart
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		return "the election ended with an error: " + first
+	}
+	return fmt.Sprintf("no renewal succeeded within the renew deadline (%s)", c.RenewDeadline)
+}
+
+// stallReason is why a leader lost the lease when its renewals stalled past
+// stallThreshold, with the figures.
+func (c Config) stallReason() string {
+	return fmt.Sprintf("not renewed for more than %s (renew deadline %s + 1.5 × retry period %s)",
+		c.stallThreshold(), c.RenewDeadline, c.RetryPeriod)
 }

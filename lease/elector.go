@@ -79,6 +79,7 @@ func (e *elector) Receive(ctx actor.Context) {
 		ctx.Send(ctx.Parent(), Elected{Identity: e.cfg.Lock.Identity()})
 		e.armCheck(ctx)
 	case NewLeader:
+		e.logHolder(m.Identity)
 		ctx.Send(ctx.Parent(), m)
 	case renewalCheck:
 		e.onRenewalCheck(ctx)
@@ -100,7 +101,7 @@ func (e *elector) Receive(ctx actor.Context) {
 		case e.resigning.Load():
 			ctx.Send(ctx.Parent(), Released{})
 		case e.leading:
-			e.lose(ctx, "not renewed within the renew deadline")
+			e.lose(ctx, e.cfg.deadlineReason(m.err))
 		}
 	case *actor.Stopping:
 		e.stopCheck()
@@ -173,7 +174,7 @@ func (e *elector) onRenewalCheck(ctx actor.Context) {
 		return
 	}
 	if err := e.le.Check(e.cfg.stallThreshold() - e.cfg.LeaseDuration); err != nil {
-		e.lose(ctx, fmt.Sprintf("no renewal for %s", e.cfg.stallThreshold()))
+		e.lose(ctx, e.cfg.stallReason())
 		e.cancel()
 		return
 	}
@@ -187,7 +188,7 @@ func (e *elector) lose(ctx actor.Context, why string) {
 	}
 	e.lost = true
 	e.cfg.Logger.Warn("leader election lost", "lock", e.cfg.Lock.Describe(), "identity", e.cfg.Lock.Identity(), "why", why)
-	ctx.Send(ctx.Parent(), Lost{Identity: e.cfg.Lock.Identity()})
+	ctx.Send(ctx.Parent(), Lost{Identity: e.cfg.Lock.Identity(), Reason: why})
 }
 
 func (e *elector) armCheck(ctx actor.Context) {
@@ -200,4 +201,16 @@ func (e *elector) stopCheck() {
 		e.check.Stop()
 		e.check = nil
 	}
+}
+
+// logHolder says at Info, once per change of holder (client-go reports a
+// holder only when it differs from the last one it reported), whom a
+// standby is waiting for: client-go's own "failed to acquire lease" is
+// logged at verbosity 4 only.
+func (e *elector) logHolder(holder string) {
+	if holder == "" || holder == e.cfg.Lock.Identity() || (e.leading && !e.lost) {
+		return
+	}
+	e.cfg.Logger.Info("waiting for the lease held by "+holder,
+		"lock", e.cfg.Lock.Describe(), "identity", e.cfg.Lock.Identity(), "holder", holder)
 }

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,8 +163,10 @@ func TestStalledRenewalIsLostWatchedAndFenced(t *testing.T) {
 	unstall := lock.stall()
 	defer unstall()
 	stalledAt := time.Now()
-	_, lostAt := next[lease.Lost](a)
+	lost, lostAt := next[lease.Lost](a)
 	t.Logf("stalled → Lost in %s", lostAt.Sub(stalledAt))
+	assert.Equal(t, fmt.Sprintf("not renewed for more than %s (renew deadline %s + 1.5 × retry period %s)",
+		renewDeadline+retryPeriod*3/2, renewDeadline, retryPeriod), lost.Reason)
 	assert.Less(t, lostAt.Sub(stalledAt), renewDeadline+2*retryPeriod+500*time.Millisecond)
 
 	eventually(t, func() bool { return watchdog.Check(nil) != nil }, "the watchdog fails")

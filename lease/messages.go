@@ -27,6 +27,10 @@ type NewLeader struct {
 // the parent stops it, and spawns a new one to campaign again.
 type Lost struct {
 	Identity string
+	// Reason says why, with the figures, in the words the elector also
+	// logs: "not renewed for more than 2.75s (renew deadline 2s + 1.5 ×
+	// retry period 500ms)".
+	Reason string
 }
 
 // Resign is sent by the parent, once nothing the lease guards runs any more,

@@ -45,7 +45,7 @@ func (p *replyProcess) Stop(*actor.PID)                           {}
 func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, terminated <-chan struct{}, msg any) (any, error) {
 	select {
 	case <-terminated:
-		return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+		return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
 	default:
 	}
 	p := &replyProcess{ch: make(chan Reply, 1)}
@@ -56,18 +56,18 @@ func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, termina
 	select {
 	case r := <-p.ch:
 		if r.Err == ErrStopped { // a dead letter: name the request, as below
-			return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
 		}
 		return r.Value, r.Err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%T: %w", msg, ctx.Err())
+		return nil, fmt.Errorf("%s: %w", describe(msg), ctx.Err())
 	case <-terminated:
 		// The reply may have raced the end of the tree.
 		select {
 		case r := <-p.ch:
 			return r.Value, r.Err
 		default:
-			return nil, fmt.Errorf("%T: %w", msg, ErrStopped)
+			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
 		}
 	}
 }

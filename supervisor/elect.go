@@ -56,7 +56,7 @@ func (s *root) onNewLeader(m lease.NewLeader) {
 
 // onLeaseLost fences: the lease may pass to another replica once the
 // elector's FenceBudget has passed, so every controller and store stops now.
-func (s *root) onLeaseLost(lease.Lost) {
+func (s *root) onLeaseLost(m lease.Lost) {
 	wasLeader := s.leader
 	s.leader = false
 	s.obs.leader.Store(false)
@@ -77,7 +77,11 @@ func (s *root) onLeaseLost(lease.Lost) {
 		}
 		return
 	}
-	s.fence(fmt.Errorf("%w: not renewed within the renew deadline", lease.ErrLost))
+	reason := m.Reason // the elector's words, which it also logged
+	if reason == "" {
+		reason = "not renewed within the renew deadline"
+	}
+	s.fence(fmt.Errorf("%w: %s", lease.ErrLost, reason))
 }
 
 // fence stops every controller and store, with Shutdown contexts that end at

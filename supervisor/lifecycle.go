@@ -13,13 +13,13 @@ import (
 func (s *root) lifecycleRecord(msg any, name string) (*childRecord, error) {
 	if s.phase != PhaseRunning {
 		if s.phase.Ended() {
-			return nil, fmt.Errorf("%T %q: %w", msg, name, ErrStopped)
+			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
 		}
-		return nil, fmt.Errorf("%T %q: %w (phase %s)", msg, name, ErrNotRunning, s.phase)
+		return nil, fmt.Errorf("%s: %w (phase %s)", describe(msg), ErrNotRunning, s.phase)
 	}
 	rec, err := s.record(name)
 	if err != nil {
-		return nil, fmt.Errorf("%T: %w", msg, err)
+		return nil, fmt.Errorf("%s: %w", describe(msg), err)
 	}
 	return rec, nil
 }

@@ -1,6 +1,6 @@
 // Command demo is a small service embedding the runtime: three controllers,
 // a store and an admission webhook, each in a supervised actor, with
-// /healthz, /readyz and the webhook served on a local port. It prints every
+// /healthz, /readyz, /metrics and the webhook served on a local port. It prints every
 // supervision event as it happens and stops cleanly on Ctrl-C.
 //
 // One controller, "flaky", fails in its background work every 20 seconds,
@@ -10,6 +10,7 @@
 //	go run ./examples/demo                 # serves on 127.0.0.1:8080
 //	curl -s localhost:8080/healthz?verbose
 //	curl -s localhost:8080/readyz
+//	curl -s localhost:8080/metrics
 //	go run ./examples/demo -addr :9090 -for 30s
 package main
 
@@ -30,6 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,7 +41,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "where to serve /healthz, /readyz and the webhook")
+	addr := flag.String("addr", "127.0.0.1:8080", "where to serve /healthz, /readyz, /metrics and the webhook")
 	runFor := flag.Duration("for", 0, "stop by itself after this long (0: run until Ctrl-C)")
 	failEvery := flag.Duration("fail-every", 20*time.Second, "how often the flaky controller fails")
 	flag.Parse()
@@ -62,7 +65,8 @@ type config struct {
 }
 
 // run serves until ctx ends, then shuts down. ready, when not nil, receives
-// the address served once the manager has started.
+// the address served once the manager has started (it must have room for
+// it: the event subscriber sends it).
 func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) error {
 	var printMu sync.Mutex
 	printf := func(format string, args ...any) {
@@ -71,15 +75,33 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 		fmt.Fprintf(out, format, args...)
 	}
 
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var announce sync.Once
+
+	// The manager's metrics go on the host's registry, beside the Go
+	// runtime's and the process's, all served at /metrics.
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{
 		Supervision: &cm.SupervisionSpec{
 			HealthInterval: metav1.Duration{Duration: 2 * time.Second},
 		},
-	}, "demo", cm.WithLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}, "demo",
+		cm.WithLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		cm.WithRegisterer(registry))
 	if err != nil {
 		return err
 	}
-	m.Subscribe(func(e cm.Event) { printf("%s  %s\n", e.Time.Format("15:04:05.000"), e) })
+	m.Subscribe(func(e cm.Event) {
+		printf("%s  %s\n", e.Time.Format("15:04:05.000"), e)
+		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning && ready != nil {
+			announce.Do(func() { ready <- ln.Addr().String() })
+		}
+	})
 
 	m.AddStore(&inventory{})
 	m.Add(
@@ -90,41 +112,26 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", health.NewHandler(m))
+	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry))) // /healthz, /readyz, /metrics
 	mux.Handle("/validate", m.Handler())
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	printf("serving /healthz, /readyz and /validate on http://%s\n", ln.Addr())
+	printf("serving /healthz, /readyz, /metrics and /validate on http://%s; Ctrl-C to stop\n", ln.Addr())
 
-	startErr := m.Start(ctx, 30*time.Second)
-	if startErr == nil {
-		printf("started; Ctrl-C to stop\n")
-		if ready != nil {
-			ready <- ln.Addr().String()
-		}
-		select {
-		case <-ctx.Done():
-		case <-m.Done(): // escalated: the host should exit non-zero
-		}
-	}
+	// Serve is the host loop: Start, wait for ctx (Ctrl-C, SIGTERM) or for
+	// the manager to stop by itself (an escalation), ShutdownAndWait within
+	// 10s; nil after a requested stop.
+	serveErr := m.Serve(ctx, 30*time.Second, 10*time.Second)
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m.ShutdownAndWait(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	if startErr != nil && !errors.Is(startErr, context.Canceled) {
-		return startErr
-	}
-	if err := m.Err(); err != nil {
-		return fmt.Errorf("manager failed: %w", err)
+	if serveErr != nil {
+		return fmt.Errorf("manager failed: %w", serveErr)
 	}
 	printf("stopped cleanly\n")
 	return nil

@@ -70,6 +70,16 @@ func TestDemo(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
 	}
 
+	// A newcomer curls /metrics first: the manager's metrics, on the host's
+	// registry beside the Go runtime's.
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/metrics: %s", metrics)
+	assert.Contains(t, string(metrics), "controllermanager_phase{")
+	assert.Contains(t, string(metrics), "go_goroutines ")
+
 	review := func(object string) *admissionv1.AdmissionResponse {
 		in := admissionv1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},

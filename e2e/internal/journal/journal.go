@@ -48,10 +48,9 @@ const (
 	// Allowed, Message); AdmissionPanic: Handle is about to panic on one.
 	Admission      Kind = "admission"
 	AdmissionPanic Kind = "admission-panic"
-	// StartReturned: the manager's Start returned (Err when it failed).
-	StartReturned Kind = "start-returned"
-	// ShutdownReturned: ShutdownAndWait returned: every runnable has stopped and the
-	// lease, if held, was released.
+	// ShutdownReturned: the manager's Serve returned (Err: what it returned), so
+	// ShutdownAndWait has returned: every runnable has stopped and the lease, if held,
+	// was released.
 	ShutdownReturned Kind = "shutdown-returned"
 	// Exit: the program is about to exit with Code (Err: why, when not 0).
 	Exit Kind = "exit"

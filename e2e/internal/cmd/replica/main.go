@@ -8,14 +8,14 @@
 //	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
 //	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...]
 //
-// It exits 0 after SIGTERM or SIGINT (once ShutdownAndWait has returned, so the lease
-// has been released), and 1 when the manager stopped by itself (Err() is set: a lost
-// lease with --on-lease-lost=Exit, an escalation) or could not start.
+// It runs the manager with Serve, as a host should, and exits 0 after SIGTERM or SIGINT
+// (once ShutdownAndWait has returned, so the lease has been released), a standby's
+// included, and 1 when the manager stopped by itself (a lost lease with
+// --on-lease-lost=Exit, an escalation) or could not start.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -33,7 +33,6 @@ import (
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/e2e/internal/journal"
 	"github.com/actorkube/controllermanager/health"
-	"github.com/actorkube/controllermanager/lease"
 )
 
 type config struct {
@@ -181,38 +180,19 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 
 	servers.Go(func() { observeLeader(serveCtx, mgr, cfg.observeEvery, rec) })
 
-	startErr := mgr.Start(ctx, cfg.startTimeout)
-	if startErr != nil {
-		rec.Write(journal.Entry{Kind: journal.StartReturned, Err: startErr.Error()})
-	} else {
-		rec.Write(journal.Entry{Kind: journal.StartReturned})
-		select {
-		case <-ctx.Done():
-		case <-mgr.Done():
-		}
-	}
-
-	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.stopTimeout)
-	defer cancel()
-	mgr.ShutdownAndWait(stopCtx)
+	// Serve is the whole host loop: Start, wait for SIGTERM or for the manager to stop
+	// by itself, ShutdownAndWait within the stop timeout. It returns nil after SIGTERM,
+	// also on a standby still waiting for the lease, and otherwise why the manager
+	// stopped (a lost lease with --on-lease-lost=Exit, an escalation, a failed start,
+	// children not stopped within the stop timeout).
+	err = mgr.Serve(ctx, cfg.startTimeout, cfg.stopTimeout)
 	shutdown := journal.Entry{Kind: journal.ShutdownReturned}
-	if err := mgr.Err(); err != nil {
+	if err != nil {
 		shutdown.Err = err.Error()
 	}
 	rec.Write(shutdown)
-
-	// A stop we asked for (SIGTERM) is not a failure, even while Start was still
-	// waiting for the lease: cancelling Start's context fails the start, and the
-	// manager may then report that cancellation as its Err.
-	stopped := ctx.Err() != nil
-	if err := mgr.Err(); err != nil && !(stopped && errors.Is(err, context.Canceled) && !errors.Is(err, lease.ErrLost)) {
+	if err != nil {
 		return fmt.Errorf("manager stopped: %w", err)
-	}
-	if startErr != nil && !(stopped && errors.Is(startErr, context.Canceled)) {
-		return fmt.Errorf("manager did not start: %w", startErr)
-	}
-	if stopCtx.Err() != nil {
-		return fmt.Errorf("not stopped within %s", cfg.stopTimeout)
 	}
 	return rec.Err()
 }
