@@ -8,19 +8,21 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // election is a ControllerManager's leader election, ready to run.
 type election struct {
-	name     string // the Lease's name
-	identity string // this replica's holder identity
-	props    *actor.Props
-	watchdog *lease.Watchdog
-	fence    lease.Config // for its FenceTimeout
-	reelect  bool
-	events   *kubeEvents // nil: no Kubernetes Events
+	name       string // the Lease's name
+	identity   string // this replica's holder identity
+	props      *actor.Props
+	watchdog   *lease.Watchdog
+	leaseFence *lease.Fence // what the lease guards read
+	fence      lease.Config // for its FenceTimeout
+	reelect    bool
+	events     *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -58,15 +60,19 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	// The watchdog tolerates a renew deadline past the lease's expiry: a
 	// live elector reports Lost long before.
 	watchdog := lease.NewWatchdog(c.renewDeadline)
+	fence := lease.NewFence()
 	cfg := lease.Config{
 		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"), Watchdog: watchdog,
+		Logger: o.logger.With("component", "leaderelection"), Watchdog: watchdog, Fence: fence,
+	}
+	if o.clock != nil {
+		cfg.Clock = o.clock
 	}
 	props, err := lease.NewProps(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("leaderElection: %w", err)
 	}
-	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, reelect: c.reelect, events: events}, nil
+	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, leaseFence: fence, reelect: c.reelect, events: events}, nil
 }
 
 // configure sets the election part of a root supervisor's config; a nil
@@ -79,6 +85,8 @@ func (e *election) configure(cfg *supervisor.Config) {
 	cfg.Identity = e.identity
 	cfg.FenceTimeout = e.fence.FenceTimeout()
 	cfg.Reelect = e.reelect
+	fence := e.leaseFence
+	cfg.Guards = func(actors.Spec) func() error { return fence.Guard() }
 }
 
 // LeaseWatchdog returns the health check of this manager's leader election,

@@ -67,8 +67,9 @@ func WithLogger(logger *slog.Logger) Option {
 }
 
 // WithClock sets the clock of the supervisor's timers (backoff, probes,
-// health deadlines); tests pass k8s.io/utils/clock/testing.FakeClock.
-// Default: the real clock.
+// health deadlines) and the one the lease guards read (renewals' send times
+// and checks; client-go's own election timing stays on the real clock);
+// tests pass k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
 func WithClock(clock supervisor.Clock) Option {
 	return func(o *options) { o.clock = clock }
 }

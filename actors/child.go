@@ -23,6 +23,9 @@ type Config struct {
 	// Goroutines lends goroutines to the hosted calls; nil starts a new
 	// goroutine for each.
 	Goroutines *Goroutines
+	// Guards gives controllers and stores their lease guard (LeaseGuard);
+	// nil with election off.
+	Guards Guards
 }
 
 // actorContext is the part of actor.Context the child's handlers use.
@@ -63,6 +66,9 @@ type child struct {
 	// stopAfterStart is the context of a Stop that came while the start
 	// call ran: its Shutdown runs once the start call has returned.
 	stopAfterStart context.Context
+	// guard is the incarnation's lease guard, ended once its Shutdown
+	// has returned.
+	guard *incarnationGuard
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
@@ -168,6 +174,7 @@ func (c *child) Receive(ctx actor.Context) {
 		if c.cancelStart != nil {
 			c.cancelStart()
 		}
+		c.guard.end()
 	}
 }
 
@@ -211,6 +218,9 @@ func (c *child) start(ctx actor.Context, m Start) {
 	runCtx = WithReporter(runCtx, func(err error) {
 		system.Root.Send(self, reported{gen: gen, err: err})
 	})
+	c.guard.end()
+	c.guard = newIncarnationGuard(c.spec, c.cfg.Guards)
+	runCtx = withGuard(runCtx, c.guard)
 	clk := c.cfg.Clock
 	call := newUserCall(c.spec, op)
 	c.starting = call
@@ -315,6 +325,7 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 	}
 	c.state = stateIdle
 	c.stopping = nil
+	c.guard.end()
 	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
 	if p := c.pendingStart; p != nil {
 		c.pendingStart = nil

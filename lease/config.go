@@ -9,10 +9,11 @@ import (
 
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 )
 
-// Config configures an elector. Every field but Logger and Watchdog is
-// required; NewProps checks them as client-go does.
+// Config configures an elector. Lock and the three durations are required;
+// NewProps checks them as client-go does.
 type Config struct {
 	// Lock is the lease: a resourcelock.LeaseLock (NewLeaseLock) or any
 	// resourcelock.Interface. Every elector spawned from one Props uses it,
@@ -33,6 +34,23 @@ type Config struct {
 	// Watchdog, when set, watches every election the elector runs; see
 	// Watchdog.
 	Watchdog *Watchdog
+	// Fence, when set, is told the send time of every successful renewal of
+	// every election the elector runs, and when each ends; see Fence.
+	Fence *Fence
+	// ClockSkewMargin is what the Fence takes off the lease duration after
+	// each successful renewal's send time: the allowance for the other
+	// replicas' clocks running faster than this one's, and for the time a
+	// write that passed the check takes to reach the API server. Default
+	// (zero): FenceBudget − FenceTimeout, the margin the fence timeout
+	// already leaves for the same two things, so that the guard never
+	// trusts the lease longer than the fence timeout does. A value set must
+	// be at least that, and less than the recorded lease duration less
+	// RenewDeadline (else the check would fail between healthy renewals).
+	ClockSkewMargin time.Duration
+	// Clock is the clock the Fence reads (monotonic, in production): send
+	// times of renewals and the checks. Default: the real clock. client-go's
+	// own timing always runs on the real clock.
+	Clock clock.PassiveClock
 }
 
 // FenceBudget is the least time between the moment a leader reports Lost
@@ -58,6 +76,27 @@ func (c Config) FenceTimeout() time.Duration {
 	return c.FenceBudget() * 4 / 5
 }
 
+// recordedDuration is the lease duration as the Lease records it, in whole
+// seconds: the other replicas count it from their observation of a renewal,
+// not LeaseDuration itself.
+func (c Config) recordedDuration() time.Duration {
+	return c.LeaseDuration.Truncate(time.Second)
+}
+
+// clockSkewMargin is ClockSkewMargin or its default.
+func (c Config) clockSkewMargin() time.Duration {
+	if c.ClockSkewMargin > 0 {
+		return c.ClockSkewMargin
+	}
+	return c.FenceBudget() - c.FenceTimeout()
+}
+
+// guardValidity is how long after the send time of a successful renewal the
+// Fence holds the lease.
+func (c Config) guardValidity() time.Duration {
+	return c.recordedDuration() - c.clockSkewMargin()
+}
+
 // stallThreshold is how long after its last successful renewal a leader
 // declares the lease lost by itself, should client-go's renew loop be stuck
 // (a lock call that ignores its context): half a retry period after the
@@ -81,6 +120,16 @@ func (c Config) validate() error {
 	if c.FenceTimeout() <= 0 {
 		return fmt.Errorf("lease: leaseDuration %s leaves no time to fence: it must exceed renewDeadline %s + retryPeriod %s",
 			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
+	}
+	if m := c.ClockSkewMargin; m != 0 {
+		least, most := c.FenceBudget()-c.FenceTimeout(), c.recordedDuration()-c.RenewDeadline
+		switch {
+		case m < least:
+			return fmt.Errorf("lease: clockSkewMargin %s is less than the margin the fence timeout leaves (%s = fenceBudget − fenceTimeout)", m, least)
+		case m >= most:
+			return fmt.Errorf("lease: clockSkewMargin %s must be less than the recorded leaseDuration %s − renewDeadline %s",
+				m, c.recordedDuration(), c.RenewDeadline)
+		}
 	}
 	return nil
 }

@@ -20,7 +20,14 @@
 //     before anything was fenced.
 //   - The Watchdog reports a leader whose renewals have stopped without its
 //     election noticing, for a liveness probe to restart the process.
+//   - The Fence fences at the write, where the rest cannot: a paused leader
+//     wakes with its workers running before its elector notices. Every
+//     successful renewal's send time (monotonic, read before the request is
+//     sent) is published to it; a check passes only before that time plus
+//     the recorded lease duration less Config.ClockSkewMargin, and fails
+//     for ever once the election has ended.
 //
-// What it cannot guarantee (clock-rate skew, a paused process, a Shutdown
-// that ignores its context) is set out in docs/leader-election.md.
+// What it cannot guarantee (clock-rate skew, a request already on the wire
+// when the process paused, a Shutdown that ignores its context) is set out
+// in docs/leader-election.md.
 package lease

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // NewProps returns the Props of an elector actor, or an error when cfg is
@@ -32,6 +33,9 @@ func NewProps(cfg Config) (*actor.Props, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	turn := make(chan struct{}, 1)
 	return actor.PropsFromProducer(func() actor.Actor { return &elector{cfg: cfg, turn: turn} }), nil
 }
@@ -46,6 +50,7 @@ type elector struct {
 	cancel    context.CancelFunc
 	resigning *atomic.Bool // set before cancel on Resign; read by the election goroutine
 	check     *time.Timer  // the next renewalCheck while leading
+	term      *term        // this election, as Config.Fence sees it
 
 	leading bool // Elected was sent
 	lost    bool // Lost was sent
@@ -85,6 +90,7 @@ func (e *elector) Receive(ctx actor.Context) {
 		e.onRenewalCheck(ctx)
 	case Resign:
 		e.stopCheck()
+		e.term.end(reasonResigned)
 		if e.ended {
 			ctx.Send(ctx.Parent(), Released{})
 			return
@@ -94,6 +100,10 @@ func (e *elector) Receive(ctx actor.Context) {
 	case electionEnded:
 		e.ended = true
 		e.stopCheck()
+		if e.leading {
+			e.term.end(reasonLost)
+		}
+		e.term.end("election ended")
 		if m.err != nil {
 			e.cfg.Logger.Error("leader election ended with an error", "lock", e.cfg.Lock.Describe(), "err", m.err)
 		}
@@ -105,6 +115,7 @@ func (e *elector) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		e.stopCheck()
+		e.term.end("elector stopped")
 		if e.cancel != nil {
 			e.cancel()
 		}
@@ -115,10 +126,17 @@ func (e *elector) Receive(ctx actor.Context) {
 // lock, runs client-go's LeaderElector until it ends (a lost lease, or the
 // context cancelled by Resign or Stopping), then, on Resign only, releases
 // the lease if this replica still holds it.
+//
+// The election writes through a recordingLock, which publishes the send
+// time of each successful renewal to the election's term of Config.Fence.
 func (e *elector) run(ctx actor.Context) {
 	self, system := ctx.Self(), ctx.ActorSystem()
 	send := func(m any) { system.Root.Send(self, m) }
-	le, err := leaderelection.NewLeaderElector(e.cfg.electionConfig(leaderelection.LeaderCallbacks{
+	e.term = newTerm(e.cfg)
+	e.cfg.Fence.begin(e.term)
+	elCfg := e.cfg
+	elCfg.Lock = &recordingLock{Interface: e.cfg.Lock, term: e.term}
+	le, err := leaderelection.NewLeaderElector(elCfg.electionConfig(leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(context.Context) { send(startedLeading{}) },
 		OnStoppedLeading: func() {},
 		OnNewLeader:      func(id string) { send(NewLeader{Identity: id}) },
@@ -181,12 +199,13 @@ func (e *elector) onRenewalCheck(ctx actor.Context) {
 	e.armCheck(ctx)
 }
 
-// lose tells the parent the lease is lost, once.
+// lose tells the parent the lease is lost, once; the fence fails from before.
 func (e *elector) lose(ctx actor.Context, why string) {
 	if e.lost {
 		return
 	}
 	e.lost = true
+	e.term.end(reasonLost)
 	e.cfg.Logger.Warn("leader election lost", "lock", e.cfg.Lock.Describe(), "identity", e.cfg.Lock.Identity(), "why", why)
 	ctx.Send(ctx.Parent(), Lost{Identity: e.cfg.Lock.Identity(), Reason: why})
 }

@@ -60,14 +60,14 @@ func (p *parentActor) Receive(ctx actor.Context) {
 
 // replica is one elector under a parent, in an actor system of its own.
 type replica struct {
-	t       *testing.T
+	t       testing.TB
 	system  *actor.ActorSystem
 	parent  *actor.PID
 	reports chan report
 	lock    resourcelock.Interface
 }
 
-func newLock(t *testing.T, client *leasetest.Client, identity string) resourcelock.Interface {
+func newLock(t testing.TB, client *leasetest.Client, identity string) resourcelock.Interface {
 	lock, err := lease.NewLeaseLock(client, namespace, leaseName, identity)
 	require.NoError(t, err)
 	return lock
@@ -78,7 +78,7 @@ func config(lock resourcelock.Interface) lease.Config {
 }
 
 // startReplica spawns a parent whose elector campaigns at once.
-func startReplica(t *testing.T, cfg lease.Config) *replica {
+func startReplica(t testing.TB, cfg lease.Config) *replica {
 	t.Helper()
 	props, err := lease.NewProps(cfg)
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
+
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // Strategy says which children restart when one fails.
@@ -89,6 +91,9 @@ type Config struct {
 	// error wrapping lease.ErrLost, so that the host exits. Zero uses
 	// Timing.ShutdownTimeout.
 	FenceTimeout time.Duration
+	// Guards gives each controller and store incarnation the check behind
+	// its lease guard (actors.LeaseGuard); nil with election off.
+	Guards actors.Guards
 	// Reelect sets what a lost lease does once fenced: false stops the
 	// manager, which fails with an error wrapping lease.ErrLost; true sends
 	// it back to Electing (webhooks and plain runnables keep running), and

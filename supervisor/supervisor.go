@@ -33,7 +33,7 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{},
 		goroutines: actors.NewGoroutines(idleGoroutines)}
-	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines})
+	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
 	// root's own code, and a child's Receive runs no user code that could
 	// panic. Should one crash anyway, it is stopped, and the root fails.

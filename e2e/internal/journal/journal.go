@@ -48,6 +48,12 @@ const (
 	// Allowed, Message); AdmissionPanic: Handle is about to panic on one.
 	Admission      Kind = "admission"
 	AdmissionPanic Kind = "admission-panic"
+	// Write: the writer controller's write of its ConfigMap returned: Name is the
+	// resourceVersion it committed, or Err why it failed (a refusal by the lease guard
+	// included).
+	Write Kind = "write"
+	// StartReturned: the manager's Start returned (Err when it failed).
+	StartReturned Kind = "start-returned"
 	// ShutdownReturned: the manager's Serve returned (Err: what it returned), so
 	// ShutdownAndWait has returned: every runnable has stopped and the lease, if held,
 	// was released.

@@ -6,7 +6,8 @@
 //
 //	replica --kubeconfig=... --lease-namespace=ns --lease-name=controllers --identity=a \
 //	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
-//	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...]
+//	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...] \
+//	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms]
 //
 // It runs the manager with Serve, as a host should, and exits 0 after SIGTERM or SIGINT
 // (once ShutdownAndWait has returned, so the lease has been released), a standby's
@@ -51,6 +52,9 @@ type config struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	observeEvery   time.Duration
+	writerCM       string
+	writerGuard    bool
+	writerEvery    time.Duration
 }
 
 func main() {
@@ -70,6 +74,9 @@ func main() {
 	flag.DurationVar(&cfg.startTimeout, "start-timeout", 30*time.Second, "Start's startTimeout: bounds each round of recovery and start")
 	flag.DurationVar(&cfg.stopTimeout, "stop-timeout", 10*time.Second, "bounds ShutdownAndWait after SIGTERM")
 	flag.DurationVar(&cfg.observeEvery, "observe-every", 50*time.Millisecond, "how often the observed lease holder is read from the manager's status")
+	flag.StringVar(&cfg.writerCM, "writer-configmap", "", "run a writer controller patching this ConfigMap of the lease namespace; default: none")
+	flag.BoolVar(&cfg.writerGuard, "writer-guard", true, "fence the writer's clientset with GuardTransport and its lease guard")
+	flag.DurationVar(&cfg.writerEvery, "writer-every", 20*time.Millisecond, "how often the writer writes")
 	flag.Parse()
 
 	out := os.Stdout
@@ -152,6 +159,12 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 		newTicker("reconciler-b", rec),
 		newConfigMapWatcher("configmaps", client, cfg.leaseNamespace, rec),
 	)
+	if cfg.writerCM != "" {
+		mgr.Add(&writer{
+			activity: activity{name: "writer", rec: rec}, restConfig: restConfig, namespace: cfg.leaseNamespace,
+			configMap: cfg.writerCM, identity: cfg.identity, guarded: cfg.writerGuard, every: cfg.writerEvery,
+		})
+	}
 
 	// The webhook server serves from before the election, as a standby's must.
 	var servers sync.WaitGroup

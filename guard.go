@@ -1,0 +1,127 @@
+package controllermanager
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// Fencing at the write. client-go's leader election does not fence: a
+// leader that is paused (a GC pause, SIGSTOP, a starved node) wakes up still
+// believing it leads, and its workers write before its elector notices. The
+// lease guard closes that window where it opens, at the write: it answers,
+// synchronously and without an API call, whether this replica can still
+// prove it holds the lease. The proof is the send time of the last
+// successful renewal on the monotonic clock: no other replica can acquire the
+// lease before that plus the lease duration, less a margin (see lease.Fence
+// and lease.Config.ClockSkewMargin). docs/leader-election.md sets out what it
+// closes and what it cannot.
+
+// LeaseGuard returns the lease guard of the controller (or store) whose Run
+// (Recover) received ctx: guard() is nil while this replica can prove it
+// holds the lease the child runs under, else an error wrapping
+// lease.ErrNotHeld (and lease.ErrLost once the lease was lost) with the
+// figures: the last renewal's send time, the lease duration, now. Call it
+// just before each write, or wrap the child's clients with GuardTransport.
+//
+// guard reads an atomic and the clock: no lock, no allocation when it
+// passes, no API call; call it from any goroutine, as often as needed. It
+// stays valid after Run returns, for the incarnation's lifetime, and fails
+// for ever once the incarnation's Shutdown has returned, and once the
+// election it started under has ended, even if this replica leads again
+// later (the next incarnation has a guard of its own). During Shutdown it
+// still passes while the lease is held.
+//
+// With election off there is no lease to prove: the deployment has declared
+// this replica the only writer, so guard passes until the incarnation's
+// Shutdown has returned (ok is true). A fenced client then works unchanged
+// whether election is on or off, and still refuses an ended incarnation's
+// writes.
+//
+// ok is false when ctx did not come from a manager's call of a controller's
+// Run or a store's Recover (a webhook does not run under the lease); guard
+// then always fails, so that a write guarded by mistake is refused rather
+// than let through unchecked.
+func LeaseGuard(ctx context.Context) (guard func() error, ok bool) {
+	return actors.LeaseGuard(ctx)
+}
+
+// LeaseGuard is the lease guard of this replica's single lease, for code
+// outside a child: nil while this replica can prove it holds the lease, else
+// an error wrapping lease.ErrNotHeld with the figures. Unlike a child's
+// guard, it follows the lease from election to election: it passes again
+// once this replica has been elected again. Before the first election it
+// fails. With election off it is nil until the manager has stopped, then an
+// error wrapping lease.ErrNotHeld. As cheap as a child's guard.
+func (m *ControllerManager) LeaseGuard() error {
+	if m.election == nil {
+		select {
+		case <-m.Done():
+			return &lease.NotHeldError{Reason: "the manager has stopped"}
+		default:
+			return nil
+		}
+	}
+	return m.election.leaseFence.Check()
+}
+
+// GuardTransport returns a RoundTripper that sends a mutating request (POST,
+// PUT, PATCH, DELETE) through rt only when guard() returns nil at the moment
+// of sending, and otherwise refuses it, unsent, with guard()'s error
+// (wrapped: errors.Is(err, lease.ErrNotHeld) holds through client-go's
+// errors). Reads (GET, HEAD, OPTIONS, watches) always pass. A nil rt is
+// http.DefaultTransport; a nil guard refuses every mutating request.
+//
+// Fence a controller's whole clientset with rest.Config's Wrap, in its Run:
+//
+//	guard, _ := cm.LeaseGuard(ctx)
+//	cfg := rest.CopyConfig(base)
+//	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cm.GuardTransport(guard, rt) })
+//	client, err := kubernetes.NewForConfig(cfg)
+//
+// Every typed and dynamic client, and the informers built from that config,
+// then go through it: informers only read, so they pass; the controller's
+// writes (its own, and those of clients built from cfg, controller-runtime's
+// included) are fenced. A write refused is not retried by client-go; treat it
+// as a lost lease: stop the work, report it, or let Shutdown come.
+func GuardTransport(guard func() error, rt http.RoundTripper) http.RoundTripper {
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	if guard == nil {
+		guard = func() error { return &lease.NotHeldError{Reason: "GuardTransport was given no guard"} }
+	}
+	return &guardedTransport{guard: guard, next: rt}
+}
+
+// guardedTransport is GuardTransport's RoundTripper.
+type guardedTransport struct {
+	guard func() error
+	next  http.RoundTripper
+}
+
+var _ utilnet.RoundTripperWrapper = (*guardedTransport)(nil)
+
+// RoundTrip refuses a mutating request the guard fails, closing its body as
+// a RoundTripper must; anything else goes to the wrapped transport.
+func (t *guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		if err := t.guard(); err != nil {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, fmt.Errorf("controllermanager: %s %s refused by the lease guard: %w", req.Method, req.URL.Path, err)
+		}
+	}
+	return t.next.RoundTrip(req)
+}
+
+// WrappedRoundTripper returns the transport it wraps, for client-go's
+// transport utilities.
+func (t *guardedTransport) WrappedRoundTripper() http.RoundTripper { return t.next }

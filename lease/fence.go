@@ -1,0 +1,253 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+)
+
+// ErrNotHeld is wrapped by every error of a Fence or of a guard: this
+// replica cannot prove, now, that it holds the lease. Match it with
+// errors.Is; the error is a *NotHeldError with the figures.
+var ErrNotHeld = errors.New("lease: not held")
+
+// Fence tells, without any API call, whether this replica can prove that it
+// holds the lease at this instant: the fencing at the write that client-go's
+// leader election does not give. A worker asks it synchronously just before
+// each write (see the root package's GuardTransport), so that a leader that
+// was paused (a GC pause, SIGSTOP, a starved node) refuses its first write
+// after waking instead of racing its own elector to notice the loss.
+//
+// The proof: every successful renewal is a write of the Lease naming this
+// replica. Another replica starts its expiry clock only when it observes
+// that write, which is after it was sent; so, by this replica's clock, the
+// lease cannot pass to anybody before
+//
+//	send time of the last successful renewal + LeaseDuration (whole seconds, as the Lease records it) − ClockSkewMargin
+//
+// The send time is read on the monotonic clock just before the request was
+// sent, and published only once the request has succeeded. The margin
+// covers the difference between the replicas' clock rates and the time a
+// write that passed the check takes to be committed (see Config).
+//
+// One Fence serves one lease, across every election its elector Props run:
+// each election is a term of the fence. A Fence is safe for concurrent use;
+// its checks are an atomic load and a clock read, with no lock and no
+// allocation when they pass. The zero Fence and a nil *Fence hold nothing:
+// their checks fail.
+type Fence struct {
+	cur atomic.Pointer[term]
+}
+
+// NewFence returns a Fence that holds nothing until an elector whose Config
+// names it has acquired the lease.
+func NewFence() *Fence { return &Fence{} }
+
+// Check returns nil while this replica can prove it holds the lease, in the
+// current election; else a *NotHeldError wrapping ErrNotHeld (and ErrLost
+// once the election that held the lease has been lost).
+func (f *Fence) Check() error {
+	if f == nil {
+		return &NotHeldError{Reason: "no election"}
+	}
+	t := f.cur.Load()
+	if t == nil {
+		return &NotHeldError{Reason: "no election has run"}
+	}
+	return t.check()
+}
+
+// Guard returns a check bound to the current election: it behaves as Check
+// while that election lasts, and fails for ever once it has ended, even when
+// this replica acquires the lease again in a later election. What runs under
+// one election (a controller's incarnation) takes its guard from here.
+func (f *Fence) Guard() func() error {
+	if f == nil {
+		return f.Check
+	}
+	t := f.cur.Load()
+	if t == nil {
+		return f.Check
+	}
+	return t.check
+}
+
+// begin makes t the fence's current election.
+func (f *Fence) begin(t *term) {
+	if f != nil {
+		f.cur.Store(t)
+	}
+}
+
+// The states of a term's sent, besides a send time.
+const (
+	neverRenewed = math.MinInt64     // no successful write of the lease yet
+	termEnded    = math.MinInt64 + 1 // the election is over: for ever not held
+)
+
+// term is one election: what the elector running it publishes, and what the
+// guards of the children running under it read.
+type term struct {
+	clk      clock.PassiveClock
+	base     time.Time     // the clock's reading when the term began; sends are offsets from it
+	validFor time.Duration // the recorded lease duration less the margin
+	lease    string        // the lock's description, for errors
+	duration time.Duration // the recorded lease duration, for errors
+	margin   time.Duration
+
+	// sent is the offset from base, in nanoseconds, of the send time of the
+	// last successful renewal, or neverRenewed, or termEnded.
+	sent atomic.Int64
+	// why says why the term ended; set before sent becomes termEnded.
+	why atomic.Pointer[string]
+}
+
+func newTerm(cfg Config) *term {
+	t := &term{
+		clk: cfg.Clock, base: cfg.Clock.Now(), validFor: cfg.guardValidity(),
+		lease: cfg.Lock.Describe(), duration: cfg.recordedDuration(), margin: cfg.clockSkewMargin(),
+	}
+	t.sent.Store(neverRenewed)
+	return t
+}
+
+// check is the hot path: one atomic load and one clock read.
+func (t *term) check() error {
+	sent := t.sent.Load()
+	if sent > termEnded {
+		now := t.clk.Since(t.base)
+		if int64(now) < sent+int64(t.validFor) {
+			return nil
+		}
+		return t.notHeld(sent, now, "the lease may have expired")
+	}
+	if sent == neverRenewed {
+		return t.notHeld(sent, t.clk.Since(t.base), "not acquired")
+	}
+	why := "election ended"
+	if p := t.why.Load(); p != nil {
+		why = *p
+	}
+	return t.notHeld(sent, t.clk.Since(t.base), why)
+}
+
+func (t *term) notHeld(sent int64, now time.Duration, why string) error {
+	e := &NotHeldError{
+		Lease: t.lease, Reason: why, Now: t.base.Add(now),
+		LeaseDuration: t.duration, Margin: t.margin, lost: why == reasonLost,
+	}
+	if sent > termEnded {
+		e.LastRenewalSent = t.base.Add(time.Duration(sent))
+	}
+	return e
+}
+
+// renewed publishes a successful renewal sent at offset sent. Sends only
+// move forward, and never revive an ended term.
+func (t *term) renewed(sent time.Duration) {
+	for {
+		old := t.sent.Load()
+		if old == termEnded || old >= int64(sent) {
+			return
+		}
+		if t.sent.CompareAndSwap(old, int64(sent)) {
+			return
+		}
+	}
+}
+
+// end ends the term for ever: every guard bound to it fails from now on.
+func (t *term) end(why string) {
+	if t == nil {
+		return
+	}
+	t.why.CompareAndSwap(nil, &why)
+	t.sent.Store(termEnded)
+}
+
+// Why a term ended.
+const (
+	reasonLost      = "lost"
+	reasonResigned  = "resigned"
+	reasonTakenOver = "the Lease names another holder"
+)
+
+// NotHeldError is the error of a failed check: why this replica cannot
+// prove it holds the lease, with the figures. It wraps ErrNotHeld, and
+// ErrLost when the election was lost.
+type NotHeldError struct {
+	Lease           string        // the lock's description (namespace/name)
+	Reason          string        // "not acquired", "the lease may have expired", "lost", "resigned", ...
+	LastRenewalSent time.Time     // send time of the last successful renewal; zero if none
+	Now             time.Time     // when the check ran, on the same clock
+	LeaseDuration   time.Duration // as the Lease records it
+	Margin          time.Duration // Config's ClockSkewMargin, or its default
+	lost            bool
+}
+
+// Error describes the failure with its figures.
+func (e *NotHeldError) Error() string {
+	s := "lease: not held"
+	if e.Lease != "" {
+		s += " (" + e.Lease + ")"
+	}
+	s += ": " + e.Reason
+	if !e.LastRenewalSent.IsZero() {
+		s += fmt.Sprintf("; last successful renewal sent %s ago, valid for %s (lease %s less margin %s)",
+			e.Now.Sub(e.LastRenewalSent), e.LeaseDuration-e.Margin, e.LeaseDuration, e.Margin)
+	}
+	return s
+}
+
+// Unwrap returns ErrNotHeld, and ErrLost when the election was lost.
+func (e *NotHeldError) Unwrap() []error {
+	if e.lost {
+		return []error{ErrNotHeld, ErrLost}
+	}
+	return []error{ErrNotHeld}
+}
+
+// recordingLock is the lock an election runs over: it publishes to its term
+// the send time of each successful write that names this replica holder.
+type recordingLock struct {
+	resourcelock.Interface
+	term *term
+}
+
+func (l *recordingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	if err == nil && rec != nil && rec.HolderIdentity != l.Identity() && l.term.sent.Load() > termEnded {
+		// Held until now, and the Lease names somebody else: whatever
+		// the clock says, it is not ours any more.
+		l.term.end(reasonTakenOver)
+	}
+	return rec, raw, err
+}
+
+func (l *recordingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Create(ctx, ler) })
+}
+
+func (l *recordingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ler, func() error { return l.Interface.Update(ctx, ler) })
+}
+
+func (l *recordingLock) write(ler resourcelock.LeaderElectionRecord, call func() error) error {
+	if ler.HolderIdentity != l.Identity() {
+		// Giving the lease away (client-go never does here; be safe).
+		l.term.end(reasonResigned)
+		return call()
+	}
+	sent := l.term.clk.Since(l.term.base)
+	err := call()
+	if err == nil {
+		l.term.renewed(sent)
+	}
+	return err
+}
