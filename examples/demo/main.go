@@ -10,6 +10,7 @@
 //	go run ./examples/demo                 # serves on 127.0.0.1:8080
 //	curl -s localhost:8080/healthz?verbose
 //	curl -s localhost:8080/readyz
+//	open http://localhost:8080/debug/supervision/   # the live supervision tree
 //	go run ./examples/demo -addr :9090 -for 30s
 package main
 
@@ -91,6 +92,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 
 	mux := http.NewServeMux()
 	mux.Handle("/", health.NewHandler(m))
+	mux.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m)) // the live view; it shows errors and stacks: keep it on localhost
 	mux.Handle("/validate", m.Handler())
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -100,6 +102,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	printf("serving /healthz, /readyz and /validate on http://%s\n", ln.Addr())
+	printf("supervision tree, live: http://%s%s/\n", ln.Addr(), health.DefaultDebugPrefix)
 
 	startErr := m.Start(ctx, 30*time.Second)
 	if startErr == nil {

@@ -209,8 +209,8 @@
     row.failures.textContent = c.failures;
 
     row.health.replaceChildren(
-      el('span', { class: 'health', 'data-tone': c.healthy ? 'ok' : 'bad', text: c.healthy ? 'healthy' : 'unhealthy' }),
-      c.message ? el('span', { class: 'health-msg', text: c.message }) : null);
+      el('span', { class: 'health', 'data-tone': c.healthy ? 'ok' : 'bad', text: c.healthy ? 'healthy' : 'unhealthy' }));
+    if (c.message) row.health.append(el('span', { class: 'health-msg', text: c.message }));
 
     const key = c.lastError ? c.lastError.message + '\0' + (c.lastError.stack || '') : '';
     if (row.lastError.dataset.key !== key) { // rebuilt only on change: an open stack stays open
