@@ -11,7 +11,6 @@ type DebugOption func(*debugConfig)
 
 type debugConfig struct {
 	prefix       string
-	prefixSet    bool
 	controls     bool
 	token        string
 	timeout      time.Duration
@@ -25,7 +24,7 @@ type debugConfig struct {
 // empty (serve at the root, for a handler mounted with http.StripPrefix) or
 // start with "/"; a trailing "/" is dropped. Default: DefaultDebugPrefix.
 func WithDebugPrefix(prefix string) DebugOption {
-	return func(c *debugConfig) { c.prefix, c.prefixSet = prefix, true }
+	return func(c *debugConfig) { c.prefix = prefix }
 }
 
 // WithDebugControls turns on the page's Restart, Stop and Start buttons and

@@ -19,8 +19,9 @@ import (
 // the test to call, as synchronously as a publisher can; a Request fails
 // the test.
 type debugSource struct {
-	t      *testing.T
-	status supervisor.Status
+	t         *testing.T
+	status    supervisor.Status
+	statusErr error // Status fails with it, when set
 
 	mu   sync.Mutex
 	subs map[*func(supervisor.Event)]bool
@@ -33,7 +34,12 @@ func newDebugSource(t *testing.T) *debugSource {
 		}}}
 }
 
-func (s *debugSource) Status(context.Context) (supervisor.Status, error) { return s.status, nil }
+func (s *debugSource) Status(context.Context) (supervisor.Status, error) {
+	if s.statusErr != nil {
+		return supervisor.Status{}, s.statusErr
+	}
+	return s.status, nil
+}
 
 func (s *debugSource) Subscribe(fn func(supervisor.Event)) func() {
 	s.mu.Lock()
@@ -214,4 +220,26 @@ func TestDebugStreamSlowBrowser(t *testing.T) {
 	if n := src.subscribers(); n != 0 {
 		t.Errorf("after Close: want no subscriber, have %d", n)
 	}
+}
+
+// A manager that does not answer: status.json says so with 503, and the
+// stream with "unavailable", and goes on.
+func TestDebugSourceSilent(t *testing.T) {
+	src := newDebugSource(t)
+	src.statusErr = fmt.Errorf("supervisor.GetStatus: %w", context.DeadlineExceeded)
+	h := health.NewDebugHandler(src)
+	defer h.Close()
+	srv := serve(t, h)
+	res := get(t, srv, "/debug/supervision/status.json")
+	if want := `{"error":"Status: supervisor.GetStatus: context deadline exceeded"}` + "\n"; res.code != http.StatusServiceUnavailable || res.body != want {
+		t.Errorf("status.json: want 503 %q, have %d %q", want, res.code, res.body)
+	}
+	s := openStream(t, srv, "/debug/supervision/events")
+	defer s.close()
+	m := s.next(t, "the first message", func(sseMessage) bool { return true })
+	if m.name != "unavailable" || !strings.Contains(m.data, "context deadline exceeded") {
+		t.Errorf("stream: want unavailable with the reason, have %+v", m)
+	}
+	src.publish(supervisor.Event{Type: supervisor.ChildStarted, Time: time.Now(), Child: "boom", Kind: "controller", Phase: supervisor.PhaseRunning})
+	s.next(t, "the event after", isEvent("ChildStarted", "boom"))
 }
