@@ -25,6 +25,7 @@ unit:
 # two minutes on two cores.
 e2e:
 	cd e2e && $(GO) vet ./...
+	hack/install-chromium.sh # for e2e/browser_test.go; does nothing when Chromium is there
 	assets="$$(hack/e2e-binaries.sh)" && cd e2e && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 15m -v ./...
 

@@ -11,6 +11,7 @@
 //	curl -s localhost:8080/healthz?verbose
 //	curl -s localhost:8080/readyz
 //	curl -s localhost:8080/metrics
+//	open http://localhost:8080/debug/supervision/   # the live supervision tree
 //	go run ./examples/demo -addr :9090 -for 30s
 package main
 
@@ -112,12 +113,14 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry))) // /healthz, /readyz, /metrics
+	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry)))  // /healthz, /readyz, /metrics
+	mux.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m)) // the live view; it shows errors and stacks: keep it on localhost
 	mux.Handle("/validate", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	printf("serving /healthz, /readyz, /metrics and /validate on http://%s; Ctrl-C to stop\n", ln.Addr())
+	printf("supervision tree, live: http://%s%s/\n", ln.Addr(), health.DefaultDebugPrefix)
 
 	// Serve is the host loop: Start, wait for ctx (Ctrl-C, SIGTERM) or for
 	// the manager to stop by itself (an escalation), ShutdownAndWait within

@@ -1,0 +1,398 @@
+// The supervision view. It is fed by one EventSource on "events": a
+// "status" snapshot on connect and after each burst of events, an "event"
+// per supervision event (applied to the rows at once), "dropped" when this
+// browser fell behind, "end" once the manager has stopped. It never polls.
+// Every value from the server is put in the page as text, never as HTML.
+'use strict';
+(function () {
+  const BUCKETS = 20;          // bars in a row's failure chart
+  const EVENTS_SHOWN = 60;     // lines in the event log
+  const TOKEN_KEY = 'supervision-token';
+
+  let status = null;           // the last snapshot, with the events applied since
+  let offset = 0;              // server clock minus browser clock, in ms
+  let events = [];             // the event log, oldest first
+  const rows = new Map();      // child name -> row
+  let es = null;
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (k === 'text') e.textContent = v;
+      else if (k === 'class') e.className = v;
+      else if (k.startsWith('data-') || k === 'title' || k === 'hidden') e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const c of children) if (c != null) e.append(c);
+    return e;
+  }
+
+  const serverNow = () => Date.now() + offset;
+
+  function ago(ms) {
+    if (!(ms >= 0)) ms = 0;
+    let s = Math.floor(ms / 1000);
+    if (s < 60) return s + 's';
+    let m = Math.floor(s / 60); s %= 60;
+    if (m < 60) return m + 'm ' + s + 's';
+    let h = Math.floor(m / 60); m %= 60;
+    if (h < 24) return h + 'h ' + m + 'm';
+    return Math.floor(h / 24) + 'd ' + (h % 24) + 'h';
+  }
+
+  function clock(iso) {
+    const d = new Date(iso);
+    const pad = (n, w) => String(n).padStart(w || 2, '0');
+    return pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds()) + '.' + pad(d.getMilliseconds(), 3);
+  }
+
+  function phaseTone(p) {
+    switch (p) {
+      case 'Running': return 'ok';
+      case 'Failed': return 'bad';
+      case 'Stopped': case 'ShuttingDown': case 'Idle': return '';
+      default: return 'warn';
+    }
+  }
+
+  function stateTone(s) {
+    switch (s) {
+      case 'Running': return 'ok';
+      case 'Failed': return 'bad';
+      case 'BackingOff': return 'warn';
+      case 'Starting': case 'Pending': return 'info';
+      default: return '';
+    }
+  }
+
+  function eventTone(t) {
+    switch (t) {
+      case 'ChildFailed': case 'Escalated': case 'LeaderLost': case 'ChildUnstopped': return 'bad';
+      case 'ChildUnhealthy': case 'EventsDropped': case 'ChildRestarted': return 'warn';
+      case 'ChildStarted': case 'LeaderElected': return 'ok';
+      default: return 'info';
+    }
+  }
+
+  function banner(text, tone) {
+    const b = $('banner');
+    if (!text) { b.hidden = true; return; }
+    b.textContent = text;
+    b.dataset.tone = tone || '';
+    b.hidden = false;
+  }
+
+  function setConn(state, text) {
+    const c = $('conn');
+    c.dataset.state = state;
+    c.textContent = text;
+  }
+
+  // An error as its message, with its stack folded.
+  function errorNode(err) {
+    const box = el('div', { class: 'lasterr' }, el('div', { class: 'msg', text: err.message }));
+    if (err.stack) {
+      box.append(el('details', {}, el('summary', { text: 'stack' }), el('pre', { class: 'stack', text: err.stack })));
+    }
+    return box;
+  }
+
+  // ---- the snapshot ----
+
+  function applyStatus(st) {
+    offset = Date.parse(st.time) - Date.now();
+    status = st;
+    events = (st.events || []).slice();
+    render();
+    renderEvents();
+  }
+
+  function render() {
+    const st = status;
+    const phase = $('phase');
+    phase.textContent = st.phase;
+    phase.dataset.tone = phaseTone(st.phase);
+    document.title = st.phase + ' · supervision tree';
+
+    const me = $('manager-error');
+    if (st.error) {
+      const body = $('manager-error-body');
+      const key = st.error.message + '\0' + (st.error.stack || '');
+      if (body.dataset.key !== key) {
+        body.replaceChildren(errorNode(st.error));
+        body.dataset.key = key;
+      }
+      me.hidden = false;
+    } else {
+      me.hidden = true;
+    }
+
+    renderLeadership();
+    $('token-panel').hidden = !(st.controls.enabled && st.controls.token);
+    document.querySelectorAll('.actions-col').forEach((n) => { n.hidden = !st.controls.enabled; });
+    $('spark-head').textContent = 'Failures, last ' + ago(st.windowSeconds * 1000).replace(/ 0s$/, '');
+
+    const seen = new Set();
+    const body = document.querySelector('#children tbody');
+    st.children.forEach((c, i) => {
+      seen.add(c.name);
+      let row = rows.get(c.name);
+      if (!row) {
+        row = newRow(c.name);
+        rows.set(c.name, row);
+      }
+      if (body.children[i] !== row.tr) body.insertBefore(row.tr, body.children[i] || null);
+      updateRow(row, c);
+    });
+    for (const [name, row] of rows) {
+      if (!seen.has(name)) { row.tr.remove(); rows.delete(name); }
+    }
+    $('child-count').textContent = '(' + st.children.length + ')';
+    $('no-children').hidden = st.children.length > 0;
+    $('footer').textContent = 'Live from events (Server-Sent Events), the same data as status.json. ' +
+      'Failure history and events since ' + clock(st.historySince) + ' (server time).';
+    tick();
+  }
+
+  function renderLeadership() {
+    const l = status.leadership;
+    $('lead-election').textContent = l.enabled ? 'on' : 'off';
+    const role = $('lead-role');
+    role.textContent = !l.enabled ? '—' : l.leader ? 'leader' : 'standby';
+    role.className = l.enabled ? 'state' : '';
+    role.dataset.tone = !l.enabled ? '' : l.leader ? 'ok' : 'info';
+    $('lead-identity').textContent = l.identity || '—';
+    $('lead-holder').textContent = l.holder || (l.enabled ? 'not seen yet' : '—');
+    $('lead-renewal').textContent = l.renewal || (l.enabled ? 'no watchdog' : '—');
+  }
+
+  function newRow(name) {
+    const cell = (field, cls) => el('td', { 'data-field': field, class: cls || '' });
+    const row = {
+      tr: el('tr', { 'data-child': name }),
+      name: cell('name', 'name'),
+      kind: cell('kind'),
+      state: cell('state'),
+      since: cell('since', 'since'),
+      incarnation: cell('incarnation', 'num'),
+      restarts: cell('restarts', 'num'),
+      failures: cell('failures', 'num'),
+      spark: cell('spark', 'spark-cell'),
+      health: cell('health'),
+      lastError: cell('lastError'),
+      actions: cell('actions', 'actions-col'),
+      child: null,
+    };
+    row.name.textContent = name;
+    row.stateBadge = el('span', { class: 'state' });
+    row.state.append(row.stateBadge);
+    for (const action of ['restart', 'stop', 'start']) {
+      const b = el('button', { type: 'button', text: action[0].toUpperCase() + action.slice(1), 'data-action': action });
+      b.addEventListener('click', () => control(action, name, b));
+      row.actions.append(b);
+    }
+    row.tr.append(row.name, row.kind, row.state, row.since, row.incarnation, row.restarts,
+      row.failures, row.spark, row.health, row.lastError, row.actions);
+    return row;
+  }
+
+  function updateRow(row, c) {
+    const before = row.child;
+    row.child = c;
+    row.kind.textContent = c.kind;
+    row.stateBadge.textContent = c.state;
+    row.stateBadge.dataset.tone = stateTone(c.state);
+    row.incarnation.textContent = c.incarnation;
+    row.restarts.textContent = c.restarts;
+    row.failures.textContent = c.failures;
+
+    row.health.replaceChildren(
+      el('span', { class: 'health', 'data-tone': c.healthy ? 'ok' : 'bad', text: c.healthy ? 'healthy' : 'unhealthy' }));
+    if (c.message) row.health.append(el('span', { class: 'health-msg', text: c.message }));
+
+    const key = c.lastError ? c.lastError.message + '\0' + (c.lastError.stack || '') : '';
+    if (row.lastError.dataset.key !== key) { // rebuilt only on change: an open stack stays open
+      row.lastError.replaceChildren(c.lastError ? errorNode(c.lastError) : el('span', { class: 'muted', text: '—' }));
+      row.lastError.dataset.key = key;
+    }
+
+    row.actions.hidden = !status.controls.enabled;
+    for (const b of row.actions.querySelectorAll('button')) {
+      const a = b.dataset.action;
+      b.disabled = b.dataset.busy === '1' || (a === 'start' && c.state !== 'Stopped') ||
+        (a === 'stop' && (c.state === 'Stopped' || c.state === 'Stopping'));
+    }
+
+    if (before && (before.restarts !== c.restarts || before.failures !== c.failures || before.state !== c.state)) {
+      row.tr.classList.remove('flash');
+      void row.tr.offsetWidth; // restart the animation
+      row.tr.classList.add('flash');
+    }
+    drawSpark(row);
+    row.since.textContent = ago(serverNow() - Date.parse(c.since));
+  }
+
+  // The failures of the window, in BUCKETS bars, the newest on the right.
+  function drawSpark(row) {
+    const c = row.child;
+    const windowMs = status.windowSeconds * 1000;
+    const now = serverNow();
+    const counts = new Array(BUCKETS).fill(0);
+    let total = 0;
+    for (const t of c.recentFailures || []) {
+      const age = Math.max(0, now - Date.parse(t)); // a clock a little ahead counts as now
+      if (age >= windowMs) continue;
+      counts[BUCKETS - 1 - Math.floor(age / (windowMs / BUCKETS))]++;
+      total++;
+    }
+    const key = counts.join(',');
+    if (row.sparkKey === key) return;
+    row.sparkKey = key;
+    const max = Math.max(1, ...counts);
+    const W = 4, GAP = 1, H = 18;
+    const ns = 'http://www.w3.org/2000/svg';
+    const svg = document.createElementNS(ns, 'svg');
+    svg.setAttribute('class', 'spark');
+    svg.setAttribute('width', BUCKETS * (W + GAP));
+    svg.setAttribute('height', H);
+    const title = document.createElementNS(ns, 'title');
+    title.textContent = total + ' failure' + (total === 1 ? '' : 's') + ' in the last ' + ago(windowMs).replace(/ 0s$/, '');
+    svg.append(title);
+    counts.forEach((n, i) => {
+      const r = document.createElementNS(ns, 'rect');
+      const h = n === 0 ? 1 : Math.max(3, Math.round((n / max) * H));
+      r.setAttribute('x', i * (W + GAP));
+      r.setAttribute('y', H - h);
+      r.setAttribute('width', W);
+      r.setAttribute('height', h);
+      if (n === 0) r.setAttribute('class', 'zero');
+      svg.append(r);
+    });
+    row.spark.replaceChildren(svg, el('span', { class: 'muted', text: ' ' + total }));
+    row.spark.dataset.total = total;
+  }
+
+  function renderEvents() {
+    const list = $('events');
+    const shown = events.slice(-EVENTS_SHOWN).reverse();
+    list.replaceChildren(...shown.map((e) => el('li', {},
+      el('span', { class: 't', text: clock(e.time) }),
+      el('span', { class: 'ty', 'data-tone': eventTone(e.type), text: e.type }),
+      el('span', {}, e.child ? el('strong', { text: e.child + ' ' }) : null,
+        e.child ? el('span', { class: 'muted', text: '(' + e.kind + ', restarts ' + e.restarts + ') ' }) : null,
+        el('span', { class: 'muted', text: 'phase ' + e.phase + ' ' }),
+        e.error ? el('span', { class: 'err', text: e.error.message }) : null))));
+  }
+
+  // ---- an event, applied at once; the snapshot that follows has the last word ----
+
+  function applyEvent(e) {
+    events.push(e);
+    if (events.length > 200) events.shift();
+    renderEvents();
+    if (!status) return;
+    switch (e.type) {
+      case 'PhaseChanged': status.phase = e.phase; break;
+      case 'LeaderElected': status.leadership.leader = true; break;
+      case 'LeaderLost': status.leadership.leader = false; break;
+      case 'EventsDropped': banner('The manager dropped ' + e.restarts + ' events for this view; resyncing.', 'bad'); break;
+    }
+    const i = e.child ? status.children.findIndex((c) => c.name === e.child) : -1;
+    if (i >= 0) {
+      const c = Object.assign({}, status.children[i]);
+      switch (e.type) {
+        case 'ChildFailed':
+          c.state = 'Failed'; c.since = e.time; c.failures++;
+          c.lastError = e.error || c.lastError;
+          c.recentFailures = (c.recentFailures || []).concat([e.time]);
+          break;
+        case 'ChildRestarted':
+          c.state = 'Starting'; c.since = e.time; c.restarts = e.restarts; c.incarnation = e.restarts + 1; break;
+        case 'ChildStarted':
+          c.state = 'Running'; c.since = e.time; c.restarts = e.restarts; c.incarnation = e.restarts + 1; break;
+        case 'ChildStopped':
+          c.state = 'Stopped'; c.since = e.time; break;
+        case 'ChildUnhealthy':
+          c.healthy = false; if (e.error) c.message = e.error.message; break;
+      }
+      if (e.type === 'ChildRemoved') status.children.splice(i, 1);
+      else status.children[i] = c;
+    }
+    render();
+  }
+
+  // ---- the controls ----
+
+  async function control(action, name, button) {
+    const token = $('token').value;
+    button.dataset.busy = '1';
+    button.disabled = true;
+    banner(action + ' ' + name + '…', '');
+    try {
+      const resp = await fetch('control', {
+        method: 'POST',
+        headers: { 'X-Supervision-Token': token, 'Content-Type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ action: action, child: name }),
+        credentials: 'same-origin',
+      });
+      let answer = {};
+      try { answer = await resp.json(); } catch (_) { /* not JSON */ }
+      if (resp.ok) banner(action + ' ' + name + ': done', 'ok');
+      else banner(action + ' ' + name + ' refused (' + resp.status + '): ' + (answer.error || resp.statusText), 'bad');
+    } catch (err) {
+      banner(action + ' ' + name + ' failed: ' + err, 'bad');
+    } finally {
+      delete button.dataset.busy;
+      if (status) render();
+    }
+  }
+
+  // ---- the clock: time in state and the charts move with it ----
+
+  function tick() {
+    if (!status) return;
+    for (const row of rows.values()) {
+      row.since.textContent = ago(serverNow() - Date.parse(row.child.since));
+      drawSpark(row);
+    }
+    const l = status.leadership;
+    $('lead-since').textContent = l.leader && l.leaderSince ? ago(serverNow() - Date.parse(l.leaderSince)) :
+      l.leader ? 'since before this view began' : '—';
+  }
+
+  // ---- the stream ----
+
+  function connect() {
+    es = new EventSource('events');
+    es.addEventListener('open', () => setConn('live', 'live'));
+    es.addEventListener('error', () => {
+      if (es.readyState === EventSource.CLOSED) setConn('ended', 'disconnected');
+      else setConn('reconnecting', 'reconnecting…');
+    });
+    es.addEventListener('status', (m) => {
+      applyStatus(JSON.parse(m.data));
+    });
+    es.addEventListener('event', (m) => applyEvent(JSON.parse(m.data)));
+    es.addEventListener('dropped', (m) => {
+      const d = JSON.parse(m.data);
+      banner('This browser fell behind: ' + d.dropped + ' events were dropped; resynced from a fresh snapshot.', 'bad');
+    });
+    es.addEventListener('unavailable', (m) => {
+      banner('The manager did not answer: ' + JSON.parse(m.data).error, 'bad');
+    });
+    es.addEventListener('end', () => {
+      es.close();
+      setConn('ended', 'manager stopped');
+    });
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    const input = $('token');
+    input.value = sessionStorage.getItem(TOKEN_KEY) || '';
+    input.addEventListener('input', () => sessionStorage.setItem(TOKEN_KEY, input.value));
+    connect();
+    setInterval(tick, 1000);
+  });
+})();

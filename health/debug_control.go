@@ -1,0 +1,105 @@
+package health
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// DebugTokenHeader is the header of a control request. It must be present
+// (a cross-site form cannot set a header, and a cross-origin script that
+// sets one is stopped by the browser's CORS preflight, which the handler
+// never approves) and, with a token, equal it.
+const DebugTokenHeader = "X-Supervision-Token"
+
+// The actions of prefix+"/control" (its "action" form field).
+var debugActions = map[string]func(name string) any{
+	"restart": func(name string) any { return supervisor.RestartChild{Name: name} },
+	"stop":    func(name string) any { return supervisor.StopChild{Name: name} },
+	"start":   func(name string) any { return supervisor.StartChild{Name: name} },
+}
+
+// controlAnswer is the JSON answer of a control request.
+type controlAnswer struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// serveControl sends a lifecycle message for the named child and answers
+// once the supervisor has: 200 {"ok":true}, or an error naming what is
+// wrong: 404 while the controls are off, 405 for another method than POST,
+// 403 for a cross-origin request or a missing or wrong token, 400 for a
+// missing or unknown action or child name, 404 for an unknown child, 409
+// when the child is busy or the manager not running, 504 when the
+// supervisor does not answer within controlTimeout, 500 when the start call
+// failed.
+func (h *DebugHandler) serveControl(w http.ResponseWriter, r *http.Request) {
+	if !h.cfg.controls {
+		writeJSON(w, http.StatusNotFound, controlAnswer{Error: "the controls are off: NewDebugHandler(src, health.WithDebugControls(token)) turns them on"})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeJSON(w, http.StatusMethodNotAllowed, controlAnswer{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, r.URL.Path)})
+		return
+	}
+	if err := h.origins.Check(r); err != nil {
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: " + err.Error()})
+		return
+	}
+	got, present := r.Header[http.CanonicalHeaderKey(DebugTokenHeader)]
+	if !present {
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: the " + DebugTokenHeader + " header is missing"})
+		return
+	}
+	if h.cfg.token != "" && (len(got) != 1 || !equalTokens(got[0], h.cfg.token)) {
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + DebugTokenHeader})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
+	if err := r.ParseForm(); err != nil {
+		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: "bad form: " + err.Error()})
+		return
+	}
+	action, name := r.PostForm.Get("action"), r.PostForm.Get("child")
+	build, ok := debugActions[action]
+	switch {
+	case !ok:
+		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: fmt.Sprintf("unknown action %q: use restart, stop or start", action)})
+		return
+	case name == "":
+		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), controlTimeout)
+	defer cancel()
+	if _, err := h.src.Request(ctx, build(name)); err != nil {
+		writeJSON(w, controlCode(err), controlAnswer{Error: fmt.Sprintf("%s %q: %v", action, name, err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, controlAnswer{OK: true})
+}
+
+func controlCode(err error) int {
+	switch {
+	case errors.Is(err, supervisor.ErrUnknownChild):
+		return http.StatusNotFound
+	case errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, supervisor.ErrStopped):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// equalTokens compares in constant time; hashing first hides the length of
+// the token too.
+func equalTokens(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}

@@ -1,0 +1,141 @@
+package health
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// DebugStatus is the JSON of status.json and of the event stream's
+// "status" events: a supervisor.Status with its errors as text, and what the
+// handler has seen of the event stream.
+type DebugStatus struct {
+	// Time is the server's clock when the Status was taken: the page measures
+	// time in state against it, not against the browser's clock.
+	Time       time.Time       `json:"time"`
+	Phase      string          `json:"phase"`
+	Err        *DebugError     `json:"error,omitempty"` // why the manager stopped
+	Leadership DebugLeadership `json:"leadership"`
+	Children   []DebugChild    `json:"children"`
+	// Events are the newest events the handler has seen (at most 200),
+	// oldest first.
+	Events []DebugEvent `json:"events"`
+	// HistorySince is when the handler began to record events: failure
+	// history and events before it are unknown.
+	HistorySince time.Time `json:"historySince"`
+	// WindowSeconds is how far back each child's RecentFailures go.
+	WindowSeconds float64       `json:"windowSeconds"`
+	Controls      DebugControls `json:"controls"`
+}
+
+// DebugLeadership is the leader election as the manager reports it.
+type DebugLeadership struct {
+	// Enabled is false with election off (the manager has no identity).
+	Enabled  bool   `json:"enabled"`
+	Leader   bool   `json:"leader"`             // this replica holds the lease
+	Identity string `json:"identity,omitempty"` // this replica's identity
+	Holder   string `json:"holder,omitempty"`   // the holder last observed
+	// LeaderSince is when this replica last acquired the lease, if the
+	// handler saw it happen (absent when it became leader before the
+	// handler was made, or is not leader).
+	LeaderSince *time.Time `json:"leaderSince,omitempty"`
+	// Renewal is the outcome of the manager's lease watchdog check, where it
+	// has one (a CheckProvider's "leaderElection" check): "ok", or why the
+	// renewal is overdue. The Status carries no renewal time, so the page
+	// shows this instead of the age of the last renewal.
+	Renewal string `json:"renewal,omitempty"`
+}
+
+// DebugChild is one child of the manager.
+type DebugChild struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	State string `json:"state"`
+	// Incarnation counts the child's start calls: 0 while Pending, then
+	// Restarts+1 (derived: a Status has no incarnation of its own).
+	Incarnation int    `json:"incarnation"`
+	Restarts    int    `json:"restarts"`
+	Failures    int    `json:"failures"`
+	Healthy     bool   `json:"healthy"`
+	Message     string `json:"message,omitempty"`
+	// LastError is the last failure, with the panic stack when it was a panic.
+	LastError *DebugError `json:"lastError,omitempty"`
+	Since     time.Time   `json:"since"` // when it entered State
+	// RecentFailures are the times of the failures the handler saw within
+	// the window, oldest first.
+	RecentFailures []time.Time `json:"recentFailures"`
+}
+
+// DebugError is an error as text, and the stacks it carries: that of an
+// *actors.PanicError, or those of the children of a
+// *supervisor.UnstoppedError, found with errors.As.
+type DebugError struct {
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+}
+
+// DebugEvent is a supervisor.Event with its error as text.
+type DebugEvent struct {
+	Type     string      `json:"type"`
+	Time     time.Time   `json:"time"`
+	Child    string      `json:"child,omitempty"`
+	Kind     string      `json:"kind,omitempty"`
+	Phase    string      `json:"phase"`
+	Restarts int         `json:"restarts"`
+	Err      *DebugError `json:"error,omitempty"`
+}
+
+// DebugControls tells the page whether to show its buttons.
+type DebugControls struct {
+	Enabled bool `json:"enabled"`
+	Token   bool `json:"token"` // a token is required: the page asks for it
+}
+
+type debugEvent = DebugEvent
+
+func newDebugEvent(e supervisor.Event) DebugEvent {
+	return DebugEvent{Type: string(e.Type), Time: e.Time, Child: e.Child, Kind: e.Kind, Phase: string(e.Phase),
+		Restarts: e.Restarts, Err: newDebugError(e.Err)}
+}
+
+func newDebugError(err error) *DebugError {
+	if err == nil {
+		return nil
+	}
+	de := &DebugError{Message: err.Error()}
+	var pe *actors.PanicError
+	var ue *supervisor.UnstoppedError
+	switch {
+	case errors.As(err, &pe):
+		de.Stack = string(pe.Stack)
+	case errors.As(err, &ue):
+		var b strings.Builder
+		for _, c := range ue.Children {
+			if c.Stack == "" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(c.String() + ":\n" + c.Stack + "\n")
+		}
+		de.Stack = b.String()
+	}
+	return de
+}
+
+func newDebugChild(c supervisor.ChildStatus, failures []time.Time) DebugChild {
+	incarnation := c.Restarts + 1
+	if c.State == supervisor.StatePending {
+		incarnation = 0
+	}
+	if failures == nil {
+		failures = []time.Time{}
+	}
+	return DebugChild{Name: c.Name, Kind: string(c.Kind), State: string(c.State), Incarnation: incarnation,
+		Restarts: c.Restarts, Failures: c.Failures, Healthy: c.Healthy, Message: c.Message,
+		LastError: newDebugError(c.LastError), Since: c.Since, RecentFailures: failures}
+}

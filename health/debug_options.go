@@ -1,0 +1,76 @@
+package health
+
+import "time"
+
+// DefaultDebugPrefix is where NewDebugHandler serves unless WithDebugPrefix
+// says otherwise.
+const DefaultDebugPrefix = "/debug/supervision"
+
+// DebugOption configures NewDebugHandler.
+type DebugOption func(*debugConfig)
+
+type debugConfig struct {
+	prefix       string
+	controls     bool
+	token        string
+	timeout      time.Duration
+	refresh      time.Duration
+	streamBuffer int
+	window       time.Duration
+}
+
+// WithDebugPrefix sets the path the handler serves under: the page at
+// prefix+"/", the JSON at prefix+"/status.json", and so on. It must be
+// empty (serve at the root, for a handler mounted with http.StripPrefix) or
+// start with "/"; a trailing "/" is dropped. Default: DefaultDebugPrefix.
+func WithDebugPrefix(prefix string) DebugOption {
+	return func(c *debugConfig) { c.prefix = prefix }
+}
+
+// WithDebugControls turns on the page's Restart, Stop and Start buttons and
+// the POST endpoint behind them (prefix+"/control"), which send
+// supervisor.RestartChild, StopChild and StartChild to the manager. Off by
+// default: they change the running system, and whoever can reach the
+// handler can press them.
+//
+// Every control request must be a POST carrying the X-Supervision-Token
+// header, and is refused when a browser marks it cross-origin (the checks
+// of http.CrossOriginProtection: Sec-Fetch-Site, then Origin against Host).
+// With a non-empty token the header must also equal it (compared in
+// constant time); the page asks the operator for it and keeps it for the
+// browser tab only. With an empty token, anyone who can send a same-origin
+// or non-browser request to the handler can restart and stop children:
+// give one unless the handler is reachable only by those who may.
+func WithDebugControls(token string) DebugOption {
+	return func(c *debugConfig) { c.controls, c.token = true, token }
+}
+
+// WithDebugTimeout bounds each Status call the handler makes (for
+// status.json and the snapshots of the event stream). Default:
+// DefaultTimeout. Zero or negative keeps the default.
+func WithDebugTimeout(d time.Duration) DebugOption {
+	return func(c *debugConfig) { c.timeout = d }
+}
+
+// WithDebugRefresh sets how often the event stream also pushes a fresh
+// Status snapshot when nothing happens, so that health messages, which
+// change without an event, stay current. Default: 5s. Zero or negative
+// keeps the default.
+func WithDebugRefresh(d time.Duration) DebugOption {
+	return func(c *debugConfig) { c.refresh = d }
+}
+
+// WithDebugStreamBuffer sets how many events one event stream holds for a
+// browser that reads slower than events come. Past that, events are
+// dropped, the browser is told how many, and it gets a fresh snapshot.
+// Default: 256. Zero or negative keeps the default.
+func WithDebugStreamBuffer(n int) DebugOption {
+	return func(c *debugConfig) { c.streamBuffer = n }
+}
+
+// WithDebugWindow sets how far back the failure history of each child goes
+// (the page's bar of failures). Default: 10 minutes. Zero or negative keeps
+// the default.
+func WithDebugWindow(d time.Duration) DebugOption {
+	return func(c *debugConfig) { c.window = d }
+}
