@@ -128,10 +128,10 @@ const (
 // order of adding (stores, controllers, webhooks); children added by DoAdd
 // are named added-1...
 type Scenario struct {
-	Name     string
-	Seed     uint64 // the seed it was generated from; 0 when hand-written
-	Strategy cm.SupervisionStrategy
-	Election string // ElectionOff, Exit or Reelect
+	Name                          string
+	Seed                          uint64 // the seed it was generated from; 0 when hand-written
+	Strategy                      cm.SupervisionStrategy
+	Election                      string // ElectionOff, Exit or Reelect
 	Stores, Controllers, Webhooks int
 	// PreflightDelay is how long Context.Start takes (the Initializing
 	// phase).
