@@ -18,7 +18,7 @@ import (
 var (
 	statespaceSeed     = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
 	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
-	statespaceWorkers  = flag.Int("statespace.workers", 3, "how many TestStateSpace sequences run at once")
+	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
@@ -75,16 +75,18 @@ func TestStateSpace(t *testing.T) {
 
 // reportExploration logs the figures and fails with one full report per
 // invariant broken, and the seeds of every other sequence that broke it.
-func reportExploration(t *testing.T, results []ss.Result, took time.Duration) {
+func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
 	var steps, skipped, excused int
 	var maxPause time.Duration
+	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
 	for _, res := range results {
 		steps += res.Steps
 		skipped += res.Skipped
 		excused += len(res.Excused)
 		maxPause = max(maxPause, res.MaxPause)
+		took = append(took, res.Took)
 		seen := map[ss.Invariant]bool{}
 		for _, v := range res.Violations {
 			if !seen[v.Invariant] {
@@ -93,8 +95,21 @@ func reportExploration(t *testing.T, results []ss.Result, took time.Duration) {
 			}
 		}
 	}
-	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s; longest process pause %s; %d violations excused by pauses",
-		len(results), steps, skipped, took.Round(time.Millisecond), float64(len(results))/took.Seconds(), maxPause.Round(time.Millisecond), excused)
+	slices.Sort(took)
+	var median, longest time.Duration
+	if n := len(took); n > 0 {
+		median, longest = took[n/2], took[n-1]
+	}
+	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses",
+		len(results), steps, skipped, elapsed.Round(time.Millisecond), float64(len(results))/elapsed.Seconds(),
+		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused)
+	failed := 0
+	for _, res := range results {
+		if res.Failed() {
+			failed++
+		}
+	}
+	t.Logf("%d of %d sequences broke an invariant", failed, len(results))
 	invs := make([]ss.Invariant, 0, len(byInvariant))
 	for inv := range byInvariant {
 		invs = append(invs, inv)

@@ -136,9 +136,9 @@ func (j *Journal) add(child, kind string, op Op, inc int, err error) {
 	case ShutdownEnter:
 		switch {
 		case cur == nil:
-			j.violate(ShutdownTwice, e, "Shutdown with no incarnation")
+			j.violate(ShutdownBesideStart, e, "Shutdown before the child's first start call was even entered")
 		case cur.ShutdownIn:
-			j.violate(ShutdownTwice, e, "a second Shutdown for incarnation %d", cur.Inc)
+			j.violate(ShutdownTwice, e, "a second Shutdown for incarnation %d (or one before the next start call)", cur.Inc)
 		case cur.StartOpen:
 			cur.ShutdownIn = true
 			j.violate(ShutdownBesideStart, e, "Shutdown of incarnation %d runs while its start call has not returned", cur.Inc)

@@ -409,13 +409,26 @@ func (r *runner) run(ctx context.Context) {
 	r.finish(ctx)
 }
 
-// waitPhase waits up to 3s for the manager to be in phase p.
+// phaseOrder is the order of the phases in a manager's life.
+var phaseOrder = map[cm.Phase]int{
+	cm.PhaseIdle: 0, cm.PhaseInitializing: 1, cm.PhaseElecting: 2, cm.PhaseRecovering: 3, cm.PhaseStarting: 4,
+	cm.PhaseRunning: 5, cm.PhaseShuttingDown: 6, cm.PhaseStopped: 7, cm.PhaseFailed: 7,
+}
+
+// waitPhase waits for the manager to be in phase p: up to 2s while p is
+// still ahead, up to 1s when it may come again (a new election round with
+// Reelect, a shutdown that was asked for), not at all when it is past.
 func (r *runner) waitPhase(ctx context.Context, p cm.Phase) bool {
-	timer := time.NewTimer(3 * time.Second)
-	defer timer.Stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	var expired <-chan time.Time
 	for {
 		r.mu.Lock()
-		cur, ch := r.phase, r.phaseCh
+		cur, ch, shutdown := r.phase, r.phaseCh, !r.shutdownReq.IsZero()
 		r.mu.Unlock()
 		if cur == p {
 			return true
@@ -423,9 +436,24 @@ func (r *runner) waitPhase(ctx context.Context, p cm.Phase) bool {
 		if cur.Ended() {
 			return false
 		}
+		if timer == nil {
+			wait := 2 * time.Second
+			if phaseOrder[cur] > phaseOrder[p] {
+				again := r.sc.Election == Reelect && phaseOrder[p] >= phaseOrder[cm.PhaseElecting] && phaseOrder[p] <= phaseOrder[cm.PhaseStarting]
+				if !again {
+					return false
+				}
+				wait = time.Second
+			}
+			if p == cm.PhaseShuttingDown && !shutdown {
+				wait = 300 * time.Millisecond // an escalation or a lost lease may bring it
+			}
+			timer = time.NewTimer(wait)
+			expired = timer.C
+		}
 		select {
 		case <-ch:
-		case <-timer.C:
+		case <-expired:
 			return false
 		case <-ctx.Done():
 			return false
@@ -557,7 +585,11 @@ func (r *runner) request(msg any) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		_, err := r.m.Request(ctx, msg)
-		r.logf("%T%+v answered %v", msg, msg, err)
+		desc := fmt.Sprintf("%T%+v", msg, msg)
+		if add, ok := msg.(supervisor.AddChild); ok {
+			desc = fmt.Sprintf("AddChild %s", add.Runnable.(interface{ Name() string }).Name())
+		}
+		r.logf("%s answered %v", desc, err)
 	}()
 }
 
@@ -613,8 +645,8 @@ func (r *runner) noteKnobs(c *child, k Knobs) {
 // children's states in Status, the lease.
 func (r *runner) check(ctx context.Context) {
 	now := time.Now()
-	r.checkObligations(now)
 	r.checkStates(ctx, now)
+	r.checkObligations(now)
 	r.checkLease(now)
 }
 
@@ -847,16 +879,22 @@ func describeHistory(history []leasetest.Write, around time.Time) string {
 }
 
 // settle waits, without healing anything, until every bounded-time
-// obligation is met or overdue.
+// obligation is met or overdue (a stuck state's obligation lives only
+// while the child is idle in it).
 func (r *runner) settle(ctx context.Context) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	limit := time.Now().Add(r.sc.maxBackoff() + ShutdownTimeout + FenceTimeout + 3*r.cfg.Slack)
 	r.check(ctx)
 	for {
 		r.mu.Lock()
 		left := len(r.obligations)
 		r.mu.Unlock()
 		if left == 0 || ctx.Err() != nil {
+			return
+		}
+		if time.Now().After(limit) {
+			r.logf("settle: %d obligations still pending at the limit", left)
 			return
 		}
 		select {
@@ -952,25 +990,30 @@ func (r *runner) checkEnd() {
 	if last != final.Phase {
 		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("the last PhaseChanged event says %s, Status %s", last, final.Phase)})
 	}
+	cause := r.m.Err()
+	var unstopped *cm.UnstoppedError
+	if errors.As(cause, &unstopped) && cause.Error() == unstopped.Error() {
+		cause = nil // a shutdown that overran its context; not why the manager stopped
+	}
 	switch final.Phase {
 	case cm.PhaseStopped:
-		if final.Err != nil {
-			r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Stopped with Status.Err %v", final.Err)})
+		if cause != nil {
+			r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Stopped, but Err() is %v", cause)})
 		}
 		if escalated {
 			r.violate(Violation{Invariant: DoneWrong, Detail: "Stopped after an Escalated event"})
 		}
 	case cm.PhaseFailed:
-		if final.Err == nil || r.m.Err() == nil {
-			r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Failed with Status.Err %v, Err() %v", final.Err, r.m.Err())})
-		}
 		var esc *cm.EscalationError
-		if escalated && !errors.As(final.Err, &esc) {
-			r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Failed after an Escalated event, but Err is %v", final.Err)})
+		switch {
+		case cause == nil:
+			r.violate(Violation{Invariant: DoneWrong, Detail: "Failed, but Err() is nil"})
+		case escalated && !errors.As(cause, &esc):
+			r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Failed after an Escalated event, but Err() is %v", cause)})
 		}
 	}
-	if final.Err == nil && r.m.Err() != nil && !errors.Is(r.m.Err(), cm.ErrUnstopped) {
-		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Status.Err nil, Err() %v", r.m.Err())})
+	if (final.Err == nil) != (cause == nil) {
+		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("the final Status.Err is %v but Err() is %v", final.Err, cause)})
 	}
 
 	// Every incarnation was shut down once its start call had returned.

@@ -291,7 +291,7 @@ func Generate(seed uint64) Scenario {
 	for _, a := range actions {
 		total += a.w
 	}
-	n := 3 + pick(9)
+	n := 3 + pick(8)
 	for range n {
 		st := Step{}
 		if chance(0.35) {
@@ -331,8 +331,8 @@ func Generate(seed uint64) Scenario {
 		if st.Do == DoPartition || st.Do == DoSteal || (st.Do == DoSlowAPI && st.Dur > 0) {
 			// A lease is lost a renew deadline after its last renewal: let
 			// that happen within the sequence, mostly.
-			if chance(0.7) {
-				s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(800*time.Millisecond, 2500*time.Millisecond)})
+			if chance(0.6) {
+				s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(900*time.Millisecond, 1800*time.Millisecond)})
 			}
 		} else if chance(0.5) {
 			s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(5*time.Millisecond, 120*time.Millisecond)})
