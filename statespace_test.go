@@ -166,6 +166,46 @@ func TestStateSpaceRegressions(t *testing.T) {
 			},
 		},
 	}, {
+		// Found by TestStateSpace (seed 1796119371374575497), defect 1's
+		// cause on another path: a controller whose first Run fails during
+		// Starting fails the start, and the shutdown that follows runs its
+		// sibling's Shutdown beside the sibling's Run.
+		scenario: ss.Scenario{
+			Name: "failed-start-runs-shutdown-beside-a-sibling-run", Strategy: cm.OneForOne, Controllers: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: ss.Knobs{StartDelay: 20 * time.Millisecond, StartFails: true}},
+				{Do: ss.DoKnobs, Child: "ctrl-1", Knobs: ss.Knobs{StartDelay: 300 * time.Millisecond}},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace, defect 1's cause on the webhooks' path:
+		// a webhook whose Start panics fails the start during Initializing,
+		// and the shutdown runs a sibling webhook's Shutdown beside (or
+		// before) its Start, which is then never shut down.
+		scenario: ss.Scenario{
+			Name: "failed-webhook-start-runs-shutdown-beside-a-sibling-start", Strategy: cm.OneForOne, Controllers: 1, Webhooks: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "hook-0", Knobs: ss.Knobs{StartPanics: true}},
+				{Do: ss.DoKnobs, Child: "hook-1", Knobs: ss.Knobs{StartDelay: 200 * time.Millisecond}},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 400 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119371374575497): the final
+		// Status of a manager that failed says Err nil, while Err() names
+		// the cause (Status.Err is documented as why it stopped).
+		scenario: ss.Scenario{
+			Name: "final-status-of-a-failed-manager-has-no-err", Strategy: cm.OneForOne, Controllers: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 100 * time.Millisecond},
+			},
+		},
+	}, {
 		// Issue 12, defect 2: a webhook backing off when the lease is lost
 		// (Reelect) stays BackingOff for ever: fencing cancels its restart.
 		scenario: ss.Scenario{

@@ -221,9 +221,14 @@ func Generate(seed uint64) Scenario {
 	if chance(0.25) {
 		s.StartTimeout = 2 * time.Second
 	}
+	if chance(0.25) {
+		// Long enough for a lease to be lost while a child backs off.
+		s.Backoff = between(time.Second, 2*time.Second)
+	}
 	stores, ctrls, hooks := s.names()
 	all := append(append(append([]string(nil), stores...), ctrls...), hooks...)
 	added := 0
+	lastKnobs := ""
 	anyChild := func() string {
 		if added > 0 && chance(0.2) {
 			return fmt.Sprintf("added-%d", 1+pick(added))
@@ -306,10 +311,18 @@ func Generate(seed uint64) Scenario {
 			x -= a.w
 		}
 		switch st.Do {
-		case DoFail, DoRestart, DoStop, DoStartChild, DoRemove:
+		case DoFail:
+			// Mostly the child whose behaviour just changed: a failure
+			// then makes its restart meet that behaviour.
+			st.Child = anyChild()
+			if lastKnobs != "" && chance(0.5) {
+				st.Child = lastKnobs
+			}
+		case DoRestart, DoStop, DoStartChild, DoRemove:
 			st.Child = anyChild()
 		case DoKnobs:
 			st.Child, st.Knobs = anyChild(), knobs()
+			lastKnobs = st.Child
 		case DoAdd:
 			added++
 			st.Kind = []string{"controller", "controller", "webhook", "store"}[pick(4)]
@@ -333,6 +346,11 @@ func Generate(seed uint64) Scenario {
 			// that happen within the sequence, mostly.
 			if chance(0.6) {
 				s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(900*time.Millisecond, 1800*time.Millisecond)})
+				if len(hooks) > 0 && chance(0.4) {
+					// A webhook that stops being ready, on a replica that may
+					// have become a standby.
+					s.Steps = append(s.Steps, Step{Do: DoKnobs, Child: hooks[pick(len(hooks))], Knobs: Knobs{Unhealthy: true}})
+				}
 			}
 		} else if chance(0.5) {
 			s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(5*time.Millisecond, 120*time.Millisecond)})
