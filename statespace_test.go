@@ -188,9 +188,30 @@ func TestStateSpaceRegressions(t *testing.T) {
 			Name: "failed-webhook-start-runs-shutdown-beside-a-sibling-start", Strategy: cm.OneForOne, Controllers: 1, Webhooks: 2,
 			Steps: []ss.Step{
 				{Do: ss.DoKnobs, Child: "hook-0", Knobs: ss.Knobs{StartPanics: true}},
-				{Do: ss.DoKnobs, Child: "hook-1", Knobs: ss.Knobs{StartDelay: 200 * time.Millisecond}},
+				{Do: ss.DoKnobs, Child: "hook-1", Knobs: slowIgnoring(200 * time.Millisecond)},
 				{Do: ss.DoStart},
 				{Do: ss.DoWait, Dur: 400 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119575994780967; its timing
+		// rarely replays, this sequence does): a RestartChild of a webhook
+		// still stopping when a sibling's failure (RestForOne) takes it into
+		// that sibling's restart plan. RestartChild starts it; the plan, not
+		// told, starts it again while it runs; the child refuses ("start
+		// requested while an incarnation is still active"), that failure's
+		// restart waits for a Stopped the child never sends (its generation
+		// is the old one), escalates at ShutdownTimeout, and the manager
+		// then never stops, even with every call returned.
+		scenario: ss.Scenario{
+			Name: "restart-child-beside-a-rest-for-one-plan-starts-a-webhook-twice", Strategy: cm.RestForOne, Controllers: 1, Webhooks: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "hook-1", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoRestart, Child: "hook-1"},
+				{Do: ss.DoWait, Dur: 20 * time.Millisecond},
+				{Do: ss.DoFail, Child: "hook-0"},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
 			},
 		},
 	}, {
