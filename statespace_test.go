@@ -215,6 +215,22 @@ func TestStateSpaceRegressions(t *testing.T) {
 			},
 		},
 	}, {
+		// Found by TestStateSpace (seed 1796119860792801835: books): with
+		// AllForOne, a webhook failing on a standby (Electing, no lease)
+		// puts the controllers, which have never run, into its restart
+		// plan, and the plan runs them, without the lease; each such first
+		// Run is also counted as a restart.
+		scenario: ss.Scenario{
+			Name: "webhook-failure-on-a-standby-runs-controllers-without-the-lease", Strategy: cm.AllForOne, Election: ss.Exit, Controllers: 1, Webhooks: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoPartition},
+				{Do: ss.DoStart},
+				{At: cm.PhaseElecting, Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoFail, Child: "hook-0"},
+				{Do: ss.DoWait, Dur: 300 * time.Millisecond},
+			},
+		},
+	}, {
 		// Found by TestStateSpace (seed 1796119371374575497): the final
 		// Status of a manager that failed says Err nil, while Err() names
 		// the cause (Status.Err is documented as why it stopped).
