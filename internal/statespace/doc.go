@@ -1,0 +1,33 @@
+// Package statespace is the state-space test of a manager's fencing and
+// supervision at its phase boundaries: random, seeded, replayable sequences
+// of steps over the manager's phases, lifecycle messages, lease events and
+// child behaviour, with every invariant checked after every step from the
+// children's own journals and the fake API server's lease history.
+//
+// A Scenario is a manager's make-up (strategy, election off, Exit or
+// Reelect, its stores, controllers and webhooks) and its Steps; Generate
+// makes one from a seed, and tests write minimal ones by hand. Run drives a
+// fresh manager through it: each child journals its start call (Run,
+// Recover, Start) and Shutdown, entry and exit, with its incarnation number,
+// in one order shared by the whole sequence; leasetest's History says who
+// held the lease when. After every step Run checks:
+//
+//   - never two incarnations of one child inside their start→Shutdown
+//     interval at once, never a Shutdown beside its start call, one Shutdown
+//     per start call, none lost (the journal checks each entry as it comes);
+//   - never a controller or store active while this replica does not hold
+//     the lease (no renewal of its own within the lease duration, or its
+//     release since), and no release while any child's call is running;
+//   - every failure ends in a new start call of the child, in the manager's
+//     end, or in something that takes the child out of supervision, within
+//     a bound; a running child made unhealthy is noticed within a bound; no
+//     child stays BackingOff, Stopping, Starting or Failed with none of its
+//     calls running;
+//   - an escalation, and a lost lease with Exit, end in Done within a bound;
+//     at the end, Done, the final phase, Err and the events agree, and
+//     Status, the events, the metrics and the children's own start calls
+//     agree on every child's restarts and failures.
+//
+// Each bound is the manager's own (a backoff, ShutdownTimeout, the fence
+// timeout, a probe interval) plus Config.Slack for a loaded machine.
+package statespace

@@ -1,0 +1,70 @@
+package statespace
+
+import (
+	"fmt"
+	"time"
+)
+
+// Invariant names a promise of the manager that a sequence checks.
+type Invariant string
+
+// The invariants. Each Violation names one.
+const (
+	// TwoIncarnations: a child's start call began while an earlier
+	// incarnation of it was still inside its Run→Shutdown interval.
+	TwoIncarnations Invariant = "two-incarnations"
+	// ShutdownBesideStart: an incarnation's Shutdown began before its start
+	// call had returned.
+	ShutdownBesideStart Invariant = "shutdown-beside-start"
+	// StartAfterShutdown: a start call returned nil after its incarnation's
+	// Shutdown had returned: what it started is never stopped.
+	StartAfterShutdown Invariant = "start-after-shutdown"
+	// ShutdownTwice: a Shutdown with no incarnation to end, or a second one.
+	ShutdownTwice Invariant = "shutdown-twice"
+	// NotShutDown: once the manager has stopped and every call has returned,
+	// an incarnation was never shut down.
+	NotShutDown Invariant = "not-shut-down"
+	// Unfenced: a controller or store was inside Run→Shutdown at a moment
+	// this replica did not hold the lease (by the fake API server's
+	// history: no renewal of its own within the lease duration before, or
+	// a release of its own since).
+	Unfenced Invariant = "unfenced"
+	// ReleasedEarly: the lease was given up while a child's start call or
+	// Shutdown had not returned.
+	ReleasedEarly Invariant = "released-before-shutdown"
+	// FailureUnresolved: a failure (ChildFailed) was followed within its
+	// bound by neither a new start call of the child, nor the manager's end,
+	// nor anything else that takes the child out of supervision.
+	FailureUnresolved Invariant = "failure-unresolved"
+	// NotProbed: a running child made unhealthy (a webhook not ready) was
+	// neither found unhealthy nor restarted within its bound.
+	NotProbed Invariant = "unhealthy-not-noticed"
+	// Stuck: a child stayed BackingOff, Stopping or Starting past its bound
+	// with none of its calls running.
+	Stuck Invariant = "stuck"
+	// NotEnded: an escalation, or a lost lease with Exit, was not followed by
+	// Done within its bound.
+	NotEnded Invariant = "not-ended"
+	// DoneWrong: Done, the final phase, Err, the events and Status disagree
+	// about how the manager stopped, or Done never closed.
+	DoneWrong Invariant = "done"
+	// Books: Status, the events, the metrics and the children's own start
+	// calls disagree on a child's restarts or failures.
+	Books Invariant = "books"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant Invariant
+	Child     string // empty for the manager
+	Time      time.Time
+	Detail    string
+}
+
+func (v Violation) String() string {
+	who := v.Child
+	if who == "" {
+		who = "manager"
+	}
+	return fmt.Sprintf("[%s] %s: %s", v.Invariant, who, v.Detail)
+}

@@ -1,0 +1,230 @@
+package statespace
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Op is what a journal entry records.
+type Op string
+
+// The journaled operations. A start call is Run, Recover or Start,
+// whatever the child's kind.
+const (
+	StartEnter    Op = "start-enter"
+	StartExit     Op = "start-exit"
+	ShutdownEnter Op = "shutdown-enter"
+	ShutdownExit  Op = "shutdown-exit"
+)
+
+// Entry is one line of a child's journal.
+type Entry struct {
+	Seq   uint64 // the journal's order, shared by every child of a sequence
+	Time  time.Time
+	Child string
+	Kind  string
+	Op    Op
+	Inc   int    // the incarnation: the child's start call number, from 1
+	Err   string // a start call's failure, if any
+}
+
+func (e Entry) String() string {
+	s := fmt.Sprintf("#%d %s %s %s inc %d", e.Seq, e.Time.Format("05.000000"), e.Child, e.Op, e.Inc)
+	if e.Err != "" {
+		s += " (" + e.Err + ")"
+	}
+	return s
+}
+
+// Incarnation is one start call of a child and what followed it, as the
+// child saw it.
+type Incarnation struct {
+	Child, Kind string
+	Inc         int
+	From        time.Time // the start call entered
+	StartedOK   bool      // the start call returned nil
+	StartOpen   bool      // the start call has not returned
+	StartEnd    time.Time
+	ShutdownIn  bool // Shutdown entered
+	ShutdownOut bool // Shutdown returned
+	ShutdownEnd time.Time
+}
+
+// Active reports whether the incarnation may still hold resources: its
+// start call or its Shutdown has not returned, or it has not been shut
+// down.
+func (in *Incarnation) Active() bool { return in.StartOpen || !in.ShutdownOut }
+
+// End is when the incarnation ended (its start call and its Shutdown both
+// returned), or the zero time while it is active.
+func (in *Incarnation) End() time.Time {
+	if in.Active() {
+		return time.Time{}
+	}
+	if in.StartEnd.After(in.ShutdownEnd) {
+		return in.StartEnd
+	}
+	return in.ShutdownEnd
+}
+
+// Journal records, in one order, what every child of a sequence was called
+// with, and checks as each entry comes that each child's calls follow the
+// contract: start, its return, Shutdown, its return; never a start call
+// beside an active incarnation, never a Shutdown beside its start call,
+// one Shutdown per start call.
+type Journal struct {
+	mu       sync.Mutex
+	seq      uint64
+	entries  []Entry
+	incs     map[string][]*Incarnation
+	lastCall map[string]time.Time // when each child's last call returned
+	open     map[string]int       // each child's calls running
+	created  time.Time
+	report   func(Violation)
+}
+
+// NewJournal returns a journal that reports broken contracts to report.
+func NewJournal(report func(Violation)) *Journal {
+	return &Journal{incs: map[string][]*Incarnation{}, lastCall: map[string]time.Time{}, open: map[string]int{},
+		created: time.Now(), report: report}
+}
+
+func (j *Journal) add(child, kind string, op Op, inc int, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.seq++
+	e := Entry{Seq: j.seq, Time: time.Now(), Child: child, Kind: kind, Op: op, Inc: inc}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	j.entries = append(j.entries, e)
+	incs := j.incs[child]
+	var cur *Incarnation
+	if len(incs) > 0 {
+		cur = incs[len(incs)-1]
+	}
+	switch op {
+	case StartEnter, ShutdownEnter:
+		j.open[child]++
+	default:
+		j.open[child]--
+		j.lastCall[child] = e.Time
+	}
+	switch op {
+	case StartEnter:
+		if cur != nil && cur.Active() {
+			what := "has not been shut down"
+			switch {
+			case cur.StartOpen:
+				what = "is still in its start call"
+			case cur.ShutdownIn:
+				what = "is still in its Shutdown"
+			}
+			j.violate(TwoIncarnations, e, "incarnation %d starts while incarnation %d %s", inc, cur.Inc, what)
+		}
+		j.incs[child] = append(incs, &Incarnation{Child: child, Kind: kind, Inc: inc, From: e.Time, StartOpen: true})
+	case StartExit:
+		in := j.find(child, inc)
+		if in == nil {
+			return
+		}
+		in.StartOpen, in.StartEnd, in.StartedOK = false, e.Time, err == nil
+		if in.ShutdownOut && err == nil {
+			j.violate(StartAfterShutdown, e, "incarnation %d's start call returned nil after its Shutdown had returned: what it started is never stopped", inc)
+		}
+	case ShutdownEnter:
+		switch {
+		case cur == nil:
+			j.violate(ShutdownBesideStart, e, "Shutdown before the child's first start call was even entered")
+		case cur.ShutdownIn:
+			j.violate(ShutdownTwice, e, "a second Shutdown for incarnation %d (or one before the next start call)", cur.Inc)
+		case cur.StartOpen:
+			cur.ShutdownIn = true
+			j.violate(ShutdownBesideStart, e, "Shutdown of incarnation %d runs while its start call has not returned", cur.Inc)
+		default:
+			cur.ShutdownIn = true
+		}
+	case ShutdownExit:
+		if cur != nil && cur.ShutdownIn && !cur.ShutdownOut {
+			cur.ShutdownOut, cur.ShutdownEnd = true, e.Time
+		}
+	}
+}
+
+func (j *Journal) find(child string, inc int) *Incarnation {
+	for _, in := range j.incs[child] {
+		if in.Inc == inc {
+			return in
+		}
+	}
+	return nil
+}
+
+func (j *Journal) violate(inv Invariant, e Entry, format string, args ...any) {
+	if j.report != nil {
+		j.report(Violation{Invariant: inv, Child: e.Child, Time: e.Time, Detail: fmt.Sprintf("%s: ", e) + fmt.Sprintf(format, args...)})
+	}
+}
+
+// Incarnations returns a copy of every incarnation of every child.
+func (j *Journal) Incarnations() []Incarnation {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Incarnation
+	for _, incs := range j.incs {
+		for _, in := range incs {
+			out = append(out, *in)
+		}
+	}
+	return out
+}
+
+// Of returns a copy of child's incarnations.
+func (j *Journal) Of(child string) []Incarnation {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]Incarnation, len(j.incs[child]))
+	for i, in := range j.incs[child] {
+		out[i] = *in
+	}
+	return out
+}
+
+// Idle reports how long child has had no call running (zero while one
+// runs); a child never called counts from the journal's creation.
+func (j *Journal) Idle(child string, now time.Time) (time.Duration, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.open[child] > 0 {
+		return 0, false
+	}
+	last, ok := j.lastCall[child]
+	if !ok {
+		last = j.created
+	}
+	return now.Sub(last), true
+}
+
+// Entries returns a copy of the journal.
+func (j *Journal) Entries() []Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]Entry(nil), j.entries...)
+}
+
+// Tail returns child's last n entries, for violation messages.
+func (j *Journal) Tail(child string, n int) []Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Entry
+	for i := len(j.entries) - 1; i >= 0 && len(out) < n; i-- {
+		if j.entries[i].Child == child {
+			out = append(out, j.entries[i])
+		}
+	}
+	for l, r := 0, len(out)-1; l < r; l, r = l+1, r-1 {
+		out[l], out[r] = out[r], out[l]
+	}
+	return out
+}

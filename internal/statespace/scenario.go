@@ -1,0 +1,360 @@
+package statespace
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// Action is what a Step does.
+type Action string
+
+// The actions of a sequence.
+const (
+	// DoStart calls Start in the background (it blocks until elected).
+	DoStart Action = "Start"
+	// DoCancelStart cancels the context Start was given: the caller asks to
+	// stop.
+	DoCancelStart Action = "CancelStart"
+	// DoShutdown calls ShutdownAndWait in the background, with a deadline of
+	// Dur (0: 10s).
+	DoShutdown Action = "ShutdownAndWait"
+	// Lifecycle messages, sent with Request in the background; each names
+	// Child. DoAdd adds a new child of Kind with Knobs.
+	DoRestart    Action = "RestartChild"
+	DoStop       Action = "StopChild"
+	DoStartChild Action = "StartChild"
+	DoRemove     Action = "RemoveChild"
+	DoAdd        Action = "AddChild"
+	// Lease events: cut this replica off from the API server, reconnect it,
+	// have a thief take the lease for Dur (0: 1s), make every lease call
+	// take Dur (0: fast again).
+	DoPartition Action = "Partition"
+	DoReconnect Action = "Reconnect"
+	DoSteal     Action = "Steal"
+	DoSlowAPI   Action = "SlowAPI"
+	// DoFail reports a failure of Child's current incarnation through its
+	// FailureReporter.
+	DoFail Action = "Fail"
+	// DoKnobs sets Child's behaviour to Knobs.
+	DoKnobs Action = "Knobs"
+	// DoWait lets Dur pass.
+	DoWait Action = "Wait"
+)
+
+// Step is one step of a sequence.
+type Step struct {
+	// At, when set, is the phase the step waits for first (up to a few
+	// seconds); the step is skipped when the phase does not come.
+	At    cm.Phase
+	Do    Action
+	Child string
+	Kind  string // DoAdd's: "controller", "store" or "webhook"
+	Knobs Knobs  // DoKnobs', DoAdd's
+	Dur   time.Duration
+}
+
+func (s Step) String() string {
+	var b strings.Builder
+	if s.At != "" {
+		fmt.Fprintf(&b, "at %s: ", s.At)
+	}
+	b.WriteString(string(s.Do))
+	if s.Kind != "" {
+		b.WriteString(" " + s.Kind)
+	}
+	if s.Child != "" {
+		b.WriteString(" " + s.Child)
+	}
+	if s.Do == DoKnobs || s.Do == DoAdd {
+		b.WriteString(" " + s.Knobs.String())
+	}
+	if s.Dur != 0 {
+		b.WriteString(" " + s.Dur.String())
+	}
+	return b.String()
+}
+
+// String lists the knobs that are set.
+func (k Knobs) String() string {
+	var parts []string
+	if k.StartDelay > 0 {
+		p := "start " + k.StartDelay.String()
+		if k.StartIgnoresCtx {
+			p += " ignoring ctx"
+		}
+		parts = append(parts, p)
+	}
+	if k.StartFails {
+		parts = append(parts, "start fails")
+	}
+	if k.StartPanics {
+		parts = append(parts, "start panics")
+	}
+	if k.ShutdownDelay > 0 {
+		p := "shutdown " + k.ShutdownDelay.String()
+		if k.ShutdownIgnoresCtx {
+			p += " ignoring ctx"
+		}
+		parts = append(parts, p)
+	}
+	if k.ShutdownHangs {
+		parts = append(parts, "shutdown hangs")
+	}
+	if k.Unhealthy {
+		parts = append(parts, "unhealthy")
+	}
+	if k.HealthPanics {
+		parts = append(parts, "health panics")
+	}
+	if len(parts) == 0 {
+		return "{calm}"
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// Election modes of a Scenario.
+const (
+	ElectionOff = ""
+	Exit        = string(cm.LeaseLostExit)
+	Reelect     = string(cm.LeaseLostReelect)
+)
+
+// Scenario is one sequence: a manager's make-up and the steps to drive it
+// through. Its children are named store-0.., ctrl-0.., hook-0.. in that
+// order of adding (stores, controllers, webhooks); children added by DoAdd
+// are named added-1...
+type Scenario struct {
+	Name                          string
+	Seed                          uint64 // the seed it was generated from; 0 when hand-written
+	Strategy                      cm.SupervisionStrategy
+	Election                      string // ElectionOff, Exit or Reelect
+	Stores, Controllers, Webhooks int
+	// PreflightDelay is how long Context.Start takes (the Initializing
+	// phase).
+	PreflightDelay time.Duration
+	// StartTimeout is Start's.
+	StartTimeout time.Duration
+	// Backoff, when positive, is both InitialBackoff and MaxBackoff, so that
+	// a child stays BackingOff long enough for a step to strike then.
+	Backoff time.Duration
+	Steps   []Step
+}
+
+// initialBackoff is the scenario's InitialBackoff.
+func (s Scenario) initialBackoff() time.Duration {
+	if s.Backoff > 0 {
+		return s.Backoff
+	}
+	return InitialBackoff
+}
+
+// maxBackoff is the scenario's MaxBackoff.
+func (s Scenario) maxBackoff() time.Duration {
+	if s.Backoff > 0 {
+		return s.Backoff
+	}
+	return MaxBackoff
+}
+
+func (s Scenario) String() string {
+	var b strings.Builder
+	election := s.Election
+	if election == "" {
+		election = "off"
+	}
+	fmt.Fprintf(&b, "%s, election %s, %d stores, %d controllers, %d webhooks", s.Strategy, election, s.Stores, s.Controllers, s.Webhooks)
+	if s.PreflightDelay > 0 {
+		fmt.Fprintf(&b, ", preflight %s", s.PreflightDelay)
+	}
+	if s.StartTimeout > 0 {
+		fmt.Fprintf(&b, ", startTimeout %s", s.StartTimeout)
+	}
+	if s.Backoff > 0 {
+		fmt.Fprintf(&b, ", backoff %s", s.Backoff)
+	}
+	for i, st := range s.Steps {
+		fmt.Fprintf(&b, "\n  %2d. %s", i+1, st)
+	}
+	return b.String()
+}
+
+// names lists the scenario's initial children, in the order added.
+func (s Scenario) names() (stores, ctrls, hooks []string) {
+	for i := range s.Stores {
+		stores = append(stores, fmt.Sprintf("store-%d", i))
+	}
+	for i := range s.Controllers {
+		ctrls = append(ctrls, fmt.Sprintf("ctrl-%d", i))
+	}
+	for i := range s.Webhooks {
+		hooks = append(hooks, fmt.Sprintf("hook-%d", i))
+	}
+	return
+}
+
+// Generate returns the random scenario of seed: the same seed, the same
+// scenario (the timing of a run differs).
+func Generate(seed uint64) Scenario {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	pick := func(n int) int { return r.IntN(n) }
+	chance := func(p float64) bool { return r.Float64() < p }
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo))) }
+
+	s := Scenario{Seed: seed, Name: fmt.Sprintf("seed-%d", seed)}
+	s.Strategy = []cm.SupervisionStrategy{cm.OneForOne, cm.AllForOne, cm.RestForOne}[pick(3)]
+	switch x := r.Float64(); {
+	case x < 0.25:
+		s.Election = ElectionOff
+	case x < 0.55:
+		s.Election = Exit
+	default:
+		s.Election = Reelect
+	}
+	s.Stores, s.Controllers, s.Webhooks = pick(2), 1+pick(3), pick(3)
+	if chance(0.3) {
+		s.PreflightDelay = between(10*time.Millisecond, 80*time.Millisecond)
+	}
+	if chance(0.25) {
+		s.StartTimeout = 2 * time.Second
+	}
+	if chance(0.25) {
+		// Long enough for a lease to be lost while a child backs off.
+		s.Backoff = between(time.Second, 2*time.Second)
+	}
+	stores, ctrls, hooks := s.names()
+	all := append(append(append([]string(nil), stores...), ctrls...), hooks...)
+	added := 0
+	lastKnobs := ""
+	anyChild := func() string {
+		if added > 0 && chance(0.2) {
+			return fmt.Sprintf("added-%d", 1+pick(added))
+		}
+		return all[pick(len(all))]
+	}
+	knobs := func() Knobs {
+		var k Knobs
+		switch x := pick(100); {
+		case x < 22:
+			k.StartDelay = between(20*time.Millisecond, 250*time.Millisecond)
+			k.StartIgnoresCtx = chance(0.5)
+		case x < 32:
+			k.StartFails = true
+		case x < 38:
+			k.StartPanics = true
+		case x < 55:
+			k.ShutdownDelay = between(10*time.Millisecond, 200*time.Millisecond)
+			k.ShutdownIgnoresCtx = chance(0.4)
+		case x < 63:
+			k.ShutdownHangs = true
+		case x < 78:
+			k.Unhealthy = true
+		case x < 83:
+			k.HealthPanics = true
+		default: // calm
+		}
+		return k
+	}
+
+	// Before Start: behaviour that makes the phases last, and a replica
+	// that starts cut off.
+	for _, name := range all {
+		if chance(0.3) {
+			k := Knobs{StartDelay: between(20*time.Millisecond, 250*time.Millisecond), StartIgnoresCtx: chance(0.5)}
+			if chance(0.3) {
+				k.ShutdownDelay = between(10*time.Millisecond, 150*time.Millisecond)
+				k.ShutdownIgnoresCtx = chance(0.4)
+			}
+			s.Steps = append(s.Steps, Step{Do: DoKnobs, Child: name, Knobs: k})
+		}
+	}
+	if s.Election != ElectionOff && chance(0.1) {
+		s.Steps = append(s.Steps, Step{Do: DoPartition})
+	}
+	if chance(0.04) {
+		s.Steps = append(s.Steps, Step{Do: DoShutdown})
+	}
+	s.Steps = append(s.Steps, Step{Do: DoStart})
+
+	phases := []cm.Phase{cm.PhaseInitializing, cm.PhaseElecting, cm.PhaseRecovering, cm.PhaseStarting, cm.PhaseStarting,
+		cm.PhaseRunning, cm.PhaseRunning, cm.PhaseRunning, cm.PhaseShuttingDown}
+	type weighted struct {
+		w  int
+		do Action
+	}
+	actions := []weighted{
+		{14, DoFail}, {14, DoKnobs}, {7, DoRestart}, {5, DoStop}, {5, DoStartChild}, {3, DoRemove}, {4, DoAdd},
+		{5, DoShutdown}, {1, DoCancelStart}, {10, DoWait},
+	}
+	if s.Election != ElectionOff {
+		actions = append(actions, weighted{5, DoPartition}, weighted{4, DoReconnect}, weighted{4, DoSteal}, weighted{3, DoSlowAPI})
+	}
+	total := 0
+	for _, a := range actions {
+		total += a.w
+	}
+	n := 3 + pick(8)
+	for range n {
+		st := Step{}
+		if chance(0.35) {
+			st.At = phases[pick(len(phases))]
+		}
+		x := pick(total)
+		for _, a := range actions {
+			if x < a.w {
+				st.Do = a.do
+				break
+			}
+			x -= a.w
+		}
+		switch st.Do {
+		case DoFail:
+			// Mostly the child whose behaviour just changed: a failure
+			// then makes its restart meet that behaviour.
+			st.Child = anyChild()
+			if lastKnobs != "" && chance(0.5) {
+				st.Child = lastKnobs
+			}
+		case DoRestart, DoStop, DoStartChild, DoRemove:
+			st.Child = anyChild()
+		case DoKnobs:
+			st.Child, st.Knobs = anyChild(), knobs()
+			lastKnobs = st.Child
+		case DoAdd:
+			added++
+			st.Kind = []string{"controller", "controller", "webhook", "store"}[pick(4)]
+			if chance(0.4) {
+				st.Knobs = knobs()
+			}
+		case DoShutdown:
+			if chance(0.3) {
+				st.Dur = between(50*time.Millisecond, 500*time.Millisecond)
+			}
+		case DoWait:
+			st.Dur = between(5*time.Millisecond, 200*time.Millisecond)
+		case DoSlowAPI:
+			if chance(0.7) {
+				st.Dur = between(50*time.Millisecond, 400*time.Millisecond)
+			}
+		}
+		s.Steps = append(s.Steps, st)
+		if st.Do == DoPartition || st.Do == DoSteal || (st.Do == DoSlowAPI && st.Dur > 0) {
+			// A lease is lost a renew deadline after its last renewal: let
+			// that happen within the sequence, mostly.
+			if chance(0.6) {
+				s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(900*time.Millisecond, 1800*time.Millisecond)})
+				if len(hooks) > 0 && chance(0.4) {
+					// A webhook that stops being ready, on a replica that may
+					// have become a standby.
+					s.Steps = append(s.Steps, Step{Do: DoKnobs, Child: hooks[pick(len(hooks))], Knobs: Knobs{Unhealthy: true}})
+				}
+			}
+		} else if chance(0.5) {
+			s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(5*time.Millisecond, 120*time.Millisecond)})
+		}
+	}
+	return s
+}

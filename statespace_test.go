@@ -1,0 +1,319 @@
+package controllermanager_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cm "github.com/actorkube/controllermanager"
+	ss "github.com/actorkube/controllermanager/internal/statespace"
+)
+
+var (
+	statespaceSeed     = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
+	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
+	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
+)
+
+// TestStateSpace explores random sequences of phases × lifecycle messages ×
+// lease events × child behaviour × ShutdownAndWait (package
+// internal/statespace), each on a fresh manager with OneForOne, AllForOne
+// or RestForOne and election off, Exit or Reelect, and checks every
+// invariant after every step. Each failing sequence is reported with its
+// seed, the steps, what happened and what broke; replay one with
+// -statespace.seed=N (the choices are the seed's; the timing differs).
+// -statespace.duration=1m explores for longer.
+func TestStateSpace(t *testing.T) {
+	t.Parallel()
+	if *statespaceSeed != 0 {
+		res := ss.Run(context.Background(), ss.Generate(*statespaceSeed), ss.Config{})
+		t.Logf("%s", res.Report())
+		for _, v := range res.Violations {
+			t.Errorf("seed %d: %s", *statespaceSeed, v)
+		}
+		return
+	}
+	d := 5 * time.Second
+	if testing.Short() {
+		d = 2 * time.Second
+	}
+	if *statespaceDuration > 0 {
+		d = *statespaceDuration
+	}
+	base := uint64(time.Now().UnixNano())
+	t.Logf("exploring for %s from seed %d on (replay one with -statespace.seed=N)", d, base)
+
+	var (
+		next     atomic.Uint64
+		mu       sync.Mutex
+		results  []ss.Result
+		deadline = time.Now().Add(d)
+		wg       sync.WaitGroup
+	)
+	begin := time.Now()
+	for range max(1, *statespaceWorkers) {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				seed := base + next.Add(1) - 1
+				res := ss.Run(context.Background(), ss.Generate(seed), ss.Config{})
+				mu.Lock()
+				results = append(results, res)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(begin)
+	reportExploration(t, results, took)
+}
+
+// reportExploration logs the figures and fails with one full report per
+// invariant broken, and the seeds of every other sequence that broke it.
+func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
+	t.Helper()
+	var steps, skipped, excused int
+	var maxPause time.Duration
+	var took []time.Duration
+	byInvariant := map[ss.Invariant][]ss.Result{}
+	for _, res := range results {
+		steps += res.Steps
+		skipped += res.Skipped
+		excused += len(res.Excused)
+		maxPause = max(maxPause, res.MaxPause)
+		took = append(took, res.Took)
+		seen := map[ss.Invariant]bool{}
+		for _, v := range res.Violations {
+			if !seen[v.Invariant] {
+				seen[v.Invariant] = true
+				byInvariant[v.Invariant] = append(byInvariant[v.Invariant], res)
+			}
+		}
+	}
+	slices.Sort(took)
+	var median, longest time.Duration
+	if n := len(took); n > 0 {
+		median, longest = took[n/2], took[n-1]
+	}
+	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses",
+		len(results), steps, skipped, elapsed.Round(time.Millisecond), float64(len(results))/elapsed.Seconds(),
+		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused)
+	failed := 0
+	for _, res := range results {
+		if res.Failed() {
+			failed++
+		}
+	}
+	t.Logf("%d of %d sequences broke an invariant", failed, len(results))
+	invs := make([]ss.Invariant, 0, len(byInvariant))
+	for inv := range byInvariant {
+		invs = append(invs, inv)
+	}
+	slices.Sort(invs)
+	for _, inv := range invs {
+		failed := byInvariant[inv]
+		// The shortest sequence that broke it is the one to read.
+		slices.SortFunc(failed, func(a, b ss.Result) int { return len(a.Scenario.Steps) - len(b.Scenario.Steps) })
+		seeds := make([]string, len(failed))
+		for i, res := range failed {
+			seeds[i] = fmt.Sprint(res.Scenario.Seed)
+		}
+		t.Errorf("invariant %s broken by %d sequences (seeds %s); the shortest:\n%s", inv, len(failed), strings.Join(seeds, " "), failed[0].Report())
+	}
+}
+
+// The regression table: a minimal sequence (or a seed) for every failure
+// the state-space test has found, run always. Each is named after the
+// defect it reproduces, and fails as long as the defect is there.
+func TestStateSpaceRegressions(t *testing.T) {
+	t.Parallel()
+	slowIgnoring := func(d time.Duration) ss.Knobs { return ss.Knobs{StartDelay: d, StartIgnoresCtx: true} }
+	cases := []struct {
+		scenario ss.Scenario
+		seed     uint64 // a seed of TestStateSpace instead
+	}{{
+		// Issue 12, defect 1: ShutdownAndWait while the first Run still runs
+		// (its slow setup ignores its context) runs Shutdown at once beside
+		// it, and gives the lease up while it runs; the worker it starts
+		// afterwards is never stopped.
+		scenario: ss.Scenario{
+			Name: "shutdown-during-starting-runs-shutdown-beside-run", Strategy: cm.OneForOne, Election: ss.Exit, Controllers: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: slowIgnoring(400 * time.Millisecond)},
+				{Do: ss.DoStart},
+				{At: cm.PhaseStarting, Do: ss.DoShutdown},
+				{Do: ss.DoWait, Dur: 600 * time.Millisecond},
+			},
+		},
+	}, {
+		// Issue 12, defect 1 with Reelect: the lease lost during Starting
+		// runs Shutdown beside the first Run; once reconnected and elected
+		// again, a second Run starts while the first still runs.
+		scenario: ss.Scenario{
+			Name: "lease-lost-during-starting-overlaps-two-runs", Strategy: cm.OneForOne, Election: ss.Reelect, Controllers: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: slowIgnoring(3 * time.Second)},
+				{Do: ss.DoStart},
+				{At: cm.PhaseStarting, Do: ss.DoPartition},
+				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},
+				{Do: ss.DoReconnect},
+				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119371374575497), defect 1's
+		// cause on another path: a controller whose first Run fails during
+		// Starting fails the start, and the shutdown that follows runs its
+		// sibling's Shutdown beside the sibling's Run.
+		scenario: ss.Scenario{
+			Name: "failed-start-runs-shutdown-beside-a-sibling-run", Strategy: cm.OneForOne, Controllers: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: ss.Knobs{StartDelay: 20 * time.Millisecond, StartFails: true}},
+				{Do: ss.DoKnobs, Child: "ctrl-1", Knobs: ss.Knobs{StartDelay: 300 * time.Millisecond}},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace, defect 1's cause on the webhooks' path:
+		// a webhook whose Start panics fails the start during Initializing,
+		// and the shutdown runs a sibling webhook's Shutdown beside (or
+		// before) its Start, which is then never shut down.
+		scenario: ss.Scenario{
+			Name: "failed-webhook-start-runs-shutdown-beside-a-sibling-start", Strategy: cm.OneForOne, Controllers: 1, Webhooks: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "hook-0", Knobs: ss.Knobs{StartPanics: true}},
+				{Do: ss.DoKnobs, Child: "hook-1", Knobs: slowIgnoring(200 * time.Millisecond)},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 400 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119575994780967; its timing
+		// rarely replays, this sequence does): a RestartChild of a webhook
+		// still stopping when a sibling's failure (RestForOne) takes it into
+		// that sibling's restart plan. RestartChild starts it; the plan, not
+		// told, starts it again while it runs; the child refuses ("start
+		// requested while an incarnation is still active"), that failure's
+		// restart waits for a Stopped the child never sends (its generation
+		// is the old one), escalates at ShutdownTimeout, and the manager
+		// then never stops, even with every call returned.
+		scenario: ss.Scenario{
+			Name: "restart-child-beside-a-rest-for-one-plan-starts-a-webhook-twice", Strategy: cm.RestForOne, Controllers: 1, Webhooks: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "hook-1", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoRestart, Child: "hook-1"},
+				{Do: ss.DoWait, Dur: 20 * time.Millisecond},
+				{Do: ss.DoFail, Child: "hook-0"},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119860792801835: books): with
+		// AllForOne, a webhook failing on a standby (Electing, no lease)
+		// puts the controllers, which have never run, into its restart
+		// plan, and the plan runs them, without the lease; each such first
+		// Run is also counted as a restart.
+		scenario: ss.Scenario{
+			Name: "webhook-failure-on-a-standby-runs-controllers-without-the-lease", Strategy: cm.AllForOne, Election: ss.Exit, Controllers: 1, Webhooks: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoPartition},
+				{Do: ss.DoStart},
+				{At: cm.PhaseElecting, Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoFail, Child: "hook-0"},
+				{Do: ss.DoWait, Dur: 300 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace (seed 1796119371374575497): the final
+		// Status of a manager that failed says Err nil, while Err() names
+		// the cause (Status.Err is documented as why it stopped).
+		scenario: ss.Scenario{
+			Name: "final-status-of-a-failed-manager-has-no-err", Strategy: cm.OneForOne, Controllers: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoStart},
+				{Do: ss.DoWait, Dur: 100 * time.Millisecond},
+			},
+		},
+	}, {
+		// Issue 12, defect 2: a webhook backing off when the lease is lost
+		// (Reelect) stays BackingOff for ever: fencing cancels its restart.
+		scenario: ss.Scenario{
+			Name: "reelect-strands-a-backing-off-webhook", Strategy: cm.OneForOne, Election: ss.Reelect, Controllers: 1, Webhooks: 1,
+			Backoff: 2 * time.Second,
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoFail, Child: "hook-0"},
+				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoPartition},
+				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},
+				{Do: ss.DoReconnect},
+			},
+		},
+	}, {
+		// Issue 12, defect 2 with AllForOne: the plan that restarts a
+		// webhook with the controller is cancelled by the fence.
+		scenario: ss.Scenario{
+			Name: "reelect-strands-a-webhook-in-an-all-for-one-plan", Strategy: cm.AllForOne, Election: ss.Reelect, Controllers: 1, Webhooks: 1,
+			Backoff: 2 * time.Second,
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoFail, Child: "ctrl-0"},
+				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoPartition},
+				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},
+				{Do: ss.DoReconnect},
+			},
+		},
+	}, {
+		// Issue 12, defect 3: once fenced with Reelect, a replica that stays
+		// a standby never probes its webhooks: one that stops being ready is
+		// never noticed.
+		scenario: ss.Scenario{
+			Name: "fenced-standby-never-probes-its-webhooks", Strategy: cm.OneForOne, Election: ss.Reelect, Controllers: 1, Webhooks: 1,
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoPartition},
+				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},
+				{At: cm.PhaseElecting, Do: ss.DoKnobs, Child: "hook-0", Knobs: ss.Knobs{Unhealthy: true}},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+			},
+		},
+	}, {
+		// Issue 12, defect 4: a restart whose Shutdown hangs past
+		// ShutdownTimeout escalates, and the manager then stays ShuttingDown
+		// for ever: Done never closes, Err stays nil.
+		scenario: ss.Scenario{
+			Name: "escalation-over-hung-shutdown-never-ends", Strategy: cm.OneForOne, Election: ss.Exit, Controllers: 2,
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "ctrl-0", Knobs: ss.Knobs{ShutdownHangs: true}},
+				{Do: ss.DoFail, Child: "ctrl-0"},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
+	}}
+	for _, tc := range cases {
+		sc := tc.scenario
+		if tc.seed != 0 {
+			sc = ss.Generate(tc.seed)
+			sc.Name = fmt.Sprintf("%s (seed %d)", tc.scenario.Name, tc.seed)
+		}
+		t.Run(tc.scenario.Name, func(t *testing.T) {
+			t.Parallel()
+			res := ss.Run(context.Background(), sc, ss.Config{})
+			if res.Failed() {
+				t.Errorf("%s", res.Report())
+			} else {
+				t.Logf("%d steps in %s, no invariant broken", res.Steps, res.Took.Round(time.Millisecond))
+			}
+		})
+	}
+}
