@@ -177,7 +177,10 @@ func (b *Builder) Complete(r reconcile.Reconciler) (*Controller, error) {
 		if !o.opts.matchEveryOwner {
 			hopts = append(hopts, handler.OnlyControllerOwner())
 		}
-		h := handler.EnqueueRequestForOwner(b.ctx.scheme, b.ctx.mapper, b.forObj, hopts...)
+		h, err := ownerHandler(b.ctx, b.forObj, hopts)
+		if err != nil {
+			return nil, fmt.Errorf("ctrlruntime: reconciler %q: Owns %s: %w", name, b.ctx.kindOf(o.obj), err)
+		}
 		obj, preds := o.obj, o.opts.predicates
 		sources = append(sources, func(c cache.Cache) source.TypedSource[reconcile.Request] {
 			return source.Kind(c, obj, h, preds...)
@@ -208,4 +211,15 @@ func collectWatchOptions(opts []WatchOption) watchOptions {
 		}
 	}
 	return o
+}
+
+// ownerHandler is handler.EnqueueRequestForOwner, whose panic on a For kind
+// the scheme does not know becomes an error.
+func ownerHandler(ctx *Context, owner client.Object, opts []handler.OwnerOption) (h handler.EventHandler, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("owner kind %T: %v", owner, v)
+		}
+	}()
+	return handler.EnqueueRequestForOwner(ctx.scheme, ctx.mapper, owner, opts...), nil
 }

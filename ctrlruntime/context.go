@@ -204,11 +204,16 @@ func (c *Context) Start(ctx context.Context) error {
 		c.mu.Lock()
 		err := c.cacheErr
 		c.mu.Unlock()
-		return fmt.Errorf("ctrlruntime: cache stopped while syncing: %w", errors.Join(err, errCacheStopped))
+		if err != nil {
+			return fmt.Errorf("ctrlruntime: cache failed: %w", err)
+		}
+		// A cache whose Start returns at once (a fake) may still sync.
+		if !<-synced {
+			return fmt.Errorf("ctrlruntime: caches did not sync: %w", context.Cause(ctx))
+		}
+		return nil
 	}
 }
-
-var errCacheStopped = errors.New("ctrlruntime: cache stopped")
 
 // Stop stops the shared cache and waits until its informers have stopped
 // or ctx ends. Call it after the managers using this Context have shut

@@ -156,6 +156,7 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 	go func() { warmed <- warm.Warmup(workCtx) }()
 	select {
 	case err = <-warmed:
+		warmed = nil
 	case <-ctx.Done():
 		err = context.Cause(ctx)
 	}
@@ -164,7 +165,9 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 	}
 	if err != nil {
 		cancel()
-		<-warmed // returns once workCtx has ended
+		if warmed != nil {
+			<-warmed // returns once workCtx has ended
+		}
 		close(inc.done)
 		icache.removeHandlers()
 		return fmt.Errorf("ctrlruntime: reconciler %q: sources did not sync: %w", c.name, err)

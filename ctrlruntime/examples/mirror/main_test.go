@@ -62,7 +62,7 @@ type replica struct {
 	mu         sync.Mutex
 	elected    time.Time
 	reconciled map[string]time.Time // first reconcile of each object
-	firstAfter time.Time            // first reconcile after election
+	firstAfter time.Time            // first reconcile, which is after election
 	manager    *cm.ControllerManager
 }
 
@@ -93,7 +93,10 @@ func startReplica(t *testing.T, config *rest.Config, name, ns string) *replica {
 			if _, ok := r.reconciled[key.String()]; !ok {
 				r.reconciled[key.String()] = now
 			}
-			if !r.elected.IsZero() && r.firstAfter.IsZero() {
+			// A standby reconciles nothing: its first reconcile is its
+			// first as leader (the LeaderElected event may reach onEvent
+			// after it).
+			if r.firstAfter.IsZero() {
 				r.firstAfter = now
 			}
 		},
