@@ -25,7 +25,7 @@ import (
 
 // fakeContext is a Context over controller-runtime's fake informers (whose
 // events the test sends) and fake client.
-func fakeContext(t *testing.T) (*ctrlruntime.Context, *informertest.FakeInformers) {
+func fakeContext(t testing.TB) (*ctrlruntime.Context, *informertest.FakeInformers) {
 	t.Helper()
 	informers := &informertest.FakeInformers{Scheme: scheme.Scheme}
 	cl := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
@@ -304,3 +304,7 @@ func (f predicateFunc) Create(e event.CreateEvent) bool   { return f(e.Object) }
 func (f predicateFunc) Update(e event.UpdateEvent) bool   { return f(e.ObjectNew) }
 func (f predicateFunc) Delete(e event.DeleteEvent) bool   { return f(e.Object) }
 func (f predicateFunc) Generic(e event.GenericEvent) bool { return f(e.Object) }
+
+func newBenchController(ctx *ctrlruntime.Context) (*ctrlruntime.Controller, error) {
+	return ctrlruntime.NewControllerManagedBy(ctx).Named("bench").For(&corev1.ConfigMap{}).Owns(&corev1.ConfigMap{}).Complete(&recorder{})
+}
