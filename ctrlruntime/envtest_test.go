@@ -122,7 +122,9 @@ func TestEnvPanickingReconcilerIsRestartedAlone(t *testing.T) {
 	for _, f := range families {
 		for _, mt := range f.GetMetric() {
 			for _, l := range mt.GetLabel() {
-				if (l.GetName() == "controller" || l.GetName() == "name") && (l.GetValue() == "steady" || l.GetValue() == "poisoned") {
+				// controller-runtime's label is "controller" (the
+				// workqueue's "name"), the manager's "child".
+				if (l.GetName() == "controller" || l.GetName() == "name" || l.GetName() == "child") && (l.GetValue() == "steady" || l.GetValue() == "poisoned") {
 					have[f.GetName()] = true
 				}
 			}
@@ -140,7 +142,6 @@ func TestEnvStuckReconcileShowsOnHealthz(t *testing.T) {
 	cl := cctx.GetClient()
 	ns := namespace(t, cl)
 	release := make(chan struct{})
-	defer close(release)
 	stuck := &recorder{behave: func(ctx context.Context, req reconcile.Request) error {
 		if req.Name == "wedged" {
 			<-release
@@ -154,9 +155,10 @@ func TestEnvStuckReconcileShowsOnHealthz(t *testing.T) {
 	require.NoError(t, err)
 	m.Add(c)
 	require.NoError(t, m.Start(context.Background(), time.Minute))
+	defer shutdown(t, m)
+	defer close(release) // before the shutdown, which waits for the reconcile
 	srv := httptest.NewServer(health.NewHandler(m))
 	defer srv.Close()
-	defer shutdown(t, m)
 
 	code, body := get(t, srv.URL+"/healthz?verbose")
 	require.Equal(t, http.StatusOK, code, body)

@@ -63,7 +63,7 @@ func (g guard) Run() int {
 }
 
 // ListCounter counts the list requests a rest.Config's clients send, per
-// resource ("configmaps"); watches are not lists.
+// resource ("configmaps"): plain lists and watch-lists.
 type ListCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
@@ -74,7 +74,13 @@ type ListCounter struct {
 func (c *ListCounter) Wrap(config *rest.Config) {
 	config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodGet && r.URL.Query().Get("watch") != "true" {
+			q := r.URL.Query()
+			// A list is a GET of a collection, or (client-go's watch-list,
+			// on by default since 1.35) a watch that first streams every
+			// object: sendInitialEvents=true. A watch resumed from a
+			// resourceVersion is not a list.
+			isList := q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"
+			if r.Method == http.MethodGet && isList {
 				if res, ok := listedResource(r.URL.Path); ok {
 					c.mu.Lock()
 					if c.counts == nil {
