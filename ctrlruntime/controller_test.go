@@ -13,11 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/ctrlruntime"
@@ -307,4 +310,42 @@ func (f predicateFunc) Generic(e event.GenericEvent) bool { return f(e.Object) }
 
 func newBenchController(ctx *ctrlruntime.Context) (*ctrlruntime.Controller, error) {
 	return ctrlruntime.NewControllerManagedBy(ctx).Named("bench").For(&corev1.ConfigMap{}).Owns(&corev1.ConfigMap{}).Complete(&recorder{})
+}
+
+// gatedSource is a source that syncs when its gate is closed.
+type gatedSource struct{ gate chan struct{} }
+
+func (gatedSource) Start(context.Context, workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	return nil
+}
+
+func (g gatedSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-g.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// GetHealth is unhealthy while the sources have not synced.
+func TestHealthUnhealthyUntilSourcesSync(t *testing.T) {
+	ctx, _ := fakeContext(t)
+	gate := make(chan struct{})
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("gated").
+		WatchesRawSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
+		Complete(&recorder{})
+	require.NoError(t, err)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	require.Eventually(t, func() bool {
+		h := c.GetHealth()
+		return !h.Healthy && h.Message == "caches not synced: waiting for the sources to sync"
+	}, 10*time.Second, time.Millisecond)
+	close(gate)
+	require.NoError(t, <-ran)
+	h := c.GetHealth()
+	assert.True(t, h.Healthy, h.Message)
+	assert.Equal(t, "0 reconciles, 0 failed, 0 panicked, 0 running", h.Message)
+	c.Shutdown(context.Background())
 }
