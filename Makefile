@@ -40,3 +40,12 @@ demo:
 # be run as `go run ./bench` from here.
 bench:
 	$(GO) -C bench run . $(BENCHFLAGS)
+
+# The controller-runtime adapter, a module of its own (ctrlruntime/): vet, then
+# its unit tests and its scenarios against a real kube-apiserver and etcd (the
+# binaries of e2e-binaries.sh), with the race detector; -v shows the figures.
+.PHONY: ctrlruntime
+ctrlruntime:
+	$(GO) -C ctrlruntime vet ./...
+	assets="$$(hack/e2e-binaries.sh)" && cd ctrlruntime && \
+		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 15m -v ./...

@@ -1,0 +1,260 @@
+package ctrlruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// Controller is a reconcile.Reconciler hosted as a supervised
+// controllermanager.Controller; build it with NewControllerManagedBy.
+type Controller = TypedController[reconcile.Request]
+
+// TypedSource builds one source of a typed reconciler from the cache it is
+// given: the shared cache, as the incarnation being started sees it. It is
+// called once per incarnation, because a controller-runtime source cannot
+// be started twice; a source that watches the cache must use the cache
+// passed here (source.TypedKind(c, ...)), so that its handlers are removed
+// when the incarnation stops.
+type TypedSource[request comparable] func(c cache.Cache) source.TypedSource[request]
+
+// TypedController hosts a reconcile.TypedReconciler as a
+// controllermanager.Controller. Every Run builds a fresh controller-runtime
+// controller, with a fresh queue and fresh sources on the shared cache, so
+// the supervisor can restart it as often as its budget allows (a
+// controller-runtime controller refuses a second Start).
+//
+// Run starts the sources, waits until they have synced (bounded by Run's
+// context and CacheSyncTimeout), starts the workers and returns. Shutdown
+// stops the sources and the queue, and waits for the reconciles in flight
+// to return, or for its context to end. GetHealth is unhealthy while the
+// watched caches have not synced, while a reconcile has run past
+// StuckAfter, and while the error rate is past ErrorRateThreshold, each
+// reason in the message. A reconcile that panics is counted; past
+// PanicThreshold in one incarnation, the reconciler reports a failure (a
+// *ReconcilePanicError) through the controllermanager.FailureReporter of
+// its Run, and the supervisor restarts it alone.
+type TypedController[request comparable] struct {
+	name       string
+	ctx        *Context
+	reconciler reconcile.TypedReconciler[request]
+	sources    []TypedSource[request]
+	opts       TypedOptions[request]
+
+	mu   sync.Mutex
+	cur  *incarnation[request]
+	runs int
+}
+
+var (
+	_ cm.Controller              = (*Controller)(nil)
+	_ interface{ Name() string } = (*Controller)(nil)
+)
+
+type incarnation[request comparable] struct {
+	cancel     context.CancelFunc
+	done       chan struct{} // closed when the controller's Start has returned
+	cache      *incarnationCache
+	supervised *supervised[request]
+	synced     bool // Run's wait for the sources is over
+	stopped    bool // Shutdown has been called
+}
+
+// New hosts a typed reconciler named name (unique in its manager; the name
+// of its controller-runtime metrics) fed by sources. The kinds the sources
+// watch are not known to the Context: give them to ctx.Warm to have their
+// informers synced before the election.
+func New[request comparable](ctx *Context, name string, r reconcile.TypedReconciler[request], opts TypedOptions[request], sources ...TypedSource[request]) (*TypedController[request], error) {
+	var errs []error
+	if ctx == nil {
+		errs = append(errs, errors.New("context is nil"))
+	}
+	if name == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if r == nil {
+		errs = append(errs, errors.New("reconciler is nil"))
+	}
+	if len(sources) == 0 {
+		errs = append(errs, errors.New("no source: nothing would be reconciled"))
+	}
+	for i, s := range sources {
+		if s == nil {
+			errs = append(errs, fmt.Errorf("source #%d is nil", i))
+		}
+	}
+	if opts.ErrorRateThreshold > 1 {
+		errs = append(errs, fmt.Errorf("ErrorRateThreshold %v is past 1", opts.ErrorRateThreshold))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ctrlruntime: reconciler %q: %w", name, err)
+	}
+	return &TypedController[request]{name: name, ctx: ctx, reconciler: r, sources: sources, opts: opts.withDefaults()}, nil
+}
+
+// Name is the reconciler's name: its child's name in the manager, and the
+// "controller" label of its controller-runtime metrics.
+func (c *TypedController[request]) Name() string { return c.name }
+
+// Run builds a fresh controller-runtime controller, starts its sources on the
+// shared cache, waits until they have synced, starts the workers and
+// returns. The workers run on a context of their own, ended by Shutdown (a
+// manager cancels Run's context once Run has returned).
+func (c *TypedController[request]) Run(ctx context.Context) error {
+	report, _ := cm.FailureReporter(ctx)
+	icache := newIncarnationCache(c.ctx.cache, c.ctx.kindOf)
+	sup := newSupervised(c.name, c.reconciler, c.opts, report)
+	ctrl, err := controller.NewTypedUnmanaged(c.name, controller.TypedOptions[request]{
+		// Every incarnation is a new controller of the same name; the
+		// manager keeps names unique.
+		SkipNameValidation:      ptr.To(true),
+		MaxConcurrentReconciles: c.opts.MaxConcurrentReconciles,
+		CacheSyncTimeout:        c.opts.CacheSyncTimeout,
+		Reconciler:              sup,
+		RateLimiter:             c.opts.RateLimiter,
+		Logger:                  c.opts.Logger,
+		UsePriorityQueue:        c.opts.UsePriorityQueue,
+		ReconciliationTimeout:   c.opts.ReconciliationTimeout,
+		// Warmup starts the sources and waits for them without starting
+		// the workers: what Run must do before it returns.
+		EnableWarmup: ptr.To(true),
+	})
+	if err != nil {
+		return fmt.Errorf("ctrlruntime: reconciler %q: %w", c.name, err)
+	}
+	for i, build := range c.sources {
+		src := build(icache)
+		if src == nil {
+			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d built nil", c.name, i)
+		}
+		if err := ctrl.Watch(src); err != nil {
+			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d: %w", c.name, i, err)
+		}
+	}
+	warm, ok := ctrl.(interface{ Warmup(context.Context) error })
+	if !ok { // controller-runtime's controllers have had Warmup since v0.21
+		return fmt.Errorf("ctrlruntime: reconciler %q: %T has no Warmup", c.name, ctrl)
+	}
+
+	workCtx, cancel := context.WithCancel(context.Background())
+	inc := &incarnation[request]{cancel: cancel, done: make(chan struct{}), cache: icache, supervised: sup}
+	c.mu.Lock()
+	c.cur = inc
+	c.runs++
+	c.mu.Unlock()
+
+	warmed := make(chan error, 1)
+	go func() { warmed <- warm.Warmup(workCtx) }()
+	select {
+	case err = <-warmed:
+		warmed = nil
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	if err == nil && workCtx.Err() != nil { // Shutdown came first
+		err = errors.New("shut down while starting")
+	}
+	if err != nil {
+		cancel()
+		if warmed != nil {
+			<-warmed // returns once workCtx has ended
+		}
+		close(inc.done)
+		icache.removeHandlers()
+		return fmt.Errorf("ctrlruntime: reconciler %q: sources did not sync: %w", c.name, err)
+	}
+	c.mu.Lock()
+	inc.synced = true
+	c.mu.Unlock()
+	go func() {
+		defer close(inc.done)
+		if err := ctrl.Start(workCtx); err != nil && workCtx.Err() == nil {
+			report(fmt.Errorf("ctrlruntime: reconciler %q stopped: %w", c.name, err))
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops the sources and the queue and waits until every reconcile
+// in flight has returned, or ctx ends. The handlers the incarnation added to
+// the shared informers are removed either way; a reconcile still running
+// when ctx ends goes on in the background, and the next Run does not wait
+// for it.
+func (c *TypedController[request]) Shutdown(ctx context.Context) {
+	c.mu.Lock()
+	inc := c.cur
+	if inc != nil {
+		inc.stopped = true
+	}
+	c.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	inc.cancel()
+	select {
+	case <-inc.done:
+	case <-ctx.Done():
+	}
+	inc.cache.removeHandlers()
+}
+
+// GetHealth says whether the current incarnation is healthy; the message
+// gives every reason it is not, and its reconcile counts.
+func (c *TypedController[request]) GetHealth() cm.HealthStatus {
+	c.mu.Lock()
+	inc := c.cur
+	var synced, stopped bool
+	if inc != nil {
+		synced, stopped = inc.synced, inc.stopped
+	}
+	c.mu.Unlock()
+	switch {
+	case inc == nil:
+		return cm.HealthStatus{Name: c.name, Message: "not started"}
+	case stopped:
+		return cm.HealthStatus{Name: c.name, Message: "shut down"}
+	case !synced:
+		return cm.HealthStatus{Name: c.name, Message: "caches not synced: waiting for the sources to sync"}
+	}
+	var problems []string
+	if kinds := inc.cache.unsynced(); len(kinds) > 0 {
+		problems = append(problems, fmt.Sprintf("caches not synced: %v", kinds))
+	}
+	more, summary := inc.supervised.problems()
+	problems = append(problems, more...)
+	if len(problems) > 0 {
+		return cm.HealthStatus{Name: c.name, Message: joinProblems(problems) + " (" + summary + ")"}
+	}
+	return cm.HealthStatus{Name: c.name, Healthy: true, Message: summary}
+}
+
+// Stats are the counts of a reconciler's current incarnation.
+type Stats struct {
+	Incarnations int // times Run has been called
+	Reconciles   int // reconciles ended in the current incarnation
+	Failed       int // of which returned an error or panicked
+	Panics       int // of which panicked
+	Handlers     int // event handlers the incarnation has on shared informers
+}
+
+// Stats returns the counts of the current incarnation.
+func (c *TypedController[request]) Stats() Stats {
+	c.mu.Lock()
+	inc, runs := c.cur, c.runs
+	c.mu.Unlock()
+	s := Stats{Incarnations: runs}
+	if inc != nil {
+		s.Reconciles, s.Failed, s.Panics = inc.supervised.counts()
+		s.Handlers = inc.cache.handlerCount()
+	}
+	return s
+}

@@ -1,0 +1,72 @@
+// Package ctrlruntime hosts sigs.k8s.io/controller-runtime code (reconcilers,
+// manager.Runnables, admission handlers) as supervised children of a
+// controllermanager manager, keeping the API controller-runtime users know.
+//
+// It is a module of its own (github.com/actorkube/controllermanager/ctrlruntime),
+// so that the controllermanager library itself never requires
+// controller-runtime.
+//
+// # What maps to what
+//
+//	controller-runtime                         here
+//	manager.Manager                            controllermanager.ControllerManager (and WebhookManager)
+//	manager.New(config, Options{...})          NewContext(config, ContextOptions{...}), then
+//	                                           controllermanager.NewControllerManager(ctx, spec, lease)
+//	mgr.GetCache / GetClient / GetScheme       (*Context).GetCache / GetClient / GetScheme
+//	the manager's cache, started before        one shared cache.Cache per Context, started in the
+//	  election, informers created lazily         pre-flight (Context.Start) with the informers of every
+//	  by controllers after it                    watched kind: a standby is warm, a failover does not relist
+//	builder.ControllerManagedBy(mgr)           NewControllerManagedBy(ctx): For, Owns, Watches,
+//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Complete(r) -> *Controller
+//	controller.NewTyped(name, mgr, opts)       New[request](ctx, name, r, opts, sources...)
+//	controller.Options                         Options: MaxConcurrentReconciles, RateLimiter, ...,
+//	                                           plus how the supervisor judges the reconciler
+//	a controller, one per process, started     a supervised Controller: every Run builds a fresh
+//	  once ("started more than once")            controller-runtime controller, queue and sources
+//	reconcile.Reconciler / TypedReconciler     the same, unchanged
+//	RecoverPanic: a panic becomes an error     counted; past Options.PanicThreshold in one
+//	                                             incarnation, a failure: the reconciler restarts alone
+//	mgr.Add(manager.Runnable)                  NewRunnable(name, build): a fresh Runnable per restart
+//	LeaderElectionRunnable.NeedLeaderElection  hosted reconcilers and runnables run only while
+//	                                             elected; webhooks on every replica
+//	a Runnable's error stops the manager       the child restarts alone (strategy, backoff, budget)
+//	webhook.Server + admission.Handler         NewWebhook(name, path, h), served by a manager's Handler
+//	mgr.AddHealthzCheck                        GetHealth of every child, with a deadline: unsynced
+//	                                             caches, a stuck reconcile, a high error rate
+//	metrics.Registry (global)                  MetricsCollector / ContextOptions.Registerer: the same
+//	                                             metrics on the manager's Registerer
+//	LeaderElection: true, os.Exit on loss      LeaderElectionSpec on the Context's clientset; fenced,
+//	                                             then Err() wraps lease.ErrLost
+//
+// # Lifecycle of a reconciler
+//
+// A *Controller is a controllermanager.Controller: the manager calls Run once
+// elected, and Shutdown then Run again for each restart. Run builds a
+// controller-runtime controller (controller.NewTypedUnmanaged), starts its
+// sources on the shared cache, waits until they have synced, starts its
+// workers on a context of its own and returns. Shutdown ends that context:
+// the sources stop feeding the queue, the queue shuts down, and Shutdown
+// waits for the reconciles in flight, bounded by its context. The event
+// handlers an incarnation added to the shared informers are removed, so
+// restarts leak none.
+//
+// # Health and failures
+//
+// GetHealth is unhealthy, with every reason in its message, while:
+//   - the caches of the watched kinds have not synced;
+//   - one reconcile has been running for Options.StuckAfter (default 1m);
+//   - at least Options.ErrorRateThreshold (default half) of the reconciles
+//     ended in the last Options.ErrorRateWindow (default 1m) failed, once
+//     Options.ErrorRateMinReconciles (default 10) have ended in it.
+//
+// The supervisor restarts a controller after SupervisionSpec.UnhealthyThreshold
+// unhealthy probes in a row. A reconcile that panics is recovered and retried
+// like an error; the Options.PanicThreshold-th panic (default 3) of one
+// incarnation is reported through controllermanager.FailureReporter, and the
+// supervisor restarts that reconciler alone, the others reconciling on.
+//
+// # Not yet
+//
+// Sharded leadership (a reconciler per shard that reconciles only the keys
+// its Shard owns) waits for the sharded manager to land.
+package ctrlruntime

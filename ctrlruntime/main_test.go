@@ -1,0 +1,20 @@
+package ctrlruntime_test
+
+import (
+	"testing"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/actorkube/controllermanager/ctrlruntime/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	// controller-runtime's global logger warns on stderr when never set.
+	ctrllog.SetLogger(logr.Discard())
+	goleak.VerifyTestMain(testenv.Guard(m),
+		// klog's flush daemon, started by client-go's first log line.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	)
+}

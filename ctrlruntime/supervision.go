@@ -1,0 +1,167 @@
+package ctrlruntime
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// ReconcilePanicError is a panic in a reconcile, recovered by the reconciler's
+// host. Past TypedOptions.PanicThreshold it is the failure the reconciler
+// reports to the supervisor.
+type ReconcilePanicError struct {
+	Controller string // the reconciler's name
+	Request    string // the request being reconciled, as %v prints it
+	Value      any    // what was passed to panic
+	Stack      []byte // the stack of the panicking goroutine
+	Panics     int    // panics of this incarnation so far, this one included
+}
+
+// Error names the reconciler, the request and the panic value.
+func (e *ReconcilePanicError) Error() string {
+	return fmt.Sprintf("ctrlruntime: reconciler %q: reconcile of %s panicked (%d in this incarnation): %v", e.Controller, e.Request, e.Panics, e.Value)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *ReconcilePanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// maxOutcomes bounds the reconcile outcomes kept for the error rate: a
+// reconciler ending more than that many within ErrorRateWindow is judged
+// on the most recent ones.
+const maxOutcomes = 1024
+
+type outcome struct {
+	at     time.Time
+	failed bool
+}
+
+// supervised wraps one incarnation's reconciler: it recovers panics, times
+// every reconcile and keeps the recent outcomes, for GetHealth and for the
+// failure report past the panic threshold.
+type supervised[request comparable] struct {
+	name   string
+	inner  reconcile.TypedReconciler[request]
+	opts   TypedOptions[request]
+	report func(error)
+
+	mu       sync.Mutex
+	nextID   uint64
+	inFlight map[uint64]running
+	outcomes []outcome // a ring of at most maxOutcomes, oldest at head
+	head     int
+	total    int
+	errors   int
+	panics   int
+	lastErr  error
+}
+
+type running struct {
+	req   string
+	since time.Time
+}
+
+func newSupervised[request comparable](name string, inner reconcile.TypedReconciler[request], opts TypedOptions[request], report func(error)) *supervised[request] {
+	return &supervised[request]{name: name, inner: inner, opts: opts, report: report, inFlight: map[uint64]running{}}
+}
+
+// Reconcile calls the user's reconciler; a panic becomes an error (the
+// request is retried with backoff), and past the threshold a failure report.
+func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res reconcile.Result, err error) {
+	s.mu.Lock()
+	id := s.nextID
+	s.nextID++
+	s.inFlight[id] = running{req: fmt.Sprint(req), since: s.opts.Clock.Now()}
+	s.mu.Unlock()
+	defer func() {
+		var perr *ReconcilePanicError
+		if v := recover(); v != nil {
+			perr = &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
+			res, err = reconcile.Result{}, perr
+		}
+		s.end(id, err, perr)
+	}()
+	return s.inner.Reconcile(ctx, req)
+}
+
+func (s *supervised[request]) end(id uint64, err error, perr *ReconcilePanicError) {
+	s.mu.Lock()
+	delete(s.inFlight, id)
+	o := outcome{at: s.opts.Clock.Now(), failed: err != nil}
+	if len(s.outcomes) < maxOutcomes {
+		s.outcomes = append(s.outcomes, o)
+	} else {
+		s.outcomes[s.head] = o
+		s.head = (s.head + 1) % maxOutcomes
+	}
+	s.total++
+	if err != nil {
+		s.errors++
+		s.lastErr = err
+	}
+	var reportIt bool
+	if perr != nil {
+		s.panics++
+		perr.Panics = s.panics
+		reportIt = s.opts.PanicThreshold > 0 && s.panics == s.opts.PanicThreshold
+	}
+	s.mu.Unlock()
+	if reportIt {
+		s.report(perr)
+	}
+}
+
+// problems lists why the reconciler is unhealthy now (empty: healthy) and
+// a summary of this incarnation for the health message.
+func (s *supervised[request]) problems() (problems []string, summary string) {
+	now := s.opts.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.StuckAfter > 0 {
+		var stuck []running
+		for _, r := range s.inFlight {
+			if now.Sub(r.since) >= s.opts.StuckAfter {
+				stuck = append(stuck, r)
+			}
+		}
+		sort.Slice(stuck, func(i, j int) bool { return stuck[i].since.Before(stuck[j].since) })
+		for _, r := range stuck {
+			problems = append(problems, fmt.Sprintf("reconcile of %s stuck: running for %s, past the %s deadline", r.req, now.Sub(r.since).Round(time.Millisecond), s.opts.StuckAfter))
+		}
+	}
+	if s.opts.ErrorRateThreshold > 0 {
+		since := now.Add(-s.opts.ErrorRateWindow)
+		var n, failed int
+		for _, o := range s.outcomes {
+			if o.at.After(since) {
+				n++
+				if o.failed {
+					failed++
+				}
+			}
+		}
+		if n >= s.opts.ErrorRateMinReconciles && float64(failed) >= s.opts.ErrorRateThreshold*float64(n) {
+			problems = append(problems, fmt.Sprintf("error rate %d%%: %d of the %d reconciles of the last %s failed, the last with: %v",
+				100*failed/n, failed, n, s.opts.ErrorRateWindow, s.lastErr))
+		}
+	}
+	summary = fmt.Sprintf("%d reconciles, %d failed, %d panicked, %d running", s.total, s.errors, s.panics, len(s.inFlight))
+	return problems, summary
+}
+
+// counts returns the reconciles ended, failed and panicked so far.
+func (s *supervised[request]) counts() (total, failed, panics int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total, s.errors, s.panics
+}
+
+func joinProblems(p []string) string { return strings.Join(p, "; ") }

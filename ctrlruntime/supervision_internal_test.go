@@ -1,0 +1,125 @@
+package ctrlruntime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+type reconcileFunc func(context.Context, reconcile.Request) (reconcile.Result, error)
+
+func (f reconcileFunc) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return f(ctx, req)
+}
+
+func req(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}}
+}
+
+func TestSupervisedCountsPanicsAndReportsAtTheThreshold(t *testing.T) {
+	var reports []error
+	s := newSupervised("c", reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		panic(errors.New("bad object"))
+	})), Options{PanicThreshold: 3}.withDefaults(), func(err error) { reports = append(reports, err) })
+
+	for i := 1; i <= 4; i++ {
+		_, err := s.Reconcile(context.Background(), req("x"))
+		var perr *ReconcilePanicError
+		require.ErrorAs(t, err, &perr, "a panic becomes an error")
+		assert.Equal(t, i, perr.Panics)
+		assert.NotEmpty(t, perr.Stack)
+		if i < 3 {
+			assert.Empty(t, reports, "below the threshold, panic %d", i)
+		}
+	}
+	require.Len(t, reports, 1, "reported once, at the third panic")
+	assert.ErrorContains(t, reports[0], `reconciler "c": reconcile of ns/x panicked (3 in this incarnation): bad object`)
+	total, failed, panics := s.counts()
+	assert.Equal(t, [3]int{4, 4, 4}, [3]int{total, failed, panics})
+}
+
+func TestSupervisedNegativePanicThresholdNeverReports(t *testing.T) {
+	s := newSupervised("c", reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		panic("x")
+	})), Options{PanicThreshold: -1}.withDefaults(), func(err error) { t.Errorf("reported %v", err) })
+	for range 10 {
+		_, err := s.Reconcile(context.Background(), req("x"))
+		require.Error(t, err)
+	}
+}
+
+func TestSupervisedStuckReconcile(t *testing.T) {
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	entered, release := make(chan struct{}), make(chan struct{})
+	s := newSupervised("c", reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		close(entered)
+		<-release
+		return reconcile.Result{}, nil
+	})), Options{StuckAfter: time.Minute, Clock: clock}.withDefaults(), nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = s.Reconcile(context.Background(), req("slow"))
+	}()
+	<-entered
+	clock.SetTime(clock.Now().Add(59 * time.Second))
+	problems, _ := s.problems()
+	assert.Empty(t, problems, "within the deadline")
+	clock.SetTime(clock.Now().Add(time.Second))
+	problems, summary := s.problems()
+	require.Len(t, problems, 1)
+	assert.Equal(t, "reconcile of ns/slow stuck: running for 1m0s, past the 1m0s deadline", problems[0])
+	assert.Equal(t, "0 reconciles, 0 failed, 0 panicked, 1 running", summary)
+	close(release)
+	wg.Wait()
+	problems, _ = s.problems()
+	assert.Empty(t, problems, "healthy again once it returned")
+}
+
+func TestSupervisedErrorRate(t *testing.T) {
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	var fail bool
+	s := newSupervised("c", reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		if fail {
+			return reconcile.Result{}, errors.New("conflict")
+		}
+		return reconcile.Result{}, nil
+	})), Options{Clock: clock}.withDefaults(), nil) // defaults: half of at least 10 in 1m
+	run := func(n int, failing bool) {
+		fail = failing
+		for range n {
+			_, _ = s.Reconcile(context.Background(), req("x"))
+		}
+	}
+	tests := []struct {
+		name    string
+		step    func()
+		healthy bool
+	}{
+		{"too few to judge", func() { run(9, true) }, true},
+		{"9 of 10 failed", func() { run(1, false) }, false},
+		{"9 of 19: under half", func() { run(9, false) }, true},
+		{"18 of 28", func() { run(9, true) }, false},
+		{"a minute later the window is empty", func() { clock.SetTime(clock.Now().Add(time.Minute)) }, true},
+		{"successes only", func() { run(20, false) }, true},
+	}
+	for _, tt := range tests {
+		tt.step()
+		problems, _ := s.problems()
+		assert.Equal(t, tt.healthy, len(problems) == 0, "%s: %v", tt.name, problems)
+	}
+	fail = true
+	run(20, true)
+	problems, _ := s.problems()
+	require.Len(t, problems, 1)
+	assert.Equal(t, "error rate 50%: 20 of the 40 reconciles of the last 1m0s failed, the last with: conflict", problems[0])
+}
