@@ -1,11 +1,12 @@
 # The project's commands. `make test` is what CI runs (.ci/run): the unit
-# suite first, then the end-to-end suite against a real kube-apiserver.
+# suite first, then the end-to-end suite against a real kube-apiserver, then the
+# controller-runtime module (its own go.mod) with its scenarios on the same binaries.
 
 GO ?= go
 
 .PHONY: test unit e2e e2e-binaries demo bench
 
-test: unit e2e
+test: unit e2e ctrlruntime
 
 # The quick part: the library, its examples and the benchmark harness, with
 # the race detector (the chaos test for 12s of it), then 10s of fuzzing of
