@@ -157,7 +157,11 @@ func TestStateSpaceRegressions(t *testing.T) {
 		scenario: ss.Scenario{
 			Name: "lease-lost-during-starting-overlaps-two-runs", Strategy: cm.OneForOne, Election: ss.Reelect, Controllers: 1,
 			Steps: []ss.Step{
-				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: slowIgnoring(3 * time.Second)},
+				// Ignoring its context for less than the fence timeout
+				// (720ms): the fence waits for Run, then runs Shutdown. (A Run
+				// ignoring it for longer fails the manager by design: "not
+				// fenced", the host must exit.)
+				{Do: ss.DoKnobs, Child: "ctrl-0", Knobs: slowIgnoring(400 * time.Millisecond)},
 				{Do: ss.DoStart},
 				{At: cm.PhaseStarting, Do: ss.DoPartition},
 				{Do: ss.DoWait, Dur: 1500 * time.Millisecond},

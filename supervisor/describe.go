@@ -32,3 +32,20 @@ func describe(msg any) string {
 		return fmt.Sprintf("request %T", msg)
 	}
 }
+
+// describeKind names a lifecycle request without the child's name, for an
+// error that quotes the name already: "restart of a child".
+func describeKind(msg any) string {
+	switch msg.(type) {
+	case RestartChild:
+		return "restart of a child"
+	case StopChild:
+		return "stop of a child"
+	case StartChild:
+		return "start of a child"
+	case RemoveChild:
+		return "removal of a child"
+	default:
+		return describe(msg)
+	}
+}

@@ -19,7 +19,8 @@ func (s *root) lifecycleRecord(msg any, name string) (*childRecord, error) {
 	}
 	rec, err := s.record(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", describe(msg), err)
+		// record's error quotes the name already: say once which it is.
+		return nil, fmt.Errorf("%s: %w", describeKind(msg), err)
 	}
 	return rec, nil
 }
@@ -31,10 +32,26 @@ func (s *root) busy(rec *childRecord) bool {
 func (s *root) onRestartChild(m RestartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(m, m.Name)
 	if err == nil && rec.spec.Kind == actors.KindRunnable {
-		err = fmt.Errorf("RestartChild %q: a plain runnable has nothing to start", m.Name)
+		err = fmt.Errorf("RestartChild %q: %w", m.Name, ErrNothingToStart)
 	}
+	s.restartOnRequest(rec, err, "RestartChild", replyTo)
+}
+
+func (s *root) onStartChild(m StartChild, replyTo *actor.PID) {
+	rec, err := s.lifecycleRecord(m, m.Name)
+	if err == nil && rec.state == StateRunning && !s.busy(rec) {
+		err = fmt.Errorf("StartChild %q: %w", m.Name, ErrAlreadyRunning)
+	}
+	s.restartOnRequest(rec, err, "StartChild", replyTo)
+}
+
+// restartOnRequest is RestartChild and StartChild once their own checks
+// (err) have passed: rec is shut down if it is active (a Failed child still
+// owes its Shutdown), then restarted, and op's requester is answered once
+// the start call has returned.
+func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo *actor.PID) {
 	if err == nil && s.busy(rec) {
-		err = fmt.Errorf("RestartChild %q: %w (%s)", m.Name, ErrBusy, rec.state)
+		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, ErrBusy, rec.state)
 	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
@@ -43,43 +60,18 @@ func (s *root) onRestartChild(m RestartChild, replyTo *actor.PID) {
 	rec.stopRequested = false
 	s.stopAll([]*childRecord{rec}, s.boundedContext(), func() {
 		if s.phase != PhaseRunning {
-			s.respond(replyTo, nil, fmt.Errorf("RestartChild %q: %w", m.Name, ErrShutdown))
+			s.respond(replyTo, nil, fmt.Errorf("%s %q: %w", op, rec.spec.Name, ErrShutdown))
 			return
 		}
-		rec.restarts++
-		s.startOne(rec, replyTo, "RestartChild")
-		s.publish(ChildRestarted, rec, nil)
+		s.restart(rec, s.answerStart(rec, replyTo, op))
 	})
 }
 
-func (s *root) onStartChild(m StartChild, replyTo *actor.PID) {
-	rec, err := s.lifecycleRecord(m, m.Name)
-	if err == nil && s.busy(rec) {
-		err = fmt.Errorf("StartChild %q: %w (%s)", m.Name, ErrBusy, rec.state)
-	}
-	if err == nil && rec.state == StateRunning {
-		err = fmt.Errorf("StartChild %q: already running", m.Name)
-	}
-	if err != nil {
-		s.respond(replyTo, nil, err)
-		return
-	}
-	rec.stopRequested = false
-	s.stopAll([]*childRecord{rec}, s.boundedContext(), func() { // a Failed child still owes its Shutdown
-		if s.phase != PhaseRunning {
-			s.respond(replyTo, nil, fmt.Errorf("StartChild %q: %w", m.Name, ErrShutdown))
-			return
-		}
-		rec.restarts++ // every start call after the first counts, whatever asked for it
-		s.startOne(rec, replyTo, "StartChild")
-		s.publish(ChildRestarted, rec, nil)
-	})
-}
-
-// startOne starts rec for a lifecycle message and answers once its start
-// call has returned. A failed start is then supervised like any failure.
-func (s *root) startOne(rec *childRecord, replyTo *actor.PID, op string) {
-	b := &barrier{failFast: true, then: func(err error) {
+// answerStart is the continuation of a start that a lifecycle message asked
+// for: it answers the requester once the start call has returned; a failed
+// start is then supervised like any failure.
+func (s *root) answerStart(rec *childRecord, replyTo *actor.PID, op string) func(error) {
+	return func(err error) {
 		if err != nil {
 			s.respond(replyTo, nil, fmt.Errorf("%s %q: %w", op, rec.spec.Name, err))
 			if err != errInterrupted {
@@ -88,9 +80,7 @@ func (s *root) startOne(rec *childRecord, replyTo *actor.PID, op string) {
 			return
 		}
 		s.respond(replyTo, nil, nil)
-	}}
-	b.add(rec)
-	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
+	}
 }
 
 func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
@@ -149,7 +139,7 @@ func (s *root) onChildNamed(m childNamed) {
 	}
 	if err == nil {
 		if _, dup := s.byName[m.spec.Name]; dup {
-			err = fmt.Errorf("a child named %q already exists", m.spec.Name)
+			err = fmt.Errorf("%w: a child named %q already exists", ErrDuplicateChild, m.spec.Name)
 		}
 	}
 	if err != nil {
@@ -157,7 +147,7 @@ func (s *root) onChildNamed(m childNamed) {
 		return
 	}
 	rec := s.addRecord(m.spec)
-	s.startOne(rec, m.replyTo, "AddChild")
+	s.startIncarnation(rec, s.answerStart(rec, m.replyTo, "AddChild"))
 }
 
 func (s *root) onRemoveChild(m RemoveChild, replyTo *actor.PID) {

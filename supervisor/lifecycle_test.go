@@ -42,6 +42,7 @@ func TestLifecycleMessages(t *testing.T) {
 	assert.Equal(t, 2, runs(a))
 	_, err = h.ask(StartChild{Name: "a"})
 	assert.ErrorContains(t, err, "already running")
+	assert.ErrorIs(t, err, ErrAlreadyRunning)
 
 	// RestartChild: Shutdown then Run, counted, without spending budget.
 	for range 10 {
@@ -63,6 +64,7 @@ func TestLifecycleMessages(t *testing.T) {
 	}
 	_, err = h.ask(RestartChild{Name: "plain"})
 	assert.ErrorContains(t, err, "nothing to start")
+	assert.ErrorIs(t, err, ErrNothingToStart)
 
 	// A request of a type it does not handle is answered, not left waiting.
 	_, err = h.ask(&GetStatus{})
@@ -90,6 +92,7 @@ func TestAddAndRemoveChildWhileRunning(t *testing.T) {
 
 	_, err = h.ask(AddChild{Runnable: testchild.NewController("added", testchild.Behavior{})})
 	assert.ErrorContains(t, err, `a child named "added" already exists`)
+	assert.ErrorIs(t, err, ErrDuplicateChild)
 	_, err = h.ask(AddChild{Name: "named", Runnable: testchild.NewRunnable(nil)})
 	require.NoError(t, err)
 	_, err = h.ask(AddChild{Runnable: testchild.NewRunnable(nil)})

@@ -139,6 +139,13 @@ var (
 	// ErrUnstopped is wrapped by an *UnstoppedError: a shutdown's context
 	// ended before every child's Shutdown had returned.
 	ErrUnstopped = errors.New("supervisor: children did not stop")
+	// ErrNothingToStart: RestartChild named a plain runnable, which has no
+	// start call.
+	ErrNothingToStart = errors.New("supervisor: a plain runnable has nothing to start")
+	// ErrAlreadyRunning: StartChild named a child that is running.
+	ErrAlreadyRunning = errors.New("supervisor: child already running")
+	// ErrDuplicateChild: AddChild named a child that exists already.
+	ErrDuplicateChild = errors.New("supervisor: duplicate child")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's

@@ -137,6 +137,14 @@ func (s *root) startNext(plan *restartPlan) {
 		if r.plan != plan {
 			continue // taken out of the plan (StopChild, RemoveChild, a lost lease)
 		}
+		if r.state != StateBackingOff && r.state != StateStopped {
+			// Started meanwhile by another decision (a RestartChild or
+			// StartChild that was already stopping it when the plan took it
+			// in): it is running again, and a second start would run two
+			// incarnations at once.
+			r.plan = nil
+			continue
+		}
 		if fencedChild(r) && !s.leaseHeld() {
 			// Cannot happen (a lost lease takes fenced children out of every
 			// plan, and a standby's plans never take them in); if it did,
@@ -147,8 +155,7 @@ func (s *root) startNext(plan *restartPlan) {
 			}
 			continue
 		}
-		r.restarts++
-		b := &barrier{failFast: true, then: func(err error) {
+		s.restart(r, func(err error) {
 			if plan.cancelled {
 				return
 			}
@@ -160,15 +167,31 @@ func (s *root) startNext(plan *restartPlan) {
 				return
 			}
 			s.supervise(r, err) // a failed restart is a failure; the plan's rest joins the new plan
-		}}
-		b.add(r)
-		s.startChild(r, s.lifetimeContext(), s.startTimeout)
-		s.publish(ChildRestarted, r, nil)
+		})
 		return
 	}
 	if !plan.cancelled {
 		s.cancelPlan(plan)
 	}
+}
+
+// restart is the one way a child starts again, whatever decided it (a
+// restart plan, RestartChild, StartChild): every start call after a child's
+// first counts as a restart and publishes ChildRestarted. then gets the
+// start call's outcome.
+func (s *root) restart(rec *childRecord, then func(err error)) {
+	rec.restarts++
+	s.startIncarnation(rec, then)
+	s.publish(ChildRestarted, rec, nil)
+}
+
+// startIncarnation starts a new incarnation of rec outside the manager's
+// start rounds (restarts, AddChild), on the manager's lifetime context and
+// bounded by the start timeout; then gets the start call's outcome.
+func (s *root) startIncarnation(rec *childRecord, then func(err error)) {
+	b := &barrier{failFast: true, then: then}
+	b.add(rec)
+	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
 }
 
 func (s *root) cancelPlan(plan *restartPlan) {

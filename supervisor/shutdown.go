@@ -184,7 +184,9 @@ func (s *root) finish() {
 	} else {
 		s.setPhase(PhaseStopped)
 	}
-	s.obs.finish(cause, s.status())
+	final := s.status()
+	final.Err = cause
+	s.obs.finish(cause, final)
 	for _, w := range s.shutdown.waiters {
 		s.respond(w, nil, nil)
 	}
