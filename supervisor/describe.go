@@ -32,3 +32,23 @@ func describe(msg any) string {
 		return fmt.Sprintf("request %T", msg)
 	}
 }
+
+// action names what a lifecycle message does, without the child's name, for
+// errors whose cause names the child already: `restart: supervisor: unknown
+// child "jobs"`.
+func action(msg any) string {
+	switch msg.(type) {
+	case RestartChild:
+		return "restart"
+	case StopChild:
+		return "stop"
+	case StartChild:
+		return "start"
+	case RemoveChild:
+		return "removal"
+	case AddChild:
+		return "addition"
+	default:
+		return describe(msg)
+	}
+}

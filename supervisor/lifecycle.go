@@ -19,7 +19,7 @@ func (s *root) lifecycleRecord(msg any, name string) (*childRecord, error) {
 	}
 	rec, err := s.record(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", describe(msg), err)
+		return nil, fmt.Errorf("%s: %w", action(msg), err) // err names the child
 	}
 	return rec, nil
 }
