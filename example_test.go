@@ -180,7 +180,7 @@ func ExampleBaseManager_Request() {
 	// Output:
 	// Running jobs Stopped
 	// Running restarts: 2
-	// true restart of child "nope": supervisor: unknown child "nope"
+	// true restart: supervisor: unknown child "nope"
 }
 
 // Serve is the whole host loop: Start, wait for ctx (SIGTERM, with

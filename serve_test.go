@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/internal/testchild"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
@@ -205,4 +206,24 @@ func TestServeReportsAControllerThatDidNotStop(t *testing.T) {
 	err = waitServe(t, served)
 	require.ErrorIs(t, err, cm.ErrUnstopped)
 	assert.ErrorContains(t, err, `"stuck"`)
+}
+
+// A WebhookManager's Serve: its webhooks start, serve until ctx ends, shut
+// down; nil after the requested stop.
+func TestWebhookManagerServe(t *testing.T) {
+	t.Parallel()
+	m := cm.NewWebhookManager(cm.NewContext(nil), elQuiet)
+	hook := testchild.NewWebhook("hook", "/hook", nil, nil)
+	m.Add(hook)
+	ctx, sigterm := context.WithCancel(context.Background())
+	defer sigterm()
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(ctx, elWait) }()
+	elEventually(t, "started", m.IsStarted)
+	require.NoError(t, m.GetReadiness())
+
+	sigterm()
+	require.NoError(t, waitServe(t, served))
+	assert.Error(t, m.GetReadiness(), "ready after Serve returned")
+	assert.NoError(t, m.Err())
 }

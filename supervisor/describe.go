@@ -33,18 +33,21 @@ func describe(msg any) string {
 	}
 }
 
-// describeKind names a lifecycle request without the child's name, for an
-// error that quotes the name already: "restart of a child".
-func describeKind(msg any) string {
+// action names what a lifecycle message does, without the child's name, for
+// errors whose cause names the child already: `restart: supervisor: unknown
+// child "jobs"`.
+func action(msg any) string {
 	switch msg.(type) {
 	case RestartChild:
-		return "restart of a child"
+		return "restart"
 	case StopChild:
-		return "stop of a child"
+		return "stop"
 	case StartChild:
-		return "start of a child"
+		return "start"
 	case RemoveChild:
-		return "removal of a child"
+		return "removal"
+	case AddChild:
+		return "addition"
 	default:
 		return describe(msg)
 	}

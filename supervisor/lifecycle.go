@@ -19,8 +19,7 @@ func (s *root) lifecycleRecord(msg any, name string) (*childRecord, error) {
 	}
 	rec, err := s.record(name)
 	if err != nil {
-		// record's error quotes the name already: say once which it is.
-		return nil, fmt.Errorf("%s: %w", describeKind(msg), err)
+		return nil, fmt.Errorf("%s: %w", action(msg), err) // err names the child
 	}
 	return rec, nil
 }
