@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -527,4 +528,29 @@ func pbHeldBy(t *testing.T, srv *leasetest.Server, holder string) {
 			AcquireTime: &now, RenewTime: &now},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+}
+
+// Found by the state-space test: a lease lost during a requested shutdown
+// whose Shutdown hangs was never fenced: the child stayed active past the
+// lease's expiry and Done never closed. The fence timeout bounds it now.
+func TestLeaseLostDuringAHungShutdownIsFenced(t *testing.T) {
+	t.Parallel()
+	srv := leasetest.NewServer()
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	stuck := &pbController{name: "stuck", srv: srv, hang: hang}
+	m, client := pbManager(t, srv, "a", cm.LeaseLostExit, nil)
+	m.Add(stuck)
+	require.NoError(t, m.Start(context.Background(), 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	m.ShutdownAndWait(ctx) // gives up on the hung Shutdown; the manager waits on
+	client.Partition(true)
+	select {
+	case <-m.Done():
+	case <-time.After(elWait):
+		t.Fatalf("not fenced: phase %s", pbStatus(t, m).Phase)
+	}
+	assert.ErrorIs(t, m.Err(), lease.ErrLost)
+	assert.ErrorContains(t, m.Err(), `controller "stuck"`)
 }

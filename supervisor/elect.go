@@ -70,18 +70,24 @@ func (s *root) onLeaseLost(m lease.Lost) {
 	if wasLeader {
 		s.bus.Publish(Event{Type: LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
 	}
-	if s.shutdown != nil || s.phase.Ended() {
-		if s.shutdown != nil && s.phase == PhaseShuttingDown {
-			// It may have been waiting for Released; there is nothing left to release.
-			s.maybeFinishAfterLoss()
-		}
-		return
-	}
 	reason := m.Reason // the elector's words, which it also logged
 	if reason == "" {
 		reason = "not renewed within the renew deadline"
 	}
-	s.fence(fmt.Errorf("%w: %s", lease.ErrLost, reason))
+	cause := fmt.Errorf("%w: %s", lease.ErrLost, reason)
+	if s.shutdown != nil || s.phase.Ended() {
+		if s.shutdown != nil && s.phase == PhaseShuttingDown {
+			// It may have been waiting for Released; there is nothing left to release.
+			s.maybeFinishAfterLoss()
+			if !s.phase.Ended() {
+				// Still waiting for Shutdown calls, now without the lease:
+				// they are bounded by the fence timeout as after any loss.
+				s.armFence(cause)
+			}
+		}
+		return
+	}
+	s.fence(cause)
 }
 
 // fence stops every controller and store, with Shutdown contexts that end at
@@ -134,6 +140,27 @@ func (s *root) fence(cause error) {
 		}
 		s.elect()
 	})
+}
+
+// armFence bounds, by the fence timeout, the fenced children already
+// shutting down when the lease is lost during a shutdown: past it, any of
+// them still active fails the manager (onFenceOverdue), since it may run
+// while another replica leads.
+func (s *root) armFence(cause error) {
+	if s.fencing != nil {
+		return
+	}
+	f := &fencing{cause: cause, began: time.Now()}
+	for _, rec := range s.children {
+		if fencedChild(rec) && rec.state.active() {
+			f.recs = append(f.recs, rec)
+		}
+	}
+	if len(f.recs) == 0 {
+		return
+	}
+	s.fencing = f
+	f.timer = time.AfterFunc(s.fenceTimeout(), func() { s.sendSelf(fenceOverdue{f: f}) })
 }
 
 // fenced records that every child f stops has stopped.
