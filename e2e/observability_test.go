@@ -303,4 +303,3 @@ func TestProbesAnswerAsTheAPIServerDoes(t *testing.T) {
 		require.True(t, strings.HasSuffix(ours.body, fmt.Sprintf("%s check failed\n", strings.TrimPrefix(path, "/"))), ours.body)
 	}
 }
-
