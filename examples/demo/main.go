@@ -90,7 +90,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", health.NewHandler(m))
+	mux.Handle("/", health.NewHandler(m, health.WithMetrics(m.Gatherer()))) // /healthz, /livez, /readyz, /metrics
 	mux.Handle("/validate", m.Handler())
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

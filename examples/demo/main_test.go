@@ -62,7 +62,7 @@ func TestDemo(t *testing.T) {
 	}
 	base := "http://" + addr
 
-	for _, path := range []string{"/readyz", "/healthz"} {
+	for _, path := range []string{"/readyz", "/healthz", "/livez", "/metrics"} {
 		resp, err := http.Get(base + path)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
