@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,10 +126,14 @@ const (
 
 // eventCorrelation bounds what the manager's own recorder sends, so that a
 // crash-looping child cannot flood the API server. These are client-go's
-// defaults, written out so that they are stated here and stay put:
-//   - spam filter: per source and involved object and event type, a token
-//     bucket of 25 events refilled at one per 5 minutes: a loop yields 25
-//     Warnings, then one every 5 minutes;
+// defaults, written out so that they are stated here and stay put, but for
+// the spam filter's key, which has the reason too:
+//   - spam filter: per source, involved object, event type and reason, a
+//     token bucket of 25 events refilled at one per 5 minutes: a loop yields
+//     25 ChildFailed Warnings, then one every 5 minutes. client-go's key
+//     leaves the reason out, so a crash loop would use up the bucket of
+//     every Warning on the Pod, and the LeaderLost or Escalated that
+//     follows it would be dropped;
 //   - aggregation: an Event repeated with the same message is one Event
 //     whose count grows (a PATCH, not a new object); past 10 Events of one
 //     reason with different messages within 10 minutes, they are combined
@@ -140,11 +145,22 @@ var eventCorrelation = record.CorrelatorOptions{
 	QPS:                  1. / 300.,
 	MaxEvents:            10,
 	MaxIntervalInSeconds: 600,
+	SpamKeyFunc:          spamKey,
+}
+
+// spamKey is client-go's spam key (source, involved object, type) and the
+// reason.
+func spamKey(e *corev1.Event) string {
+	o := e.InvolvedObject
+	return strings.Join([]string{e.Source.Component, e.Source.Host, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion, e.Type, e.Reason}, "\x00")
 }
 
 // eventFlushTimeout bounds how long a manager that stops waits for its own
-// recorder to write the Events it has queued before shutting it down.
-const eventFlushTimeout = time.Second
+// recorder to write the Events it has queued before shutting it down. The
+// clientset's client-side rate limit (client-go's default: 5 requests a
+// second, bursts of 10) can hold a backlog of a few seconds after a burst of
+// failures; the wait ends as soon as the backlog is written.
+const eventFlushTimeout = 5 * time.Second
 
 // maxEventMessage caps an Event's message (events.k8s.io caps its note at
 // 1kB).

@@ -113,7 +113,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry)))  // /healthz, /readyz, /metrics
+	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry)))  // /healthz, /livez, /readyz, /metrics
 	mux.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m)) // the live view; it shows errors and stacks: keep it on localhost
 	mux.Handle("/validate", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

@@ -62,7 +62,7 @@ func TestDemo(t *testing.T) {
 	}
 	base := "http://" + addr
 
-	for _, path := range []string{"/readyz", "/healthz", "/debug/supervision/status.json"} {
+	for _, path := range []string{"/readyz", "/healthz", "/livez", "/metrics", "/debug/supervision/status.json"} {
 		resp, err := http.Get(base + path)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
