@@ -75,7 +75,11 @@ func (m *ControllerManager) LeaseGuard() error {
 // PUT, PATCH, DELETE) through rt only when guard() returns nil at the moment
 // of sending, and otherwise refuses it, unsent, with guard()'s error
 // (wrapped: errors.Is(err, lease.ErrNotHeld) holds through client-go's
-// errors). Reads (GET, HEAD, OPTIONS, watches) always pass. A nil rt is
+// errors). The body of a mutating request checks the guard again at every
+// read and at its end, so that a request whose headers went out just before
+// the process was paused is aborted on waking rather than completed (the
+// API server acts on a request only once its body has ended). Reads (GET,
+// HEAD, OPTIONS, watches) always pass. A nil rt is
 // http.DefaultTransport; a nil guard refuses every mutating request.
 //
 // Fence a controller's whole clientset with rest.Config's Wrap, in its Run:
