@@ -3,6 +3,7 @@ package controllermanager
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -74,7 +75,11 @@ func (m *ControllerManager) LeaseGuard() error {
 // PUT, PATCH, DELETE) through rt only when guard() returns nil at the moment
 // of sending, and otherwise refuses it, unsent, with guard()'s error
 // (wrapped: errors.Is(err, lease.ErrNotHeld) holds through client-go's
-// errors). Reads (GET, HEAD, OPTIONS, watches) always pass. A nil rt is
+// errors). The body of a mutating request checks the guard again at every
+// read and at its end, so that a request whose headers went out just before
+// the process was paused is aborted on waking rather than completed (the
+// API server acts on a request only once its body has ended). Reads (GET,
+// HEAD, OPTIONS, watches) always pass. A nil rt is
 // http.DefaultTransport; a nil guard refuses every mutating request.
 //
 // Fence a controller's whole clientset with rest.Config's Wrap, in its Run:
@@ -116,10 +121,57 @@ func (t *guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			if req.Body != nil {
 				_ = req.Body.Close()
 			}
-			return nil, fmt.Errorf("controllermanager: %s %s refused by the lease guard: %w", req.Method, req.URL.Path, err)
+			return nil, t.refused(req, err)
+		}
+		if req.Body != nil && req.Body != http.NoBody {
+			req = t.guardBody(req)
 		}
 	}
 	return t.next.RoundTrip(req)
+}
+
+func (t *guardedTransport) refused(req *http.Request, err error) error {
+	return fmt.Errorf("controllermanager: %s %s refused by the lease guard: %w", req.Method, req.URL.Path, err)
+}
+
+// guardBody returns a copy of req whose body checks the guard again at every
+// read, the last one (io.EOF) included. A transport sends the headers before
+// it reads the body, and the API server acts on a request only once its body
+// has ended: a process paused in between (SIGSTOP after the headers went out)
+// would otherwise complete, on waking, a write it checked before the pause.
+// With the check at the body's end, the transport aborts the request instead.
+func (t *guardedTransport) guardBody(req *http.Request) *http.Request {
+	r := req.Clone(req.Context())
+	r.Body = &guardedBody{ReadCloser: req.Body, check: func() error {
+		if err := t.guard(); err != nil {
+			return t.refused(req, err)
+		}
+		return nil
+	}}
+	if getBody := req.GetBody; getBody != nil {
+		r.GetBody = func() (io.ReadCloser, error) {
+			body, err := getBody()
+			if err != nil || body == http.NoBody {
+				return body, err
+			}
+			return &guardedBody{ReadCloser: body, check: r.Body.(*guardedBody).check}, nil
+		}
+	}
+	return r
+}
+
+// guardedBody is a request body that fails a read once the guard fails.
+type guardedBody struct {
+	io.ReadCloser
+	check func() error
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if cerr := b.check(); cerr != nil {
+		return 0, cerr
+	}
+	return n, err
 }
 
 // WrappedRoundTripper returns the transport it wraps, for client-go's

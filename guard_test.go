@@ -331,3 +331,39 @@ func BenchmarkLeaseGuard(b *testing.B) {
 		}
 	})
 }
+
+// A guard that fails after the headers have gone out, before the body has
+// ended (a process paused in between), aborts the request: the server never
+// receives a whole body to act on.
+func TestGuardTransportChecksAgainAtTheBodysEnd(t *testing.T) {
+	var whole atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err == nil {
+			whole.Add(1)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var calls atomic.Int32
+	notHeld := errors.New("not held any more")
+	guard := func() error {
+		if calls.Add(1) == 1 {
+			return nil // at the send
+		}
+		return notHeld // at the body
+	}
+	req, err := http.NewRequest(http.MethodPatch, srv.URL+"/x", strings.NewReader(`{"data":{}}`))
+	require.NoError(t, err)
+	_, err = (&http.Client{Transport: cm.GuardTransport(guard, nil)}).Do(req)
+	require.ErrorIs(t, err, notHeld)
+	assert.Contains(t, err.Error(), "refused by the lease guard")
+	assert.Zero(t, whole.Load(), "no whole body reached the server")
+
+	calls.Store(0)
+	ok := func() error { return nil }
+	req, err = http.NewRequest(http.MethodPatch, srv.URL+"/x", strings.NewReader(`{"data":{}}`))
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: cm.GuardTransport(ok, nil)}).Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, int32(1), whole.Load())
+}

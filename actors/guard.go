@@ -62,7 +62,7 @@ func withGuard(ctx context.Context, g *incarnationGuard) context.Context {
 	if g == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, guardKey{}, g.guard)
+	return context.WithValue(ctx, guardKey{}, g)
 }
 
 // LeaseGuard returns the lease guard of the child whose start context ctx
@@ -78,8 +78,8 @@ func withGuard(ctx context.Context, g *incarnationGuard) context.Context {
 // store's Recover; guard then always fails, so that a write guarded by it is
 // refused rather than let through unchecked.
 func LeaseGuard(ctx context.Context) (guard func() error, ok bool) {
-	if g, ok := ctx.Value(guardKey{}).(func() error); ok {
-		return g, true
+	if g, ok := ctx.Value(guardKey{}).(*incarnationGuard); ok {
+		return g.guard, true
 	}
 	return noGuard, false
 }

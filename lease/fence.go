@@ -75,7 +75,7 @@ func (f *Fence) Guard() func() error {
 	if t == nil {
 		return f.Check
 	}
-	return t.check
+	return t.checkFunc
 }
 
 // begin makes t the fence's current election.
@@ -106,6 +106,8 @@ type term struct {
 	sent atomic.Int64
 	// why says why the term ended; set before sent becomes termEnded.
 	why atomic.Pointer[string]
+	// checkFunc is check, made once: Guard hands it to every incarnation.
+	checkFunc func() error
 }
 
 func newTerm(cfg Config) *term {
@@ -114,6 +116,7 @@ func newTerm(cfg Config) *term {
 		lease: cfg.Lock.Describe(), duration: cfg.recordedDuration(), margin: cfg.clockSkewMargin(),
 	}
 	t.sent.Store(neverRenewed)
+	t.checkFunc = t.check
 	return t
 }
 

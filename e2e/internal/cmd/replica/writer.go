@@ -79,17 +79,21 @@ func (w *writer) loop(ctx context.Context, client kubernetes.Interface, n int) {
 		case <-tick.C:
 		}
 		patch := fmt.Sprintf(`{"data":{"writer":%q,"seq":%q}}`, w.identity, strconv.Itoa(seq))
+		sent := time.Now()
 		got, err := client.CoreV1().ConfigMaps(w.namespace).Patch(ctx, w.configMap, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		e := journal.Entry{Kind: journal.Write, Controller: w.name, Incarnation: n}
+		e := journal.Entry{Kind: journal.Write, Controller: w.name, Incarnation: n, Message: "seq " + strconv.Itoa(seq) + " sent " + sent.Format("15:04:05.000000")}
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+			// Journalled even when Shutdown cancelled it: a write cancelled in flight
+			// may have been committed all the same.
 			e.Err = err.Error()
 		} else {
 			e.Name = got.ResourceVersion
+			e.Message += " rv " + got.ResourceVersion
 		}
 		w.rec.Write(e)
+		if ctx.Err() != nil {
+			return
+		}
 	}
 }
 
