@@ -142,7 +142,8 @@ type Elector struct {
 	tried    map[int]string // the resourceVersion last campaigned on, per shard
 	stopping bool
 
-	ticks atomic.Int64 // retry periods handled, for tests that step a fake clock
+	ticks   atomic.Int64  // retry periods handled, for tests that step a fake clock
+	ticking chan struct{} // closed once Run's ticker exists, for the same tests
 }
 
 // observed is a Lease as last seen and when it was first seen so: the
@@ -181,7 +182,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), observed: map[string]*observed{}, held: map[int]*held{},
+	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}), observed: map[string]*observed{}, held: map[int]*held{},
 		fencing: map[int]bool{}, tried: map[int]string{}}
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {
@@ -219,6 +220,7 @@ func (e *Elector) Run(ctx context.Context) {
 	e.renewMember()
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
 	defer ticker.Stop()
+	close(e.ticking)
 	done := ctx.Done()
 	ticked := false
 	for {

@@ -126,6 +126,7 @@ func (g *group) start(id string) *replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { defer close(r.done); e.Run(ctx) }()
+	<-e.ticking // a step from now on reaches it
 	g.replicas[id] = r
 	return r
 }
@@ -157,7 +158,7 @@ func (g *group) step() {
 	}
 	g.clock.Step(retryPeriod)
 	for id, r := range g.replicas {
-		require.Eventually(g.t, func() bool { return r.e.ticks.Load() > before[id] }, wait, poll, "%s did not tick", id)
+		require.Eventually(g.t, func() bool { return r.e.ticks.Load() > before[id] }, wait, poll, "%s did not tick (%d, waiters %v)", id, r.e.ticks.Load(), g.clock.HasWaiters())
 	}
 }
 
@@ -330,4 +331,43 @@ func TestElectorPartitionedHolderFencesFirst(t *testing.T) {
 	a.client.Partition(false)
 	g.settleStepping("a back", 4*int(leaseDuration/retryPeriod))
 	g.journal.check(t)
+}
+
+// TestElectorSteadyStateRequests counts the Lease requests of 3 settled
+// replicas per retry period: one update per held shard and one per member
+// Lease, nothing else (no polling of Leases held by others: the watch tells).
+// S client-go LeaderElectors on 3 replicas would make 3·S gets and S updates.
+func TestElectorSteadyStateRequests(t *testing.T) {
+	for _, shards := range []int{4, 12, 32} {
+		t.Run(fmt.Sprintf("S=%d", shards), func(t *testing.T) {
+			g := newGroup(t, shards)
+			for _, id := range []string{"a", "b", "c"} {
+				g.start(id)
+			}
+			g.settleStepping("start", 10)
+			g.step() // a full period after settling
+			count := func() map[string]int {
+				n := map[string]int{}
+				for _, r := range g.replicas {
+					for _, a := range r.client.Actions() {
+						n[a.GetVerb()]++
+					}
+				}
+				return n
+			}
+			before := count()
+			const periods = 4
+			for range periods {
+				g.step()
+			}
+			after := count()
+			for verb := range after {
+				if after[verb] -= before[verb]; after[verb] == 0 {
+					delete(after, verb)
+				}
+			}
+			assert.Equal(t, map[string]int{"update": periods * (shards + 3)}, after)
+			t.Logf("S=%d, 3 replicas: %d Lease requests per retry period (S client-go electors: %d)", shards, (shards+3), 4*shards)
+		})
+	}
 }
