@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
 // TestShardOfGolden pins ShardOf forever: users predict placement from it,
@@ -90,4 +92,13 @@ func TestLeaderElectionSpecShards(t *testing.T) {
 			assert.Equal(t, tc.want, c.shards)
 		})
 	}
+}
+
+func TestNewControllerManagerRefusesShardsUntilWired(t *testing.T) {
+	yes := true
+	spec := ControllerManagerConfigSpec{LeaderElection: &LeaderElectionSpec{Enabled: &yes, LeaseName: "lead", LeaseNamespace: "ns", Shards: 12}}
+	m, err := NewControllerManager(NewContext(leasetest.NewServer().Client("a")), spec, "")
+	require.Error(t, err)
+	assert.Nil(t, m)
+	assert.Contains(t, err.Error(), "leaderElection.shards: 12 shards are not supported by ControllerManager yet")
 }

@@ -367,7 +367,7 @@ func TestElectorSteadyStateRequests(t *testing.T) {
 				}
 			}
 			assert.Equal(t, map[string]int{"update": periods * (shards + 3)}, after)
-			t.Logf("S=%d, 3 replicas: %d Lease requests per retry period (S client-go electors: %d)", shards, (shards+3), 4*shards)
+			t.Logf("S=%d, 3 replicas: %d Lease requests per retry period (S client-go electors: %d)", shards, (shards + 3), 4*shards)
 		})
 	}
 }
