@@ -4,7 +4,9 @@
 // real API server does: without that, a leader whose lease was taken over
 // would overwrite the new holder on its next renewal and never notice the
 // loss. Each replica gets a clientset of its own (Server.Client), which can
-// be cut off from the server to simulate a network partition.
+// be cut off from the server to simulate a network partition. Leases can be
+// listed and watched too, as informers and watch-driven electors need (see
+// watch.go); a partition stops the client's watches.
 package leasetest
 
 import (

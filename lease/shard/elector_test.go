@@ -139,13 +139,15 @@ func (g *group) stop(id string) {
 	delete(g.replicas, id)
 }
 
-// crash ends r as a SIGKILL would: cut off, nothing released.
+// crash ends r as a SIGKILL would: cut off, nothing released. Its Run,
+// which cannot release anything, is waited for at the end of the test, so
+// that the clock moves only by the test's steps meanwhile.
 func (g *group) crash(id string) {
 	r := g.replicas[id]
 	r.client.Partition(true)
 	r.cancel()
-	g.waitDone(r)
 	delete(g.replicas, id)
+	g.t.Cleanup(func() { g.waitDone(r) })
 }
 
 // step advances the clock by one retry period and waits until every
@@ -173,7 +175,11 @@ func (g *group) holders() []string {
 
 // settled reports whether the server shows every shard held by a live
 // replica, balanced, and every replica's Status agreeing.
-func (g *group) settled() bool {
+func (g *group) settled() bool { return g.placed() && g.agreed() }
+
+// placed reports whether the server shows every shard held by a live
+// replica, balanced.
+func (g *group) placed() bool {
 	hs := g.holders()
 	n := map[string]int{}
 	for _, h := range hs {
@@ -183,10 +189,18 @@ func (g *group) settled() bool {
 		n[h]++
 	}
 	lo, hi := g.shards/len(g.replicas), (g.shards+len(g.replicas)-1)/len(g.replicas)
-	for id, r := range g.replicas {
+	for id := range g.replicas {
 		if n[id] < lo || n[id] > hi {
 			return false
 		}
+	}
+	return true
+}
+
+// agreed reports whether every replica's Status shows what the server does.
+func (g *group) agreed() bool {
+	hs := g.holders()
+	for id, r := range g.replicas {
 		for _, s := range r.e.Status() {
 			if s.Held != (hs[s.Index] == id) || s.Holder != hs[s.Index] {
 				return false
@@ -204,12 +218,14 @@ func (g *group) settle(what string) []string {
 	return g.holders()
 }
 
-// settleStepping waits until settled, advancing the clock a retry period
-// at a time; it returns how many periods that took.
+// settleStepping waits until the Leases are placed, advancing the clock a
+// retry period at a time, then until every replica's Status agrees without
+// touching the clock; it returns how many periods the placement took.
 func (g *group) settleStepping(what string, max int) int {
 	g.t.Helper()
 	for n := 0; n <= max; n++ {
-		if g.settled() {
+		if g.placed() {
+			g.settle(what)
 			return n
 		}
 		g.step()
