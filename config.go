@@ -49,6 +49,11 @@ type LeaderElectionSpec struct {
 	// webhooks still serving, and once elected again recovers the stores and
 	// runs the controllers afresh, without a process restart.
 	OnLeaseLost LeaseLostAction `json:"onLeaseLost,omitempty"`
+	// Shards splits leadership into that many shard Leases, named
+	// "<leaseName>-<i>" for i = 0…Shards-1, each fenced as the single Lease
+	// is; see ShardOf and docs/leader-election.md. Default 1 (0 and 1: the
+	// single Lease "<leaseName>"); at most MaxShards.
+	Shards int32 `json:"shards,omitempty"`
 }
 
 // LeaseLostAction is what a manager does after it has lost its lease and
@@ -135,6 +140,7 @@ type electionConfig struct {
 	name, namespace                           string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	reelect                                   bool
+	shards                                    int // 1: the single Lease
 }
 
 // timing fills the defaults of spec and validates it; every problem is
@@ -251,7 +257,25 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	default:
 		errs = append(errs, fmt.Errorf("leaderElection.onLeaseLost: %q is not one of %s, %s", spec.OnLeaseLost, LeaseLostExit, LeaseLostReelect))
 	}
+	errs = append(errs, c.validateShards(spec.Shards)...)
 	return c, errors.Join(errs...)
+}
+
+// validateShards fills c.shards from shards and reports what is wrong with
+// it: out of 0…MaxShards, or shard Lease names that Kubernetes refuses.
+func (c *electionConfig) validateShards(shards int32) []error {
+	c.shards = 1
+	switch {
+	case shards < 0 || shards > MaxShards:
+		return []error{fmt.Errorf("leaderElection.shards: must be between 1 and %d (each shard is a Lease renewed every retry period), got %d", MaxShards, shards)}
+	case shards > 1:
+		c.shards = int(shards)
+		last := fmt.Sprintf("%s-%d", c.name, shards-1)
+		if msgs := validation.IsDNS1123Subdomain(last); c.name != "" && len(msgs) > 0 {
+			return []error{fmt.Errorf("leaderElection.shards: shard lease name %q is not a valid Kubernetes name: %s", last, strings.Join(msgs, "; "))}
+		}
+	}
+	return nil
 }
 
 // podNamespace is the namespace the process runs in: $POD_NAMESPACE, else

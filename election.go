@@ -33,6 +33,10 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if c == nil && err == nil {
 		return nil, nil
 	}
+	if c != nil && c.shards > 1 {
+		// Refused rather than ignored: a replica would run every shard.
+		err = errors.Join(err, fmt.Errorf("leaderElection.shards: %d shards are not supported by ControllerManager yet (lease/shard holds the elector); use 1", c.shards))
+	}
 	client := o.leClient
 	if client == nil && ctrlContext != nil {
 		client = ctrlContext.Kubernetes()

@@ -45,6 +45,8 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "where to serve /healthz, /readyz, /metrics and the webhook")
 	runFor := flag.Duration("for", 0, "stop by itself after this long (0: run until Ctrl-C)")
 	failEvery := flag.Duration("fail-every", 20*time.Second, "how often the flaky controller fails")
+	replicas := flag.Int("replicas", 0, "run the sharded-leadership demo with this many replicas instead (see replicas.go)")
+	shards := flag.Int("shards", 12, "with -replicas: the number of shards")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,6 +55,13 @@ func main() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *runFor)
 		defer cancel()
+	}
+	if *replicas > 0 {
+		if err := runReplicas(ctx, replicasConfig{replicas: *replicas, shards: *shards, killAfter: 3 * time.Second}, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(ctx, config{addr: *addr, failEvery: *failEvery}, os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)

@@ -4,7 +4,9 @@
 // real API server does: without that, a leader whose lease was taken over
 // would overwrite the new holder on its next renewal and never notice the
 // loss. Each replica gets a clientset of its own (Server.Client), which can
-// be cut off from the server to simulate a network partition.
+// be cut off from the server to simulate a network partition. Leases can be
+// listed and watched too, as informers and watch-driven electors need (see
+// watch.go); a partition stops the client's watches.
 package leasetest
 
 import (
@@ -20,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -35,6 +38,8 @@ type Server struct {
 	objects map[string]*coordinationv1.Lease // by namespace/name
 	version int64
 	writes  []Write
+	log     []logged             // every stored version, for watches that resume
+	watches map[*leaseWatch]bool // open watches
 }
 
 // Write is one successful create or update of a Lease.
@@ -49,7 +54,7 @@ type Write struct {
 
 // NewServer returns a Server with no Lease.
 func NewServer() *Server {
-	return &Server{objects: map[string]*coordinationv1.Lease{}}
+	return &Server{objects: map[string]*coordinationv1.Lease{}, watches: map[*leaseWatch]bool{}}
 }
 
 // Client is a clientset of its own on the server.
@@ -57,10 +62,14 @@ type Client struct {
 	*fake.Clientset
 	name string
 	cut  atomic.Bool
+
+	mu      sync.Mutex
+	watches map[*leaseWatch]bool // open watches, stopped by Partition
 }
 
 // Client returns a new clientset whose Lease calls go to s; name tags its
-// writes in History.
+// writes in History. Its Lease calls are get, list, create, update and
+// watch (see Watch in watch.go).
 func (s *Server) Client(name string) *Client {
 	c := &Client{Clientset: fake.NewClientset(), name: name}
 	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -69,12 +78,21 @@ func (s *Server) Client(name string) *Client {
 		}
 		return s.react(c.name, action)
 	})
+	c.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		return s.watchFor(c, action)
+	})
 	return c
 }
 
-// Partition cuts c off from the server (every Lease call fails) or, with
-// false, reconnects it.
-func (c *Client) Partition(cut bool) { c.cut.Store(cut) }
+// Partition cuts c off from the server (every Lease call fails, and every
+// watch it has open stops: its result channel is closed) or, with false,
+// reconnects it.
+func (c *Client) Partition(cut bool) {
+	c.cut.Store(cut)
+	if cut {
+		c.stopWatches()
+	}
+}
 
 func (s *Server) react(client string, action k8stesting.Action) (bool, runtime.Object, error) {
 	s.mu.Lock()
@@ -88,6 +106,8 @@ func (s *Server) react(client string, action k8stesting.Action) (bool, runtime.O
 			return true, nil, apierrors.NewNotFound(leases, name)
 		}
 		return true, cur.DeepCopy(), nil
+	case "list":
+		return true, s.list(ns, action.(k8stesting.ListAction).GetListRestrictions()), nil
 	case "create":
 		obj := action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
 		obj.Namespace = ns
@@ -117,6 +137,7 @@ func (s *Server) react(client string, action k8stesting.Action) (bool, runtime.O
 func (s *Server) store(client string, obj *coordinationv1.Lease) *coordinationv1.Lease {
 	s.version++
 	obj.ResourceVersion = strconv.FormatInt(s.version, 10)
+	_, existed := s.objects[obj.Namespace+"/"+obj.Name]
 	s.objects[obj.Namespace+"/"+obj.Name] = obj
 	holder := ""
 	if obj.Spec.HolderIdentity != nil {
@@ -124,6 +145,7 @@ func (s *Server) store(client string, obj *coordinationv1.Lease) *coordinationv1
 	}
 	s.writes = append(s.writes, Write{Time: time.Now(), Namespace: obj.Namespace, Name: obj.Name,
 		Holder: holder, Version: obj.ResourceVersion, Client: client})
+	s.notify(obj, !existed)
 	return obj.DeepCopy()
 }
 

@@ -1,0 +1,135 @@
+package shard
+
+import (
+	"hash/fnv"
+	"slices"
+	"strconv"
+)
+
+// Assign returns the rule's owner of each of shards shards: the identity of
+// the member (from members) that should hold it, or "" when there is no
+// member. holders[i] is the current holder of shard i as observed ("" when
+// none; a holder that is not among members counts as none); holders may be
+// shorter than shards. The result depends only on its arguments, not on
+// their order, so every replica that sees the same Leases computes the same
+// assignment.
+//
+// The rule, with R members and S shards:
+//
+//  1. Quotas. Members are ranked by how many shards they hold now, counting
+//     at most ⌈S/R⌉ (most first, ties by identity); the first S mod R of
+//     them may hold ⌈S/R⌉ shards, the others ⌊S/R⌋. That is balanced by
+//     construction. The cap keeps the ranking still while a rebalance is
+//     under way: a member giving up its excess one shard at a time does
+//     not fall behind another and swap quotas with it midway.
+//  2. Keep. Each member keeps the shards it holds, up to its quota; past
+//     it, it keeps those it scores highest (see 3) and gives up the rest.
+//  3. Fill. Every other shard (free, held by a non-member, or given up), in
+//     index order, goes to the member with room left under its quota that
+//     scores it highest, the score being the rendezvous hash FNV-1a 64 of
+//     identity, a zero byte and the shard index in decimal.
+//
+// Why it is sticky where rendezvous hashing with bounded load is not: with
+// plain rendezvous, a shard's owner is its top scorer among the members, so
+// a join takes from every member the shards the joiner scores highest,
+// which need not be what the bound on load would take, and a leave can push
+// a shard past a full member's bound onto a third one. Here the current
+// holders are an input: what a member holds is kept up to its quota, and
+// the hash only places what no one may keep. In a stable state (every
+// member holding ⌊S/R⌋ or ⌈S/R⌉, all of them its own), a leave leaves every
+// remaining member within its new quota (the ⌈⌉ quotas go to those holding
+// most, and there are enough of them), so only the leaver's shards move; a
+// join lowers quotas, the shards given up go where there is room, and the
+// only member with room is the joiner (the members holding ⌈S/R⌉ before
+// rank first and so keep the larger quotas; the joiner, holding nothing,
+// ranks last), so shards move only to the joiner, exactly ⌊S/R⌋ of them,
+// the least any balanced rule can move. Ranking by holdings rather than by
+// identity alone is what makes that least: by identity, a joiner that sorts
+// first would take a ⌈S/R⌉ quota, one shard more than needed (and, with
+// S < R, a shard where none needs to move). TestAssignJoinsAndLeaves and
+// TestAssignRandomHistories check all of it.
+func Assign(shards int, members, holders []string) []string {
+	out := make([]string, shards)
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	if len(ms) == 0 || shards <= 0 {
+		return out
+	}
+	member := make(map[string]int, len(ms))
+	held := make([][]int, len(ms))
+	for i, m := range ms {
+		member[m] = i
+	}
+	for s := 0; s < shards && s < len(holders); s++ {
+		if i, ok := member[holders[s]]; ok && holders[s] != "" {
+			held[i] = append(held[i], s)
+		}
+	}
+
+	rank := make([]int, len(ms))
+	for i := range rank {
+		rank[i] = i
+	}
+	ceil := (shards + len(ms) - 1) / len(ms)
+	slices.SortStableFunc(rank, func(a, b int) int { return min(len(held[b]), ceil) - min(len(held[a]), ceil) })
+	quota := make([]int, len(ms))
+	for r, i := range rank {
+		quota[i] = shards / len(ms)
+		if r < shards%len(ms) {
+			quota[i]++
+		}
+	}
+
+	for i, hs := range held {
+		slices.SortStableFunc(hs, func(a, b int) int { return compareScore(score(ms[i], b), score(ms[i], a)) })
+		for _, s := range hs[:min(len(hs), quota[i])] {
+			out[s] = ms[i]
+			quota[i]--
+		}
+	}
+	for s := range out {
+		if out[s] != "" {
+			continue
+		}
+		best := -1
+		for i, m := range ms {
+			if quota[i] > 0 && (best < 0 || score(m, s) > score(ms[best], s)) {
+				best = i
+			}
+		}
+		out[s] = ms[best]
+		quota[best]--
+	}
+	return out
+}
+
+// Owned returns the shards that Assign gives to identity, in index order.
+func Owned(assignment []string, identity string) []int {
+	var own []int
+	for s, m := range assignment {
+		if m == identity {
+			own = append(own, s)
+		}
+	}
+	return own
+}
+
+// score is the rendezvous hash of identity and shard.
+func score(identity string, shard int) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(identity))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(strconv.Itoa(shard)))
+	return h.Sum64()
+}
+
+func compareScore(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,675 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// The labels on every Lease of a group.
+const (
+	// LabelGroup is the group's name, the Config.Name of its Elector.
+	LabelGroup = "controllermanager.actorkube.io/lease-group"
+	// LabelRole is RoleShard or RoleMember.
+	LabelRole = "controllermanager.actorkube.io/lease-role"
+	// RoleShard marks a shard Lease.
+	RoleShard = "shard"
+	// RoleMember marks a member Lease.
+	RoleMember = "member"
+)
+
+// Config configures an Elector. Every field but Clock, Logger and the
+// callbacks is required.
+type Config struct {
+	// Client reaches the API server.
+	Client kubernetes.Interface
+	// Namespace and Name name the group: its shard Leases are
+	// "<Name>-<i>" in Namespace.
+	Namespace, Name string
+	// Identity is this replica's holder identity, unique among replicas.
+	Identity string
+	// Shards is the number of shard Leases, at least 1.
+	Shards int
+	// LeaseDuration, RenewDeadline and RetryPeriod mean what they mean for
+	// client-go's LeaderElector: a Lease not seen to change for
+	// LeaseDuration may be taken over; a holder that could not renew for
+	// RenewDeadline gives the shard up as lost; every RetryPeriod the held
+	// Leases are renewed and expired ones campaigned for. LeaseDuration >
+	// RenewDeadline > RetryPeriod > 0, and LeaseDuration whole seconds.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Clock is the clock of every timer and of the local-observation clock.
+	// Default: the real clock.
+	Clock clock.WithTicker
+	// Logger receives the elector's logs. Default: discarded.
+	Logger *slog.Logger
+	// Callbacks are how the Elector hands shards to its user.
+	Callbacks Callbacks
+}
+
+// Callbacks are called on the Elector's goroutine, one at a time, and must
+// not block; their done functions may be called from any goroutine, once.
+type Callbacks struct {
+	// Acquired: this replica now holds shard; its children may run.
+	Acquired func(shard int)
+	// Release: shard is assigned to another replica (a rebalance, or Run's
+	// context ended). Call done once nothing of the shard runs any more: the
+	// Lease is renewed until then and released right after.
+	Release func(shard int, done func())
+	// Lost: shard's Lease was taken by another replica, or could not be
+	// renewed for RenewDeadline. Its children must stop at once: another
+	// replica may take it LeaseDuration − RenewDeadline − RetryPeriod after
+	// the last renewal. The shard is not campaigned for again until done is
+	// called (never, to give it up for good).
+	Lost func(shard int, done func())
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("shard: no client"))
+	}
+	if c.Name == "" || c.Namespace == "" || c.Identity == "" {
+		errs = append(errs, errors.New("shard: name, namespace and identity are required"))
+	}
+	if c.Shards < 1 {
+		errs = append(errs, fmt.Errorf("shard: shards must be at least 1, got %d", c.Shards))
+	}
+	switch {
+	case c.RetryPeriod <= 0:
+		errs = append(errs, errors.New("shard: retry period must be positive"))
+	case c.RenewDeadline <= c.RetryPeriod:
+		errs = append(errs, fmt.Errorf("shard: renew deadline %s must exceed the retry period %s", c.RenewDeadline, c.RetryPeriod))
+	case c.LeaseDuration <= c.RenewDeadline:
+		errs = append(errs, fmt.Errorf("shard: lease duration %s must exceed the renew deadline %s", c.LeaseDuration, c.RenewDeadline))
+	case c.LeaseDuration%time.Second != 0:
+		errs = append(errs, fmt.Errorf("shard: lease duration %s is not whole seconds", c.LeaseDuration))
+	}
+	return errors.Join(errs...)
+}
+
+// ShardLease is the name of shard i's Lease in group name.
+func ShardLease(name string, i int) string { return name + "-" + strconv.Itoa(i) }
+
+// MemberLease is the name of identity's member Lease in group name.
+func MemberLease(name, identity string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(identity))
+	return fmt.Sprintf("%s-member-%016x", name, h.Sum64())
+}
+
+// Status is the state of one shard as this replica last saw it.
+type Status struct {
+	Index  int
+	Lease  string // the shard's Lease name
+	Holder string // its holder as last observed; "" when none
+	Held   bool   // this replica holds it now
+}
+
+// Elector campaigns for the shards Assign gives this replica, holds them
+// while it can, and hands them over when the assignment moves them. Build
+// it with New and run it with Run.
+type Elector struct {
+	cfg    Config
+	events chan any      // from the watch goroutine
+	wake   chan struct{} // 1-buffered: acks has grown
+
+	mu     sync.Mutex
+	acks   []any // from the done functions, which must never block
+	status []Status
+	moved  int // shards acquired from another holder, or given up, so far
+
+	// owned by Run's goroutine
+	observed map[string]*observed
+	held     map[int]*held
+	fencing  map[int]bool // lost, waiting for the Lost callback's done
+	member   *coordinationv1.Lease
+	tried    map[int]string // the resourceVersion last campaigned on, per shard
+	stopping bool
+
+	ticks   atomic.Int64  // retry periods handled, for tests that step a fake clock
+	ticking chan struct{} // closed once Run's ticker exists, for the same tests
+}
+
+// observed is a Lease as last seen and when it was first seen so: the
+// local-observation clock that expiry is measured on.
+type observed struct {
+	lease  *coordinationv1.Lease
+	seenAt time.Time
+}
+
+// held is a shard Lease this replica holds.
+type held struct {
+	lease     *coordinationv1.Lease // as last written by us
+	renewedAt time.Time             // local time of the last successful write
+	releasing bool                  // Release was called; waiting for done
+	released  bool                  // done was called; the Lease is being released
+	confirmed bool                  // the watch has shown our write: what follows is newer
+}
+
+// The loop's messages.
+type (
+	leaseSeen  struct{ lease *coordinationv1.Lease }
+	listed     struct{ leases []coordinationv1.Lease }
+	shardDone  struct{ shard int }
+	fenceDone  struct{ shard int }
+	watchEnded struct{}
+)
+
+// New validates cfg and returns an Elector.
+func New(cfg Config) (*Elector, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}), observed: map[string]*observed{}, held: map[int]*held{},
+		fencing: map[int]bool{}, tried: map[int]string{}}
+	e.status = make([]Status, cfg.Shards)
+	for i := range e.status {
+		e.status[i] = Status{Index: i, Lease: ShardLease(cfg.Name, i)}
+	}
+	return e, nil
+}
+
+// Status returns the state of every shard; safe to call at any time.
+func (e *Elector) Status() []Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.status)
+}
+
+// Moved is how many times this replica acquired a shard from another holder
+// or gave one up (released or lost).
+func (e *Elector) Moved() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.moved
+}
+
+// Run campaigns until ctx ends, then hands every held shard back: Release
+// for each, and once all are done, their Leases and the member Lease are
+// released. It returns once they are (or once a release has failed for
+// RenewDeadline; the Leases then expire on their own).
+func (e *Elector) Run(ctx context.Context) {
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.watch(watchCtx) }()
+	defer func() { stopWatch(); wg.Wait() }()
+
+	e.renewMember()
+	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
+	defer ticker.Stop()
+	close(e.ticking)
+	done := ctx.Done()
+	ticked := false
+	for {
+		select {
+		case <-done:
+			done = nil
+			e.stopping = true
+		case ev := <-e.events:
+			e.handle(ev)
+		case <-e.wake:
+			e.mu.Lock()
+			acks := e.acks
+			e.acks = nil
+			e.mu.Unlock()
+			for _, ack := range acks {
+				e.handle(ack)
+			}
+		case <-ticker.C():
+			clear(e.tried) // campaign again, on the same versions too: they may have expired
+			e.renewMember()
+			e.renewAll()
+			ticked = true
+		}
+		e.reconcile()
+		if ticked {
+			ticked = false
+			e.ticks.Add(1)
+		}
+		if e.stopping && len(e.held) == 0 {
+			e.releaseMember()
+			return
+		}
+	}
+}
+
+func (e *Elector) handle(ev any) {
+	switch m := ev.(type) {
+	case leaseSeen:
+		e.see(m.lease)
+	case listed:
+		names := map[string]bool{}
+		for i := range m.leases {
+			names[m.leases[i].Name] = true
+			e.see(&m.leases[i])
+		}
+		for name := range e.observed {
+			if !names[name] {
+				delete(e.observed, name)
+			}
+		}
+	case shardDone:
+		if h := e.held[m.shard]; h != nil && h.releasing {
+			h.released = true
+			e.release(m.shard)
+		}
+	case fenceDone:
+		delete(e.fencing, m.shard)
+	case watchEnded:
+	}
+}
+
+// see records l, with the local time when it changed.
+func (e *Elector) see(l *coordinationv1.Lease) {
+	o := e.observed[l.Name]
+	if o == nil || o.lease.ResourceVersion != l.ResourceVersion {
+		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
+	}
+	i, ok := e.shardIndex(l)
+	if !ok {
+		return
+	}
+	h := e.held[i]
+	switch {
+	case h == nil:
+	case l.ResourceVersion == h.lease.ResourceVersion:
+		h.confirmed = true
+	case h.confirmed && holderOf(l) != e.cfg.Identity:
+		// Written by another replica after our write (Steal, or it took
+		// the Lease over while we could not renew): ours is over, now.
+		// Before confirmation, the watch is still showing versions older
+		// than our write.
+		e.lose(i, fmt.Sprintf("taken by %q", holderOf(l)))
+	}
+}
+
+func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
+	if l.Labels[LabelRole] != RoleShard {
+		return 0, false
+	}
+	suffix, ok := strings.CutPrefix(l.Name, e.cfg.Name+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(suffix)
+	if err != nil || i < 0 || i >= e.cfg.Shards || ShardLease(e.cfg.Name, i) != l.Name {
+		return 0, false
+	}
+	return i, true
+}
+
+func holderOf(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// expired reports whether o's holder has had LeaseDuration, on our clock
+// since we saw the Lease change, to renew it, and has not.
+func (e *Elector) expired(o *observed) bool {
+	d := e.cfg.LeaseDuration
+	if s := o.lease.Spec.LeaseDurationSeconds; s != nil {
+		d = time.Duration(*s) * time.Second
+	}
+	return !e.cfg.Clock.Now().Before(o.seenAt.Add(d))
+}
+
+// live returns whether the holder of o counts: held, and not expired.
+func (e *Elector) live(o *observed) bool {
+	return o != nil && holderOf(o.lease) != "" && !e.expired(o)
+}
+
+// assignment computes the rule over what this replica sees.
+func (e *Elector) assignment() []string {
+	members := []string{}
+	if !e.stopping {
+		members = append(members, e.cfg.Identity)
+	}
+	for _, o := range e.observed {
+		if o.lease.Labels[LabelRole] == RoleMember && e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			members = append(members, holderOf(o.lease))
+		}
+	}
+	holders := make([]string, e.cfg.Shards)
+	for i := range holders {
+		if e.held[i] != nil {
+			holders[i] = e.cfg.Identity
+		} else if o := e.observed[ShardLease(e.cfg.Name, i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			holders[i] = holderOf(o.lease)
+		}
+	}
+	return Assign(e.cfg.Shards, members, holders)
+}
+
+// reconcile releases what is not ours any more and campaigns for what is.
+func (e *Elector) reconcile() {
+	a := e.assignment()
+	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+		h := e.held[i]
+		if a[i] != e.cfg.Identity && !h.releasing {
+			h.releasing = true
+			e.cfg.Logger.Info("releasing shard", "shard", i, "to", a[i])
+			i := i
+			var once sync.Once
+			e.callRelease(i, func() { once.Do(func() { e.send(shardDone{shard: i}) }) })
+		}
+	}
+	for i, m := range a {
+		if m != e.cfg.Identity || e.held[i] != nil || e.fencing[i] {
+			continue
+		}
+		e.campaign(i)
+	}
+	e.publish(a)
+}
+
+// campaign tries to acquire shard i, once per version of its Lease seen:
+// created if it does not exist, else updated from the version we saw if
+// it is free or expired. A conflict means someone else wrote first; the
+// watch brings their version.
+func (e *Elector) campaign(i int) {
+	name := ShardLease(e.cfg.Name, i)
+	o := e.observed[name]
+	version := ""
+	if o != nil {
+		version = o.lease.ResourceVersion
+		if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			return
+		}
+	}
+	if v, ok := e.tried[i]; ok && v == version {
+		return
+	}
+	e.tried[i] = version
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	seconds := int32(e.cfg.LeaseDuration / time.Second)
+	id := e.cfg.Identity
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+	defer cancel()
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	var got *coordinationv1.Lease
+	var err error
+	previous := ""
+	if o == nil {
+		got, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now,
+				LeaseTransitions: new(int32)},
+		}, metav1.CreateOptions{})
+	} else {
+		l := o.lease.DeepCopy()
+		previous = holderOf(l)
+		if previous != id {
+			transitions := int32(0)
+			if l.Spec.LeaseTransitions != nil {
+				transitions = *l.Spec.LeaseTransitions + 1
+			}
+			l.Spec.LeaseTransitions = &transitions
+			l.Spec.AcquireTime = &now
+		}
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
+		got, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			e.cfg.Logger.Warn("cannot acquire shard", "shard", i, "err", err)
+		}
+		return
+	}
+	e.held[i] = &held{lease: got, renewedAt: e.cfg.Clock.Now()}
+	if previous != "" && previous != id {
+		e.count()
+	}
+	e.cfg.Logger.Info("acquired shard", "shard", i, "from", previous)
+	if f := e.cfg.Callbacks.Acquired; f != nil {
+		f(i)
+	}
+}
+
+// renewAll renews every held shard; one that has not been renewed for
+// RenewDeadline is lost.
+func (e *Elector) renewAll() {
+	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+		h := e.held[i]
+		if h.released {
+			e.release(i) // retry a release that failed
+			continue
+		}
+		l := h.lease.DeepCopy()
+		now := metav1.NewMicroTime(e.cfg.Clock.Now())
+		l.Spec.RenewTime = &now
+		got, err := e.update(l)
+		switch {
+		case err == nil:
+			h.lease, h.renewedAt, h.confirmed = got, e.cfg.Clock.Now(), false
+		case apierrors.IsConflict(err):
+			// Another replica wrote it since our last write (or a write of
+			// ours whose answer we missed did): either way we cannot prove
+			// we hold it, so it is lost; fencing for nothing is safe.
+			e.lose(i, "renewal refused: the Lease was written by another")
+			continue
+		}
+		if e.held[i] == h && e.cfg.Clock.Since(h.renewedAt) > e.cfg.RenewDeadline {
+			e.lose(i, fmt.Sprintf("not renewed for %s: %v", e.cfg.RenewDeadline, err))
+		}
+	}
+}
+
+// release gives shard i's Lease up: holder empty, as client-go releases.
+// On failure the shard stays held and renewAll retries.
+func (e *Elector) release(i int) {
+	h := e.held[i]
+	l := h.lease.DeepCopy()
+	empty, one := "", int32(1)
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &empty, &one, &now
+	_, err := e.update(l)
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err):
+		// Taken meanwhile (see will have called lose, or will): nothing to release.
+	default:
+		if e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
+			e.cfg.Logger.Warn("cannot release shard; retrying", "shard", i, "err", err)
+			return
+		}
+	}
+	delete(e.held, i)
+	e.count()
+	e.cfg.Logger.Info("released shard", "shard", i)
+}
+
+// lose drops shard i and tells the user to fence it.
+func (e *Elector) lose(i int, why string) {
+	h := e.held[i]
+	if h == nil {
+		return
+	}
+	delete(e.held, i)
+	e.count()
+	e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
+	if h.released {
+		return // its children had stopped already
+	}
+	e.fencing[i] = true
+	var once sync.Once
+	done := func() { once.Do(func() { e.send(fenceDone{shard: i}) }) }
+	if f := e.cfg.Callbacks.Lost; f != nil {
+		f(i, done)
+	} else {
+		done()
+	}
+}
+
+func (e *Elector) callRelease(i int, done func()) {
+	if f := e.cfg.Callbacks.Release; f != nil {
+		f(i, done)
+		return
+	}
+	done()
+}
+
+func (e *Elector) update(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+	defer cancel()
+	return e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+}
+
+// renewMember creates or renews this replica's member Lease.
+func (e *Elector) renewMember() {
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	seconds := int32(e.cfg.LeaseDuration / time.Second)
+	id := e.cfg.Identity
+	name := MemberLease(e.cfg.Name, id)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+	defer cancel()
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	if e.member == nil {
+		if o := e.observed[name]; o != nil {
+			e.member = o.lease.DeepCopy()
+		} else {
+			got, err := leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleMember}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now},
+			}, metav1.CreateOptions{})
+			if err == nil {
+				e.member = got
+			} else if !apierrors.IsAlreadyExists(err) {
+				e.cfg.Logger.Warn("cannot create the member lease", "err", err)
+			}
+			return
+		}
+	}
+	l := e.member.DeepCopy()
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
+	got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		e.member = got
+	case apierrors.IsConflict(err):
+		e.member = nil // read it again from the watch
+	default:
+		e.cfg.Logger.Warn("cannot renew the member lease", "err", err)
+	}
+}
+
+// releaseMember empties the member Lease so that the others rebalance at
+// once rather than after LeaseDuration.
+func (e *Elector) releaseMember() {
+	if e.member == nil {
+		return
+	}
+	l := e.member.DeepCopy()
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	if _, err := e.update(l); err != nil {
+		e.cfg.Logger.Warn("cannot release the member lease", "err", err)
+	}
+}
+
+// send queues an ack for the loop; it never blocks, so done functions may
+// be called from the callbacks themselves.
+func (e *Elector) send(m any) {
+	e.mu.Lock()
+	e.acks = append(e.acks, m)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Elector) count() {
+	e.mu.Lock()
+	e.moved++
+	e.mu.Unlock()
+}
+
+// publish updates what Status returns.
+func (e *Elector) publish([]string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range e.status {
+		s := &e.status[i]
+		s.Held = e.held[i] != nil
+		s.Holder = ""
+		if o := e.observed[s.Lease]; o != nil {
+			s.Holder = holderOf(o.lease)
+		}
+	}
+}
+
+// watch lists and watches the group's Leases, forwarding them to the loop,
+// until ctx ends. After an error or a closed watch it waits RetryPeriod and
+// lists again (from scratch: a list is the whole truth).
+func (e *Elector) watch(ctx context.Context) {
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	selector := LabelGroup + "=" + e.cfg.Name
+	forward := func(m any) bool {
+		select {
+		case e.events <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		if list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+			e.cfg.Logger.Warn("cannot list leases", "err", err)
+		} else if forward(listed{leases: list.Items}) {
+			if w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion}); err != nil {
+				e.cfg.Logger.Warn("cannot watch leases", "err", err)
+			} else {
+				e.forwardWatch(ctx, w, forward)
+			}
+		}
+		select {
+		case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool) {
+	defer w.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				forward(watchEnded{})
+				return
+			}
+			if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				if !forward(leaseSeen{lease: l}) {
+					return
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}

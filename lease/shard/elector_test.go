@@ -1,0 +1,389 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/actorkube/controllermanager/lease/leasetest"
+)
+
+const (
+	testNamespace = "ns"
+	testGroup     = "ctl"
+	leaseDuration = 4 * time.Second
+	renewDeadline = 2 * time.Second
+	retryPeriod   = 500 * time.Millisecond
+	wait          = 20 * time.Second
+	poll          = 2 * time.Millisecond
+)
+
+// journal records which replica runs each shard's children, as the
+// callbacks say, and every time two would have run one shard at once.
+type journal struct {
+	mu         sync.Mutex
+	running    map[int]string
+	violations []string
+	acquired   []string // "replica:shard", in order
+}
+
+func newJournal() *journal { return &journal{running: map[int]string{}} }
+
+func (j *journal) start(id string, shard int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if other := j.running[shard]; other != "" {
+		j.violations = append(j.violations, fmt.Sprintf("shard %d started on %s while running on %s", shard, id, other))
+	}
+	j.running[shard] = id
+	j.acquired = append(j.acquired, fmt.Sprintf("%s:%d", id, shard))
+}
+
+func (j *journal) stop(id string, shard int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.running[shard] == id {
+		delete(j.running, shard)
+	}
+}
+
+func (j *journal) check(t *testing.T) {
+	t.Helper()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	assert.Empty(t, j.violations)
+}
+
+// group is replicas sharing one leasetest server and one fake clock.
+type group struct {
+	t        *testing.T
+	shards   int
+	server   *leasetest.Server
+	clock    *clocktesting.FakeClock
+	journal  *journal
+	replicas map[string]*replica
+}
+
+type replica struct {
+	id     string
+	client *leasetest.Client
+	e      *Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+	lost   chan int
+}
+
+func newGroup(t *testing.T, shards int) *group {
+	g := &group{t: t, shards: shards, server: leasetest.NewServer(), clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)),
+		journal: newJournal(), replicas: map[string]*replica{}}
+	t.Cleanup(func() {
+		for _, r := range g.replicas {
+			r.client.Partition(false)
+			r.cancel()
+		}
+		for _, r := range g.replicas {
+			g.waitDone(r)
+		}
+		g.journal.check(t)
+	})
+	return g
+}
+
+func (g *group) waitDone(r *replica) {
+	g.t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-deadline:
+			g.t.Fatalf("%s: Run did not return", r.id)
+		case <-time.After(10 * time.Millisecond):
+			// A release that failed is retried each retry period.
+			g.clock.Step(retryPeriod)
+		}
+	}
+}
+
+func (g *group) start(id string) *replica {
+	r := &replica{id: id, client: g.server.Client(id), done: make(chan struct{}), lost: make(chan int, 64)}
+	e, err := New(Config{Client: r.client, Namespace: testNamespace, Name: testGroup, Identity: id, Shards: g.shards,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: g.clock,
+		Callbacks: Callbacks{
+			Acquired: func(i int) { g.journal.start(id, i) },
+			Release:  func(i int, done func()) { g.journal.stop(id, i); done() },
+			Lost:     func(i int, done func()) { g.journal.stop(id, i); r.lost <- i; done() },
+		}})
+	require.NoError(g.t, err)
+	r.e = e
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); e.Run(ctx) }()
+	<-e.ticking // a step from now on reaches it
+	g.replicas[id] = r
+	return r
+}
+
+// stop ends r gracefully: it releases its shards.
+func (g *group) stop(id string) {
+	r := g.replicas[id]
+	r.cancel()
+	g.waitDone(r)
+	delete(g.replicas, id)
+}
+
+// crash ends r as a SIGKILL would: cut off, nothing released. Its Run,
+// which cannot release anything, is waited for at the end of the test, so
+// that the clock moves only by the test's steps meanwhile.
+func (g *group) crash(id string) {
+	r := g.replicas[id]
+	r.client.Partition(true)
+	r.cancel()
+	delete(g.replicas, id)
+	g.t.Cleanup(func() { g.waitDone(r) })
+}
+
+// step advances the clock by one retry period and waits until every
+// replica has handled it.
+func (g *group) step() {
+	g.t.Helper()
+	before := map[string]int64{}
+	for id, r := range g.replicas {
+		before[id] = r.e.ticks.Load()
+	}
+	g.clock.Step(retryPeriod)
+	for id, r := range g.replicas {
+		require.Eventually(g.t, func() bool { return r.e.ticks.Load() > before[id] }, wait, poll, "%s did not tick (%d, waiters %v)", id, r.e.ticks.Load(), g.clock.HasWaiters())
+	}
+}
+
+// holders returns every shard's holder on the server.
+func (g *group) holders() []string {
+	out := make([]string, g.shards)
+	for i := range out {
+		out[i] = g.server.Holder(testNamespace, ShardLease(testGroup, i))
+	}
+	return out
+}
+
+// settled reports whether the server shows every shard held by a live
+// replica, balanced, and every replica's Status agreeing.
+func (g *group) settled() bool { return g.placed() && g.agreed() }
+
+// placed reports whether the server shows every shard held by a live
+// replica, balanced.
+func (g *group) placed() bool {
+	hs := g.holders()
+	n := map[string]int{}
+	for _, h := range hs {
+		if g.replicas[h] == nil {
+			return false
+		}
+		n[h]++
+	}
+	lo, hi := g.shards/len(g.replicas), (g.shards+len(g.replicas)-1)/len(g.replicas)
+	for id := range g.replicas {
+		if n[id] < lo || n[id] > hi {
+			return false
+		}
+	}
+	return true
+}
+
+// agreed reports whether every replica's Status shows what the server does.
+func (g *group) agreed() bool {
+	hs := g.holders()
+	for id, r := range g.replicas {
+		for _, s := range r.e.Status() {
+			if s.Held != (hs[s.Index] == id) || s.Holder != hs[s.Index] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settle waits until settled, without touching the clock: what the watch
+// alone achieves.
+func (g *group) settle(what string) []string {
+	g.t.Helper()
+	require.Eventually(g.t, g.settled, wait, poll, "%s: not settled: %v", what, g.holders())
+	return g.holders()
+}
+
+// settleStepping waits until the Leases are placed, advancing the clock a
+// retry period at a time, then until every replica's Status agrees without
+// touching the clock; it returns how many periods the placement took.
+func (g *group) settleStepping(what string, max int) int {
+	g.t.Helper()
+	for n := 0; n <= max; n++ {
+		if g.placed() {
+			g.settle(what)
+			return n
+		}
+		g.step()
+	}
+	g.t.Fatalf("%s: not settled after %d retry periods: %v", what, max, g.holders())
+	return 0
+}
+
+func TestElectorBalanceJoinLeaveCrash(t *testing.T) {
+	for _, shards := range []int{1, 4, 12, 32} {
+		for _, replicas := range []int{1, 2, 3, 5} {
+			t.Run(fmt.Sprintf("S=%d/R=%d", shards, replicas), func(t *testing.T) {
+				g := newGroup(t, shards)
+				for i := range replicas {
+					g.start(fmt.Sprintf("r%d", i))
+				}
+				before := g.settle("start")
+
+				// A join moves shards only to the joiner, ⌊S/R⌋ of them,
+				// without waiting for any lease to expire.
+				g.start("joiner")
+				after := g.settle("join")
+				moved := 0
+				for s := range before {
+					if before[s] != after[s] {
+						assert.Equal(t, "joiner", after[s], "shard %d moved to a non-joiner", s)
+						moved++
+					}
+				}
+				assert.Equal(t, shards/(replicas+1), moved)
+
+				// A graceful leave moves only the leaver's shards, at once.
+				g.stop("joiner")
+				left := g.settle("leave")
+				for s := range after {
+					if after[s] != "joiner" {
+						assert.Equal(t, after[s], left[s], "shard %d moved on a leave", s)
+					}
+				}
+				if replicas == 1 {
+					return
+				}
+
+				// A crash: its shards move once its Leases expire, within
+				// LeaseDuration and a retry or two; only its shards.
+				g.crash("r0")
+				periods := g.settleStepping("crash", 4*int(leaseDuration/retryPeriod))
+				assert.LessOrEqual(t, time.Duration(periods)*retryPeriod, leaseDuration+2*retryPeriod)
+				crashed := g.holders()
+				for s := range left {
+					if left[s] != "r0" {
+						assert.Equal(t, left[s], crashed[s], "shard %d moved on r0's crash", s)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestElectorStolenShardIsLostAtOnce(t *testing.T) {
+	g := newGroup(t, 4)
+	a := g.start("a")
+	g.settle("start")
+	require.NoError(t, g.server.Steal(testNamespace, ShardLease(testGroup, 2), "thief", leaseDuration))
+	select {
+	case i := <-a.lost:
+		assert.Equal(t, 2, i)
+	case <-time.After(wait):
+		t.Fatal("the stolen shard was not lost")
+	}
+	// Status is published once the loop has handled the change.
+	require.Eventually(t, func() bool { st := a.e.Status()[2]; return !st.Held && st.Holder == "thief" }, wait, poll)
+	// The thief is no member: once its Lease expires, the shard comes back.
+	periods := g.settleStepping("after the theft", 4*int(leaseDuration/retryPeriod))
+	assert.LessOrEqual(t, time.Duration(periods)*retryPeriod, leaseDuration+2*retryPeriod)
+}
+
+// TestElectorPartitionedHolderFencesFirst cuts a holder off: it must lose
+// its shards (RenewDeadline) before the others take them (LeaseDuration),
+// which the journal checks; reconnected, it rejoins and gets its share back.
+func TestElectorPartitionedHolderFencesFirst(t *testing.T) {
+	g := newGroup(t, 12)
+	for _, id := range []string{"a", "b", "c"} {
+		g.start(id)
+	}
+	g.settle("start")
+	a := g.replicas["a"]
+	var had []int
+	for _, s := range a.e.Status() {
+		if s.Held {
+			had = append(had, s.Index)
+		}
+	}
+	a.client.Partition(true)
+	var lost []int
+	for len(lost) < len(had) {
+		g.step()
+	drain:
+		for {
+			select {
+			case i := <-a.lost:
+				lost = append(lost, i)
+			default:
+				break drain
+			}
+		}
+		for _, h := range g.holders() {
+			if h != "a" {
+				continue
+			}
+		}
+	}
+	slices.Sort(lost)
+	assert.Equal(t, had, lost)
+	// b and c take a's shards over; a, cut off, still counts itself in.
+	delete(g.replicas, "a")
+	g.settleStepping("a cut off", 4*int(leaseDuration/retryPeriod))
+	g.replicas["a"] = a
+	a.client.Partition(false)
+	g.settleStepping("a back", 4*int(leaseDuration/retryPeriod))
+	g.journal.check(t)
+}
+
+// TestElectorSteadyStateRequests counts the Lease requests of 3 settled
+// replicas per retry period: one update per held shard and one per member
+// Lease, nothing else (no polling of Leases held by others: the watch tells).
+// S client-go LeaderElectors on 3 replicas would make 3·S gets and S updates.
+func TestElectorSteadyStateRequests(t *testing.T) {
+	for _, shards := range []int{4, 12, 32} {
+		t.Run(fmt.Sprintf("S=%d", shards), func(t *testing.T) {
+			g := newGroup(t, shards)
+			for _, id := range []string{"a", "b", "c"} {
+				g.start(id)
+			}
+			g.settleStepping("start", 10)
+			g.step() // a full period after settling
+			count := func() map[string]int {
+				n := map[string]int{}
+				for _, r := range g.replicas {
+					for _, a := range r.client.Actions() {
+						n[a.GetVerb()]++
+					}
+				}
+				return n
+			}
+			before := count()
+			const periods = 4
+			for range periods {
+				g.step()
+			}
+			after := count()
+			for verb := range after {
+				if after[verb] -= before[verb]; after[verb] == 0 {
+					delete(after, verb)
+				}
+			}
+			assert.Equal(t, map[string]int{"update": periods * (shards + 3)}, after)
+			t.Logf("S=%d, 3 replicas: %d Lease requests per retry period (S client-go electors: %d)", shards, (shards + 3), 4*shards)
+		})
+	}
+}
