@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -267,7 +266,7 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 	for i, v := range added {
 		spec, err := supervisor.Classify(m.mode, v)
 		if err != nil {
-			errs[i] = fmt.Errorf("child #%d: %w", i, err)
+			errs[i] = err
 			continue
 		}
 		specs[i] = spec
@@ -292,25 +291,8 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 			specs[i].Name, errs[i] = names[j], nerrs[j]
 		}
 	}
-	seen := make(map[string]int, len(specs))
-	for i := range errs {
-		switch {
-		case errs[i] != nil:
-			if !strings.HasPrefix(errs[i].Error(), "child #") {
-				errs[i] = fmt.Errorf("child #%d: %w", i, errs[i])
-			}
-		case strings.TrimSpace(specs[i].Name) == "":
-			errs[i] = fmt.Errorf("child #%d (%s %T) has an empty name", i, specs[i].Kind, specs[i].Impl)
-		default:
-			if j, dup := seen[specs[i].Name]; dup {
-				errs[i] = fmt.Errorf("children #%d and #%d are both named %q", j, i, specs[i].Name)
-			} else {
-				seen[specs[i].Name] = i
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("invalid children: %w", err)
+	if err := supervisor.ValidateSpecs(specs, errs); err != nil {
+		return nil, err
 	}
 	return specs, nil
 }

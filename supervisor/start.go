@@ -261,16 +261,27 @@ func (s *root) ofKind(kind actors.Kind) []*childRecord {
 }
 
 // validateSpecs reports every nil value, empty name and duplicate name.
-func validateSpecs(specs []actors.Spec) error {
+func validateSpecs(specs []actors.Spec) error { return ValidateSpecs(specs, nil) }
+
+// ValidateSpecs is the one validation of a manager's children, for the
+// facade (which names them first) and for StartManager: it reports, at once,
+// why each child could not be classified or named (namingErrs[i], when
+// non-nil), every nil value, empty name and duplicate name, each naming the
+// child by its position.
+func ValidateSpecs(specs []actors.Spec, namingErrs []error) error {
 	var errs []error
 	seen := make(map[string]int, len(specs))
 	for i, spec := range specs {
+		if i < len(namingErrs) && namingErrs[i] != nil {
+			errs = append(errs, fmt.Errorf("child #%d: %w", i, namingErrs[i]))
+			continue
+		}
 		switch {
 		case spec.Impl == nil:
 			errs = append(errs, fmt.Errorf("child #%d is nil", i))
 			continue
 		case strings.TrimSpace(spec.Name) == "":
-			errs = append(errs, fmt.Errorf("child #%d (%T) has an empty name", i, spec.Impl))
+			errs = append(errs, fmt.Errorf("child #%d (%s %T) has an empty name", i, spec.Kind, spec.Impl))
 			continue
 		}
 		if j, dup := seen[spec.Name]; dup {
