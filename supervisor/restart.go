@@ -36,8 +36,8 @@ type stopOverdue struct{ plan *restartPlan }
 // a start call failing during Start fails the start instead (the caller
 // settles its barrier), and during shutdown nothing restarts.
 func (s *root) supervise(rec *childRecord, err error) {
-	if !s.supervising() || rec.stopRequested || (fencedChild(rec) && !s.leaseHeld()) {
-		return // a fenced child failing as its lease goes is stopped, not restarted
+	if !s.supervising() || rec.stopRequested {
+		return
 	}
 	now := s.now()
 	if !s.allowRestart(rec, now) {
@@ -146,9 +146,10 @@ func (s *root) startNext(plan *restartPlan) {
 			continue
 		}
 		if fencedChild(r) && !s.leaseHeld() {
-			// Cannot happen (a lost lease takes fenced children out of every
-			// plan, and a standby's plans never take them in); if it did,
-			// starting r would run it without the lease.
+			// The start point of every restart plan: a lost lease takes
+			// fenced children out of every plan and group() never takes them
+			// in on a standby, so this only enforces the invariant where it
+			// would break (starting r would run it without the lease).
 			r.plan = nil
 			if r.state == StateBackingOff {
 				s.setState(r, StateStopped)
