@@ -109,6 +109,9 @@ func (h *Harness) postReview() {
 		}
 		h.mu.Lock()
 		c.tally.ok200++
+		if review.Response != nil && review.Response.Result != nil && review.Response.Result.Code == http.StatusGatewayTimeout {
+			c.tally.timedOut++ // a denial at the request's deadline: Handle may not have run
+		}
 		h.mu.Unlock()
 	case http.StatusNotFound:
 		h.stats.admission[answer404].Add(1)

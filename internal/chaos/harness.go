@@ -147,6 +147,7 @@ type tally struct {
 	removedAt     int          // its Restarts
 	removeSent    time.Time    // when RemoveChild was sent for it
 	ok200         int          // admission requests answered 200
+	timedOut      int          // of those, denials at the request's deadline (Result.Code 504)
 	recent        [8]string    // its last events, for the messages of violations
 	nrecent       int
 }

@@ -208,10 +208,14 @@ func (h *Harness) checkUncounted(c *child) {
 }
 
 // checkAdmission checks that every Handle call of a webhook was answered
-// 200.
+// 200, and that every other 200 is a denial at the request's deadline: on a
+// loaded machine the deadline can pass before the webhook's actor calls
+// Handle, and the handler then answers with that denial, as documented.
 func (h *Harness) checkAdmission(c *child) {
-	if _, _, handled, _ := c.records(); c.kind == actors.KindWebhook && handled != c.tally.ok200 {
-		h.violate("%s: %d Handle calls, %d admission requests answered 200", c.name, handled, c.tally.ok200)
+	if _, _, handled, _ := c.records(); c.kind == actors.KindWebhook &&
+		(handled > c.tally.ok200 || c.tally.ok200 > handled+c.tally.timedOut) {
+		h.violate("%s: %d Handle calls, %d admission requests answered 200 (%d of them timeout denials)",
+			c.name, handled, c.tally.ok200, c.tally.timedOut)
 	}
 }
 
