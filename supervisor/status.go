@@ -1,0 +1,40 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+)
+
+// Status is a snapshot of the manager.
+type Status struct {
+	Phase          Phase
+	Leader         bool   // this replica holds the lease (always false with election off)
+	Identity       string // this replica's lease identity; empty with election off
+	LeaderIdentity string // the holder last observed; empty with election off or before one is seen
+	Err            error  // why the manager stopped, once it has (nil after a requested shutdown)
+	Children       []ChildStatus
+}
+
+// ChildStatus is a snapshot of one child.
+type ChildStatus struct {
+	Name      string
+	Kind      actors.Kind
+	State     ChildState
+	Restarts  int       // times its start call ran after the first, whatever asked for it (failure, RestartChild, StartChild)
+	Failures  int       // failures seen (each published as one ChildFailed)
+	Healthy   bool      // from the last health probe (true until probed)
+	Message   string    // the last probe's message, if any
+	LastError error     // the last failure, or nil
+	Since     time.Time // when it entered State
+}
+
+// Child returns the status of the named child.
+func (s Status) Child(name string) (ChildStatus, bool) {
+	for _, c := range s.Children {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ChildStatus{}, false
+}
