@@ -14,6 +14,10 @@ type Spec struct {
 	Name string
 	Kind Kind
 	Impl any
+	// Shard is the shard a controller is pinned to, with sharded leadership
+	// (0 otherwise, and for every other kind): it runs only while this
+	// replica holds that shard's Lease.
+	Shard int
 }
 
 // Config is what a child actor needs from its manager.

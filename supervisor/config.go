@@ -83,6 +83,20 @@ type Config struct {
 	Elector *actor.Props
 	// Identity is this replica's lease identity, for Status.
 	Identity string
+	// Shards, when above 1, makes leadership sharded: Elector is then the
+	// Props of a lease/shard elector's actor (shard.Props), each controller
+	// runs only while this replica holds the Lease of its Spec.Shard, and
+	// stores run while it holds at least one shard. 0 or 1 is the single
+	// lease of package lease.
+	Shards int
+	// ShardLease names shard i's Lease, for Status; with Shards > 1.
+	ShardLease func(i int) string
+	// ShardHolders returns each shard's holder as last observed, for Status;
+	// nil leaves the holders out.
+	ShardHolders func() []string
+	// ShardOf is the shard of the controller named name, for AddChild; with
+	// Shards > 1.
+	ShardOf func(name string) int
 	// FenceTimeout is how long after a lost lease every controller and
 	// store must have returned from Shutdown: the time left before another
 	// replica may take the lease over, less a margin (lease.Config's

@@ -40,6 +40,17 @@ const (
 	// LeaderLost: this replica, having led, lost the lease; Err wraps
 	// lease.ErrLost.
 	LeaderLost EventType = "LeaderLost"
+	// ShardAcquired: with sharded leadership, this replica acquired the
+	// Lease of Event.Shard; the shard's controllers start.
+	ShardAcquired EventType = "ShardAcquired"
+	// ShardReleased: this replica handed Event.Shard over (a rebalance, or a
+	// shutdown), once every controller of the shard had returned from
+	// Shutdown.
+	ShardReleased EventType = "ShardReleased"
+	// ShardLost: this replica lost the Lease of Event.Shard (taken by
+	// another replica, or not renewed in time); Err wraps lease.ErrLost. The
+	// shard's controllers are fenced.
+	ShardLost EventType = "ShardLost"
 	// ChildUnstopped: a child's Shutdown had not returned when the context
 	// of a shutdown ended (ShutdownAndWait gave up waiting for it). Err is
 	// an *UnstoppedError naming it alone, with how long its Shutdown had
@@ -60,6 +71,7 @@ type Event struct {
 	Kind     string // "controller", "store", "webhook", "runnable", or empty
 	Phase    Phase  // the manager's phase when the event was published (a PhaseChanged that follows says where it went)
 	Restarts int    // the child's restarts so far (for EventsDropped: how many events were dropped)
+	Shard    int    // for ShardAcquired, ShardReleased and ShardLost: the shard
 	Err      error  // the failure, where there is one
 }
 
@@ -68,6 +80,10 @@ func (e Event) String() string {
 	s := fmt.Sprintf("%s phase=%s", e.Type, e.Phase)
 	if e.Child != "" {
 		s += fmt.Sprintf(" child=%s kind=%s restarts=%d", e.Child, e.Kind, e.Restarts)
+	}
+	switch e.Type {
+	case ShardAcquired, ShardReleased, ShardLost:
+		s += fmt.Sprintf(" shard=%d", e.Shard)
 	}
 	if e.Err != nil {
 		s += fmt.Sprintf(" err=%q", e.Err.Error())

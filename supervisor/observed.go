@@ -16,6 +16,11 @@ type Observed struct {
 	leader   atomic.Bool
 	webhooks atomic.Pointer[WebhookTable] // see webhooks.go
 
+	// With sharded leadership: shards held now, and how many times a shard
+	// was acquired, released and lost so far.
+	shardsHeld                                 atomic.Int64
+	shardsAcquired, shardsReleased, shardsLost atomic.Int64
+
 	done       chan struct{} // closed once the manager has stopped
 	terminated chan struct{} // closed once the actor tree has stopped
 
@@ -48,6 +53,12 @@ func (o *Observed) Started() bool { return o.started.Load() }
 
 // Leader reports whether this replica holds the lease.
 func (o *Observed) Leader() bool { return o.leader.Load() }
+
+// ShardMoves returns, with sharded leadership, how many shards this replica
+// holds now and how many times it acquired, released and lost one so far.
+func (o *Observed) ShardMoves() (held, acquired, released, lost int64) {
+	return o.shardsHeld.Load(), o.shardsAcquired.Load(), o.shardsReleased.Load(), o.shardsLost.Load()
+}
 
 // Done is closed once the manager has stopped (Stopped or Failed).
 func (o *Observed) Done() <-chan struct{} { return o.done }

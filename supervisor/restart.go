@@ -145,7 +145,7 @@ func (s *root) startNext(plan *restartPlan) {
 			r.plan = nil
 			continue
 		}
-		if fencedChild(r) && !s.leaseHeld() {
+		if !s.leaseHeld(r) {
 			// The start point of every restart plan: a lost lease takes
 			// fenced children out of every plan and group() never takes them
 			// in on a standby, so this only enforces the invariant where it
@@ -219,7 +219,7 @@ func (s *root) group(rec *childRecord) []*childRecord {
 		if r.stopRequested || (r.spec.Kind != actors.KindController && r.spec.Kind != actors.KindWebhook) {
 			continue
 		}
-		if fencedChild(r) && !s.leaseHeld() {
+		if !s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
 		if s.cfg.Timing.Strategy == AllForOne || after {

@@ -52,6 +52,9 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	if err == nil {
 		err = validateSpecs(m.Children)
 	}
+	if err == nil {
+		err = s.validateShards(m.Children)
+	}
 	if err != nil {
 		s.setPhase(PhaseInitializing)
 		s.respond(replyTo, nil, err)
@@ -146,6 +149,11 @@ func (s *root) elect() {
 	s.setPhase(PhaseElecting)
 	if s.elector == nil {
 		s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
+	}
+	if s.leader && s.fencing == nil && s.start != nil {
+		// Sharded: the elector runs on across a fencing, and a shard
+		// acquired meanwhile waited for it to end.
+		s.recoverStores()
 	}
 }
 
@@ -289,6 +297,21 @@ func ValidateSpecs(specs []actors.Spec, namingErrs []error) error {
 			continue
 		}
 		seen[spec.Name] = i
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid children: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// validateShards reports a controller pinned to a shard that does not exist.
+func (s *root) validateShards(specs []actors.Spec) error {
+	n := max(len(s.shards), 1)
+	var errs []error
+	for i, spec := range specs {
+		if spec.Kind == actors.KindController && (spec.Shard < 0 || spec.Shard >= n) {
+			errs = append(errs, fmt.Errorf("child #%d (controller %q) is pinned to shard %d of %d", i, spec.Name, spec.Shard, n))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid children: %w", errors.Join(errs...))
