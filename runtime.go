@@ -263,7 +263,16 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 	specs := make([]actors.Spec, len(added))
 	errs := make([]error, len(added))
 	var byHealth []int // controllers named by GetHealth().Name
+	shards := m.shardCount()
 	for i, v := range added {
+		switch p := v.(type) {
+		case pinned: // AddSharded's: named and pinned by the manager
+			specs[i] = actors.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
+			continue
+		case shardBuildError:
+			errs[i] = fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)
+			continue
+		}
 		spec, err := supervisor.Classify(m.mode, v)
 		if err != nil {
 			errs[i] = err
@@ -293,6 +302,11 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 	}
 	if err := supervisor.ValidateSpecs(specs, errs); err != nil {
 		return nil, err
+	}
+	for i := range specs {
+		if _, isPinned := added[i].(pinned); !isPinned && specs[i].Kind == actors.KindController {
+			specs[i].Shard = ShardOf(specs[i].Name, shards) // Add's: pinned by its name
+		}
 	}
 	return specs, nil
 }
