@@ -21,8 +21,8 @@ type barrier struct {
 	// skipStopped: for a start round, a child stopped while it started
 	// (its shard lost or handed over) is left out instead of failing it.
 	skipStopped bool
-	done     bool // the continuation has run, or the owner gave up on it
-	then     func(err error)
+	done        bool // the continuation has run, or the owner gave up on it
+	then        func(err error)
 }
 
 var errInterrupted = errors.New("supervisor: start interrupted by a stop")
