@@ -32,8 +32,8 @@ type (
 
 // onGatherHealth answers a manager's GetHealth: one entry per controller, in
 // the order they were added; none before the manager is starting. Children
-// the supervisor knows are not running are reported from their state; the
-// others are asked.
+// the supervisor knows are not running are reported from their standing;
+// the others are asked.
 func (s *root) onGatherHealth(m GatherHealth) {
 	col := m.Collector
 	if !s.obs.Starting() {
@@ -44,34 +44,46 @@ func (s *root) onGatherHealth(m GatherHealth) {
 	statuses := make([]actors.HealthStatus, len(ctrls))
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
-		statuses[i].Name = rec.spec.Name
-		switch {
-		case rec.pid == nil: // not spawned yet: its first start is to come
-			statuses[i].Healthy = true
-			statuses[i].Message = "not started yet"
+		standing, cause, answers := rec.standing()
+		if answers {
+			statuses[i].Name = rec.spec.Name
+			pending = append(pending, i)
 			continue
 		}
-		switch rec.state {
-		case StatePending, StateStarting, StateRunning:
-			pending = append(pending, i)
-		case StateStopped:
-			if rec.stopRequested {
-				statuses[i].Healthy = true
-				statuses[i].Message = "stopped by StopChild"
-			} else {
-				statuses[i].Message = "stopped"
-			}
-		case StateBackingOff:
-			statuses[i].Message = fmt.Sprintf("restarting after a failure: %v", rec.lastErr)
-		case StateFailed:
-			statuses[i].Message = fmt.Sprintf("failed: %v", rec.lastErr)
-		case StateStopping:
-			statuses[i].Message = "shutting down"
-		}
+		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
+	s.queryHealth(col, ctrls, statuses, pending)
+}
+
+// standing is where rec stands as the supervisor knows it, and the failure
+// that put it there; answers is true instead when rec is to be asked (its
+// actor is pending, starting or running).
+func (rec *childRecord) standing() (standing actors.Standing, cause error, answers bool) {
+	if rec.pid == nil { // not spawned yet: its first start is to come
+		return actors.StandingNotStarted, nil, false
+	}
+	switch rec.state {
+	case StateStopped:
+		if rec.stopRequested {
+			return actors.StandingStoppedOnRequest, nil, false
+		}
+		return actors.StandingStopped, nil, false
+	case StateBackingOff:
+		return actors.StandingBackingOff, rec.lastErr, false
+	case StateFailed:
+		return actors.StandingStartFailed, rec.lastErr, false
+	case StateStopping:
+		return actors.StandingStopping, nil, false
+	}
+	return 0, nil, true
+}
+
+// queryHealth has col expect statuses, then asks recs[i] for each pending
+// index i: the one way a sweep, a GetHealth's or a probe's, is sent.
+func (s *root) queryHealth(col *actors.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
 	for _, i := range pending {
-		s.ctx.Send(ctrls[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
+		s.ctx.Send(recs[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
 	}
 }
 
