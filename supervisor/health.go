@@ -23,7 +23,7 @@ type (
 	probeTick struct{}
 	// probeDone: a liveness sweep has every answer, or its deadline passed.
 	probeDone struct {
-		col   *actors.HealthCollector
+		sweep *actors.HealthSweep
 		recs  []*childRecord
 		gens  []uint64
 		began time.Time
@@ -131,7 +131,6 @@ func (s *root) onProbeTick() {
 		return
 	}
 	p.inFlight = true
-	col := actors.NewHealthCollector(s.system)
 	statuses := make([]actors.HealthStatus, len(recs))
 	pending := make([]int, len(recs))
 	gens := make([]uint64, len(recs))
@@ -140,26 +139,20 @@ func (s *root) onProbeTick() {
 		pending[i] = i
 		gens[i] = rec.gen
 	}
-	col.Expect(statuses, pending)
-	for i, rec := range recs {
-		s.ctx.Send(rec.pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
-	}
-	done := probeDone{col: col, recs: recs, gens: gens, began: s.now()}
-	deadline := s.cfg.Clock.NewTimer(s.cfg.Timing.HealthTimeout)
+	sweep := actors.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *actors.HealthCollector) {
+		s.queryHealth(col, recs, statuses, pending)
+	})
+	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.now()}
 	go func() {
-		select {
-		case <-col.Done():
-		case <-deadline.C():
-		}
+		sweep.Wait(nil)
 		s.sendSelf(done)
-		deadline.Stop()
 	}()
 }
 
 // onProbeDone counts unhealthy and silent children; UnhealthyThreshold in a
 // row is a failure.
 func (s *root) onProbeDone(m probeDone) {
-	statuses, _ := m.col.Close(fmt.Sprintf("no health answer within %s", s.cfg.Timing.HealthTimeout))
+	statuses, _ := m.sweep.Close()
 	if s.probe != nil {
 		s.probe.inFlight = false
 	}
