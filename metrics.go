@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -119,9 +120,9 @@ func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetri
 	return mm
 }
 
-// observeProbe records a GetHealth sweep that began at start.
-func (mm *managerMetrics) observeProbe(start time.Time) {
-	mm.probe.Observe(time.Since(start).Seconds())
+// observeProbe records a GetHealth sweep that began at start on clk.
+func (mm *managerMetrics) observeProbe(clk clock.PassiveClock, start time.Time) {
+	mm.probe.Observe(clk.Since(start).Seconds())
 }
 
 // observeEvent counts the panics an event reports: a failure, a Shutdown

@@ -314,8 +314,9 @@ func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
 // GetHealth returns the health of every controller, in the order they were
 // added: empty until the manager is starting (not yet elected is not
 // unhealthy). Each controller is queried through its actor; one that does
-// not answer within SupervisionSpec.HealthTimeout is reported unhealthy, so
-// GetHealth returns within that timeout whatever the controllers do.
+// not answer within SupervisionSpec.HealthTimeout (on the clock of
+// WithClock) is reported unhealthy, so GetHealth returns within that
+// timeout whatever the controllers do.
 func (m *BaseManager) GetHealth() []HealthStatus {
 	obs := m.handle.Observed
 	if final, stopped := obs.Final(); stopped {
@@ -324,18 +325,14 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	if !obs.Starting() {
 		return []HealthStatus{}
 	}
-	defer m.metrics.observeProbe(time.Now())
+	clk := m.opts.clockOrReal()
+	defer m.metrics.observeProbe(clk, clk.Now())
 	system := m.handle.System
-	col := actors.NewHealthCollector(system)
-	system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
-	timer := time.NewTimer(m.timing.HealthTimeout)
-	defer timer.Stop()
-	select {
-	case <-col.Done():
-	case <-timer.C:
-	case <-obs.Terminated():
-	}
-	statuses, ok := col.Close(fmt.Sprintf("no health answer within %s", m.timing.HealthTimeout))
+	sweep := actors.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *actors.HealthCollector) {
+		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
+	})
+	sweep.Wait(obs.Terminated())
+	statuses, ok := sweep.Close()
 	if !ok {
 		if final, stopped := obs.Final(); stopped {
 			return stoppedHealth(final, obs.Err())
