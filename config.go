@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -111,13 +112,14 @@ type SupervisionSpec struct {
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
 }
 
-// Defaults of LeaderElectionSpec. With them, a leader that loses its lease
-// has 10s (LeaseDuration − RenewDeadline − RetryPeriod) before another
-// replica may take over, and gives its controllers 8s of it to stop.
+// Defaults of LeaderElectionSpec (docs/defaults.md lists every default).
+// With them, a leader that loses its lease has 10s (LeaseDuration −
+// RenewDeadline − RetryPeriod) before another replica may take over, and
+// gives its controllers 8s of it to stop.
 const (
-	DefaultLeaseDuration = 30 * time.Second
-	DefaultRenewDeadline = 15 * time.Second
-	DefaultRetryPeriod   = 5 * time.Second
+	DefaultLeaseDuration = defaults.LeaseDuration
+	DefaultRenewDeadline = defaults.RenewDeadline
+	DefaultRetryPeriod   = defaults.RetryPeriod
 )
 
 // maxLeaseDuration is the longest duration a Lease can hold: an int32 of
@@ -146,7 +148,7 @@ type electionConfig struct {
 // timing fills the defaults of spec and validates it; every problem is
 // reported, each naming its field.
 func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
-	t := supervisor.DefaultTiming
+	t := supervisor.DefaultTiming()
 	if spec == nil {
 		return t, nil
 	}
@@ -250,8 +252,12 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	if c.renewDeadline <= time.Duration(1.2*float64(c.retryPeriod)) {
 		errs = append(errs, fmt.Errorf("leaderElection.renewDeadline: %s must be greater than 1.2 × leaderElection.retryPeriod %s", c.renewDeadline, c.retryPeriod))
 	}
-	switch spec.OnLeaseLost {
-	case "", LeaseLostExit:
+	action := spec.OnLeaseLost
+	if action == "" {
+		action = defaults.OnLeaseLost
+	}
+	switch action {
+	case LeaseLostExit:
 	case LeaseLostReelect:
 		c.reelect = true
 	default:
@@ -264,7 +270,7 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 // validateShards fills c.shards from shards and reports what is wrong with
 // it: out of 0…MaxShards, or shard Lease names that Kubernetes refuses.
 func (c *electionConfig) validateShards(shards int32) []error {
-	c.shards = 1
+	c.shards = defaults.Shards
 	switch {
 	case shards < 0 || shards > MaxShards:
 		return []error{fmt.Errorf("leaderElection.shards: must be between 1 and %d (each shard is a Lease renewed every retry period), got %d", MaxShards, shards)}
@@ -290,5 +296,5 @@ func podNamespace() (ns, from string) {
 			return ns, " (from " + serviceAccountNamespaceFile + ")"
 		}
 	}
-	return "default", ""
+	return defaults.LeaseNamespace, ""
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -33,7 +34,7 @@ type options struct {
 
 // DefaultSubscriberDrainTimeout is how long ShutdownAndWait waits, by
 // default, for the event subscribers to take the last events.
-const DefaultSubscriberDrainTimeout = time.Second
+const DefaultSubscriberDrainTimeout = defaults.SubscriberDrainTimeout
 
 // WithSubscriberDrainTimeout sets how long ShutdownAndWait waits, once the
 // manager has stopped, for the event subscribers to take the last events

@@ -129,7 +129,7 @@ var (
 
 // NewBaseManager returns a manager whose Start runs the pre-flight only.
 func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
-	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming, nil, collectOptions(opts))
+	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming(), nil, collectOptions(opts))
 }
 
 // NewControllerManager returns a manager for controllers and stores,
@@ -151,7 +151,7 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 
 // NewWebhookManager returns a manager for webhooks.
 func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
-	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming, nil, collectOptions(opts))}
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming(), nil, collectOptions(opts))}
 }
 
 func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, el *election, o options) *BaseManager {

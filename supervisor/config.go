@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // Strategy says which children restart when one fails.
@@ -40,7 +41,10 @@ const (
 	ModeWebhooks
 )
 
-// Timing is the supervision configuration with every default filled in.
+// Timing is the supervision configuration: the strategy, the restart
+// budget, backoff, probes and the Shutdown bound. Config fills each zero
+// field with its default (internal/defaults, listed in docs/defaults.md) on
+// its own, so a Timing that sets only some fields keeps them.
 type Timing struct {
 	Strategy           Strategy
 	MaxRestarts        int           // restarts allowed within RestartWindow
@@ -53,17 +57,35 @@ type Timing struct {
 	ShutdownTimeout    time.Duration // bound on Shutdown during restarts, escalation and fencing
 }
 
-// DefaultTiming is the Timing of a zero SupervisionSpec.
-var DefaultTiming = Timing{
-	Strategy:           OneForOne,
-	MaxRestarts:        5,
-	RestartWindow:      time.Minute,
-	InitialBackoff:     100 * time.Millisecond,
-	MaxBackoff:         30 * time.Second,
-	HealthInterval:     10 * time.Second,
-	HealthTimeout:      time.Second,
-	UnhealthyThreshold: 3,
-	ShutdownTimeout:    30 * time.Second,
+// DefaultTiming is the Timing of a zero SupervisionSpec: every field its
+// default. Facade plumbing: the root package validates a SupervisionSpec
+// against it.
+func DefaultTiming() Timing { return Timing{}.withDefaults() }
+
+// withDefaults is t with each zero field set to its default. It is the one
+// place the supervisor's defaults are filled.
+func (t Timing) withDefaults() Timing {
+	fill := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if t.Strategy == "" {
+		t.Strategy = Strategy(defaults.Strategy)
+	}
+	if t.MaxRestarts == 0 {
+		t.MaxRestarts = defaults.MaxRestarts
+	}
+	if t.UnhealthyThreshold == 0 {
+		t.UnhealthyThreshold = defaults.UnhealthyThreshold
+	}
+	fill(&t.RestartWindow, defaults.RestartWindow)
+	fill(&t.InitialBackoff, defaults.InitialBackoff)
+	fill(&t.MaxBackoff, defaults.MaxBackoff)
+	fill(&t.HealthInterval, defaults.HealthInterval)
+	fill(&t.HealthTimeout, defaults.HealthTimeout)
+	fill(&t.ShutdownTimeout, defaults.ShutdownTimeout)
+	return t
 }
 
 // Clock is the time the supervisor uses: timers for backoff, tickers for
@@ -126,7 +148,5 @@ func (c *Config) fill() {
 	if c.Observed == nil {
 		c.Observed = NewObserved()
 	}
-	if c.Timing == (Timing{}) {
-		c.Timing = DefaultTiming
-	}
+	c.Timing = c.Timing.withDefaults()
 }

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // EventType says what an Event reports.
@@ -76,8 +78,8 @@ func (e Event) String() string {
 }
 
 // DefaultEventBuffer is how many undelivered events a subscriber may fall
-// behind before the oldest are dropped.
-const DefaultEventBuffer = 10000
+// behind before the oldest are dropped (internal/defaults.EventBuffer).
+const DefaultEventBuffer = defaults.EventBuffer
 
 // Bus delivers events to subscribers. Publish never blocks on a subscriber:
 // each subscriber has a queue of its own, drained by a goroutine of its own,

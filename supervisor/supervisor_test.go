@@ -18,7 +18,7 @@ import (
 var errBoom = errors.New("boom")
 
 func timing(mod func(*Timing)) Timing {
-	t := DefaultTiming
+	t := DefaultTiming()
 	if mod != nil {
 		mod(&t)
 	}
