@@ -27,7 +27,7 @@ const (
 	RestForOne Strategy = "RestForOne"
 )
 
-// Mode is which manager the supervisor runs, and so which phases Start goes
+// Facade plumbing: Mode is which manager the supervisor runs, and so which phases Start goes
 // through.
 type Mode uint8
 
@@ -41,7 +41,8 @@ const (
 	ModeWebhooks
 )
 
-// Timing is the supervision configuration: the strategy, the restart
+// Facade plumbing: Timing is the supervision configuration (users set a
+// SupervisionSpec of the root package): the strategy, the restart
 // budget, backoff, probes and the Shutdown bound. Config fills each zero
 // field with its default (internal/defaults, listed in docs/defaults.md) on
 // its own, so a Timing that sets only some fields keeps them.
@@ -57,9 +58,9 @@ type Timing struct {
 	ShutdownTimeout    time.Duration // bound on Shutdown during restarts, escalation and fencing
 }
 
-// DefaultTiming is the Timing of a zero SupervisionSpec: every field its
-// default. Facade plumbing: the root package validates a SupervisionSpec
-// against it.
+// Facade plumbing: DefaultTiming is the Timing of a zero SupervisionSpec,
+// every field its default, which the root package validates a
+// SupervisionSpec against.
 func DefaultTiming() Timing { return Timing{}.withDefaults() }
 
 // withDefaults is t with each zero field set to its default. It is the one
@@ -95,7 +96,7 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
-// Config configures a root supervisor.
+// Facade plumbing: Config configures a root supervisor (Spawn).
 type Config struct {
 	Mode Mode
 	// Preflight is the manager's Context.Start; nil means nothing to do.

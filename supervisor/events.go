@@ -81,7 +81,8 @@ func (e Event) String() string {
 // behind before the oldest are dropped (internal/defaults.EventBuffer).
 const DefaultEventBuffer = defaults.EventBuffer
 
-// Bus delivers events to subscribers. Publish never blocks on a subscriber:
+// Facade plumbing: Bus delivers events to subscribers (a manager's
+// Subscribe is built on it). Publish never blocks on a subscriber:
 // each subscriber has a queue of its own, drained by a goroutine of its own,
 // in order. A subscriber that falls more than the buffer behind loses the
 // oldest events it has not received, and is told so by an EventsDropped event
@@ -96,7 +97,7 @@ type Bus struct {
 	closed bool
 }
 
-// NewBus returns a Bus whose subscribers each buffer up to buffer events
+// Facade plumbing: NewBus returns a Bus whose subscribers each buffer up to buffer events
 // (DefaultEventBuffer when buffer <= 0).
 func NewBus(buffer int, logger *slog.Logger) *Bus {
 	if buffer <= 0 {

@@ -178,7 +178,7 @@ func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {
 	return recs
 }
 
-// Classify says what v is for a manager in mode; the Spec it returns has
+// Facade plumbing: Classify says what v is for a manager in mode; the Spec it returns has
 // no name yet. A ControllerManager hosts Controllers, Webhooks and Stores; a
 // WebhookManager hosts Webhooks; anything else that is a Runnable is a plain
 // runnable, only shut down.

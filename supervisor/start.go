@@ -263,8 +263,8 @@ func (s *root) ofKind(kind actors.Kind) []*childRecord {
 // validateSpecs reports every nil value, empty name and duplicate name.
 func validateSpecs(specs []actors.Spec) error { return ValidateSpecs(specs, nil) }
 
-// ValidateSpecs is the one validation of a manager's children, for the
-// facade (which names them first) and for StartManager: it reports, at once,
+// Facade plumbing: ValidateSpecs is the one validation of a manager's
+// children, for the facade (which names them first) and for StartManager: it reports, at once,
 // why each child could not be classified or named (namingErrs[i], when
 // non-nil), every nil value, empty name and duplicate name, each naming the
 // child by its position.
