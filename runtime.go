@@ -226,7 +226,7 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	m.observe()
 
 	msg := supervisor.StartManager{Ctx: ctx, StartTimeout: startTimeout}
-	msg.Children, msg.Err = m.specs(added)
+	msg.Children, msg.Err = supervisor.Specs(m.mode, added, m.timing.HealthTimeout)
 	var controllers []string
 	for _, spec := range msg.Children {
 		if spec.Kind == actors.KindController {
@@ -256,45 +256,6 @@ func startError(ctx context.Context, err error) error {
 	default:
 		return fmt.Errorf("controllermanager: start: %w", err)
 	}
-}
-
-// specs classifies and names what was added; every problem is reported.
-func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
-	specs := make([]actors.Spec, len(added))
-	errs := make([]error, len(added))
-	var byHealth []int // controllers named by GetHealth().Name
-	for i, v := range added {
-		spec, err := supervisor.Classify(m.mode, v)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		specs[i] = spec
-		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
-			// Name() is a getter: call it here, panics recovered.
-			specs[i].Name, errs[i] = actors.NameOf(v)
-			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
-				specs[i].Name = fmt.Sprintf("runnable-%d", i)
-			}
-			continue
-		}
-		// A controller's name is GetHealth().Name: user code that may hang.
-		byHealth = append(byHealth, i)
-	}
-	if len(byHealth) > 0 {
-		vals := make([]any, len(byHealth))
-		for j, i := range byHealth {
-			vals[j] = added[i]
-		}
-		names, nerrs := actors.ResolveNames(vals, m.timing.HealthTimeout)
-		for j, i := range byHealth {
-			specs[i].Name, errs[i] = names[j], nerrs[j]
-		}
-	}
-	if err := supervisor.ValidateSpecs(specs, errs); err != nil {
-		return nil, err
-	}
-	return specs, nil
 }
 
 // GetHealth returns the health of every controller, in the order they were

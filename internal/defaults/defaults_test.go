@@ -66,7 +66,7 @@ func render(file string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	conf := types.Config{Importer: importer.Default()}
 	pkg, err := conf.Check("defaults", fset, []*ast.File{f}, nil)
 	if err != nil {
 		return "", err
