@@ -145,18 +145,18 @@ type electionConfig struct {
 	shards                                    int // 1: the single Lease
 }
 
-// timing fills the defaults of spec and validates it; every problem is
+// supervision fills the defaults of spec and validates it; every problem is
 // reported, each naming its field.
-func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
-	t := supervisor.DefaultTiming()
+func (spec *SupervisionSpec) supervision() (supervision, error) {
+	p, t := supervisor.DefaultPolicy(), supervisor.DefaultTiming()
 	if spec == nil {
-		return t, nil
+		return supervision{p, t}, nil
 	}
 	var errs []error
 	switch spec.Strategy {
 	case "":
 	case OneForOne, AllForOne, RestForOne:
-		t.Strategy = spec.Strategy
+		p.Strategy = spec.Strategy
 	default:
 		errs = append(errs, fmt.Errorf("supervision.strategy: %q is not one of OneForOne, AllForOne, RestForOne", spec.Strategy))
 	}
@@ -168,7 +168,7 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 			*into = int(v)
 		}
 	}
-	count("maxRestarts", spec.MaxRestarts, &t.MaxRestarts)
+	count("maxRestarts", spec.MaxRestarts, &p.MaxRestarts)
 	count("unhealthyThreshold", spec.UnhealthyThreshold, &t.UnhealthyThreshold)
 	duration := func(field string, v metav1.Duration, into *time.Duration) {
 		switch {
@@ -178,7 +178,7 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 			*into = v.Duration
 		}
 	}
-	duration("restartWindow", spec.RestartWindow, &t.RestartWindow)
+	duration("restartWindow", spec.RestartWindow, &p.RestartWindow)
 	duration("initialBackoff", spec.InitialBackoff, &t.InitialBackoff)
 	duration("maxBackoff", spec.MaxBackoff, &t.MaxBackoff)
 	duration("healthInterval", spec.HealthInterval, &t.HealthInterval)
@@ -193,7 +193,19 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 	if t.InitialBackoff > t.MaxBackoff {
 		errs = append(errs, fmt.Errorf("supervision.initialBackoff: %s exceeds supervision.maxBackoff %s", t.InitialBackoff, t.MaxBackoff))
 	}
-	return t, errors.Join(errs...)
+	return supervision{p, t}, errors.Join(errs...)
+}
+
+// supervision is a SupervisionSpec with its defaults filled in: the
+// supervisor's Policy and Timing.
+type supervision struct {
+	policy supervisor.Policy
+	timing supervisor.Timing
+}
+
+// defaultSupervision is the supervision of a zero SupervisionSpec.
+func defaultSupervision() supervision {
+	return supervision{supervisor.DefaultPolicy(), supervisor.DefaultTiming()}
 }
 
 // election fills the defaults of spec and validates it, reporting every

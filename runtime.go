@@ -129,7 +129,7 @@ var (
 
 // NewBaseManager returns a manager whose Start runs the pre-flight only.
 func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
-	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming(), nil, collectOptions(opts))
+	return newBaseManager(ctrlContext, supervisor.ModeBase, defaultSupervision(), nil, collectOptions(opts))
 }
 
 // NewControllerManager returns a manager for controllers and stores,
@@ -137,7 +137,7 @@ func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
 // not. An invalid configuration is an error that names every field at fault.
 func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSpec, defaultLeaseName string, opts ...Option) (*ControllerManager, error) {
 	o := collectOptions(opts)
-	timing, terr := ctrlCfg.Supervision.timing()
+	sup, terr := ctrlCfg.Supervision.supervision()
 	election, eerr := newElection(ctrlContext, ctrlCfg.LeaderElection, defaultLeaseName, o)
 	if err := errors.Join(terr, eerr); err != nil {
 		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
@@ -145,26 +145,27 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 	if election != nil {
 		o.leaseName = election.name
 	}
-	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, election, o)
+	base := newBaseManager(ctrlContext, supervisor.ModeControllers, sup, election, o)
 	return &ControllerManager{BaseManager: base}, nil
 }
 
 // NewWebhookManager returns a manager for webhooks.
 func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
-	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming(), nil, collectOptions(opts))}
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, defaultSupervision(), nil, collectOptions(opts))}
 }
 
-func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, el *election, o options) *BaseManager {
+func newBaseManager(ctrlContext Context, mode supervisor.Mode, sup supervision, el *election, o options) *BaseManager {
 	if ctrlContext == nil {
 		ctrlContext = NewContext(nil)
 	}
-	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: timing, election: el}
+	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: sup.timing, election: el}
 	system := newActorSystem(o.logger)
 	bus := supervisor.NewBus(o.eventBuffer, o.logger)
 	cfg := supervisor.Config{
 		Mode:      mode,
 		Preflight: ctrlContext.Start,
-		Timing:    timing,
+		Policy:    sup.policy,
+		Timing:    sup.timing,
 		Logger:    o.logger,
 		Clock:     o.clock,
 		Bus:       bus,

@@ -41,20 +41,45 @@ const (
 	ModeWebhooks
 )
 
-// Facade plumbing: Timing is the supervision configuration (users set a
-// SupervisionSpec of the root package): the strategy, the restart
-// budget, backoff, probes and the Shutdown bound. Config fills each zero
-// field with its default (internal/defaults, listed in docs/defaults.md) on
-// its own, so a Timing that sets only some fields keeps them.
+// Facade plumbing: Policy is which children restart when one fails and how
+// often they may: the strategy and the restart budget (users set them in a
+// SupervisionSpec of the root package). Config fills each zero field with
+// its default (internal/defaults, listed in docs/defaults.md) on its own.
+type Policy struct {
+	Strategy      Strategy
+	MaxRestarts   int           // restarts allowed within RestartWindow
+	RestartWindow time.Duration // also how long a child must run for its backoff to reset
+}
+
+// Facade plumbing: DefaultPolicy is the Policy of a zero SupervisionSpec,
+// every field its default.
+func DefaultPolicy() Policy { return Policy{}.withDefaults() }
+
+// withDefaults is p with each zero field set to its default.
+func (p Policy) withDefaults() Policy {
+	if p.Strategy == "" {
+		p.Strategy = Strategy(defaults.Strategy)
+	}
+	if p.MaxRestarts == 0 {
+		p.MaxRestarts = defaults.MaxRestarts
+	}
+	if p.RestartWindow == 0 {
+		p.RestartWindow = defaults.RestartWindow
+	}
+	return p
+}
+
+// Facade plumbing: Timing is the supervisor's timing (users set it in a
+// SupervisionSpec of the root package): backoff, health probes and the
+// Shutdown bound. Config fills each zero field with its default
+// (internal/defaults, listed in docs/defaults.md) on its own, so a Timing
+// that sets only some fields keeps them.
 type Timing struct {
-	Strategy           Strategy
-	MaxRestarts        int           // restarts allowed within RestartWindow
-	RestartWindow      time.Duration // also how long a child must run for its backoff to reset
 	InitialBackoff     time.Duration
 	MaxBackoff         time.Duration
 	HealthInterval     time.Duration
 	HealthTimeout      time.Duration
-	UnhealthyThreshold int
+	UnhealthyThreshold int           // unhealthy or silent probes in a row that make a failure
 	ShutdownTimeout    time.Duration // bound on Shutdown during restarts, escalation and fencing
 }
 
@@ -63,24 +88,18 @@ type Timing struct {
 // SupervisionSpec against.
 func DefaultTiming() Timing { return Timing{}.withDefaults() }
 
-// withDefaults is t with each zero field set to its default. It is the one
-// place the supervisor's defaults are filled.
+// withDefaults is t with each zero field set to its default. With
+// Policy.withDefaults it is the one place the supervisor's defaults are
+// filled.
 func (t Timing) withDefaults() Timing {
 	fill := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
 			*v = def
 		}
 	}
-	if t.Strategy == "" {
-		t.Strategy = Strategy(defaults.Strategy)
-	}
-	if t.MaxRestarts == 0 {
-		t.MaxRestarts = defaults.MaxRestarts
-	}
 	if t.UnhealthyThreshold == 0 {
 		t.UnhealthyThreshold = defaults.UnhealthyThreshold
 	}
-	fill(&t.RestartWindow, defaults.RestartWindow)
 	fill(&t.InitialBackoff, defaults.InitialBackoff)
 	fill(&t.MaxBackoff, defaults.MaxBackoff)
 	fill(&t.HealthInterval, defaults.HealthInterval)
@@ -123,6 +142,7 @@ type Config struct {
 	// once elected again it recovers the stores and runs the controllers
 	// afresh.
 	Reelect bool
+	Policy  Policy
 	Timing  Timing
 	Logger  *slog.Logger
 	Clock   Clock
@@ -149,5 +169,6 @@ func (c *Config) fill() {
 	if c.Observed == nil {
 		c.Observed = NewObserved()
 	}
+	c.Policy = c.Policy.withDefaults()
 	c.Timing = c.Timing.withDefaults()
 }

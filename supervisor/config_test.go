@@ -7,13 +7,11 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// TestDefaultTimingKeepsTheDesignValues: DESIGN.md fixes the defaults of
+// TestDefaultsKeepTheDesignValues: DESIGN.md fixes the defaults of
 // SupervisionSpec; the table in internal/defaults must keep them.
-func TestDefaultTimingKeepsTheDesignValues(t *testing.T) {
+func TestDefaultsKeepTheDesignValues(t *testing.T) {
+	assert.Equal(t, Policy{Strategy: OneForOne, MaxRestarts: 5, RestartWindow: time.Minute}, DefaultPolicy())
 	assert.Equal(t, Timing{
-		Strategy:           OneForOne,
-		MaxRestarts:        5,
-		RestartWindow:      time.Minute,
 		InitialBackoff:     100 * time.Millisecond,
 		MaxBackoff:         30 * time.Second,
 		HealthInterval:     10 * time.Second,
@@ -23,32 +21,32 @@ func TestDefaultTimingKeepsTheDesignValues(t *testing.T) {
 	}, DefaultTiming())
 }
 
-// TestConfigFillsEachZeroTimingField: a Timing that sets some fields keeps
-// them and gets the default of every other one, not zeros.
-func TestConfigFillsEachZeroTimingField(t *testing.T) {
+// TestConfigFillsEachZeroField: a Policy or Timing that sets some fields
+// keeps them and gets the default of every other one, not zeros.
+func TestConfigFillsEachZeroField(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		set  func(*Timing)
+		set  func(*Policy, *Timing)
 	}{
-		{"nothing", func(*Timing) {}},
-		{"strategy", func(t *Timing) { t.Strategy = RestForOne }},
-		{"maxRestarts", func(t *Timing) { t.MaxRestarts = 1 }},
-		{"restartWindow", func(t *Timing) { t.RestartWindow = time.Hour }},
-		{"initialBackoff", func(t *Timing) { t.InitialBackoff = time.Millisecond }},
-		{"maxBackoff", func(t *Timing) { t.MaxBackoff = time.Hour }},
-		{"healthInterval", func(t *Timing) { t.HealthInterval = time.Hour }},
-		{"healthTimeout", func(t *Timing) { t.HealthTimeout = time.Hour }},
-		{"unhealthyThreshold", func(t *Timing) { t.UnhealthyThreshold = 9 }},
-		{"shutdownTimeout", func(t *Timing) { t.ShutdownTimeout = time.Hour }},
+		{"nothing", func(*Policy, *Timing) {}},
+		{"strategy", func(p *Policy, _ *Timing) { p.Strategy = RestForOne }},
+		{"maxRestarts", func(p *Policy, _ *Timing) { p.MaxRestarts = 1 }},
+		{"restartWindow", func(p *Policy, _ *Timing) { p.RestartWindow = time.Hour }},
+		{"initialBackoff", func(_ *Policy, t *Timing) { t.InitialBackoff = time.Millisecond }},
+		{"maxBackoff", func(_ *Policy, t *Timing) { t.MaxBackoff = time.Hour }},
+		{"healthInterval", func(_ *Policy, t *Timing) { t.HealthInterval = time.Hour }},
+		{"healthTimeout", func(_ *Policy, t *Timing) { t.HealthTimeout = time.Hour }},
+		{"unhealthyThreshold", func(_ *Policy, t *Timing) { t.UnhealthyThreshold = 9 }},
+		{"shutdownTimeout", func(_ *Policy, t *Timing) { t.ShutdownTimeout = time.Hour }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var given Timing
-			tt.set(&given)
-			want := DefaultTiming()
-			tt.set(&want)
-			cfg := Config{Timing: given}
+			var cfg Config
+			tt.set(&cfg.Policy, &cfg.Timing)
+			wantPolicy, wantTiming := DefaultPolicy(), DefaultTiming()
+			tt.set(&wantPolicy, &wantTiming)
 			cfg.fill()
-			assert.Equal(t, want, cfg.Timing)
+			assert.Equal(t, wantPolicy, cfg.Policy)
+			assert.Equal(t, wantTiming, cfg.Timing)
 		})
 	}
 }

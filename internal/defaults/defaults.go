@@ -15,7 +15,7 @@ package defaults
 
 import "time"
 
-// Supervision: controllermanager.SupervisionSpec, supervisor.Timing.
+// Supervision: controllermanager.SupervisionSpec, supervisor.Policy and supervisor.Timing.
 const (
 	// Strategy is SupervisionSpec.Strategy's default, "OneForOne": a
 	// failure restarts only the child that failed, since controllers of one
