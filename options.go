@@ -103,7 +103,7 @@ func collectOptions(opts []Option) options {
 		}
 	}
 	if o.logger == nil {
-		o.logger = slog.New(minLevel{min: slog.LevelWarn, next: slog.Default().Handler()})
+		o.logger = slog.New(minLevel{min: defaults.LogLevel, next: slog.Default().Handler()})
 	}
 	return o
 }

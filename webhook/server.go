@@ -423,12 +423,13 @@ func (c *certReloader) logFailure(err error) {
 	}
 }
 
-// warnAndAbove drops the records below Warn: the server's default logger
-// reports certificate failures, not every client's failed handshake.
+// warnAndAbove drops the records below Warn (defaults.LogLevel): the
+// server's default logger reports certificate failures, not every client's
+// failed handshake.
 type warnAndAbove struct{ next slog.Handler }
 
 func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.next.Enabled(ctx, l)
+	return l >= defaults.LogLevel && h.next.Enabled(ctx, l)
 }
 func (h warnAndAbove) Handle(ctx context.Context, r slog.Record) error { return h.next.Handle(ctx, r) }
 func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {

@@ -13,7 +13,10 @@
 // duration) stay beside the check that enforces them.
 package defaults
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Supervision: controllermanager.SupervisionSpec, supervisor.Policy and supervisor.Timing.
 const (
@@ -56,6 +59,16 @@ const (
 	// 30s, the kubelet's default termination grace period; past it the
 	// restart escalates rather than run two incarnations at once.
 	ShutdownTimeout = 30 * time.Second
+)
+
+// Logging: WithLogger, webhook.ServerConfig.Logger.
+const (
+	// LogLevel is the least level a default logger (slog.Default()'s
+	// handler, when WithLogger, WithLogr or ServerConfig.Logger is not
+	// given) passes on: Warn, so that a manager is silent unless something
+	// fails, and a webhook server reports certificate failures, not every
+	// client's failed handshake.
+	LogLevel = slog.LevelWarn
 )
 
 // Events: the manager's event stream (Subscribe) and its shutdown.

@@ -10,6 +10,7 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -108,6 +109,9 @@ func render(file string) (string, error) {
 func value(c *types.Const) string {
 	v := c.Val()
 	switch {
+	case types.TypeString(c.Type(), nil) == "log/slog.Level":
+		n, _ := constant.Int64Val(v)
+		return slog.Level(n).String()
 	case types.TypeString(c.Type(), nil) == "time.Duration":
 		n, _ := constant.Int64Val(v)
 		s := time.Duration(n).String()
@@ -150,6 +154,7 @@ func TestRenderValues(t *testing.T) {
 		"| `EventBuffer` | 10000 |",
 		"| `OnLeaseLost` | `\"Exit\"` |",
 		"| `ProbeTimeout` | 1s |",
+		"| `LogLevel` | WARN |",
 	} {
 		if !strings.Contains(have, want) {
 			t.Errorf("the rendered list has no %q", want)
