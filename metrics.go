@@ -173,7 +173,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		c.m.opts.logger.Warn("metrics: the supervisor did not answer GetStatus; children's metrics left out of this scrape", "err", err)
 		st = Status{Phase: obs.Phase(), Leader: obs.Leader(), Identity: c.identity}
 	}
-	for _, p := range supervisor.Phases {
+	for _, p := range supervisor.Phases() {
 		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, boolValue(p == st.Phase), string(p))
 	}
 	if c.lease != "" {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime/debug"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // MaxShards is the most shard Leases LeaderElectionSpec.Shards may ask for.
@@ -111,4 +114,32 @@ func buildShard(build func(Shard) Controller, s Shard) (c Controller, err error)
 		}
 	}()
 	return build(s), nil
+}
+
+// specs classifies, names and validates what was added (supervisor.Specs),
+// AddSharded's controllers as they were named and pinned, and pins every
+// other controller to ShardOf(its name, S).
+func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
+	shards := m.shardCount()
+	vals := make([]any, len(added))
+	for i, v := range added {
+		switch p := v.(type) {
+		case pinned:
+			vals[i] = actors.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
+		case shardBuildError:
+			vals[i] = supervisor.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
+		default:
+			vals[i] = v
+		}
+	}
+	specs, err := supervisor.Specs(m.mode, vals, m.timing.HealthTimeout)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		if _, isPinned := added[i].(pinned); !isPinned && specs[i].Kind == actors.KindController {
+			specs[i].Shard = ShardOf(specs[i].Name, shards)
+		}
+	}
+	return specs, nil
 }

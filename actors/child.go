@@ -219,7 +219,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 	}
 	c.cancelStart = cancel
 	gen, self, system := m.Gen, c.self, c.system
-	runCtx = WithReporter(runCtx, func(err error) {
+	runCtx = withReporter(runCtx, func(err error) {
 		system.Root.Send(self, reported{gen: gen, err: err})
 	})
 	c.guard.end()

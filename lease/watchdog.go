@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // ErrRenewalOverdue is wrapped by Watchdog.Check's error: this replica holds
@@ -16,7 +18,7 @@ import (
 var ErrRenewalOverdue = errors.New("lease: renewal overdue")
 
 // DefaultWatchdogGrace is the Watchdog's grace when none is given.
-const DefaultWatchdogGrace = 20 * time.Second
+const DefaultWatchdogGrace = defaults.WatchdogGrace
 
 // Watchdog is a health check in the manner of client-go's HealthzAdaptor: it
 // fails while this replica's elector believes it holds the lease but its last

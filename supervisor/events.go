@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // EventType says what an Event reports.
@@ -92,10 +94,11 @@ func (e Event) String() string {
 }
 
 // DefaultEventBuffer is how many undelivered events a subscriber may fall
-// behind before the oldest are dropped.
-const DefaultEventBuffer = 10000
+// behind before the oldest are dropped (internal/defaults.EventBuffer).
+const DefaultEventBuffer = defaults.EventBuffer
 
-// Bus delivers events to subscribers. Publish never blocks on a subscriber:
+// Facade plumbing: Bus delivers events to subscribers (a manager's
+// Subscribe is built on it). Publish never blocks on a subscriber:
 // each subscriber has a queue of its own, drained by a goroutine of its own,
 // in order. A subscriber that falls more than the buffer behind loses the
 // oldest events it has not received, and is told so by an EventsDropped event
@@ -110,7 +113,7 @@ type Bus struct {
 	closed bool
 }
 
-// NewBus returns a Bus whose subscribers each buffer up to buffer events
+// Facade plumbing: NewBus returns a Bus whose subscribers each buffer up to buffer events
 // (DefaultEventBuffer when buffer <= 0).
 func NewBus(buffer int, logger *slog.Logger) *Bus {
 	if buffer <= 0 {

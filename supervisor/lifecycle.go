@@ -120,7 +120,7 @@ func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
 		shardOf = nil
 	}
 	go func() {
-		spec, err := Classify(mode, m.Runnable)
+		spec, err := classify(mode, m.Runnable)
 		if err == nil {
 			spec.Name = m.Name
 			if spec.Name == "" {
@@ -197,11 +197,11 @@ func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {
 	return recs
 }
 
-// Classify says what v is for a manager in mode; the Spec it returns has
+// classify says what v is for a manager in mode; the Spec it returns has
 // no name yet. A ControllerManager hosts Controllers, Webhooks and Stores; a
 // WebhookManager hosts Webhooks; anything else that is a Runnable is a plain
 // runnable, only shut down.
-func Classify(mode Mode, v any) (actors.Spec, error) {
+func classify(mode Mode, v any) (actors.Spec, error) {
 	if v == nil {
 		return actors.Spec{}, fmt.Errorf("child is nil")
 	}

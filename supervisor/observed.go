@@ -5,7 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// Observed is the state a manager's facade reads without a message: the
+// Facade plumbing: Observed is the state a manager's facade reads without a
+// message: the
 // root supervisor writes it, anyone may read it. It is a published copy; the
 // supervisor's own state is the truth.
 type Observed struct {
@@ -29,7 +30,7 @@ type Observed struct {
 	final *Status
 }
 
-// NewObserved returns the state of a manager in phase Idle.
+// Facade plumbing: NewObserved returns the state of a manager in phase Idle.
 func NewObserved() *Observed {
 	o := &Observed{done: make(chan struct{}), terminated: make(chan struct{})}
 	idle := PhaseIdle

@@ -50,7 +50,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	}
 	err := m.Err
 	if err == nil {
-		err = validateSpecs(m.Children)
+		err = validateSpecs(m.Children, nil)
 	}
 	if err == nil {
 		err = s.validateShards(m.Children)
@@ -268,15 +268,12 @@ func (s *root) ofKind(kind actors.Kind) []*childRecord {
 	return recs
 }
 
-// validateSpecs reports every nil value, empty name and duplicate name.
-func validateSpecs(specs []actors.Spec) error { return ValidateSpecs(specs, nil) }
-
-// ValidateSpecs is the one validation of a manager's children, for the
-// facade (which names them first) and for StartManager: it reports, at once,
+// validateSpecs is the one validation of a manager's children, for Specs
+// (which names them first) and for StartManager: it reports, at once,
 // why each child could not be classified or named (namingErrs[i], when
 // non-nil), every nil value, empty name and duplicate name, each naming the
 // child by its position.
-func ValidateSpecs(specs []actors.Spec, namingErrs []error) error {
+func validateSpecs(specs []actors.Spec, namingErrs []error) error {
 	var errs []error
 	seen := make(map[string]int, len(specs))
 	for i, spec := range specs {

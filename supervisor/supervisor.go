@@ -20,7 +20,7 @@ import (
 // cost nothing worth counting while idle.
 const idleGoroutines = 64
 
-// Handle is a spawned root supervisor and what its facade reads.
+// Facade plumbing: Handle is a spawned root supervisor and what its facade reads.
 type Handle struct {
 	PID      *actor.PID
 	System   *actor.ActorSystem
@@ -28,8 +28,8 @@ type Handle struct {
 	Bus      *Bus
 }
 
-// Spawn starts a root supervisor in phase Idle as a top-level actor of
-// system, named name.
+// Facade plumbing: Spawn starts a root supervisor in phase Idle as a
+// top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{},
