@@ -65,8 +65,9 @@ func TestShardedLeaseLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	admin := c.Clientset()
+	metrics := metricsClient(t, c)
 
-	background := measureLeaseLoad(ctx, t, admin)
+	background := measureLeaseLoad(ctx, t, metrics)
 	figureText(t, "shard load: API server alone (its own Leases)", background.rateText(), background.breakdown())
 
 	ours := map[int]float64{}
@@ -74,7 +75,7 @@ func TestShardedLeaseLoad(t *testing.T) {
 	for _, s := range []int{4, 12, 32} {
 		g := startShardGroup(ctx, t, c, fmt.Sprintf("ours-%d", s), s, "r0", "r1", "r2")
 		perReplica := g.waitSettled(t, "r0", "r1", "r2")
-		load := measureLeaseLoad(ctx, t, admin)
+		load := measureLeaseLoad(ctx, t, metrics)
 		g.stopAll()
 		ours[s] = load.perSecond()
 		figureText(t, fmt.Sprintf("shard load: ours, S=%d", s), load.rateText(),
@@ -82,7 +83,7 @@ func TestShardedLeaseLoad(t *testing.T) {
 
 		cg := startClientGoGroup(ctx, t, c, fmt.Sprintf("clientgo-%d", s), s, "r0", "r1", "r2")
 		perReplica = cg.waitSettled(t)
-		load = measureLeaseLoad(ctx, t, admin)
+		load = measureLeaseLoad(ctx, t, metrics)
 		cg.stop()
 		theirs[s] = load.perSecond()
 		figureText(t, fmt.Sprintf("shard load: %d client-go electors per replica", s), load.rateText(),
@@ -179,6 +180,17 @@ func (l leaseLoad) breakdown() string {
 	return strings.Join(parts, ", ") + fmt.Sprintf(" over %s ± %s", l.window.Round(time.Millisecond), l.blur.Round(time.Millisecond))
 }
 
+// metricsClient is the admin's clientset without compression: /metrics is megabytes,
+// and gunzipping them in this (race-instrumented) process made each read slower.
+func metricsClient(t *testing.T, c *cluster.Cluster) kubernetes.Interface {
+	t.Helper()
+	cfg := c.Config()
+	cfg.DisableCompression = true
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return client
+}
+
 // measureLeaseLoad reads apiserver_request_total twice, loadWindow apart, and returns
 // the difference for the Lease resource. The wait between is the measurement window
 // itself, not a synchronisation. Each read is taken to have happened halfway through
@@ -219,25 +231,18 @@ func measureLeaseLoadOnce(ctx context.Context, t *testing.T, admin kubernetes.In
 	return load
 }
 
-// scrapeLeaseRequests returns leaseRequestTotals, the middle of its request and how
-// long the request took.
+// scrapeLeaseRequests returns apiserver_request_total{resource="leases"} from the
+// API server's /metrics, summed per verb and code, with the middle of the request
+// and how long it took (the parsing after it not included).
 func scrapeLeaseRequests(ctx context.Context, t *testing.T, admin kubernetes.Interface) (map[requestKey]float64, time.Time, time.Duration) {
 	t.Helper()
 	sent := time.Now()
-	totals, err := leaseRequestTotals(ctx, admin)
-	require.NoError(t, err)
-	took := time.Since(sent)
-	return totals, sent.Add(took / 2), took
-}
-
-// leaseRequestTotals returns apiserver_request_total{resource="leases"} from the API
-// server's /metrics, summed per verb and code.
-func leaseRequestTotals(ctx context.Context, admin kubernetes.Interface) (map[requestKey]float64, error) {
 	body, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("GET /metrics: %w", err)
-	}
-	return parseLeaseRequestTotals(body)
+	took := time.Since(sent)
+	require.NoError(t, err, "GET /metrics")
+	totals, err := parseLeaseRequestTotals(body)
+	require.NoError(t, err)
+	return totals, sent.Add(took / 2), took
 }
 
 // parseLeaseRequestTotals reads the samples of apiserver_request_total from the
