@@ -66,6 +66,11 @@ type Config struct {
 
 // Callbacks are called on the Elector's goroutine, one at a time, and must
 // not block; their done functions may be called from any goroutine, once.
+// The exception is Lost for a shard not renewed for RenewDeadline: the
+// Elector's deadline watcher calls it from a goroutine of its own, so that
+// a loop waiting on an API server that does not answer cannot delay it, and
+// it may then run beside another callback, a Release of the same shard
+// included (the shard is then lost, not handed over).
 type Callbacks struct {
 	// Acquired: this replica now holds shard; its children may run.
 	Acquired func(shard int)
@@ -139,7 +144,8 @@ type Elector struct {
 	status  []Status
 	moved   int                 // shards acquired from another holder, or given up, so far
 	terms   map[int]*lease.Term // the held shards' terms, for Guard
-	renewed map[int]time.Time   // the held shards' last renewals, for Check
+	renewed map[int]time.Time   // the held shards' last renewals, for Check and the deadline watcher
+	early   map[int]*earlyLoss  // shards the deadline watcher gave up, not yet seen by the loop
 
 	abandon     chan struct{} // closed by Abandon
 	abandonOnce sync.Once
@@ -194,7 +200,7 @@ func New(cfg Config) (*Elector, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}), observed: map[string]*observed{}, held: map[int]*held{},
-		fencing: map[int]bool{}, tried: map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, abandon: make(chan struct{})}
+		fencing: map[int]bool{}, tried: map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{}, abandon: make(chan struct{})}
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {
 		e.status[i] = Status{Index: i, Lease: ShardLease(cfg.Name, i)}
@@ -224,8 +230,9 @@ func (e *Elector) Moved() int {
 func (e *Elector) Run(ctx context.Context) {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); e.watch(watchCtx) }()
+	go func() { defer wg.Done(); e.watchDeadlines(watchCtx) }()
 	defer func() { stopWatch(); wg.Wait() }()
 
 	e.renewMember()
@@ -263,6 +270,7 @@ func (e *Elector) Run(ctx context.Context) {
 				e.handle(ack)
 			}
 		case <-ticker.C():
+			e.absorbEarly()
 			clear(e.tried) // campaign again, on the same versions too: they may have expired
 			if !e.stopping {
 				e.renewMember()
@@ -270,6 +278,7 @@ func (e *Elector) Run(ctx context.Context) {
 			e.renewAll()
 			ticked = true
 		}
+		e.absorbEarly()
 		e.reconcile()
 		if ticked {
 			ticked = false
@@ -300,6 +309,9 @@ func (e *Elector) handle(ev any) {
 	case shardDone:
 		if h := e.held[m.shard]; h != nil && h.releasing {
 			h.released = true
+			e.mu.Lock()
+			delete(e.renewed, m.shard) // nothing of it runs: no deadline to watch
+			e.mu.Unlock()
 			e.release(m.shard)
 		}
 	case fenceDone:
@@ -524,6 +536,7 @@ func (e *Elector) renewAll() {
 		wg.Go(func() { r.got, r.err = e.update(r.l) })
 	}
 	wg.Wait()
+	e.absorbEarly() // given up by the deadline watcher while the calls ran
 	for _, r := range batch {
 		i, h := r.i, r.h
 		if e.held[i] != h {
@@ -553,9 +566,10 @@ func (e *Elector) renewAll() {
 // loseOverdue loses every held shard not renewed for RenewDeadline; errs
 // says, where known, why its last renewal failed.
 func (e *Elector) loseOverdue(errs map[int]error) {
+	e.absorbEarly()
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
 		h := e.held[i]
-		if h.released || e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
+		if h == nil || h.released || e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
 			continue
 		}
 		why := fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline)
@@ -594,6 +608,7 @@ func (e *Elector) release(i int) {
 
 // lose drops shard i and tells the user to fence it.
 func (e *Elector) lose(i int, why string) {
+	e.absorbEarly()
 	h := e.held[i]
 	if h == nil {
 		return
@@ -825,3 +840,88 @@ func (c Config) fenceBudget() time.Duration { return c.LeaseDuration - c.RenewDe
 
 // clockSkewMargin is what the guards take off the recorded lease duration.
 func (c Config) clockSkewMargin() time.Duration { return c.fenceBudget() - c.FenceTimeout() }
+
+// earlyLoss is a shard the deadline watcher gave up: doneCalled says
+// whether the user has called the Lost callback's done already.
+type earlyLoss struct{ doneCalled bool }
+
+// watchDeadlines gives up, every quarter of RetryPeriod until ctx ends, any
+// held shard not renewed for RenewDeadline, whatever the loop is doing: the
+// loop makes API calls one batch at a time, and against an API server that
+// does not answer (paused, or a connection that black-holes) a batch waits
+// out its timeout, so the loop alone could notice a loss a retry period or
+// more late, past the fence budget. The watcher ends the shard's term (its
+// guards fail at once) and calls Lost; the loop then drops the shard
+// (absorbEarly) without calling Lost again.
+func (e *Elector) watchDeadlines(ctx context.Context) {
+	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			e.checkDeadlines()
+		}
+	}
+}
+
+func (e *Elector) checkDeadlines() {
+	now := e.cfg.Clock.Now()
+	var due []int
+	e.mu.Lock()
+	for i, at := range e.renewed {
+		if now.Sub(at) <= e.cfg.RenewDeadline || e.early[i] != nil {
+			continue
+		}
+		due = append(due, i)
+		e.early[i] = &earlyLoss{}
+		e.terms[i].End(true)
+		delete(e.terms, i)
+		delete(e.renewed, i)
+	}
+	e.mu.Unlock()
+	slices.Sort(due)
+	for _, i := range due {
+		e.cfg.Logger.Warn("shard lost", "shard", i, "why", fmt.Sprintf("not renewed for %s (the deadline watcher)", e.cfg.RenewDeadline))
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				e.mu.Lock()
+				if el := e.early[i]; el != nil {
+					el.doneCalled = true
+				}
+				e.mu.Unlock()
+				e.send(fenceDone{shard: i})
+			})
+		}
+		if f := e.cfg.Callbacks.Lost; f != nil {
+			f(i, done)
+		} else {
+			done()
+		}
+	}
+}
+
+// absorbEarly drops, on the loop, the shards the deadline watcher gave up:
+// they are not held any more, and are not campaigned for until the Lost
+// callback's done (unless it has been called already).
+func (e *Elector) absorbEarly() {
+	e.mu.Lock()
+	if len(e.early) == 0 {
+		e.mu.Unlock()
+		return
+	}
+	early := e.early
+	e.early = map[int]*earlyLoss{}
+	e.mu.Unlock()
+	for _, i := range slices.Sorted(maps.Keys(early)) {
+		if e.held[i] != nil {
+			delete(e.held, i)
+			e.count()
+		}
+		if !early[i].doneCalled {
+			e.fencing[i] = true
+		}
+	}
+}

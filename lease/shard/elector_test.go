@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -385,5 +389,47 @@ func TestElectorSteadyStateRequests(t *testing.T) {
 			assert.Equal(t, map[string]int{"update": periods * (shards + 3)}, after)
 			t.Logf("S=%d, 3 replicas: %d Lease requests per retry period (S client-go electors: %d)", shards, (shards + 3), 4*shards)
 		})
+	}
+}
+
+// An API server that stops answering (paused, or a connection that
+// black-holes requests) holds the loop in its renewal calls: the deadline
+// watcher must still give every held shard up within RenewDeadline (plus a
+// quarter retry period) of its last renewal, while those calls hang, so
+// that its children stop before another replica may take it.
+func TestLossIsNotDelayedByAHangingAPIServer(t *testing.T) {
+	g := newGroup(t, 3)
+	a := g.start("a")
+	g.settle("a alone")
+	hang := make(chan struct{})
+	var hung atomic.Bool
+	a.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if hung.Load() {
+			<-hang // as a request to a server that never answers: the fake ignores contexts
+		}
+		return false, nil, nil
+	})
+	t.Cleanup(func() { close(hang) })
+	hung.Store(true)
+	g.clock.Step(retryPeriod) // a tick: every renewal goes out, and hangs
+	// Step in quarters of a retry period, as the watcher ticks, until past
+	// the renew deadline since the last renewal.
+	lost := map[int]bool{}
+	for stepped := retryPeriod; len(lost) < 3; stepped += retryPeriod / 4 {
+		require.LessOrEqual(t, stepped, renewDeadline+retryPeriod, "not every shard was lost within the renew deadline + a retry period (lost %v)", lost)
+		g.clock.Step(retryPeriod / 4)
+		deadline := time.After(200 * time.Millisecond)
+	drain:
+		for {
+			select {
+			case i := <-a.lost:
+				lost[i] = true
+			case <-deadline:
+				break drain
+			}
+		}
+	}
+	for i := range 3 {
+		require.ErrorIs(t, a.e.Guard(i)(), lease.ErrNotHeld, "shard %d's guard after the loss", i)
 	}
 }
