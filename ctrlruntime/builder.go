@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	cm "github.com/actorkube/controllermanager"
 )
 
 // Builder declares a reconciler the way controller-runtime's
@@ -27,6 +29,7 @@ type Builder struct {
 	watches []watchesInput
 	raw     []TypedSource[reconcile.Request]
 	opts    Options
+	shard   cm.Shard // ForShard's; Count < 2: every key
 	errs    []error
 }
 
@@ -195,7 +198,7 @@ func (b *Builder) Complete(r reconcile.Reconciler) (*Controller, error) {
 		warm = append(warm, obj)
 	}
 	sources = append(sources, b.raw...)
-	ctrl, err := New(b.ctx, name, r, b.opts, sources...)
+	ctrl, err := New(b.ctx, name, ShardReconciler(b.shard, r), b.opts, sources...)
 	if err != nil {
 		return nil, err
 	}

@@ -65,8 +65,10 @@
 // incarnation is reported through controllermanager.FailureReporter, and the
 // supervisor restarts that reconciler alone, the others reconciling on.
 //
-// # Not yet
+// # Sharded leadership
 //
-// Sharded leadership (a reconciler per shard that reconciles only the keys
-// its Shard owns) waits for the sharded manager to land.
+// With LeaderElectionSpec.Shards > 1, build one reconciler per shard with
+// the manager's AddSharded and Builder.ForShard (or ShardReconciler): each
+// reconciles only the keys its Shard owns, on whichever replica holds that
+// shard's Lease, so the replicas share the objects of one kind.
 package ctrlruntime

@@ -261,6 +261,11 @@ func (e *Elector) Run(ctx context.Context) {
 			return
 		case ev := <-e.events:
 			e.handle(ev)
+			// Take what else the watch has queued before reconciling once:
+			// with S shards renewed every retry period by R replicas the
+			// watch brings S·R/RetryPeriod events a second, and a reconcile
+			// after each would keep the loop from its own renewals.
+			e.drainEvents()
 		case <-e.wake:
 			e.mu.Lock()
 			acks := e.acks
@@ -922,6 +927,18 @@ func (e *Elector) absorbEarly() {
 		}
 		if !early[i].doneCalled {
 			e.fencing[i] = true
+		}
+	}
+}
+
+// drainEvents handles the watch events already queued, without waiting.
+func (e *Elector) drainEvents() {
+	for range cap(e.events) {
+		select {
+		case ev := <-e.events:
+			e.handle(ev)
+		default:
+			return
 		}
 	}
 }
