@@ -19,6 +19,7 @@ var figures struct {
 type figureRow struct {
 	test, name string
 	value      time.Duration
+	text       string // what figureText measured, instead of value
 	note       string
 }
 
@@ -29,6 +30,16 @@ func figure(t *testing.T, name string, value time.Duration, note string) {
 	figures.mu.Lock()
 	defer figures.mu.Unlock()
 	figures.rows = append(figures.rows, figureRow{test: t.Name(), name: name, value: value, note: note})
+}
+
+// figureText logs a measurement that is not a duration (a count, a distribution) and
+// keeps it for the summary.
+func figureText(t *testing.T, name, text, note string) {
+	t.Helper()
+	t.Logf("figure: %s = %s %s", name, text, note)
+	figures.mu.Lock()
+	defer figures.mu.Unlock()
+	figures.rows = append(figures.rows, figureRow{test: t.Name(), name: name, text: text, note: note})
 }
 
 // printFigures writes the summary: each figure's values, in the order measured.
@@ -42,7 +53,11 @@ func printFigures(w io.Writer, wall time.Duration) {
 		if !slices.Contains(names, r.name) {
 			names = append(names, r.name)
 		}
-		values[r.name] = append(values[r.name], r.value.Round(time.Millisecond).String())
+		v := r.text
+		if v == "" {
+			v = r.value.Round(time.Millisecond).String()
+		}
+		values[r.name] = append(values[r.name], v)
 		notes[r.name] = r.note
 	}
 	fmt.Fprintf(w, "e2e figures (lease %s, renew deadline %s, retry period %s):\n", leaseDuration, renewDeadline, retryPeriod)
