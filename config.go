@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -111,13 +112,14 @@ type SupervisionSpec struct {
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
 }
 
-// Defaults of LeaderElectionSpec. With them, a leader that loses its lease
-// has 10s (LeaseDuration − RenewDeadline − RetryPeriod) before another
-// replica may take over, and gives its controllers 8s of it to stop.
+// Defaults of LeaderElectionSpec (docs/defaults.md lists every default).
+// With them, a leader that loses its lease has 10s (LeaseDuration −
+// RenewDeadline − RetryPeriod) before another replica may take over, and
+// gives its controllers 8s of it to stop.
 const (
-	DefaultLeaseDuration = 30 * time.Second
-	DefaultRenewDeadline = 15 * time.Second
-	DefaultRetryPeriod   = 5 * time.Second
+	DefaultLeaseDuration = defaults.LeaseDuration
+	DefaultRenewDeadline = defaults.RenewDeadline
+	DefaultRetryPeriod   = defaults.RetryPeriod
 )
 
 // maxLeaseDuration is the longest duration a Lease can hold: an int32 of
@@ -143,18 +145,18 @@ type electionConfig struct {
 	shards                                    int // 1: the single Lease
 }
 
-// timing fills the defaults of spec and validates it; every problem is
+// supervision fills the defaults of spec and validates it; every problem is
 // reported, each naming its field.
-func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
-	t := supervisor.DefaultTiming
+func (spec *SupervisionSpec) supervision() (supervision, error) {
+	p, t := supervisor.DefaultPolicy(), supervisor.DefaultTiming()
 	if spec == nil {
-		return t, nil
+		return supervision{p, t}, nil
 	}
 	var errs []error
 	switch spec.Strategy {
 	case "":
 	case OneForOne, AllForOne, RestForOne:
-		t.Strategy = spec.Strategy
+		p.Strategy = spec.Strategy
 	default:
 		errs = append(errs, fmt.Errorf("supervision.strategy: %q is not one of OneForOne, AllForOne, RestForOne", spec.Strategy))
 	}
@@ -166,7 +168,7 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 			*into = int(v)
 		}
 	}
-	count("maxRestarts", spec.MaxRestarts, &t.MaxRestarts)
+	count("maxRestarts", spec.MaxRestarts, &p.MaxRestarts)
 	count("unhealthyThreshold", spec.UnhealthyThreshold, &t.UnhealthyThreshold)
 	duration := func(field string, v metav1.Duration, into *time.Duration) {
 		switch {
@@ -176,7 +178,7 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 			*into = v.Duration
 		}
 	}
-	duration("restartWindow", spec.RestartWindow, &t.RestartWindow)
+	duration("restartWindow", spec.RestartWindow, &p.RestartWindow)
 	duration("initialBackoff", spec.InitialBackoff, &t.InitialBackoff)
 	duration("maxBackoff", spec.MaxBackoff, &t.MaxBackoff)
 	duration("healthInterval", spec.HealthInterval, &t.HealthInterval)
@@ -191,7 +193,19 @@ func (spec *SupervisionSpec) timing() (supervisor.Timing, error) {
 	if t.InitialBackoff > t.MaxBackoff {
 		errs = append(errs, fmt.Errorf("supervision.initialBackoff: %s exceeds supervision.maxBackoff %s", t.InitialBackoff, t.MaxBackoff))
 	}
-	return t, errors.Join(errs...)
+	return supervision{p, t}, errors.Join(errs...)
+}
+
+// supervision is a SupervisionSpec with its defaults filled in: the
+// supervisor's Policy and Timing.
+type supervision struct {
+	policy supervisor.Policy
+	timing supervisor.Timing
+}
+
+// defaultSupervision is the supervision of a zero SupervisionSpec.
+func defaultSupervision() supervision {
+	return supervision{supervisor.DefaultPolicy(), supervisor.DefaultTiming()}
 }
 
 // election fills the defaults of spec and validates it, reporting every
@@ -250,8 +264,12 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	if c.renewDeadline <= time.Duration(1.2*float64(c.retryPeriod)) {
 		errs = append(errs, fmt.Errorf("leaderElection.renewDeadline: %s must be greater than 1.2 × leaderElection.retryPeriod %s", c.renewDeadline, c.retryPeriod))
 	}
-	switch spec.OnLeaseLost {
-	case "", LeaseLostExit:
+	action := spec.OnLeaseLost
+	if action == "" {
+		action = defaults.OnLeaseLost
+	}
+	switch action {
+	case LeaseLostExit:
 	case LeaseLostReelect:
 		c.reelect = true
 	default:
@@ -264,7 +282,7 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 // validateShards fills c.shards from shards and reports what is wrong with
 // it: out of 0…MaxShards, or shard Lease names that Kubernetes refuses.
 func (c *electionConfig) validateShards(shards int32) []error {
-	c.shards = 1
+	c.shards = defaults.Shards
 	switch {
 	case shards < 0 || shards > MaxShards:
 		return []error{fmt.Errorf("leaderElection.shards: must be between 1 and %d (each shard is a Lease renewed every retry period), got %d", MaxShards, shards)}
@@ -290,5 +308,5 @@ func podNamespace() (ns, from string) {
 			return ns, " (from " + serviceAccountNamespaceFile + ")"
 		}
 	}
-	return "default", ""
+	return defaults.LeaseNamespace, ""
 }

@@ -4,25 +4,31 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // election is a ControllerManager's leader election, ready to run.
 type election struct {
-	name       string // the Lease's name
-	identity   string // this replica's holder identity
-	props      *actor.Props
-	watchdog   *lease.Watchdog
-	leaseFence *lease.Fence // what the lease guards read
-	fence      lease.Config // for its FenceTimeout
-	reelect    bool
-	events     *kubeEvents // nil: no Kubernetes Events
+	shards  int            // 1: the single lease
+	sharded *shard.Elector // with shards > 1; props spawns its actor
+
+	name              string // the Lease's name
+	identity          string // this replica's holder identity
+	props             *actor.Props
+	watchdog          *lease.Watchdog
+	leaseFence        *lease.Fence  // what the lease guards read
+	fence             lease.Config  // for its FenceTimeout
+	shardFenceTimeout time.Duration // the sharded election's FenceTimeout
+	reelect           bool
+	events            *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -33,9 +39,8 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if c == nil && err == nil {
 		return nil, nil
 	}
-	if c != nil && c.shards > 1 {
-		// Refused rather than ignored: a replica would run every shard.
-		err = errors.Join(err, fmt.Errorf("leaderElection.shards: %d shards are not supported by ControllerManager yet (lease/shard holds the elector); use 1", c.shards))
+	if c != nil && c.shards > 1 && o.lock != nil {
+		err = errors.Join(err, fmt.Errorf("leaderElection.shards: %d shards need a clientset to watch their Leases; WithLeaseLock gives one lock (use WithLeaderElectionClient)", c.shards))
 	}
 	client := o.leClient
 	if client == nil && ctrlContext != nil {
@@ -46,6 +51,9 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.shards > 1 {
+		return newShardedElection(client, c, o)
 	}
 	lock := o.lock
 	var events *kubeEvents
@@ -89,8 +97,78 @@ func (e *election) configure(cfg *supervisor.Config) {
 	cfg.Identity = e.identity
 	cfg.FenceTimeout = e.fence.FenceTimeout()
 	cfg.Reelect = e.reelect
+	if e.sharded != nil {
+		e.configureShards(cfg)
+		return
+	}
 	fence := e.leaseFence
 	cfg.Guards = func(actors.Spec) func() error { return fence.Guard() }
+}
+
+// newShardedElection builds the elector of S shard Leases (lease/shard): one
+// watch of the group's Leases, renewals of the held ones only.
+func newShardedElection(client kubernetes.Interface, c *electionConfig, o options) (*election, error) {
+	identity := o.identity
+	if identity == "" {
+		identity = lease.NewIdentity()
+	}
+	scfg := shard.Config{
+		Client: client, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
+		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
+		Logger: o.logger.With("component", "leaderelection"),
+	}
+	if o.clock != nil {
+		scfg.Clock = o.clock
+	}
+	e, err := shard.New(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("leaderElection: %w", err)
+	}
+	return &election{
+		shards: c.shards, sharded: e, name: c.name, identity: identity, props: shard.Props(e),
+		watchdog: lease.NewWatchdogFor(c.renewDeadline, e.Check), reelect: c.reelect,
+		shardFenceTimeout: scfg.FenceTimeout(), events: newKubeEvents(o, client, c.namespace, c.name, identity),
+	}, nil
+}
+
+// configureShards sets the sharded election's part of a supervisor's config:
+// a controller's guard is its shard's, a store's passes while some shard's
+// does.
+func (e *election) configureShards(cfg *supervisor.Config) {
+	el, n, name := e.sharded, e.shards, e.name
+	cfg.FenceTimeout = e.shardFenceTimeout
+	cfg.Shards = n
+	cfg.ShardLease = func(i int) string { return shard.ShardLease(name, i) }
+	cfg.ShardOf = func(child string) int { return ShardOf(child, n) }
+	cfg.ShardHolders = func() []string {
+		st := el.Status()
+		holders := make([]string, len(st))
+		for i, s := range st {
+			holders[i] = s.Holder
+		}
+		return holders
+	}
+	cfg.Guards = func(spec actors.Spec) func() error {
+		if spec.Kind == actors.KindController {
+			return el.Guard(spec.Shard)
+		}
+		return e.anyShard
+	}
+}
+
+// anyShard is nil while this replica can prove it holds some shard.
+func (e *election) anyShard() error {
+	var first error
+	for i := range e.shards {
+		err := e.sharded.Guard(i)()
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // LeaseWatchdog returns the health check of this manager's leader election,

@@ -46,6 +46,9 @@ const (
 	Escalated      = supervisor.Escalated
 	LeaderElected  = supervisor.LeaderElected
 	LeaderLost     = supervisor.LeaderLost
+	ShardAcquired  = supervisor.ShardAcquired
+	ShardReleased  = supervisor.ShardReleased
+	ShardLost      = supervisor.ShardLost
 	EventsDropped  = supervisor.EventsDropped
 )
 
@@ -70,6 +73,11 @@ type Status = supervisor.Status
 
 // ChildStatus is a snapshot of one child.
 type ChildStatus = supervisor.ChildStatus
+
+// ShardStatus is the state of one shard, with sharded leadership: its
+// index, Lease, holder as last observed, whether this replica holds it, and
+// the controllers pinned to it (Status.Shards).
+type ShardStatus = supervisor.ShardStatus
 
 // PanicError is a panic in user code, recovered and turned into an error
 // that names the child and carries the stack.
@@ -105,6 +113,12 @@ func FailureReporter(ctx context.Context) (report func(err error), ok bool) {
 //	Warning  Escalated      <err>
 //	Warning  ChildFailed    <err> (which names the child)
 //
+// and, with sharded leadership, instead of the first two:
+//
+//	Normal   ShardAcquired  <identity> acquired shard <i>, Lease <ns>/<name>-<i>
+//	Normal   ShardReleased  <identity> handed shard <i> over, Lease <ns>/<name>-<i>
+//	Warning  ShardLost      <identity> lost shard <i>: <err>
+//
 // on this replica's Pod (POD_NAME, POD_NAMESPACE and, for kubectl
 // describe, POD_UID from the downward API), else on the Lease. The Lease
 // lock also records client-go's own Normal LeaderElection events ("<identity>
@@ -122,6 +136,15 @@ const (
 	// EventReasonChildFailed is the reason of the Warning Event recorded for
 	// each failure of a child.
 	EventReasonChildFailed = "ChildFailed"
+	// EventReasonShardAcquired is the reason of the Normal Event recorded
+	// when this replica acquires a shard's Lease (sharded leadership).
+	EventReasonShardAcquired = "ShardAcquired"
+	// EventReasonShardReleased is the reason of the Normal Event recorded
+	// when this replica hands a shard over, its controllers stopped.
+	EventReasonShardReleased = "ShardReleased"
+	// EventReasonShardLost is the reason of the Warning Event recorded when
+	// this replica loses a shard's Lease.
+	EventReasonShardLost = "ShardLost"
 )
 
 // eventCorrelation bounds what the manager's own recorder sends, so that a
@@ -269,6 +292,15 @@ func (k *kubeEvents) record(e Event) {
 		r.Eventf(k.object, corev1.EventTypeNormal, EventReasonLeaderElected, "%s", cap1k(fmt.Sprintf("%s became leader of Lease %s", k.identity, k.lease)))
 	case LeaderLost:
 		r.Eventf(k.object, corev1.EventTypeWarning, EventReasonLeaderLost, "%s", cap1k(fmt.Sprintf("%s lost Lease %s: %v", k.identity, k.lease, e.Err)))
+	case ShardAcquired:
+		r.Eventf(k.shardObject(e.Shard), corev1.EventTypeNormal, EventReasonShardAcquired, "%s",
+			cap1k(fmt.Sprintf("%s acquired shard %d, Lease %s-%d", k.identity, e.Shard, k.lease, e.Shard)))
+	case ShardReleased:
+		r.Eventf(k.shardObject(e.Shard), corev1.EventTypeNormal, EventReasonShardReleased, "%s",
+			cap1k(fmt.Sprintf("%s handed shard %d over, Lease %s-%d", k.identity, e.Shard, k.lease, e.Shard)))
+	case ShardLost:
+		r.Eventf(k.shardObject(e.Shard), corev1.EventTypeWarning, EventReasonShardLost, "%s",
+			cap1k(fmt.Sprintf("%s lost shard %d: %v", k.identity, e.Shard, e.Err)))
 	case Escalated:
 		r.Eventf(k.object, corev1.EventTypeWarning, EventReasonEscalated, "%s", cap1k(fmt.Sprint(e.Err)))
 	case ChildFailed:
@@ -277,6 +309,17 @@ func (k *kubeEvents) record(e Event) {
 		// a new one.
 		r.Eventf(k.object, corev1.EventTypeWarning, EventReasonChildFailed, "%s", cap1k(fmt.Sprint(e.Err)))
 	}
+}
+
+// shardObject is what a shard's Event is about: this replica's Pod, else
+// the shard's Lease.
+func (k *kubeEvents) shardObject(i int) *corev1.ObjectReference {
+	if k.object.Kind != "Lease" {
+		return k.object
+	}
+	o := *k.object
+	o.Name = fmt.Sprintf("%s-%d", o.Name, i)
+	return &o
 }
 
 // stop writes what the own recorder has queued, within eventFlushTimeout,

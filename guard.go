@@ -68,6 +68,9 @@ func (m *ControllerManager) LeaseGuard() error {
 			return nil
 		}
 	}
+	if m.election.sharded != nil {
+		return m.election.anyShard()
+	}
 	return m.election.leaseFence.Check()
 }
 

@@ -3,9 +3,11 @@ package controllermanager
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -51,6 +53,15 @@ var (
 	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
 		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
 		[]string{"child", "kind"}, nil)
+	shardHeldDesc = prometheus.NewDesc("controllermanager_shard_held",
+		"With sharded leadership: whether this replica holds the shard's Lease (1) or not (0).",
+		[]string{"lease", "shard"}, nil)
+	shardsHeldDesc = prometheus.NewDesc("controllermanager_shards_held",
+		"With sharded leadership: how many shards this replica holds.",
+		nil, nil)
+	shardTransitionsDesc = prometheus.NewDesc("controllermanager_shard_transitions_total",
+		"With sharded leadership: shards this replica acquired, released (handed over once their controllers stopped) and lost.",
+		[]string{"transition"}, nil)
 	// masterStatusDesc is client-go's and controller-runtime's leader
 	// election gauge, under their name and label, so that their dashboards
 	// work; client-go's own is never registered (it needs a global
@@ -109,9 +120,9 @@ func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetri
 	return mm
 }
 
-// observeProbe records a GetHealth sweep that began at start.
-func (mm *managerMetrics) observeProbe(start time.Time) {
-	mm.probe.Observe(time.Since(start).Seconds())
+// observeProbe records a GetHealth sweep that began at start on clk.
+func (mm *managerMetrics) observeProbe(clk clock.PassiveClock, start time.Time) {
+	mm.probe.Observe(clk.Since(start).Seconds())
 }
 
 // observeEvent counts the panics an event reports: a failure, a Shutdown
@@ -143,7 +154,8 @@ type statusCollector struct {
 
 // Describe sends the descriptors of every metric Collect sends.
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc} {
+	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc,
+		shardHeldDesc, shardsHeldDesc, shardTransitionsDesc} {
 		ch <- d
 	}
 }
@@ -161,12 +173,22 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		c.m.opts.logger.Warn("metrics: the supervisor did not answer GetStatus; children's metrics left out of this scrape", "err", err)
 		st = Status{Phase: obs.Phase(), Leader: obs.Leader(), Identity: c.identity}
 	}
-	for _, p := range supervisor.Phases {
+	for _, p := range supervisor.Phases() {
 		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, boolValue(p == st.Phase), string(p))
 	}
 	if c.lease != "" {
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease, st.Identity)
 		ch <- prometheus.MustNewConstMetric(masterStatusDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease)
+	}
+	if c.m.shardCount() > 1 {
+		for _, sh := range st.Shards {
+			ch <- prometheus.MustNewConstMetric(shardHeldDesc, prometheus.GaugeValue, boolValue(sh.Held), sh.Lease, strconv.Itoa(sh.Index))
+		}
+		held, acquired, released, lost := c.m.handle.Observed.ShardMoves()
+		ch <- prometheus.MustNewConstMetric(shardsHeldDesc, prometheus.GaugeValue, float64(held))
+		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(acquired), "acquired")
+		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(released), "released")
+		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(lost), "lost")
 	}
 	for _, child := range st.Children {
 		kind := string(child.Kind)

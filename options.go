@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -33,7 +34,7 @@ type options struct {
 
 // DefaultSubscriberDrainTimeout is how long ShutdownAndWait waits, by
 // default, for the event subscribers to take the last events.
-const DefaultSubscriberDrainTimeout = time.Second
+const DefaultSubscriberDrainTimeout = defaults.SubscriberDrainTimeout
 
 // WithSubscriberDrainTimeout sets how long ShutdownAndWait waits, once the
 // manager has stopped, for the event subscribers to take the last events
@@ -102,7 +103,7 @@ func collectOptions(opts []Option) options {
 		}
 	}
 	if o.logger == nil {
-		o.logger = slog.New(minLevel{min: slog.LevelWarn, next: slog.Default().Handler()})
+		o.logger = slog.New(minLevel{min: defaults.LogLevel, next: slog.Default().Handler()})
 	}
 	return o
 }

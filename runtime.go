@@ -129,7 +129,7 @@ var (
 
 // NewBaseManager returns a manager whose Start runs the pre-flight only.
 func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
-	return newBaseManager(ctrlContext, supervisor.ModeBase, supervisor.DefaultTiming, nil, collectOptions(opts))
+	return newBaseManager(ctrlContext, supervisor.ModeBase, defaultSupervision(), nil, collectOptions(opts))
 }
 
 // NewControllerManager returns a manager for controllers and stores,
@@ -137,7 +137,7 @@ func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
 // not. An invalid configuration is an error that names every field at fault.
 func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSpec, defaultLeaseName string, opts ...Option) (*ControllerManager, error) {
 	o := collectOptions(opts)
-	timing, terr := ctrlCfg.Supervision.timing()
+	sup, terr := ctrlCfg.Supervision.supervision()
 	election, eerr := newElection(ctrlContext, ctrlCfg.LeaderElection, defaultLeaseName, o)
 	if err := errors.Join(terr, eerr); err != nil {
 		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
@@ -145,26 +145,27 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 	if election != nil {
 		o.leaseName = election.name
 	}
-	base := newBaseManager(ctrlContext, supervisor.ModeControllers, timing, election, o)
+	base := newBaseManager(ctrlContext, supervisor.ModeControllers, sup, election, o)
 	return &ControllerManager{BaseManager: base}, nil
 }
 
 // NewWebhookManager returns a manager for webhooks.
 func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
-	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, supervisor.DefaultTiming, nil, collectOptions(opts))}
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, defaultSupervision(), nil, collectOptions(opts))}
 }
 
-func newBaseManager(ctrlContext Context, mode supervisor.Mode, timing supervisor.Timing, el *election, o options) *BaseManager {
+func newBaseManager(ctrlContext Context, mode supervisor.Mode, sup supervision, el *election, o options) *BaseManager {
 	if ctrlContext == nil {
 		ctrlContext = NewContext(nil)
 	}
-	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: timing, election: el}
+	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: sup.timing, election: el}
 	system := newActorSystem(o.logger)
 	bus := supervisor.NewBus(o.eventBuffer, o.logger)
 	cfg := supervisor.Config{
 		Mode:      mode,
 		Preflight: ctrlContext.Start,
-		Timing:    timing,
+		Policy:    sup.policy,
+		Timing:    sup.timing,
 		Logger:    o.logger,
 		Clock:     o.clock,
 		Bus:       bus,
@@ -258,50 +259,12 @@ func startError(ctx context.Context, err error) error {
 	}
 }
 
-// specs classifies and names what was added; every problem is reported.
-func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
-	specs := make([]actors.Spec, len(added))
-	errs := make([]error, len(added))
-	var byHealth []int // controllers named by GetHealth().Name
-	for i, v := range added {
-		spec, err := supervisor.Classify(m.mode, v)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		specs[i] = spec
-		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
-			// Name() is a getter: call it here, panics recovered.
-			specs[i].Name, errs[i] = actors.NameOf(v)
-			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
-				specs[i].Name = fmt.Sprintf("runnable-%d", i)
-			}
-			continue
-		}
-		// A controller's name is GetHealth().Name: user code that may hang.
-		byHealth = append(byHealth, i)
-	}
-	if len(byHealth) > 0 {
-		vals := make([]any, len(byHealth))
-		for j, i := range byHealth {
-			vals[j] = added[i]
-		}
-		names, nerrs := actors.ResolveNames(vals, m.timing.HealthTimeout)
-		for j, i := range byHealth {
-			specs[i].Name, errs[i] = names[j], nerrs[j]
-		}
-	}
-	if err := supervisor.ValidateSpecs(specs, errs); err != nil {
-		return nil, err
-	}
-	return specs, nil
-}
-
 // GetHealth returns the health of every controller, in the order they were
 // added: empty until the manager is starting (not yet elected is not
 // unhealthy). Each controller is queried through its actor; one that does
-// not answer within SupervisionSpec.HealthTimeout is reported unhealthy, so
-// GetHealth returns within that timeout whatever the controllers do.
+// not answer within SupervisionSpec.HealthTimeout (on the clock of
+// WithClock) is reported unhealthy, so GetHealth returns within that
+// timeout whatever the controllers do.
 func (m *BaseManager) GetHealth() []HealthStatus {
 	obs := m.handle.Observed
 	if final, stopped := obs.Final(); stopped {
@@ -310,18 +273,14 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	if !obs.Starting() {
 		return []HealthStatus{}
 	}
-	defer m.metrics.observeProbe(time.Now())
+	clk := m.opts.clockOrReal()
+	defer m.metrics.observeProbe(clk, clk.Now())
 	system := m.handle.System
-	col := actors.NewHealthCollector(system)
-	system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
-	timer := time.NewTimer(m.timing.HealthTimeout)
-	defer timer.Stop()
-	select {
-	case <-col.Done():
-	case <-timer.C:
-	case <-obs.Terminated():
-	}
-	statuses, ok := col.Close(fmt.Sprintf("no health answer within %s", m.timing.HealthTimeout))
+	sweep := actors.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *actors.HealthCollector) {
+		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
+	})
+	sweep.Wait(obs.Terminated())
+	statuses, ok := sweep.Close()
 	if !ok {
 		if final, stopped := obs.Final(); stopped {
 			return stoppedHealth(final, obs.Err())

@@ -1,6 +1,14 @@
 package controllermanager
 
-import "hash/fnv"
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"runtime/debug"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
+)
 
 // MaxShards is the most shard Leases LeaderElectionSpec.Shards may ask for.
 //
@@ -42,4 +50,96 @@ func ShardOf(key string, count int) int {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(key)) // a hash.Hash never fails to write
 	return int(h.Sum64() % uint64(count))
+}
+
+// shardCount is the number of shards of m's leadership: 1 with the single
+// lease or election off.
+func (m *BaseManager) shardCount() int {
+	if m.election == nil || m.election.shards < 1 {
+		return 1
+	}
+	return m.election.shards
+}
+
+// pinned is a controller of AddSharded: named and pinned to its shard by the
+// manager, whatever its own name.
+type pinned struct {
+	name  string
+	shard int
+	c     Controller
+}
+
+// AddSharded adds one controller per shard for a controller whose keys are
+// split: with LeaderElectionSpec.Shards = S it calls build(Shard{i, S}) for
+// i = 0…S-1 and adds the result as the controller "<name>-<i>", pinned to
+// shard i, so that it runs on whichever replica holds shard i's Lease. Each
+// skips the keys its shard does not own (Shard.Owns). With a single lease or
+// election off, S is 1: one controller "<name>-0" with Shard{0, 1}, which
+// owns every key.
+//
+// Like Add, it has no effect after Start and cannot fail: build panicking or
+// returning nil makes Start fail with an error naming the child.
+func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller) {
+	n := m.shardCount()
+	vals := make([]any, n)
+	for i := range n {
+		child := fmt.Sprintf("%s-%d", name, i)
+		c, err := buildShard(build, Shard{Index: i, Count: n})
+		switch {
+		case err != nil:
+			vals[i] = shardBuildError{name: child, err: err}
+		case c == nil:
+			vals[i] = shardBuildError{name: child, err: errors.New("build returned a nil Controller")}
+		default:
+			vals[i] = pinned{name: child, shard: i, c: c}
+		}
+	}
+	m.add(vals)
+}
+
+// shardBuildError is an AddSharded child that could not be built; Start
+// fails naming it.
+type shardBuildError struct {
+	name string
+	err  error
+}
+
+func buildShard(build func(Shard) Controller, s Shard) (c Controller, err error) {
+	if build == nil {
+		return nil, errors.New("AddSharded: build is nil")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("build panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return build(s), nil
+}
+
+// specs classifies, names and validates what was added (supervisor.Specs),
+// AddSharded's controllers as they were named and pinned, and pins every
+// other controller to ShardOf(its name, S).
+func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
+	shards := m.shardCount()
+	vals := make([]any, len(added))
+	for i, v := range added {
+		switch p := v.(type) {
+		case pinned:
+			vals[i] = actors.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
+		case shardBuildError:
+			vals[i] = supervisor.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
+		default:
+			vals[i] = v
+		}
+	}
+	specs, err := supervisor.Specs(m.mode, vals, m.timing.HealthTimeout)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		if _, isPinned := added[i].(pinned); !isPinned && specs[i].Kind == actors.KindController {
+			specs[i].Shard = ShardOf(specs[i].Name, shards)
+		}
+	}
+	return specs, nil
 }

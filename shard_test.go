@@ -1,6 +1,7 @@
 package controllermanager
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -94,11 +96,33 @@ func TestLeaderElectionSpecShards(t *testing.T) {
 	}
 }
 
-func TestNewControllerManagerRefusesShardsUntilWired(t *testing.T) {
+func TestShardsNeedAClientset(t *testing.T) {
 	yes := true
 	spec := ControllerManagerConfigSpec{LeaderElection: &LeaderElectionSpec{Enabled: &yes, LeaseName: "lead", LeaseNamespace: "ns", Shards: 12}}
-	m, err := NewControllerManager(NewContext(leasetest.NewServer().Client("a")), spec, "")
+	lock, err := lease.NewLeaseLock(leasetest.NewServer().Client("a"), "ns", "lead", "a")
+	require.NoError(t, err)
+	m, err := NewControllerManager(NewContext(nil), spec, "", WithLeaseLock(lock))
 	require.Error(t, err)
 	assert.Nil(t, m)
-	assert.Contains(t, err.Error(), "leaderElection.shards: 12 shards are not supported by ControllerManager yet")
+	assert.Contains(t, err.Error(), "leaderElection.shards: 12 shards need a clientset to watch their Leases")
+}
+
+func TestAddShardedNamesAndPinsItsControllers(t *testing.T) {
+	yes := true
+	spec := ControllerManagerConfigSpec{LeaderElection: &LeaderElectionSpec{Enabled: &yes, LeaseName: "lead", LeaseNamespace: "ns", Shards: 4}}
+	m, err := NewControllerManager(NewContext(leasetest.NewServer().Client("a")), spec, "")
+	require.NoError(t, err)
+	var built []Shard
+	m.AddSharded("ctl", func(s Shard) Controller {
+		built = append(built, s)
+		if s.Index == 2 {
+			panic("no shard 2 today")
+		}
+		return nil
+	})
+	assert.Equal(t, []Shard{{0, 4}, {1, 4}, {2, 4}, {3, 4}}, built)
+	err = m.Start(context.Background(), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `controller "ctl-0" of AddSharded: build returned a nil Controller`)
+	assert.Contains(t, err.Error(), `controller "ctl-2" of AddSharded: build panicked: no shard 2 today`)
 }

@@ -14,6 +14,10 @@ type Spec struct {
 	Name string
 	Kind Kind
 	Impl any
+	// Shard is the shard a controller is pinned to, with sharded leadership
+	// (0 otherwise, and for every other kind): it runs only while this
+	// replica holds that shard's Lease.
+	Shard int
 }
 
 // Config is what a child actor needs from its manager.
@@ -215,7 +219,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 	}
 	c.cancelStart = cancel
 	gen, self, system := m.Gen, c.self, c.system
-	runCtx = WithReporter(runCtx, func(err error) {
+	runCtx = withReporter(runCtx, func(err error) {
 		system.Root.Send(self, reported{gen: gen, err: err})
 	})
 	c.guard.end()

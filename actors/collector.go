@@ -1,9 +1,12 @@
 package actors
 
 import (
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"k8s.io/utils/clock"
 )
 
 // HealthCollector gathers the HealthAnswers of one health sweep. It is a
@@ -13,7 +16,8 @@ import (
 //
 // The sweep's owner creates it, has the supervisor Expect the entries and send
 // the queries, waits on Done (with a deadline of its own), then calls Close,
-// which fills in the entries that did not answer.
+// which fills in the entries that did not answer. HealthSweep is that
+// owner's part, deadline included.
 type HealthCollector struct {
 	system *actor.ActorSystem
 	pid    *actor.PID
@@ -112,3 +116,40 @@ func (c *HealthCollector) SendSystemMessage(*actor.PID, interface{}) {}
 
 // Stop unregisters the collector.
 func (c *HealthCollector) Stop(*actor.PID) { c.system.ProcessRegistry.Remove(c.pid) }
+
+// HealthSweep is one health sweep with a deadline: a HealthCollector, the
+// queries sent to it, and a timer. It is the one way health is gathered: a
+// manager's GetHealth and the supervisor's liveness probes each run one.
+type HealthSweep struct {
+	col      *HealthCollector
+	timeout  time.Duration
+	deadline clock.Timer
+}
+
+// StartHealthSweep registers a collector in system and calls send with it,
+// which has the entries Expected and the queries sent (itself, or by asking
+// the supervisor: GatherHealth); then it arms the sweep's deadline, timeout
+// from now on clk.
+func StartHealthSweep(system *actor.ActorSystem, clk clock.Clock, timeout time.Duration, send func(*HealthCollector)) *HealthSweep {
+	col := NewHealthCollector(system)
+	send(col)
+	return &HealthSweep{col: col, timeout: timeout, deadline: clk.NewTimer(timeout)}
+}
+
+// Wait returns once every entry has been answered, the deadline has passed,
+// or abort is closed (nil: never), whichever is first. Call it once, from
+// any goroutine, before Close.
+func (s *HealthSweep) Wait(abort <-chan struct{}) {
+	defer s.deadline.Stop()
+	select {
+	case <-s.col.Done():
+	case <-s.deadline.C():
+	case <-abort:
+	}
+}
+
+// Close ends the sweep, as HealthCollector.Close does: the entries still
+// unanswered are unhealthy, with "no health answer within" the timeout.
+func (s *HealthSweep) Close() (statuses []HealthStatus, ok bool) {
+	return s.col.Close(fmt.Sprintf("no health answer within %s", s.timeout))
+}

@@ -21,4 +21,18 @@
 // running wait for its answer, so a hung GetHealth costs one goroutine, not one
 // per probe, and the collector's own deadline decides when silence counts as
 // unhealthy.
+//
+// # Supervisor plumbing
+//
+// Users reach this package through the root package, which re-exports what
+// they need under its own names (Controller, Store, Webhook, Runnable,
+// HealthStatus, PanicError, FailureReporter, ReportFailure, LeaseGuard).
+// The other exported names are the protocol between the root supervisor
+// (package supervisor), the facade, package webhook and the child actors,
+// exported only because those live in other packages: Spec, Kind, Config,
+// Spawner, NewSpawner, NewProps, Goroutines, the messages above (Start,
+// Started, StartFailed, Stop, Stopped, Failed, HealthQuery, HealthAnswer),
+// HealthCollector, AdmissionCall, AdmissionResult, AdmissionPolicy, Guards,
+// ShutdownWatch and its context functions, NameOf, ResolveName,
+// ResolveNames and Call. They may change between releases.
 package actors

@@ -28,9 +28,7 @@ func (c *child) queryHealth(q HealthQuery) {
 	// except between a failure and its Shutdown's return, where the
 	// supervisor's account is the truth.
 	if c.state == stateStopping || c.state == stateStartFailed {
-		c.system.Root.Send(q.ReplyTo, HealthAnswer{Index: q.Index, Status: HealthStatus{
-			Name: c.spec.Name, Message: c.stateMessage(),
-		}})
+		c.system.Root.Send(q.ReplyTo, HealthAnswer{Index: q.Index, Status: c.standing().Status(c.spec.Name, nil)})
 		return
 	}
 	h := &c.health
@@ -97,16 +95,18 @@ func (c *child) callFailed(ctx actorContext, m callFailed) {
 	c.fail(ctx, m.err)
 }
 
-func (c *child) stateMessage() string {
+// standing is where the child stands when it cannot answer for itself: in
+// any state but stateRunning (which answers by its own health call).
+func (c *child) standing() Standing {
 	switch c.state {
 	case stateStarting:
-		return "starting"
+		return StandingStarting
 	case stateStartFailed:
-		return "failed to start"
+		return StandingStartFailed
 	case stateStopping:
-		return "shutting down"
+		return StandingStopping
 	}
-	return "not running"
+	return StandingIdle
 }
 
 func errStartWhileActive(spec Spec) error {

@@ -11,8 +11,8 @@ type reporterKey struct{}
 // failure of the incarnation that was started with it.
 type reporter func(error)
 
-// WithReporter returns ctx carrying report, reachable by ReportFailure.
-func WithReporter(ctx context.Context, report func(error)) context.Context {
+// withReporter returns ctx carrying report, reachable by ReportFailure.
+func withReporter(ctx context.Context, report func(error)) context.Context {
 	return context.WithValue(ctx, reporterKey{}, reporter(report))
 }
 

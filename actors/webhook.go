@@ -106,7 +106,7 @@ func (c *child) admit(m *AdmissionCall) {
 		refuse(m, fmt.Errorf("%w: %s %q is not a webhook", ErrWebhookUnavailable, c.spec.Kind, c.spec.Name))
 		return
 	case c.state != stateRunning:
-		refuse(m, fmt.Errorf("%w: webhook %q is %s", ErrWebhookUnavailable, c.spec.Name, c.admissionStateMessage()))
+		refuse(m, fmt.Errorf("%w: webhook %q is %s", ErrWebhookUnavailable, c.spec.Name, c.standing()))
 		return
 	}
 	a := &c.admission
@@ -127,20 +127,6 @@ func refuse(m *AdmissionCall, err error) {
 	case m.Reply <- AdmissionResult{Refused: err}:
 	default:
 	}
-}
-
-func (c *child) admissionStateMessage() string {
-	switch c.state {
-	case stateIdle:
-		return "not running (restarting or stopped)"
-	case stateStarting:
-		return "starting"
-	case stateStartFailed:
-		return "restarting after a failed start"
-	case stateStopping:
-		return "shutting down"
-	}
-	return "not running"
 }
 
 // serveAdmission runs Ready, then Handle, for one call, in a goroutine of

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -61,11 +62,15 @@ type DebugHandler struct {
 	origins *http.CrossOriginProtection
 }
 
-// The handler's defaults; see the options.
+// The handler's defaults (internal/defaults); see the options.
 const (
-	defaultDebugRefresh      = 5 * time.Second
-	defaultDebugStreamBuffer = 256
-	defaultDebugWindow       = 10 * time.Minute
+	defaultDebugRefresh      = defaults.DebugRefresh
+	defaultDebugStreamBuffer = defaults.DebugStreamBuffer
+	defaultDebugWindow       = defaults.DebugWindow
+)
+
+// The handler's fixed timings.
+const (
 	// statusDebounce is how long the event stream waits after an event
 	// before it sends a fresh snapshot, so that a burst costs one Status.
 	statusDebounce = 250 * time.Millisecond

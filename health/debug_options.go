@@ -1,10 +1,14 @@
 package health
 
-import "time"
+import (
+	"time"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
+)
 
 // DefaultDebugPrefix is where NewDebugHandler serves unless WithDebugPrefix
 // says otherwise.
-const DefaultDebugPrefix = "/debug/supervision"
+const DefaultDebugPrefix = defaults.DebugPrefix
 
 // DebugOption configures NewDebugHandler.
 type DebugOption func(*debugConfig)

@@ -4,11 +4,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // DefaultTimeout is the handler's timeout when neither WithTimeout nor the
 // Source (TimeoutSource) sets one: a manager's default HealthTimeout.
-const DefaultTimeout = time.Second
+const DefaultTimeout = defaults.ProbeTimeout
 
 // Option configures NewHandler.
 type Option func(*config)

@@ -254,3 +254,60 @@ func (l *recordingLock) write(ler resourcelock.LeaderElectionRecord, call func()
 	}
 	return err
 }
+
+// Term is one hold of a Lease by this replica, for lease code other than
+// this package's Elector (lease/shard's elector holds one per shard Lease):
+// what a Fence's election is for the single lease. Its owner reads Elapsed
+// just before sending each write that names this replica holder, calls
+// Renewed with that reading once the write has succeeded, and End once the
+// hold is over (lost, or about to be released). Guard and Check then behave
+// as a Fence's: an atomic load and a clock read, and once the term has ended
+// they fail for ever. A nil *Term holds nothing.
+type Term struct{ t *term }
+
+// NewTerm starts a term for the Lease described by lease (namespace/name,
+// for errors), whose recorded duration is duration (whole seconds, as the
+// Lease records it), on clk. A renewal proves the hold for duration − margin
+// after it was sent. It holds nothing until the first Renewed.
+func NewTerm(clk clock.PassiveClock, lease string, duration, margin time.Duration) *Term {
+	t := &term{clk: clk, base: clk.Now(), validFor: duration - margin, lease: lease, duration: duration, margin: margin}
+	t.sent.Store(neverRenewed)
+	t.checkFunc = t.check
+	return &Term{t: t}
+}
+
+// Elapsed is the term's clock reading to pass to Renewed: read it just
+// before the write is sent.
+func (t *Term) Elapsed() time.Duration { return t.t.clk.Since(t.t.base) }
+
+// Renewed publishes a successful write sent at the reading sent.
+func (t *Term) Renewed(sent time.Duration) { t.t.renewed(sent) }
+
+// End ends the term: lost says whether the Lease was lost (the guards' errors
+// then wrap ErrLost too) rather than given up.
+func (t *Term) End(lost bool) {
+	if t == nil {
+		return
+	}
+	if lost {
+		t.t.end(reasonLost)
+		return
+	}
+	t.t.end(reasonResigned)
+}
+
+// Check returns nil while the term proves the hold, else a *NotHeldError.
+func (t *Term) Check() error {
+	if t == nil {
+		return &NotHeldError{Reason: "not acquired"}
+	}
+	return t.t.check()
+}
+
+// Guard is Check, made once: hand it to what runs under this term.
+func (t *Term) Guard() func() error {
+	if t == nil {
+		return (*Term)(nil).Check
+	}
+	return t.t.checkFunc
+}

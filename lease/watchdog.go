@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // ErrRenewalOverdue is wrapped by Watchdog.Check's error: this replica holds
@@ -16,7 +18,7 @@ import (
 var ErrRenewalOverdue = errors.New("lease: renewal overdue")
 
 // DefaultWatchdogGrace is the Watchdog's grace when none is given.
-const DefaultWatchdogGrace = 20 * time.Second
+const DefaultWatchdogGrace = defaults.WatchdogGrace
 
 // Watchdog is a health check in the manner of client-go's HealthzAdaptor: it
 // fails while this replica's elector believes it holds the lease but its last
@@ -31,6 +33,7 @@ const DefaultWatchdogGrace = 20 * time.Second
 // election can hand one out.
 type Watchdog struct {
 	grace time.Duration
+	check func(grace time.Duration) error // NewWatchdogFor's; nil: the election's
 
 	mu sync.Mutex
 	le *leaderelection.LeaderElector
@@ -45,6 +48,16 @@ func NewWatchdog(grace time.Duration) *Watchdog {
 	return &Watchdog{grace: grace}
 }
 
+// NewWatchdogFor returns a Watchdog over lease code of its own (lease/shard's
+// elector: every shard it holds): check returns an error when a lease held
+// has not been renewed for its duration plus grace. grace <= 0 means
+// DefaultWatchdogGrace.
+func NewWatchdogFor(grace time.Duration, check func(grace time.Duration) error) *Watchdog {
+	w := NewWatchdog(grace)
+	w.check = check
+	return w
+}
+
 // Name is the check's name: "leaderElection", as client-go's.
 func (w *Watchdog) Name() string { return "leaderElection" }
 
@@ -53,6 +66,12 @@ func (w *Watchdog) Name() string { return "leaderElection" }
 // ErrRenewalOverdue. The request is not used.
 func (w *Watchdog) Check(*http.Request) error {
 	if w == nil {
+		return nil
+	}
+	if w.check != nil {
+		if err := w.check(w.grace); err != nil {
+			return fmt.Errorf("%w: %v", ErrRenewalOverdue, err)
+		}
 		return nil
 	}
 	w.mu.Lock()

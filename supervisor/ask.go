@@ -38,7 +38,8 @@ func (p *replyProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 func (p *replyProcess) SendSystemMessage(*actor.PID, interface{}) {}
 func (p *replyProcess) Stop(*actor.PID)                           {}
 
-// Ask sends msg to the root supervisor pid and waits for its Reply, for ctx
+// Facade plumbing: Ask sends msg to the root supervisor pid and waits for
+// its Reply (a manager's Request is built on it), for ctx
 // to end, or for the manager's actors to stop (terminated), whichever comes
 // first. It returns the Reply's Value and Err; ctx's error, wrapped, when ctx
 // ended first; ErrStopped when the manager had stopped.

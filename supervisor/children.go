@@ -18,8 +18,11 @@ type barrier struct {
 	left     int
 	err      error
 	failFast bool // for starts: continue with the first error
-	done     bool // the continuation has run, or the owner gave up on it
-	then     func(err error)
+	// skipStopped: for a start round, a child stopped while it started
+	// (its shard lost or handed over) is left out instead of failing it.
+	skipStopped bool
+	done        bool // the continuation has run, or the owner gave up on it
+	then        func(err error)
 }
 
 var errInterrupted = errors.New("supervisor: start interrupted by a stop")
@@ -53,6 +56,9 @@ func (b *barrier) settle(err error) {
 // set).
 func settleChild(rec *childRecord, err error, interrupted bool) {
 	errFor := func(b *barrier) error {
+		if interrupted && b.skipStopped {
+			return nil
+		}
 		if interrupted && b.failFast {
 			return errInterrupted
 		}
@@ -76,13 +82,15 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 
 // startAll starts recs in parallel with ctx (which carries the start
 // deadline, if any) and continues with the first error (failing fast) or nil
-// once all have started.
+// once all have started or been stopped meanwhile (a start round goes on
+// without the controllers of a shard lost or handed over while they
+// started; a round abandoned altogether is told apart by its owner).
 func (s *root) startAll(recs []*childRecord, ctx context.Context, then func(err error)) {
 	if len(recs) == 0 {
 		then(nil)
 		return
 	}
-	b := &barrier{failFast: true, then: then}
+	b := &barrier{failFast: true, skipStopped: true, then: then}
 	for _, rec := range recs {
 		b.add(rec)
 		s.startChild(rec, ctx, 0)

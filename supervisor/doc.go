@@ -49,4 +49,18 @@
 // Every step is published as an Event to the subscribers of the Bus, in
 // order, asynchronously: each subscriber has its own queue and goroutine, so
 // a slow or panicking subscriber never delays supervision.
+//
+// # Facade plumbing
+//
+// Users import this package for the lifecycle messages (RestartChild,
+// StopChild, StartChild, AddChild, RemoveChild, GetStatus), their Reply, the
+// Status they answer, Event and the sentinel errors. The rest of its
+// exported names exist because the root package's managers (the facade) and
+// package webhook are built on them, and most of their doc comments start
+// "Facade plumbing": Spawn, Handle, Config, Mode, Policy, DefaultPolicy,
+// Timing, DefaultTiming, Ask, Specs, Bus, NewBus, Observed, NewObserved,
+// WebhookTable, WebhookRoute, StartManager, ShutdownManager and
+// GatherHealth. They may change between releases; a manager's own methods
+// are the stable way in. The defaults Config fills live in
+// internal/defaults (docs/defaults.md).
 package supervisor

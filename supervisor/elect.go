@@ -41,13 +41,8 @@ type fencing struct {
 type fenceOverdue struct{ f *fencing }
 
 func (s *root) onElected(m lease.Elected) {
-	s.leader = true
 	s.holder = m.Identity
-	s.obs.leader.Store(true)
-	s.bus.Publish(Event{Type: LeaderElected, Time: s.now(), Phase: s.phase})
-	if s.phase == PhaseElecting && s.start != nil {
-		s.recoverStores()
-	}
+	s.acquire(0)
 }
 
 func (s *root) onNewLeader(m lease.NewLeader) {
@@ -57,9 +52,6 @@ func (s *root) onNewLeader(m lease.NewLeader) {
 // onLeaseLost fences: the lease may pass to another replica once the
 // elector's FenceBudget has passed, so every controller and store stops now.
 func (s *root) onLeaseLost(m lease.Lost) {
-	wasLeader := s.leader
-	s.leader = false
-	s.obs.leader.Store(false)
 	if s.holder == s.cfg.Identity {
 		s.holder = "" // not us any more; the next elector says who
 	}
@@ -67,35 +59,94 @@ func (s *root) onLeaseLost(m lease.Lost) {
 		s.ctx.Stop(s.elector) // its election has ended; a new one needs a new elector
 		s.elector = nil
 	}
-	if wasLeader {
-		s.bus.Publish(Event{Type: LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
-	}
 	reason := m.Reason // the elector's words, which it also logged
 	if reason == "" {
 		reason = "not renewed within the renew deadline"
 	}
-	cause := fmt.Errorf("%w: %s", lease.ErrLost, reason)
+	s.lose(0, fmt.Errorf("%w: %s", lease.ErrLost, reason), nil)
+}
+
+// acquire records that this replica holds shard i (the single lease is
+// shard 0) and runs what it may run now: the stores and controllers of a
+// start round waiting in Electing, or, once started, the shard's
+// controllers.
+func (s *root) acquire(i int) {
+	sh := s.shards[i]
+	if sh.held {
+		return
+	}
+	sh.held = true
+	s.countHeld()
+	if s.sharded() {
+		s.obs.shardsAcquired.Add(1)
+		s.bus.Publish(Event{Type: ShardAcquired, Time: s.now(), Phase: s.phase, Shard: i})
+	} else {
+		s.bus.Publish(Event{Type: LeaderElected, Time: s.now(), Phase: s.phase})
+	}
+	if s.shutdown != nil || s.phase.Ended() || s.fencing != nil {
+		return // a fencing in progress goes on to elect() when it is done
+	}
+	switch s.phase {
+	case PhaseElecting:
+		if s.start != nil {
+			s.recoverStores()
+		}
+	case PhaseStarting, PhaseRunning:
+		s.startShard(i) // a start round in Recovering picks them up itself
+	}
+}
+
+// lose records that this replica lost shard i (the single lease is shard 0)
+// and fences what ran under it. done, when not nil, lets the elector
+// campaign for the shard again; it is called once the shard's children have
+// stopped, with Reelect only.
+func (s *root) lose(i int, cause error, done func()) {
+	sh := s.shards[i]
+	wasHeld := sh.held
+	sh.held, sh.releasing = false, false
+	s.countHeld()
+	if s.sharded() {
+		s.obs.shardsLost.Add(1)
+		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shardLease(i), cause)
+		s.bus.Publish(Event{Type: ShardLost, Time: s.now(), Phase: s.phase, Shard: i, Err: cause})
+	} else if wasHeld {
+		s.bus.Publish(Event{Type: LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
+	}
 	if s.shutdown != nil || s.phase.Ended() {
 		if s.shutdown != nil && s.phase == PhaseShuttingDown {
-			// It may have been waiting for Released; there is nothing left to release.
-			s.maybeFinishAfterLoss()
+			if !s.sharded() {
+				// It may have been waiting for Released; there is nothing left to release.
+				s.maybeFinishAfterLoss()
+			}
 			if !s.phase.Ended() {
 				// Still waiting for Shutdown calls, now without the lease:
 				// they are bounded by the fence timeout as after any loss.
-				s.armFence(cause)
+				scope := fencedChild
+				if s.sharded() && s.leader {
+					scope = shardChild(i)
+				}
+				if f := s.armFence(cause, scope); f != nil {
+					sh.fencing = f
+				}
 			}
 		}
+		return // a shard lost during a shutdown is not campaigned for again
+	}
+	if s.leader {
+		s.fenceShard(i, cause, done) // other shards are held: only this one's controllers stop
 		return
 	}
-	s.fence(cause)
+	s.fence(cause, done)
 }
 
 // fence stops every controller and store, with Shutdown contexts that end at
 // three quarters of Config.FenceTimeout; at its end, any of them still
 // shutting down fails the manager (onFenceOverdue). Without Reelect the
 // whole manager shuts down and fails with cause; with it, the manager goes
-// back to Electing and a new elector campaigns once all have stopped.
-func (s *root) fence(cause error) {
+// back to Electing and, once all have stopped, campaigns again: done (the
+// lost shard's, if any) is called and, with the single lease, a new elector
+// spawned.
+func (s *root) fence(cause error, done func()) {
 	timeout := s.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
@@ -116,21 +167,32 @@ func (s *root) fence(cause error) {
 		s.stopAll(f.recs, ctx, func() { s.fenced(f) })
 		return
 	}
+	s.standDown(f, ctx, func() {
+		s.fenced(f)
+		if done != nil {
+			done()
+		}
+	})
+}
 
+// standDown takes the replica back to Electing, f (a fencing) in progress
+// until every controller and store has stopped with ctx: a start in
+// progress (Recovering, Starting) is abandoned, the Start call, if any,
+// waiting for the next round; webhooks and plain runnables run on (a
+// webhook's restart in progress goes on), and their liveness probes too, as
+// on any standby. Once all have stopped, stopped runs and the replica
+// elects again.
+func (s *root) standDown(f *fencing, ctx context.Context, stopped func()) {
+	s.fencing = f
 	if s.start != nil {
-		// A start in progress (Recovering, Starting) is abandoned; the Start
-		// call, if any, waits for the next election.
 		s.start = s.nextRound(s.start)
 	}
-	// Only what the lease fences stops: webhooks and plain runnables run on
-	// (a webhook's restart in progress goes on), and their liveness probes
-	// too, as on any standby.
 	s.quiesce(fencedChild)
 	s.obs.starting.Store(false)
 	s.obs.started.Store(false)
 	s.setPhase(PhaseElecting)
 	s.stopAll(f.recs, ctx, func() {
-		s.fenced(f)
+		stopped()
 		if s.fencing != f || s.shutdown != nil || s.phase.Ended() {
 			return
 		}
@@ -142,25 +204,56 @@ func (s *root) fence(cause error) {
 	})
 }
 
-// armFence bounds, by the fence timeout, the fenced children already
-// shutting down when the lease is lost during a shutdown: past it, any of
-// them still active fails the manager (onFenceOverdue), since it may run
-// while another replica leads.
-func (s *root) armFence(cause error) {
-	if s.fencing != nil {
+// fenceShard stops shard i's controllers after its Lease was lost while this
+// replica holds other shards, bounded by the fence timeout as fence is;
+// the other shards' children and the stores run on. Without Reelect the
+// whole manager shuts down and fails with cause (Exit: a lost shard stops
+// the manager); with it, done lets the elector campaign for the shard again
+// once they have stopped.
+func (s *root) fenceShard(i int, cause error, done func()) {
+	sh := s.shards[i]
+	timeout := s.fenceTimeout()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
+	_ = cancel // released at the deadline; the children hold it until then
+	f := &fencing{cause: cause, began: time.Now()}
+	sh.fencing = f
+	f.timer = time.AfterFunc(timeout, func() { s.sendSelf(fenceOverdue{f: f}) })
+	f.recs = s.scope(shardChild(i))
+	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", timeout, "reelect", s.cfg.Reelect)
+	if !s.cfg.Reelect {
+		s.beginShutdown(cause, ctx)
+		s.stopAll(f.recs, ctx, func() { s.fenced(f) })
 		return
 	}
+	s.quiesce(shardChild(i))
+	s.stopAll(f.recs, ctx, func() {
+		s.fenced(f)
+		if sh.fencing == f {
+			sh.fencing = nil
+		}
+		if done != nil && s.shutdown == nil && !s.phase.Ended() {
+			done()
+		}
+	})
+}
+
+// armFence bounds, by the fence timeout, the children in scope already
+// shutting down when the lease is lost during a shutdown: past it, any of
+// them still active fails the manager (onFenceOverdue), since it may run
+// while another replica leads. It returns the fencing, or nil when none of
+// them is active.
+func (s *root) armFence(cause error, scope func(*childRecord) bool) *fencing {
 	f := &fencing{cause: cause, began: time.Now()}
 	for _, rec := range s.children {
-		if fencedChild(rec) && rec.state.active() {
+		if scope(rec) && rec.state.active() {
 			f.recs = append(f.recs, rec)
 		}
 	}
 	if len(f.recs) == 0 {
-		return
+		return nil
 	}
-	s.fencing = f
 	f.timer = time.AfterFunc(s.fenceTimeout(), func() { s.sendSelf(fenceOverdue{f: f}) })
+	return f
 }
 
 // fenced records that every child f stops has stopped.
@@ -169,8 +262,12 @@ func (s *root) fenced(f *fencing) {
 		return
 	}
 	f.done = true
-	f.timer.Stop()
-	s.cfg.Logger.Warn("lease lost: fenced", "took", time.Since(f.began))
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	if f.cause != nil {
+		s.cfg.Logger.Warn("lease lost: fenced", "took", time.Since(f.began))
+	}
 }
 
 // onFenceOverdue fails the manager when a controller or store has not
@@ -222,12 +319,13 @@ func (s *root) nextRound(prev *startAttempt) *startAttempt {
 }
 
 // toStart is what a start round starts of kind: every child of that kind
-// but those stopped by StopChild and those still running (webhooks and
-// plain runnables outlive a lost lease).
+// but those stopped by StopChild, those still running (webhooks and plain
+// runnables outlive a lost lease) and those whose shard this replica does
+// not hold.
 func (s *root) toStart(kind actors.Kind) []*childRecord {
 	var recs []*childRecord
 	for _, rec := range s.ofKind(kind) {
-		if !rec.stopRequested && !rec.state.active() {
+		if !rec.stopRequested && !rec.state.active() && s.leaseHeld(rec) {
 			recs = append(recs, rec)
 		}
 	}

@@ -39,6 +39,10 @@ var (
 	ErrAlreadyRunning = errors.New("supervisor: child already running")
 	// ErrDuplicateChild: AddChild named a child that exists already.
 	ErrDuplicateChild = errors.New("supervisor: duplicate child")
+	// ErrShardNotHeld: RestartChild or StartChild named a controller whose
+	// shard this replica does not hold; it starts once the shard is
+	// acquired.
+	ErrShardNotHeld = errors.New("supervisor: the child's shard is not held by this replica")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // EventType says what an Event reports.
@@ -40,6 +42,17 @@ const (
 	// LeaderLost: this replica, having led, lost the lease; Err wraps
 	// lease.ErrLost.
 	LeaderLost EventType = "LeaderLost"
+	// ShardAcquired: with sharded leadership, this replica acquired the
+	// Lease of Event.Shard; the shard's controllers start.
+	ShardAcquired EventType = "ShardAcquired"
+	// ShardReleased: this replica handed Event.Shard over (a rebalance, or a
+	// shutdown), once every controller of the shard had returned from
+	// Shutdown.
+	ShardReleased EventType = "ShardReleased"
+	// ShardLost: this replica lost the Lease of Event.Shard (taken by
+	// another replica, or not renewed in time); Err wraps lease.ErrLost. The
+	// shard's controllers are fenced.
+	ShardLost EventType = "ShardLost"
 	// ChildUnstopped: a child's Shutdown had not returned when the context
 	// of a shutdown ended (ShutdownAndWait gave up waiting for it). Err is
 	// an *UnstoppedError naming it alone, with how long its Shutdown had
@@ -60,6 +73,7 @@ type Event struct {
 	Kind     string // "controller", "store", "webhook", "runnable", or empty
 	Phase    Phase  // the manager's phase when the event was published (a PhaseChanged that follows says where it went)
 	Restarts int    // the child's restarts so far (for EventsDropped: how many events were dropped)
+	Shard    int    // for ShardAcquired, ShardReleased and ShardLost: the shard
 	Err      error  // the failure, where there is one
 }
 
@@ -69,6 +83,10 @@ func (e Event) String() string {
 	if e.Child != "" {
 		s += fmt.Sprintf(" child=%s kind=%s restarts=%d", e.Child, e.Kind, e.Restarts)
 	}
+	switch e.Type {
+	case ShardAcquired, ShardReleased, ShardLost:
+		s += fmt.Sprintf(" shard=%d", e.Shard)
+	}
 	if e.Err != nil {
 		s += fmt.Sprintf(" err=%q", e.Err.Error())
 	}
@@ -76,10 +94,11 @@ func (e Event) String() string {
 }
 
 // DefaultEventBuffer is how many undelivered events a subscriber may fall
-// behind before the oldest are dropped.
-const DefaultEventBuffer = 10000
+// behind before the oldest are dropped (internal/defaults.EventBuffer).
+const DefaultEventBuffer = defaults.EventBuffer
 
-// Bus delivers events to subscribers. Publish never blocks on a subscriber:
+// Facade plumbing: Bus delivers events to subscribers (a manager's
+// Subscribe is built on it). Publish never blocks on a subscriber:
 // each subscriber has a queue of its own, drained by a goroutine of its own,
 // in order. A subscriber that falls more than the buffer behind loses the
 // oldest events it has not received, and is told so by an EventsDropped event
@@ -94,7 +113,7 @@ type Bus struct {
 	closed bool
 }
 
-// NewBus returns a Bus whose subscribers each buffer up to buffer events
+// Facade plumbing: NewBus returns a Bus whose subscribers each buffer up to buffer events
 // (DefaultEventBuffer when buffer <= 0).
 func NewBus(buffer int, logger *slog.Logger) *Bus {
 	if buffer <= 0 {

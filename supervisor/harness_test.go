@@ -34,6 +34,14 @@ type harnessOption func(*Config)
 
 func withRealClock() harnessOption { return func(c *Config) { c.Clock = nil } }
 
+// withPolicy changes the harness's Policy, the defaults at first.
+func withPolicy(mod func(*Policy)) harnessOption {
+	return func(c *Config) {
+		c.Policy = DefaultPolicy()
+		mod(&c.Policy)
+	}
+}
+
 func newHarness(t *testing.T, timing Timing, opts ...harnessOption) *harness {
 	t.Helper()
 	fake := testingclock.NewFakeClock(time.Unix(1_000_000, 0))

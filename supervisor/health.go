@@ -23,7 +23,7 @@ type (
 	probeTick struct{}
 	// probeDone: a liveness sweep has every answer, or its deadline passed.
 	probeDone struct {
-		col   *actors.HealthCollector
+		sweep *actors.HealthSweep
 		recs  []*childRecord
 		gens  []uint64
 		began time.Time
@@ -32,8 +32,8 @@ type (
 
 // onGatherHealth answers a manager's GetHealth: one entry per controller, in
 // the order they were added; none before the manager is starting. Children
-// the supervisor knows are not running are reported from their state; the
-// others are asked.
+// the supervisor knows are not running are reported from their standing;
+// the others are asked.
 func (s *root) onGatherHealth(m GatherHealth) {
 	col := m.Collector
 	if !s.obs.Starting() {
@@ -44,34 +44,46 @@ func (s *root) onGatherHealth(m GatherHealth) {
 	statuses := make([]actors.HealthStatus, len(ctrls))
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
-		statuses[i].Name = rec.spec.Name
-		switch {
-		case rec.pid == nil: // not spawned yet: its first start is to come
-			statuses[i].Healthy = true
-			statuses[i].Message = "not started yet"
+		standing, cause, answers := rec.standing()
+		if answers {
+			statuses[i].Name = rec.spec.Name
+			pending = append(pending, i)
 			continue
 		}
-		switch rec.state {
-		case StatePending, StateStarting, StateRunning:
-			pending = append(pending, i)
-		case StateStopped:
-			if rec.stopRequested {
-				statuses[i].Healthy = true
-				statuses[i].Message = "stopped by StopChild"
-			} else {
-				statuses[i].Message = "stopped"
-			}
-		case StateBackingOff:
-			statuses[i].Message = fmt.Sprintf("restarting after a failure: %v", rec.lastErr)
-		case StateFailed:
-			statuses[i].Message = fmt.Sprintf("failed: %v", rec.lastErr)
-		case StateStopping:
-			statuses[i].Message = "shutting down"
-		}
+		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
+	s.queryHealth(col, ctrls, statuses, pending)
+}
+
+// standing is where rec stands as the supervisor knows it, and the failure
+// that put it there; answers is true instead when rec is to be asked (its
+// actor is pending, starting or running).
+func (rec *childRecord) standing() (standing actors.Standing, cause error, answers bool) {
+	if rec.pid == nil { // not spawned yet: its first start is to come
+		return actors.StandingNotStarted, nil, false
+	}
+	switch rec.state {
+	case StateStopped:
+		if rec.stopRequested {
+			return actors.StandingStoppedOnRequest, nil, false
+		}
+		return actors.StandingStopped, nil, false
+	case StateBackingOff:
+		return actors.StandingBackingOff, rec.lastErr, false
+	case StateFailed:
+		return actors.StandingStartFailed, rec.lastErr, false
+	case StateStopping:
+		return actors.StandingStopping, nil, false
+	}
+	return 0, nil, true
+}
+
+// queryHealth has col expect statuses, then asks recs[i] for each pending
+// index i: the one way a sweep, a GetHealth's or a probe's, is sent.
+func (s *root) queryHealth(col *actors.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
 	for _, i := range pending {
-		s.ctx.Send(ctrls[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
+		s.ctx.Send(recs[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
 	}
 }
 
@@ -119,7 +131,6 @@ func (s *root) onProbeTick() {
 		return
 	}
 	p.inFlight = true
-	col := actors.NewHealthCollector(s.system)
 	statuses := make([]actors.HealthStatus, len(recs))
 	pending := make([]int, len(recs))
 	gens := make([]uint64, len(recs))
@@ -128,26 +139,20 @@ func (s *root) onProbeTick() {
 		pending[i] = i
 		gens[i] = rec.gen
 	}
-	col.Expect(statuses, pending)
-	for i, rec := range recs {
-		s.ctx.Send(rec.pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
-	}
-	done := probeDone{col: col, recs: recs, gens: gens, began: s.now()}
-	deadline := s.cfg.Clock.NewTimer(s.cfg.Timing.HealthTimeout)
+	sweep := actors.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *actors.HealthCollector) {
+		s.queryHealth(col, recs, statuses, pending)
+	})
+	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.now()}
 	go func() {
-		select {
-		case <-col.Done():
-		case <-deadline.C():
-		}
+		sweep.Wait(nil)
 		s.sendSelf(done)
-		deadline.Stop()
 	}()
 }
 
 // onProbeDone counts unhealthy and silent children; UnhealthyThreshold in a
 // row is a failure.
 func (s *root) onProbeDone(m probeDone) {
-	statuses, _ := m.col.Close(fmt.Sprintf("no health answer within %s", s.cfg.Timing.HealthTimeout))
+	statuses, _ := m.sweep.Close()
 	if s.probe != nil {
 		s.probe.inFlight = false
 	}

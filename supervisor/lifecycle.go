@@ -52,6 +52,9 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	if err == nil && s.busy(rec) {
 		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, ErrBusy, rec.state)
 	}
+	if err == nil && !s.leaseHeld(rec) {
+		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard)
+	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return
@@ -60,6 +63,10 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	s.stopAll([]*childRecord{rec}, s.boundedContext(), func() {
 		if s.phase != PhaseRunning {
 			s.respond(replyTo, nil, fmt.Errorf("%s %q: %w", op, rec.spec.Name, ErrShutdown))
+			return
+		}
+		if !s.leaseHeld(rec) {
+			s.respond(replyTo, nil, fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard))
 			return
 		}
 		s.restart(rec, s.answerStart(rec, replyTo, op))
@@ -108,9 +115,12 @@ func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
 		return
 	}
 	// Naming may call user code (Name, GetHealth): do it off the mailbox.
-	mode, timeout := s.cfg.Mode, s.cfg.Timing.HealthTimeout
+	mode, timeout, shardOf := s.cfg.Mode, s.cfg.Timing.HealthTimeout, s.cfg.ShardOf
+	if !s.sharded() {
+		shardOf = nil
+	}
 	go func() {
-		spec, err := Classify(mode, m.Runnable)
+		spec, err := classify(mode, m.Runnable)
 		if err == nil {
 			spec.Name = m.Name
 			if spec.Name == "" {
@@ -118,6 +128,9 @@ func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
 			}
 			if err == nil && spec.Name == "" {
 				err = fmt.Errorf("%s %T has no name: give AddChild a Name", spec.Kind, m.Runnable)
+			}
+			if err == nil && spec.Kind == actors.KindController && shardOf != nil {
+				spec.Shard = shardOf(spec.Name)
 			}
 		}
 		s.sendSelf(childNamed{spec: spec, err: err, replyTo: replyTo})
@@ -146,6 +159,12 @@ func (s *root) onChildNamed(m childNamed) {
 		return
 	}
 	rec := s.addRecord(m.spec)
+	if !s.leaseHeld(rec) {
+		// Pinned to a shard this replica does not hold: it starts when the
+		// shard is acquired, here or on another replica.
+		s.respond(m.replyTo, nil, nil)
+		return
+	}
 	s.startIncarnation(rec, s.answerStart(rec, m.replyTo, "AddChild"))
 }
 
@@ -178,11 +197,11 @@ func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {
 	return recs
 }
 
-// Classify says what v is for a manager in mode; the Spec it returns has
+// classify says what v is for a manager in mode; the Spec it returns has
 // no name yet. A ControllerManager hosts Controllers, Webhooks and Stores; a
 // WebhookManager hosts Webhooks; anything else that is a Runnable is a plain
 // runnable, only shut down.
-func Classify(mode Mode, v any) (actors.Spec, error) {
+func classify(mode Mode, v any) (actors.Spec, error) {
 	if v == nil {
 		return actors.Spec{}, fmt.Errorf("child is nil")
 	}

@@ -53,7 +53,7 @@ type Reply struct {
 
 // Messages between a manager's facade and its root supervisor.
 
-// StartManager starts the manager with Children (in the order they were
+// Facade plumbing: StartManager starts the manager with Children (in the order they were
 // added). StartTimeout > 0 bounds recovery plus start. Ctx is the caller's:
 // its end cancels the start. Answered once the manager is Running, or with
 // the error that ended the start.
@@ -66,7 +66,7 @@ type StartManager struct {
 	Err error
 }
 
-// ShutdownManager shuts the manager down: every child's Shutdown(Ctx) in
+// Facade plumbing: ShutdownManager shuts the manager down: every child's Shutdown(Ctx) in
 // parallel, then the lease is given up. Answered once the manager has
 // stopped; a manager already stopped answers at once.
 type ShutdownManager struct {

@@ -5,7 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// Observed is the state a manager's facade reads without a message: the
+// Facade plumbing: Observed is the state a manager's facade reads without a
+// message: the
 // root supervisor writes it, anyone may read it. It is a published copy; the
 // supervisor's own state is the truth.
 type Observed struct {
@@ -16,6 +17,11 @@ type Observed struct {
 	leader   atomic.Bool
 	webhooks atomic.Pointer[WebhookTable] // see webhooks.go
 
+	// With sharded leadership: shards held now, and how many times a shard
+	// was acquired, released and lost so far.
+	shardsHeld                                 atomic.Int64
+	shardsAcquired, shardsReleased, shardsLost atomic.Int64
+
 	done       chan struct{} // closed once the manager has stopped
 	terminated chan struct{} // closed once the actor tree has stopped
 
@@ -24,7 +30,7 @@ type Observed struct {
 	final *Status
 }
 
-// NewObserved returns the state of a manager in phase Idle.
+// Facade plumbing: NewObserved returns the state of a manager in phase Idle.
 func NewObserved() *Observed {
 	o := &Observed{done: make(chan struct{}), terminated: make(chan struct{})}
 	idle := PhaseIdle
@@ -48,6 +54,12 @@ func (o *Observed) Started() bool { return o.started.Load() }
 
 // Leader reports whether this replica holds the lease.
 func (o *Observed) Leader() bool { return o.leader.Load() }
+
+// ShardMoves returns, with sharded leadership, how many shards this replica
+// holds now and how many times it acquired, released and lost one so far.
+func (o *Observed) ShardMoves() (held, acquired, released, lost int64) {
+	return o.shardsHeld.Load(), o.shardsAcquired.Load(), o.shardsReleased.Load(), o.shardsLost.Load()
+}
 
 // Done is closed once the manager has stopped (Stopped or Failed).
 func (o *Observed) Done() <-chan struct{} { return o.done }

@@ -16,10 +16,13 @@ const (
 	PhaseFailed       Phase = "Failed"       // stopped by a failed start, an escalation or a lost lease
 )
 
-// Phases lists every phase in order.
-var Phases = []Phase{
-	PhaseIdle, PhaseInitializing, PhaseElecting, PhaseRecovering, PhaseStarting,
-	PhaseRunning, PhaseShuttingDown, PhaseStopped, PhaseFailed,
+// Phases lists every phase in order, in a new slice at each call (the
+// manager's metrics label one series per phase).
+func Phases() []Phase {
+	return []Phase{
+		PhaseIdle, PhaseInitializing, PhaseElecting, PhaseRecovering, PhaseStarting,
+		PhaseRunning, PhaseShuttingDown, PhaseStopped, PhaseFailed,
+	}
 }
 
 // Ended reports whether p is a final phase.

@@ -57,8 +57,20 @@ func (s *root) quiesce(touches func(*childRecord) bool) {
 	}
 }
 
-// leaseHeld reports whether fenced children may run now: election is off,
-// or this replica holds the lease and is not fencing.
-func (s *root) leaseHeld() bool {
-	return s.cfg.Elector == nil || (s.leader && s.fencing == nil)
+// leaseHeld reports whether rec may run now: election is off, rec is not
+// fenced (a webhook, a plain runnable), or this replica holds what fences
+// it and is not fencing it: a store, some shard (the single lease being
+// the one shard); a controller, its own shard.
+func (s *root) leaseHeld(rec *childRecord) bool {
+	if s.cfg.Elector == nil || !fencedChild(rec) {
+		return true
+	}
+	if !s.leader || s.fencing != nil {
+		return false
+	}
+	if rec.spec.Kind != actors.KindController {
+		return true
+	}
+	sh := s.shardOf(rec)
+	return sh.held && !sh.releasing && sh.fencing == nil
 }

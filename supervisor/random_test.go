@@ -36,11 +36,12 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 	}
 
 	h := newHarness(t, Timing{
-		Strategy: OneForOne, MaxRestarts: 1 << 30, RestartWindow: time.Minute,
 		InitialBackoff: 50 * time.Microsecond, MaxBackoff: time.Millisecond,
 		HealthInterval: 2 * time.Millisecond, HealthTimeout: 20 * time.Millisecond, UnhealthyThreshold: 2,
 		ShutdownTimeout: wait,
-	}, withRealClock())
+	}, withRealClock(), withPolicy(func(p *Policy) {
+		*p = Policy{Strategy: OneForOne, MaxRestarts: 1 << 30, RestartWindow: time.Minute}
+	}))
 
 	var calm sync.RWMutex // held for writing once the chaos is over
 	chaos := true

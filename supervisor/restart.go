@@ -145,7 +145,7 @@ func (s *root) startNext(plan *restartPlan) {
 			r.plan = nil
 			continue
 		}
-		if fencedChild(r) && !s.leaseHeld() {
+		if !s.leaseHeld(r) {
 			// The start point of every restart plan: a lost lease takes
 			// fenced children out of every plan and group() never takes them
 			// in on a standby, so this only enforces the invariant where it
@@ -206,7 +206,7 @@ func (s *root) cancelPlan(plan *restartPlan) {
 // group is what the strategy restarts when rec fails. Stores restart alone;
 // controllers and webhooks stopped by StopChild are left alone.
 func (s *root) group(rec *childRecord) []*childRecord {
-	if s.cfg.Timing.Strategy == OneForOne || rec.spec.Kind == actors.KindStore {
+	if s.cfg.Policy.Strategy == OneForOne || rec.spec.Kind == actors.KindStore {
 		return []*childRecord{rec}
 	}
 	group := []*childRecord{rec}
@@ -219,10 +219,10 @@ func (s *root) group(rec *childRecord) []*childRecord {
 		if r.stopRequested || (r.spec.Kind != actors.KindController && r.spec.Kind != actors.KindWebhook) {
 			continue
 		}
-		if fencedChild(r) && !s.leaseHeld() {
+		if !s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
-		if s.cfg.Timing.Strategy == AllForOne || after {
+		if s.cfg.Policy.Strategy == AllForOne || after {
 			group = append(group, r)
 		}
 	}
@@ -232,9 +232,9 @@ func (s *root) group(rec *childRecord) []*childRecord {
 // allowRestart spends one restart of rec's budget, or reports that rec has
 // already restarted MaxRestarts times within RestartWindow.
 func (s *root) allowRestart(rec *childRecord, now time.Time) bool {
-	cutoff := now.Add(-s.cfg.Timing.RestartWindow)
+	cutoff := now.Add(-s.cfg.Policy.RestartWindow)
 	rec.budget = slices.DeleteFunc(rec.budget, func(at time.Time) bool { return !at.After(cutoff) })
-	if len(rec.budget) >= s.cfg.Timing.MaxRestarts {
+	if len(rec.budget) >= s.cfg.Policy.MaxRestarts {
 		return false
 	}
 	rec.budget = append(rec.budget, now)
@@ -247,7 +247,7 @@ func (s *root) allowRestart(rec *childRecord, now time.Time) bool {
 // RestartWindow without failing.
 func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
 	t := s.cfg.Timing
-	if !rec.startedAt.IsZero() && now.Sub(rec.startedAt) >= t.RestartWindow {
+	if !rec.startedAt.IsZero() && now.Sub(rec.startedAt) >= s.cfg.Policy.RestartWindow {
 		rec.backoffStep = 0
 	}
 	d := t.MaxBackoff
@@ -262,7 +262,7 @@ func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
 
 // escalate stops the manager because rec failed past its budget.
 func (s *root) escalate(rec *childRecord, err error) {
-	e := &EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: s.cfg.Timing.RestartWindow, Err: err}
+	e := &EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: s.cfg.Policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
 	s.bus.Publish(Event{Type: Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts, Err: e})

@@ -177,7 +177,10 @@ func (s *root) finish() {
 	if s.shutdown.overdue != nil {
 		s.shutdown.overdue.Stop()
 	}
-	s.leader = false
+	for _, sh := range s.shards {
+		sh.held = false
+	}
+	s.countHeld()
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)
 		s.setPhase(PhaseFailed)

@@ -50,7 +50,10 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	}
 	err := m.Err
 	if err == nil {
-		err = validateSpecs(m.Children)
+		err = validateSpecs(m.Children, nil)
+	}
+	if err == nil {
+		err = s.validateShards(m.Children)
 	}
 	if err != nil {
 		s.setPhase(PhaseInitializing)
@@ -146,6 +149,11 @@ func (s *root) elect() {
 	s.setPhase(PhaseElecting)
 	if s.elector == nil {
 		s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
+	}
+	if s.leader && s.fencing == nil && s.start != nil {
+		// Sharded: the elector runs on across a fencing, and a shard
+		// acquired meanwhile waited for it to end.
+		s.recoverStores()
 	}
 }
 
@@ -260,15 +268,12 @@ func (s *root) ofKind(kind actors.Kind) []*childRecord {
 	return recs
 }
 
-// validateSpecs reports every nil value, empty name and duplicate name.
-func validateSpecs(specs []actors.Spec) error { return ValidateSpecs(specs, nil) }
-
-// ValidateSpecs is the one validation of a manager's children, for the
-// facade (which names them first) and for StartManager: it reports, at once,
+// validateSpecs is the one validation of a manager's children, for Specs
+// (which names them first) and for StartManager: it reports, at once,
 // why each child could not be classified or named (namingErrs[i], when
 // non-nil), every nil value, empty name and duplicate name, each naming the
 // child by its position.
-func ValidateSpecs(specs []actors.Spec, namingErrs []error) error {
+func validateSpecs(specs []actors.Spec, namingErrs []error) error {
 	var errs []error
 	seen := make(map[string]int, len(specs))
 	for i, spec := range specs {
@@ -289,6 +294,21 @@ func ValidateSpecs(specs []actors.Spec, namingErrs []error) error {
 			continue
 		}
 		seen[spec.Name] = i
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid children: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// validateShards reports a controller pinned to a shard that does not exist.
+func (s *root) validateShards(specs []actors.Spec) error {
+	n := max(len(s.shards), 1)
+	var errs []error
+	for i, spec := range specs {
+		if spec.Kind == actors.KindController && (spec.Shard < 0 || spec.Shard >= n) {
+			errs = append(errs, fmt.Errorf("child #%d (controller %q) is pinned to shard %d of %d", i, spec.Name, spec.Shard, n))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid children: %w", errors.Join(errs...))

@@ -9,11 +9,23 @@ import (
 // Status is a snapshot of the manager.
 type Status struct {
 	Phase          Phase
-	Leader         bool   // this replica holds the lease (always false with election off)
+	Leader         bool   // this replica holds the lease, or with shards at least one shard (always false with election off)
 	Identity       string // this replica's lease identity; empty with election off
 	LeaderIdentity string // the holder last observed; empty with election off or before one is seen
 	Err            error  // why the manager stopped, once it has (nil after a requested shutdown)
 	Children       []ChildStatus
+	// Shards is the state of every shard, with sharded leadership; empty
+	// with the single lease or election off.
+	Shards []ShardStatus
+}
+
+// ShardStatus is the state of one shard, as this replica sees it.
+type ShardStatus struct {
+	Index    int
+	Lease    string   // the shard's Lease name
+	Holder   string   // its holder, as last observed; empty when none
+	Held     bool     // this replica holds it now
+	Children []string // the controllers pinned to it
 }
 
 // ChildStatus is a snapshot of one child.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/lease/shard"
 )
 
 // idleGoroutines is how many goroutines the children's user calls leave
@@ -19,7 +20,7 @@ import (
 // cost nothing worth counting while idle.
 const idleGoroutines = 64
 
-// Handle is a spawned root supervisor and what its facade reads.
+// Facade plumbing: Handle is a spawned root supervisor and what its facade reads.
 type Handle struct {
 	PID      *actor.PID
 	System   *actor.ActorSystem
@@ -27,12 +28,13 @@ type Handle struct {
 	Bus      *Bus
 }
 
-// Spawn starts a root supervisor in phase Idle as a top-level actor of
-// system, named name.
+// Facade plumbing: Spawn starts a root supervisor in phase Idle as a
+// top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{},
 		goroutines: actors.NewGoroutines(idleGoroutines)}
+	s.initShards()
 	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
 	// root's own code, and a child's Receive runs no user code that could
@@ -72,9 +74,13 @@ type root struct {
 	spawner    *actors.Spawner
 
 	elector *actor.PID
-	leader  bool
-	holder  string   // the lease holder last observed
-	fencing *fencing // the fencing in progress after a lost lease, if any
+	leader  bool          // this replica holds the lease (with shards: some shard)
+	holder  string        // the lease holder last observed
+	shards  []*shardState // the single lease is shard 0; nil with election off
+	// fencing is the stop, replica-wide, of every controller and store in
+	// progress: after the lease (the last shard held) was lost, or once the
+	// last shard was handed over.
+	fencing *fencing
 
 	terminated bool
 
@@ -166,6 +172,12 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onLeaseLost(m)
 	case lease.Released:
 		s.onLeaseReleased()
+	case shard.Acquired:
+		s.onShardAcquired(m)
+	case shard.Releasing:
+		s.onShardReleasing(m)
+	case shard.Lost:
+		s.onShardLost(m)
 	case fenceOverdue:
 		s.onFenceOverdue(m)
 	case shutdownOverdue:
@@ -290,6 +302,7 @@ func (s *root) status() Status {
 		return final
 	}
 	st := Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
+	st.Shards = s.shardStatus()
 	st.Children = make([]ChildStatus, 0, len(s.children))
 	for _, rec := range s.children {
 		st.Children = append(st.Children, ChildStatus{

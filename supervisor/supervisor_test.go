@@ -18,7 +18,7 @@ import (
 var errBoom = errors.New("boom")
 
 func timing(mod func(*Timing)) Timing {
-	t := DefaultTiming
+	t := DefaultTiming()
 	if mod != nil {
 		mod(&t)
 	}
@@ -58,8 +58,9 @@ func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
 	h := newHarness(t, timing(func(t *Timing) {
 		t.InitialBackoff = 100 * time.Millisecond
 		t.MaxBackoff = 350 * time.Millisecond
-		t.MaxRestarts = 100
-		t.RestartWindow = 10 * time.Second
+	}), withPolicy(func(p *Policy) {
+		p.MaxRestarts = 100
+		p.RestartWindow = 10 * time.Second
 	}))
 	a := testchild.NewController("a", testchild.Behavior{})
 	h.start(controllerSpec(a))
@@ -83,7 +84,7 @@ func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
 }
 
 func TestBackoffJitterStaysWithinTwentyPercentBelow(t *testing.T) {
-	s := &root{cfg: Config{Timing: timing(nil), Jitter: func() float64 { return 0.999 }}}
+	s := &root{cfg: Config{Policy: DefaultPolicy(), Timing: timing(nil), Jitter: func() float64 { return 0.999 }}}
 	rec := &childRecord{}
 	d := s.backoff(rec, time.Now())
 	assert.Greater(t, d, 80*time.Millisecond)
@@ -95,10 +96,11 @@ func TestBackoffJitterStaysWithinTwentyPercentBelow(t *testing.T) {
 
 func TestRestartBudgetEscalates(t *testing.T) {
 	h := newHarness(t, timing(func(t *Timing) {
-		t.MaxRestarts = 2
-		t.RestartWindow = time.Minute
 		t.InitialBackoff = time.Millisecond
 		t.MaxBackoff = time.Millisecond
+	}), withPolicy(func(p *Policy) {
+		p.MaxRestarts = 2
+		p.RestartWindow = time.Minute
 	}))
 	a := testchild.NewController("a", testchild.Behavior{})
 	b := testchild.NewController("b", testchild.Behavior{})
@@ -130,10 +132,9 @@ func TestRestartBudgetEscalates(t *testing.T) {
 }
 
 func TestRestartBudgetForgetsOldRestarts(t *testing.T) {
-	h := newHarness(t, timing(func(t *Timing) {
-		t.MaxRestarts = 1
-		t.RestartWindow = time.Second
-		t.InitialBackoff = time.Millisecond
+	h := newHarness(t, timing(func(t *Timing) { t.InitialBackoff = time.Millisecond }), withPolicy(func(p *Policy) {
+		p.MaxRestarts = 1
+		p.RestartWindow = time.Second
 	}))
 	a := testchild.NewController("a", testchild.Behavior{})
 	h.start(controllerSpec(a))
@@ -160,7 +161,7 @@ func TestStrategies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.strategy), func(t *testing.T) {
-			h := newHarness(t, timing(func(t *Timing) { t.Strategy = tt.strategy }))
+			h := newHarness(t, timing(nil), withPolicy(func(p *Policy) { p.Strategy = tt.strategy }))
 			var mu sync.Mutex
 			var order []string
 			ctrls := map[string]*testchild.Controller{}

@@ -8,7 +8,8 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 )
 
-// WebhookRoute is one webhook child as an admission handler sees it: the
+// Facade plumbing: WebhookRoute is one webhook child as an admission
+// handler (package webhook) sees it: the
 // webhook and the actor its requests are sent to (as actors.AdmissionCall).
 type WebhookRoute struct {
 	Name    string
@@ -16,7 +17,7 @@ type WebhookRoute struct {
 	PID     *actor.PID
 }
 
-// WebhookTable is the set of webhook children, in the order they were added.
+// Facade plumbing: WebhookTable is the set of webhook children, in the order they were added.
 // The supervisor publishes a new table in Observed each time it spawns or
 // removes a webhook's actor; a published table is never modified, so a
 // reader may keep it and tell a change by comparing pointers.
@@ -28,7 +29,8 @@ type WebhookTable struct {
 	Routes []WebhookRoute
 }
 
-// Webhooks returns the current table of webhook children; nil until the
+// Facade plumbing: Webhooks returns the current table of webhook children
+// (for package webhook); nil until the
 // first webhook's actor is spawned.
 func (o *Observed) Webhooks() *WebhookTable { return o.webhooks.Load() }
 

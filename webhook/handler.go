@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -52,13 +53,13 @@ type Config struct {
 	FailureThreshold int
 }
 
-// The defaults of Config.
+// The defaults of Config (internal/defaults; docs/defaults.md lists them).
 const (
-	DefaultMaxBodyBytes     = 7 << 20
-	DefaultMaxInFlight      = 256
-	DefaultTimeout          = 10 * time.Second
-	DefaultReadyTimeout     = time.Second
-	DefaultFailureThreshold = 5
+	DefaultMaxBodyBytes     = defaults.WebhookMaxBodyBytes
+	DefaultMaxInFlight      = defaults.WebhookMaxInFlight
+	DefaultTimeout          = defaults.WebhookTimeout
+	DefaultReadyTimeout     = defaults.WebhookReadyTimeout
+	DefaultFailureThreshold = defaults.WebhookFailureThreshold
 )
 
 // The bounds of ?timeout=, those of a webhook configuration's

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
 // ServerConfig configures a Server.
@@ -122,16 +124,16 @@ type Server struct {
 // is reported at once; a pair that cannot be loaded is an error.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Addr == "" {
-		cfg.Addr = ":9443"
+		cfg.Addr = defaults.ServerAddr
 	}
 	if cfg.CertCheckInterval == 0 {
-		cfg.CertCheckInterval = 10 * time.Second
+		cfg.CertCheckInterval = defaults.ServerCertCheckInterval
 	}
 	if cfg.ReadHeaderTimeout <= 0 {
-		cfg.ReadHeaderTimeout = 10 * time.Second
+		cfg.ReadHeaderTimeout = defaults.ServerReadHeaderTimeout
 	}
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
+		cfg.ShutdownTimeout = defaults.ServerShutdownTimeout
 	}
 	cfg.ReadTimeout = orDefault(cfg.ReadTimeout, DefaultServerReadTimeout)
 	cfg.WriteTimeout = orDefault(cfg.WriteTimeout, DefaultServerWriteTimeout)
@@ -183,12 +185,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// The defaults of ServerConfig's timeouts and header limit.
+// The defaults of ServerConfig's timeouts and header limit
+// (internal/defaults; docs/defaults.md lists every default of ServerConfig).
 const (
-	DefaultServerReadTimeout    = 30 * time.Second
-	DefaultServerWriteTimeout   = 35 * time.Second
-	DefaultServerIdleTimeout    = 120 * time.Second
-	DefaultServerMaxHeaderBytes = 64 << 10
+	DefaultServerReadTimeout    = defaults.ServerReadTimeout
+	DefaultServerWriteTimeout   = defaults.ServerWriteTimeout
+	DefaultServerIdleTimeout    = defaults.ServerIdleTimeout
+	DefaultServerMaxHeaderBytes = defaults.ServerMaxHeaderBytes
 )
 
 // orDefault is d, or def when d is 0; a negative d is 0, none.
@@ -420,12 +423,13 @@ func (c *certReloader) logFailure(err error) {
 	}
 }
 
-// warnAndAbove drops the records below Warn: the server's default logger
-// reports certificate failures, not every client's failed handshake.
+// warnAndAbove drops the records below Warn (defaults.LogLevel): the
+// server's default logger reports certificate failures, not every client's
+// failed handshake.
 type warnAndAbove struct{ next slog.Handler }
 
 func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.next.Enabled(ctx, l)
+	return l >= defaults.LogLevel && h.next.Enabled(ctx, l)
 }
 func (h warnAndAbove) Handle(ctx context.Context, r slog.Record) error { return h.next.Handle(ctx, r) }
 func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {

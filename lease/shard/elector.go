@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/actorkube/controllermanager/lease"
 )
 
 // The labels on every Lease of a group.
@@ -99,6 +101,9 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("shard: lease duration %s must exceed the renew deadline %s", c.LeaseDuration, c.RenewDeadline))
 	case c.LeaseDuration%time.Second != 0:
 		errs = append(errs, fmt.Errorf("shard: lease duration %s is not whole seconds", c.LeaseDuration))
+	case c.fenceBudget() <= 0:
+		errs = append(errs, fmt.Errorf("shard: lease duration %s must exceed the renew deadline %s plus the retry period %s, or a lost shard leaves no time to fence",
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod))
 	}
 	return errors.Join(errs...)
 }
@@ -129,10 +134,15 @@ type Elector struct {
 	events chan any      // from the watch goroutine
 	wake   chan struct{} // 1-buffered: acks has grown
 
-	mu     sync.Mutex
-	acks   []any // from the done functions, which must never block
-	status []Status
-	moved  int // shards acquired from another holder, or given up, so far
+	mu      sync.Mutex
+	acks    []any // from the done functions, which must never block
+	status  []Status
+	moved   int                 // shards acquired from another holder, or given up, so far
+	terms   map[int]*lease.Term // the held shards' terms, for Guard
+	renewed map[int]time.Time   // the held shards' last renewals, for Check
+
+	abandon     chan struct{} // closed by Abandon
+	abandonOnce sync.Once
 
 	// owned by Run's goroutine
 	observed map[string]*observed
@@ -157,6 +167,7 @@ type observed struct {
 type held struct {
 	lease     *coordinationv1.Lease // as last written by us
 	renewedAt time.Time             // local time of the last successful write
+	term      *lease.Term           // what the guards of the shard's children read
 	releasing bool                  // Release was called; waiting for done
 	released  bool                  // done was called; the Lease is being released
 	confirmed bool                  // the watch has shown our write: what follows is newer
@@ -183,7 +194,7 @@ func New(cfg Config) (*Elector, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}), observed: map[string]*observed{}, held: map[int]*held{},
-		fencing: map[int]bool{}, tried: map[int]string{}}
+		fencing: map[int]bool{}, tried: map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, abandon: make(chan struct{})}
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {
 		e.status[i] = Status{Index: i, Lease: ShardLease(cfg.Name, i)}
@@ -228,6 +239,15 @@ func (e *Elector) Run(ctx context.Context) {
 		case <-done:
 			done = nil
 			e.stopping = true
+		case <-e.abandon:
+			for _, h := range e.held {
+				h.term.End(false)
+			}
+			e.mu.Lock()
+			clear(e.terms)
+			clear(e.renewed)
+			e.mu.Unlock()
+			return
 		case ev := <-e.events:
 			e.handle(ev)
 		case <-e.wake:
@@ -414,6 +434,8 @@ func (e *Elector) campaign(i int) {
 	var got *coordinationv1.Lease
 	var err error
 	previous := ""
+	term := lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())
+	sent := term.Elapsed()
 	if o == nil {
 		got, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}},
@@ -440,7 +462,12 @@ func (e *Elector) campaign(i int) {
 		}
 		return
 	}
-	e.held[i] = &held{lease: got, renewedAt: e.cfg.Clock.Now()}
+	term.Renewed(sent)
+	h := &held{lease: got, renewedAt: e.cfg.Clock.Now(), term: term}
+	e.held[i] = h
+	e.mu.Lock()
+	e.terms[i], e.renewed[i] = term, h.renewedAt
+	e.mu.Unlock()
 	if previous != "" && previous != id {
 		e.count()
 	}
@@ -462,10 +489,15 @@ func (e *Elector) renewAll() {
 		l := h.lease.DeepCopy()
 		now := metav1.NewMicroTime(e.cfg.Clock.Now())
 		l.Spec.RenewTime = &now
+		sent := h.term.Elapsed()
 		got, err := e.update(l)
 		switch {
 		case err == nil:
 			h.lease, h.renewedAt, h.confirmed = got, e.cfg.Clock.Now(), false
+			h.term.Renewed(sent)
+			e.mu.Lock()
+			e.renewed[i] = h.renewedAt
+			e.mu.Unlock()
 		case apierrors.IsConflict(err):
 			// Another replica wrote it since our last write (or a write of
 			// ours whose answer we missed did): either way we cannot prove
@@ -483,6 +515,7 @@ func (e *Elector) renewAll() {
 // On failure the shard stays held and renewAll retries.
 func (e *Elector) release(i int) {
 	h := e.held[i]
+	h.term.End(false) // nothing of the shard runs any more: no write may pass its guard
 	l := h.lease.DeepCopy()
 	empty, one := "", int32(1)
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
@@ -499,6 +532,7 @@ func (e *Elector) release(i int) {
 		}
 	}
 	delete(e.held, i)
+	e.forget(i)
 	e.count()
 	e.cfg.Logger.Info("released shard", "shard", i)
 }
@@ -510,6 +544,8 @@ func (e *Elector) lose(i int, why string) {
 		return
 	}
 	delete(e.held, i)
+	h.term.End(true)
+	e.forget(i)
 	e.count()
 	e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
 	if h.released {
@@ -673,3 +709,62 @@ func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward f
 		}
 	}
 }
+
+// forget drops shard i from what Guard and Check read.
+func (e *Elector) forget(i int) {
+	e.mu.Lock()
+	delete(e.terms, i)
+	delete(e.renewed, i)
+	e.mu.Unlock()
+}
+
+// Guard returns the check behind the lease guard of what runs under shard i
+// now: bound to this replica's current hold of the shard's Lease, it passes
+// while a renewal sent within the recorded lease duration, less the margin
+// (see lease.Fence), proves the hold, and fails for ever once that hold has
+// ended, even if the shard is acquired again. When the shard is not held it
+// always fails. Safe to call from any goroutine.
+func (e *Elector) Guard(i int) func() error {
+	e.mu.Lock()
+	t := e.terms[i]
+	e.mu.Unlock()
+	if t == nil {
+		name := e.cfg.Namespace + "/" + ShardLease(e.cfg.Name, i)
+		return func() error { return &lease.NotHeldError{Lease: name, Reason: "shard not held"} }
+	}
+	return t.Guard()
+}
+
+// Check is the lease watchdog's check over every shard this replica holds:
+// an error when one has not been renewed for LeaseDuration + grace (a stuck
+// elector: a live one gives the shard up as lost after RenewDeadline).
+// Safe to call from any goroutine.
+func (e *Elector) Check(grace time.Duration) error {
+	now := e.cfg.Clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, i := range slices.Sorted(maps.Keys(e.renewed)) {
+		if late := now.Sub(e.renewed[i]); late > e.cfg.LeaseDuration+grace {
+			return fmt.Errorf("shard %d (Lease %s/%s) held but not renewed for %s", i, e.cfg.Namespace, ShardLease(e.cfg.Name, i), late.Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// Abandon makes Run return at once without releasing anything: the held
+// shards' guards fail from now on, the renewals stop and the Leases expire
+// on their own. It is for a manager that cannot prove its shards' children
+// have stopped (a Shutdown that never returned), which must not give their
+// Leases to another replica early.
+func (e *Elector) Abandon() { e.abandonOnce.Do(func() { close(e.abandon) }) }
+
+// FenceTimeout is how long after a lost shard its children must have
+// stopped: four fifths of LeaseDuration − RenewDeadline − RetryPeriod, the
+// time before another replica may take the shard over, the rest being the
+// margin for network latency and clock-rate drift (as lease.Config's).
+func (c Config) FenceTimeout() time.Duration { return c.fenceBudget() * 4 / 5 }
+
+func (c Config) fenceBudget() time.Duration { return c.LeaseDuration - c.RenewDeadline - c.RetryPeriod }
+
+// clockSkewMargin is what the guards take off the recorded lease duration.
+func (c Config) clockSkewMargin() time.Duration { return c.fenceBudget() - c.FenceTimeout() }

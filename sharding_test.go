@@ -1,0 +1,441 @@
+package controllermanager_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Sharded leadership through the public API: R managers in this process
+// over leasetest's in-memory API server (list, watch, 409 on stale
+// versions), S shard Leases, one controller per shard (AddSharded) and one
+// pinned by its name (Add), each journaled from Run to the return of its
+// Shutdown. The timing is election_test.go's: lease 2s, renew deadline 1s,
+// retry 100ms, so a lost shard is fenced within 720ms.
+//
+// Each scenario walks: start R replicas; a replica joins; one is cut off
+// (its shards move to the others, it fences them) and comes back; a shard
+// Lease is stolen; a replica leaves with ShutdownAndWait. After each step it
+// waits for every shard to be held by exactly one live replica, with the
+// shard's controllers running there, and checks balance (⌊S/R⌋ or ⌈S/R⌉
+// shards each) and stickiness (what moved, moved only to a joiner or only
+// from a leaver). At the end it checks, from the journals: no controller ever
+// ran on two replicas at once, and on every replica the store had recovered
+// before any controller ran and stayed up while one did.
+
+// shReplica is one manager of a sharded scenario.
+type shReplica struct {
+	id     string
+	m      *cm.ControllerManager
+	client *leasetest.Client
+	events *elEvents
+	done   chan error // Start's result
+	gone   bool       // shut down, or cut off, in the scenario
+	log    *lockedBuffer
+}
+
+// lockedBuffer is a replica's log, shown when its scenario fails.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type shScenario struct {
+	t        *testing.T
+	srv      *leasetest.Server
+	shards   int
+	activity *elActivity
+	replicas []*shReplica
+}
+
+func newShReplica(s *shScenario, id string) *shReplica {
+	t := s.t
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = int32(s.shards)
+	r := &shReplica{id: id, client: s.srv.Client(id), events: &elEvents{}, done: make(chan error, 1)}
+	r.log = &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m, err := cm.NewControllerManager(cm.NewContext(r.client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+		cm.WithIdentity(id), cm.WithLogger(logger))
+	require.NoError(t, err)
+	r.m = m
+	m.Subscribe(func(e cm.Event) {
+		r.events.mu.Lock()
+		r.events.events = append(r.events.events, e)
+		r.events.mu.Unlock()
+	})
+	m.AddStore(&elStore{c: elController{replica: id, name: "store", activity: s.activity}})
+	m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
+		return &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: s.activity}
+	})
+	m.Add(&elController{replica: id, name: "solo", activity: s.activity})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	go func() { r.done <- m.Start(context.Background(), 0) }()
+	s.replicas = append(s.replicas, r)
+	return r
+}
+
+func (s *shScenario) live() []*shReplica {
+	var live []*shReplica
+	for _, r := range s.replicas {
+		if !r.gone {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// holders returns, from each live replica's Status, who holds each shard,
+// or why the tree is not settled: a shard held by none or by two, or a
+// controller of a held shard not running on its holder.
+func (s *shScenario) holders() ([]string, error) {
+	held := make([][]string, s.shards)
+	running := map[string]map[string]bool{} // replica → running controllers
+	for _, r := range s.live() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		st, err := r.m.Status(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%s: Status: %w", r.id, err)
+		}
+		running[r.id] = map[string]bool{}
+		for _, c := range st.Children {
+			if c.State == supervisor.StateRunning {
+				running[r.id][c.Name] = true
+			}
+		}
+		if s.shards == 1 {
+			if len(st.Shards) != 0 {
+				return nil, fmt.Errorf("%s: Status.Shards has %d entries with the single lease", r.id, len(st.Shards))
+			}
+			if st.Leader {
+				held[0] = append(held[0], r.id)
+			}
+			continue
+		}
+		if len(st.Shards) != s.shards {
+			return nil, fmt.Errorf("%s: Status.Shards has %d entries, want %d", r.id, len(st.Shards), s.shards)
+		}
+		for _, sh := range st.Shards {
+			if sh.Held {
+				held[sh.Index] = append(held[sh.Index], r.id)
+			}
+		}
+	}
+	out := make([]string, s.shards)
+	for i, h := range held {
+		if len(h) != 1 {
+			return nil, fmt.Errorf("shard %d held by %v", i, h)
+		}
+		out[i] = h[0]
+		if !running[h[0]][fmt.Sprintf("ctl-%d", i)] {
+			return nil, fmt.Errorf("shard %d: ctl-%d not running on its holder %s", i, i, h[0])
+		}
+	}
+	if solo := out[cm.ShardOf("solo", s.shards)]; !running[solo]["solo"] {
+		return nil, fmt.Errorf("solo not running on %s, the holder of its shard %d", solo, cm.ShardOf("solo", s.shards))
+	}
+	return out, nil
+}
+
+// settle waits until every shard is held once and its controllers run on
+// its holder, then checks the balance among the live replicas.
+var debugSettle = false
+
+func (s *shScenario) settle(what string) []string {
+	s.t.Helper()
+	var got []string
+	var last error
+	deadline := time.After(2 * elWait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	began := time.Now()
+	for {
+		got, last = s.holders()
+		if last == nil && s.balanced(got) {
+			s.t.Logf("%s: settled in %s", what, time.Since(began).Round(time.Millisecond))
+			return got
+		}
+		if debugSettle && time.Since(began) > time.Second {
+			s.t.Logf("%s: %v %v", what, last, got)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			s.t.Fatalf("%s: not settled within %s: %v (holders %v)", what, 2*elWait, last, got)
+		}
+	}
+}
+
+// balanced reports whether every live replica holds ⌊S/R⌋ or ⌈S/R⌉ shards.
+func (s *shScenario) balanced(holders []string) bool {
+	live := s.live()
+	count := map[string]int{}
+	for _, h := range holders {
+		count[h]++
+	}
+	lo, hi := s.shards/len(live), (s.shards+len(live)-1)/len(live)
+	for _, r := range live {
+		if n := count[r.id]; n < lo || n > hi {
+			return false
+		}
+	}
+	return true
+}
+
+// moved returns the shards whose holder changed.
+func moved(before, after []string) []int {
+	var out []int
+	for i := range before {
+		if before[i] != after[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// checkJournal checks, over the whole scenario, that no controller ran on
+// two replicas at once, and that on each replica every controller ran
+// within a span of the store.
+func (s *shScenario) checkJournal() {
+	t := s.t
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		for _, r := range s.replicas {
+			var lines []string
+			for _, e := range r.events.all() {
+				switch e.Type {
+				case cm.ShardAcquired, cm.ShardReleased, cm.ShardLost, cm.LeaderElected, cm.LeaderLost, cm.PhaseChanged:
+					lines = append(lines, fmt.Sprintf("%s %s %d %s", e.Time.Format("05.000"), e.Type, e.Shard, e.Phase))
+				}
+			}
+			t.Logf("%s events: %s", r.id, strings.Join(lines, "; "))
+			t.Logf("%s log:\n%s", r.id, r.log)
+		}
+	}()
+	spans := s.activity.snapshot()
+	end := func(sp elSpan) time.Time {
+		if sp.to.IsZero() {
+			return time.Now().Add(time.Hour)
+		}
+		return sp.to
+	}
+	byChild := map[string][]elSpan{}
+	stores := map[string][]elSpan{}
+	for _, sp := range spans {
+		if sp.child == "store" {
+			stores[sp.replica] = append(stores[sp.replica], sp)
+			continue
+		}
+		byChild[sp.child] = append(byChild[sp.child], sp)
+	}
+	s.activity.mu.Lock()
+	pause := s.activity.maxPause
+	s.activity.mu.Unlock()
+	report := t.Errorf
+	if pause > elFenceBudget/2 {
+		// As in election_test.go: a pause of the whole process stops the
+		// holder and delays the others alike, the paused-process limit no
+		// lease can fence.
+		t.Logf("the test process was paused for %s (fence budget %s): overlaps are logged, not failed", pause, elFenceBudget)
+		report = t.Logf
+	}
+	for child, list := range byChild {
+		for i, x := range list {
+			for _, y := range list[i+1:] {
+				if x.replica != y.replica && x.from.Before(end(y)) && y.from.Before(end(x)) {
+					report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", child, x.replica, x.from.Format("05.000"),
+						end(x).Format("05.000"), y.replica, y.from.Format("05.000"), end(y).Format("05.000"))
+				}
+			}
+			// The shutdown stops a replica's children in parallel: the
+			// store may stop before a controller has; it must have
+			// recovered before any started.
+			// A Run the supervisor asked for just before a shutdown or a
+			// stand-down stopped the store may begin after the store's
+			// Shutdown has returned (the two actors run in parallel): the
+			// store's last span must have begun before the controller,
+			// and ended after it began or just before (slack, plus any
+			// pause of the process).
+			var last *elSpan
+			for k, st := range stores[x.replica] {
+				if !st.from.After(x.from) && (last == nil || st.from.After(last.from)) {
+					last = &stores[x.replica][k]
+				}
+			}
+			inStore := last != nil && end(*last).Add(100*time.Millisecond+pause).After(x.from)
+			if !inStore {
+				var spans []string
+				for _, st := range stores[x.replica] {
+					spans = append(spans, st.from.Format("05.000")+"–"+end(st).Format("05.000"))
+				}
+				t.Errorf("%s started on %s at %s, when its store was not recovered (store spans %v)", child, x.replica,
+					x.from.Format("05.000"), spans)
+			}
+		}
+	}
+}
+
+// shardingFull runs the partition and steal steps for every R × S, not
+// only for the four pairs that cover each R and S once (each costs a few
+// seconds of lease expiry).
+var shardingFull = flag.Bool("sharding.full", false, "TestShardedReplicas: cut off and steal for every replicas × shards pair")
+
+func TestShardedReplicas(t *testing.T) {
+	faults := map[[2]int]bool{{1, 32}: true, {2, 4}: true, {3, 12}: true, {5, 12}: true}
+	// The scenarios mostly wait for Leases to change hands: they run side
+	// by side, more of them than -parallel (GOMAXPROCS) would allow, each
+	// subtest started from a goroutine of its own (t.Run allows that).
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 4)
+	for _, replicas := range []int{1, 2, 3, 5} {
+		for _, shards := range []int{1, 4, 12, 32} {
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				t.Run(fmt.Sprintf("R=%d/S=%d", replicas, shards), func(t *testing.T) {
+					runShardScenario(t, replicas, shards, *shardingFull || faults[[2]int{replicas, shards}])
+				})
+			})
+		}
+	}
+	wg.Wait()
+}
+
+func runShardScenario(t *testing.T, replicas, shards int, faults bool) {
+	s := &shScenario{t: t, srv: leasetest.NewServer(), shards: shards, activity: newElActivity(t)}
+	leaseName := func(i int) string {
+		if shards == 1 {
+			return elLeaseName
+		}
+		return fmt.Sprintf("%s-%d", elLeaseName, i)
+	}
+	for i := range replicas {
+		newShReplica(s, fmt.Sprintf("r%d", i))
+	}
+	a1 := s.settle("start")
+
+	// A join moves shards only to the joiner, at most ⌈S/R⌉ of them.
+	joiner := newShReplica(s, fmt.Sprintf("r%d", replicas))
+	a2 := s.settle("join")
+	for _, i := range moved(a1, a2) {
+		assert.Equal(t, joiner.id, a2[i], "join: shard %d moved from %s to %s, not to the joiner", i, a1[i], a2[i])
+	}
+	assert.LessOrEqual(t, len(moved(a1, a2)), (shards+replicas)/(replicas+1), "join: shards moved")
+
+	a5 := a2
+	if faults {
+		a5 = s.faults(a2, leaseName)
+	}
+
+	// A replica leaving with ShutdownAndWait hands its shards over once
+	// their controllers have stopped; only its shards move.
+	leaver := s.replicas[len(s.replicas)-1]
+	releasedBefore := leaver.events.count(cm.ShardReleased)
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	leaver.m.ShutdownAndWait(ctx)
+	cancel()
+	require.NoError(t, leaver.m.Err())
+	leaver.gone = true
+	a6 := s.settle("leave")
+	for _, i := range moved(a5, a6) {
+		assert.Equal(t, leaver.id, a5[i], "leave: shard %d moved from %s, not from the leaver", i, a5[i])
+	}
+	if shards > 1 {
+		assert.Equal(t, len(moved(a5, a6)), countOf(a5, leaver.id), "leave: every shard of the leaver moves")
+		assert.Equal(t, countOf(a5, leaver.id), leaver.events.count(cm.ShardReleased)-releasedBefore, "leave: ShardReleased events of the leaver")
+	}
+
+	for _, r := range s.replicas {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		r.m.ShutdownAndWait(ctx)
+		cancel()
+		assert.NoError(t, r.m.Err(), "%s", r.id)
+	}
+	s.checkJournal()
+	t.Logf("assignments: start %s | join %s | after the faults %s | leave %s",
+		strings.Join(a1, ","), strings.Join(a2, ","), strings.Join(a5, ","), strings.Join(a6, ","))
+}
+
+func countOf(holders []string, id string) int {
+	n := 0
+	for _, h := range holders {
+		if h == id {
+			n++
+		}
+	}
+	return n
+}
+
+// faults cuts a replica off and heals it, then steals shard 0's Lease,
+// settling after each; it returns the assignment at the end.
+func (s *shScenario) faults(a2 []string, leaseName func(int) string) []string {
+	t, shards := s.t, s.shards
+	// A replica cut off from the API server fences its shards; the others
+	// take them over, and only them, once their Leases have expired.
+	cut := s.replicas[0]
+	cut.client.Partition(true)
+	cut.gone = true
+	a3 := s.settle("partition")
+	for _, i := range moved(a2, a3) {
+		assert.Equal(t, cut.id, a2[i], "partition: shard %d moved from %s, not from the replica cut off", i, a2[i])
+	}
+	// It campaigns again once it can reach the server.
+	cut.client.Partition(false)
+	cut.gone = false
+	a4 := s.settle("heal")
+	for _, i := range moved(a3, a4) {
+		assert.Equal(t, cut.id, a4[i], "heal: shard %d moved from %s to %s, not to the returning replica", i, a3[i], a4[i])
+	}
+	// A stolen shard Lease is fenced on its holder and taken back once the
+	// thief's lease has expired.
+	victim := a4[0]
+	require.NoError(t, s.srv.Steal(elNamespace, leaseName(0), "thief", elLeaseDuration))
+	lostType := cm.ShardLost
+	if shards == 1 {
+		lostType = cm.LeaderLost
+	}
+	for _, r := range s.replicas {
+		if r.id == victim {
+			r.events.nth(t, lostType, 1)
+		}
+	}
+	a5 := s.settle("steal")
+	if shards > 1 {
+		for _, i := range moved(a4, a5) {
+			assert.Equal(t, 0, i, "steal: shard %d moved (%s → %s); only shard 0 was stolen", i, a4[i], a5[i])
+		}
+	}
+	return a5
+}

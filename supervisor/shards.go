@@ -1,0 +1,212 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/lease/shard"
+)
+
+// Sharded leadership. With Config.Shards = S > 1 the elector (lease/shard's,
+// as an actor) holds some of S shard Leases, and each controller runs only
+// while this replica holds the Lease of its Spec.Shard. The single lease is
+// the same machinery with one shard, 0: every decision below reads the
+// shard's state, so that one path serves both.
+//
+//   - acquire (elect.go): Electing with a start round waiting recovers the
+//     stores and starts the held shards' controllers; Starting or Running
+//     starts the shard's controllers at once.
+//   - lose (elect.go): the shard's controllers are fenced within the fence
+//     timeout (fenceShard); when it was the last shard held, the stores too
+//     and the replica goes back to Electing (fence), as with the single lease.
+//   - releaseShard (here): a shard the elector hands over is released only
+//     once its controllers' Shutdown has returned; after the last one the
+//     stores stop too and the replica stands down to Electing.
+//
+// Stores are fenced by the union of the shards: they run while this replica
+// holds at least one. Webhooks and plain runnables are not sharded.
+
+// shardState is this replica's view of one shard.
+type shardState struct {
+	held      bool     // acquired, and neither lost nor handed over since
+	releasing bool     // the elector asked for it back: its controllers are stopping
+	fencing   *fencing // its controllers stopping after it was lost, if any
+}
+
+// sharded reports whether leadership is split into shards.
+func (s *root) sharded() bool { return s.cfg.Shards > 1 }
+
+// initShards sets up the shards' state: one per shard, the single lease
+// being shard 0; none with election off.
+func (s *root) initShards() {
+	if s.cfg.Elector == nil {
+		return
+	}
+	n := max(s.cfg.Shards, 1)
+	s.shards = make([]*shardState, n)
+	for i := range s.shards {
+		s.shards[i] = &shardState{}
+	}
+}
+
+// countHeld updates leader (this replica holds some shard) from the shards.
+func (s *root) countHeld() {
+	held := 0
+	for _, sh := range s.shards {
+		if sh.held {
+			held++
+		}
+	}
+	s.leader = held > 0
+	s.obs.leader.Store(s.leader)
+	s.obs.shardsHeld.Store(int64(held))
+}
+
+// shardOf is rec's shard: its Spec.Shard with sharding, else the single
+// lease's.
+func (s *root) shardOf(rec *childRecord) *shardState {
+	if !s.sharded() {
+		return s.shards[0]
+	}
+	return s.shards[rec.spec.Shard]
+}
+
+// shardLease names shard i's Lease.
+func (s *root) shardLease(i int) string {
+	if s.cfg.ShardLease == nil {
+		return fmt.Sprint(i)
+	}
+	return s.cfg.ShardLease(i)
+}
+
+// shardChild is the scope of a lost or released shard: its controllers.
+func shardChild(i int) func(*childRecord) bool {
+	return func(r *childRecord) bool { return r.spec.Kind == actors.KindController && r.spec.Shard == i }
+}
+
+// scope returns the children touches selects, in the order they were added.
+func (s *root) scope(touches func(*childRecord) bool) []*childRecord {
+	var recs []*childRecord
+	for _, rec := range s.children {
+		if touches(rec) {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+// startShard starts shard i's controllers, just acquired while Starting or
+// Running, outside any start round: a failed start is supervised like any
+// failure.
+func (s *root) startShard(i int) {
+	for _, rec := range s.scope(shardChild(i)) {
+		if rec.stopRequested || rec.state.active() || rec.plan != nil || !s.leaseHeld(rec) {
+			continue
+		}
+		s.startIncarnation(rec, func(err error) {
+			if err != nil && err != errInterrupted {
+				s.supervise(rec, err)
+			}
+		})
+	}
+}
+
+func (s *root) onShardAcquired(m shard.Acquired) {
+	if !s.validShard(m.Shard) {
+		return
+	}
+	s.acquire(m.Shard)
+}
+
+func (s *root) onShardLost(m shard.Lost) {
+	if !s.validShard(m.Shard) {
+		return
+	}
+	s.lose(m.Shard, fmt.Errorf("%w: taken by another replica or not renewed in time", lease.ErrLost), m.Done)
+}
+
+// onShardReleasing hands shard m.Shard over once its controllers have
+// returned from Shutdown: the elector renews its Lease until Done.
+func (s *root) onShardReleasing(m shard.Releasing) {
+	if !s.validShard(m.Shard) {
+		m.Done()
+		return
+	}
+	i, sh := m.Shard, s.shards[m.Shard]
+	if !sh.held {
+		m.Done() // lost meanwhile and fenced: nothing of it runs
+		return
+	}
+	sh.releasing = true
+	s.quiesce(shardChild(i))
+	s.cfg.Logger.Info("shard moving to another replica: stopping its controllers", "shard", i)
+	s.stopAll(s.scope(shardChild(i)), s.boundedContext(), func() {
+		if !sh.releasing {
+			m.Done() // lost while stopping; the loss fenced it
+			return
+		}
+		sh.releasing, sh.held = false, false
+		s.countHeld()
+		s.obs.shardsReleased.Add(1)
+		s.bus.Publish(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: i})
+		m.Done()
+		if !s.leader {
+			s.standDownAfterRelease()
+		}
+	})
+}
+
+// standDownAfterRelease stops the stores once the last shard has been
+// handed over, and waits in Electing for the next: nothing fenced runs on
+// a replica that holds no shard.
+func (s *root) standDownAfterRelease() {
+	if s.shutdown != nil || s.fencing != nil {
+		return
+	}
+	switch s.phase {
+	case PhaseRecovering, PhaseStarting, PhaseRunning:
+	default:
+		return
+	}
+	f := &fencing{began: time.Now()}
+	for _, rec := range s.children {
+		if fencedChild(rec) {
+			f.recs = append(f.recs, rec)
+		}
+	}
+	s.standDown(f, s.boundedContext(), func() { s.fenced(f) })
+}
+
+func (s *root) validShard(i int) bool {
+	if i < 0 || i >= len(s.shards) || !s.sharded() {
+		s.cfg.Logger.Error("supervisor: the elector named a shard out of range; ignored", "shard", i, "shards", len(s.shards))
+		return false
+	}
+	return true
+}
+
+// shardStatus is Status.Shards.
+func (s *root) shardStatus() []ShardStatus {
+	if !s.sharded() {
+		return nil
+	}
+	var holders []string
+	if s.cfg.ShardHolders != nil {
+		holders = s.cfg.ShardHolders()
+	}
+	st := make([]ShardStatus, len(s.shards))
+	for i, sh := range s.shards {
+		st[i] = ShardStatus{Index: i, Lease: s.shardLease(i), Held: sh.held}
+		if i < len(holders) {
+			st[i].Holder = holders[i]
+		}
+	}
+	for _, rec := range s.children {
+		if rec.spec.Kind == actors.KindController && rec.spec.Shard >= 0 && rec.spec.Shard < len(st) {
+			st[rec.spec.Shard].Children = append(st[rec.spec.Shard].Children, rec.spec.Name)
+		}
+	}
+	return st
+}
