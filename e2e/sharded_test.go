@@ -514,8 +514,14 @@ func TestShardedReplicas(t *testing.T) {
 			})
 			resumed := time.Now()
 			sendSignal(t, api, syscall.SIGCONT)
+			// The replicas write again after the resume; the solo one has exited, perhaps
+			// before. Then the watches must have recorded what a list shows: every
+			// version written before, the renewals whose answers the freeze swallowed
+			// included.
 			requireGroupVersionAfter(t, leases, resumed)
-			requireGroupVersionAfter(t, soloLeases, resumed)
+			requireExitedLost(t, solo)
+			requireCaughtUp(t, client, s.namespace, leases)
+			requireCaughtUp(t, client, s.namespace, soloLeases)
 			// Per shard, as TestFencingWhileAPIServerPaused checks the single Lease: its
 			// controllers stopped before the last version of its Lease written before the
 			// loss could expire. With Reelect each shard is lost on its own.
@@ -560,7 +566,6 @@ func TestShardedReplicas(t *testing.T) {
 			figure(t, "sharded: pause: last renewal → ShardLost, worst shard", worstLoss, "(RP + RD = "+(retryPeriod+renewDeadline).String()+")")
 			figure(t, "sharded: pause: ShardLost → its controllers stopped, worst", worstFence, "(fence timeout "+fenceTimeout.String()+")")
 			figure(t, "sharded: pause: margin, stopped → lease expiry, least", leastMargin, "(fence budget "+(leaseDuration-renewDeadline-retryPeriod).String()+"; 4 replicas, 24 shards)")
-			requireExitedLost(t, solo)
 			p = waitSettled(t, "the replicas settled after the resume", startupTimeout, live, leases)
 			figure(t, "sharded: pause: API server resumed → every shard running", settledAt(t, p, allShards(), resumed).Sub(resumed), "")
 			for _, r := range live {
@@ -662,6 +667,27 @@ func requireGroupVersionAfter(t *testing.T, w *leaseGroupWatch, after time.Time)
 		}
 		return false
 	}, leaseDuration+2*maxRetryGap+activationSlack, pollInterval, "no version of group %s written after %s", w.group, after.Format(stamp))
+}
+
+// requireCaughtUp waits until the watch has recorded the version of each Lease of its
+// group that a list returns now.
+func requireCaughtUp(t *testing.T, client kubernetes.Interface, namespace string, w *leaseGroupWatch) {
+	t.Helper()
+	var missing string
+	require.Eventually(t, func() bool {
+		list, err := client.CoordinationV1().Leases(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: shard.LabelGroup + "=" + w.group})
+		if err != nil {
+			missing = err.Error()
+			return false
+		}
+		for _, l := range list.Items {
+			if !slices.ContainsFunc(w.records(l.Name), func(r leaseRecord) bool { return r.resourceVersion == l.ResourceVersion }) {
+				missing = l.Name + " at " + l.ResourceVersion
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, pollInterval, "the watch of group %s has not caught up with a list: %s", w.group, missing)
 }
 
 // leaseGroupWatch records every version of every Lease of a shard group (one watch,
