@@ -67,10 +67,14 @@ func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.logger = logger }
 }
 
-// WithClock sets the clock of the supervisor's timers (backoff, probes,
-// health deadlines) and the one the lease guards read (renewals' send times
-// and checks; client-go's own election timing stays on the real clock);
-// tests pass k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
+// WithClock sets the clock of every timer of the supervision tree (backoff,
+// probes, health deadlines, the fence and shutdown bounds), of the
+// GetHealth deadline, of the sharded elector (renewals, expiry on the
+// local-observation clock) and the one the lease guards read (renewals'
+// send times and checks). client-go's own single-lease election timing
+// stays on the real clock, and so do the HTTP servers' deadlines and the
+// timings measured for logs. Tests pass
+// k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
 func WithClock(clock supervisor.Clock) Option {
 	return func(o *options) { o.clock = clock }
 }

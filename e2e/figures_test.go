@@ -19,7 +19,7 @@ var figures struct {
 type figureRow struct {
 	test, name string
 	value      time.Duration
-	text       string // what figureText measured, instead of value
+	shown      string // the value as printed, for a figure that is not a duration (figureText)
 	note       string
 }
 
@@ -30,16 +30,6 @@ func figure(t *testing.T, name string, value time.Duration, note string) {
 	figures.mu.Lock()
 	defer figures.mu.Unlock()
 	figures.rows = append(figures.rows, figureRow{test: t.Name(), name: name, value: value, note: note})
-}
-
-// figureText logs a measurement that is not a duration (a count, a distribution) and
-// keeps it for the summary.
-func figureText(t *testing.T, name, text, note string) {
-	t.Helper()
-	t.Logf("figure: %s = %s %s", name, text, note)
-	figures.mu.Lock()
-	defer figures.mu.Unlock()
-	figures.rows = append(figures.rows, figureRow{test: t.Name(), name: name, text: text, note: note})
 }
 
 // printFigures writes the summary: each figure's values, in the order measured.
@@ -53,11 +43,11 @@ func printFigures(w io.Writer, wall time.Duration) {
 		if !slices.Contains(names, r.name) {
 			names = append(names, r.name)
 		}
-		v := r.text
-		if v == "" {
-			v = r.value.Round(time.Millisecond).String()
+		shown := r.value.Round(time.Millisecond).String()
+		if r.shown != "" {
+			shown = r.shown
 		}
-		values[r.name] = append(values[r.name], v)
+		values[r.name] = append(values[r.name], shown)
 		notes[r.name] = r.note
 	}
 	fmt.Fprintf(w, "e2e figures (lease %s, renew deadline %s, retry period %s):\n", leaseDuration, renewDeadline, retryPeriod)
@@ -65,4 +55,14 @@ func printFigures(w io.Writer, wall time.Duration) {
 		fmt.Fprintf(w, "  %-48s %s  %s\n", n, strings.Join(values[n], ", "), notes[n])
 	}
 	fmt.Fprintf(w, "  %-48s %s\n", "suite wall time (tests, after the binaries)", wall.Round(time.Second))
+}
+
+// figureText logs a measurement that is not a duration (a rate, a count), already
+// formatted, and keeps it for the summary.
+func figureText(t *testing.T, name, shown, note string) {
+	t.Helper()
+	t.Logf("figure: %s = %s %s", name, shown, note)
+	figures.mu.Lock()
+	defer figures.mu.Unlock()
+	figures.rows = append(figures.rows, figureRow{test: t.Name(), name: name, shown: shown, note: note})
 }

@@ -185,7 +185,7 @@ func settled(live []*replica, all [][]journal.Entry) (p placement, why string) {
 // waitSettled waits until live have settled and returns the placement, cross-checked
 // against the Leases themselves: each shard Lease names its holder, and each live
 // replica renews its member Lease.
-func waitSettled(t *testing.T, what string, timeout time.Duration, live []*replica, leases *leaseGroupWatch) placement {
+func waitSettled(t *testing.T, what string, timeout time.Duration, live []*replica, leases *shardLeaseWatch) placement {
 	t.Helper()
 	var p placement
 	why := ""
@@ -266,7 +266,7 @@ func shardEventAfter(t *testing.T, r *replica, typ string, i int, since time.Tim
 // exactly the shards of moved (nil: any), each to a replica of to (nil: any), and that
 // nothing else changed hands, on the Leases too (each shard Lease changed holder at
 // most once in between). It returns how many shards changed hands.
-func requireSticky(t *testing.T, leases *leaseGroupWatch, before, after placement, from, until time.Time, moved []int, to []*replica) int {
+func requireSticky(t *testing.T, leases *shardLeaseWatch, before, after placement, from, until time.Time, moved []int, to []*replica) int {
 	t.Helper()
 	var changed []int
 	for i := range shardCount {
@@ -324,9 +324,9 @@ func TestShardedReplicas(t *testing.T) {
 	// Registered after the cluster's own cleanup, so that it runs first.
 	t.Cleanup(func() { _ = api.Signal(syscall.SIGCONT) })
 	client := s.cluster.Clientset()
-	leases := watchLeaseGroup(t, client, s.namespace, s.leaseName)
+	leases := watchShardLeases(t, client, s.namespace, s.leaseName)
 	// solo runs alone on a group of its own with --on-lease-lost=Exit, for the pause.
-	soloLeases := watchLeaseGroup(t, client, s.namespace, "solo")
+	soloLeases := watchShardLeases(t, client, s.namespace, "solo")
 	frozen := map[*replica]frozenWindow{} // a SIGSTOPped replica's pause
 	var p placement
 	var live []*replica
@@ -479,7 +479,7 @@ func TestShardedReplicas(t *testing.T) {
 		}},
 		{"apiserver-paused", func(t *testing.T) {
 			everyone := append(slices.Clone(live), solo)
-			groups := map[*replica]*leaseGroupWatch{solo: soloLeases}
+			groups := map[*replica]*shardLeaseWatch{solo: soloLeases}
 			for _, r := range live {
 				groups[r] = leases
 			}
@@ -589,7 +589,7 @@ func TestShardedReplicas(t *testing.T) {
 
 // join starts joiner beside live and checks the join: at most ⌈S/R⌉ shards move, all
 // to the joiner, nothing else changes hands.
-func (s *scenario) join(t *testing.T, leases *leaseGroupWatch, p *placement, live *[]*replica, joiner *replica, what string) {
+func (s *scenario) join(t *testing.T, leases *shardLeaseWatch, p *placement, live *[]*replica, joiner *replica, what string) {
 	t.Helper()
 	before := *p
 	started := time.Now()
@@ -628,7 +628,7 @@ func allShards() []int {
 
 // requireReleasedMember checks that a replica stopped with SIGTERM emptied its member
 // Lease.
-func requireReleasedMember(t *testing.T, leases *leaseGroupWatch, id string) {
+func requireReleasedMember(t *testing.T, leases *shardLeaseWatch, id string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		return leases.last(shard.MemberLease(leases.group, id)).holder == ""
@@ -655,7 +655,7 @@ func requireExitedLost(t *testing.T, r *replica) {
 
 // requireGroupVersionAfter waits until the watch has recorded a version of some Lease
 // of the group renewed after t: the watch has then seen every earlier version.
-func requireGroupVersionAfter(t *testing.T, w *leaseGroupWatch, after time.Time) {
+func requireGroupVersionAfter(t *testing.T, w *shardLeaseWatch, after time.Time) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		w.mu.Lock()
@@ -671,7 +671,7 @@ func requireGroupVersionAfter(t *testing.T, w *leaseGroupWatch, after time.Time)
 
 // requireCaughtUp waits until the watch has recorded the version of each Lease of its
 // group that a list returns now.
-func requireCaughtUp(t *testing.T, client kubernetes.Interface, namespace string, w *leaseGroupWatch) {
+func requireCaughtUp(t *testing.T, client kubernetes.Interface, namespace string, w *shardLeaseWatch) {
 	t.Helper()
 	var missing string
 	require.Eventually(t, func() bool {
@@ -690,18 +690,18 @@ func requireCaughtUp(t *testing.T, client kubernetes.Interface, namespace string
 	}, 10*time.Second, pollInterval, "the watch of group %s has not caught up with a list: %s", w.group, missing)
 }
 
-// leaseGroupWatch records every version of every Lease of a shard group (one watch,
+// shardLeaseWatch records every version of every Lease of a shard group (one watch,
 // the group's label selector, as the replicas watch them).
-type leaseGroupWatch struct {
+type shardLeaseWatch struct {
 	group string
 
 	mu     sync.Mutex
 	leases map[string]*leaseWatch
 }
 
-// watchLeaseGroup records the versions of the Leases of group until t ends.
-func watchLeaseGroup(t *testing.T, client kubernetes.Interface, namespace, group string) *leaseGroupWatch {
-	g := &leaseGroupWatch{group: group, leases: map[string]*leaseWatch{}}
+// watchShardLeases records the versions of the Leases of group until t ends.
+func watchShardLeases(t *testing.T, client kubernetes.Interface, namespace, group string) *shardLeaseWatch {
+	g := &shardLeaseWatch{group: group, leases: map[string]*leaseWatch{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -712,11 +712,11 @@ func watchLeaseGroup(t *testing.T, client kubernetes.Interface, namespace, group
 	return g
 }
 
-func (g *leaseGroupWatch) add(l *coordinationv1.Lease) {
+func (g *shardLeaseWatch) add(l *coordinationv1.Lease) {
 	g.watchOf(l.Name).add(l)
 }
 
-func (g *leaseGroupWatch) watchOf(name string) *leaseWatch {
+func (g *shardLeaseWatch) watchOf(name string) *leaseWatch {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	w := g.leases[name]
@@ -727,10 +727,10 @@ func (g *leaseGroupWatch) watchOf(name string) *leaseWatch {
 	return w
 }
 
-func (g *leaseGroupWatch) records(name string) []leaseRecord { return g.watchOf(name).snapshot() }
+func (g *shardLeaseWatch) records(name string) []leaseRecord { return g.watchOf(name).snapshot() }
 
 // last is the latest version of the Lease name; zero before any.
-func (g *leaseGroupWatch) last(name string) leaseRecord {
+func (g *shardLeaseWatch) last(name string) leaseRecord {
 	records := g.records(name)
 	if len(records) == 0 {
 		return leaseRecord{}
@@ -741,7 +741,7 @@ func (g *leaseGroupWatch) last(name string) leaseRecord {
 // moves counts the versions of name written in [from, until) that name a holder other
 // than the last one named before them (a release names none, so a release and a take
 // over by another replica is one move).
-func (g *leaseGroupWatch) moves(name string, from, until time.Time) int {
+func (g *shardLeaseWatch) moves(name string, from, until time.Time) int {
 	n := 0
 	previous := ""
 	for _, r := range g.records(name) {
@@ -758,7 +758,7 @@ func (g *leaseGroupWatch) moves(name string, from, until time.Time) int {
 
 // handover finds, among the versions of name written after since, holder's release
 // and the first version naming another holder after it.
-func (g *leaseGroupWatch) handover(t *testing.T, name, holder string, since time.Time) (released, acquired leaseRecord) {
+func (g *shardLeaseWatch) handover(t *testing.T, name, holder string, since time.Time) (released, acquired leaseRecord) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		records := g.records(name)
@@ -779,12 +779,12 @@ func (g *leaseGroupWatch) handover(t *testing.T, name, holder string, since time
 }
 
 // lastRenewalBy is the last version of name holder wrote with a renew time before t.
-func (g *leaseGroupWatch) lastRenewalBy(name, holder string, t time.Time) (leaseRecord, bool) {
+func (g *shardLeaseWatch) lastRenewalBy(name, holder string, t time.Time) (leaseRecord, bool) {
 	return g.watchOf(name).lastRenewalBefore(holder, t)
 }
 
 // firstHolderAfter is the first version of name naming holder renewed after t.
-func (g *leaseGroupWatch) firstHolderAfter(name, holder string, t time.Time) (leaseRecord, bool) {
+func (g *shardLeaseWatch) firstHolderAfter(name, holder string, t time.Time) (leaseRecord, bool) {
 	for _, r := range g.records(name) {
 		if r.holder == holder && r.renewed.After(t) {
 			return r, true

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -22,8 +24,11 @@ import (
 // Electing, webhooks and plain runnables still running, and once elected
 // again recovers the stores and runs the controllers afresh.
 //
-// Fencing runs on the real clock, whatever Config.Clock is: the lease's
-// timing is client-go's, which is real time.
+// Fencing runs on Config.Clock, as every timer of the supervisor does. The
+// single lease's own timing is client-go's, on real time: a test that
+// injects a fake clock (WithClock) steps it past the fence timeout itself
+// when it wants to see a fence overdue. The shard elector runs on the same
+// injected clock.
 
 var resignMessage = lease.Resign{}
 
@@ -32,7 +37,7 @@ type fencing struct {
 	cause error
 	recs  []*childRecord // the controllers and stores being stopped
 	began time.Time
-	timer *time.Timer // fenceOverdue at Config.FenceTimeout
+	timer clock.Timer // fenceOverdue at Config.FenceTimeout
 	done  bool
 }
 
@@ -150,9 +155,9 @@ func (s *root) fence(cause error, done func()) {
 	timeout := s.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
-	f := &fencing{cause: cause, began: time.Now()}
+	f := &fencing{cause: cause, began: s.now()}
 	s.fencing = f
-	f.timer = time.AfterFunc(timeout, func() { s.sendSelf(fenceOverdue{f: f}) })
+	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
 	for _, rec := range s.children {
 		if fencedChild(rec) {
 			f.recs = append(f.recs, rec)
@@ -215,9 +220,9 @@ func (s *root) fenceShard(i int, cause error, done func()) {
 	timeout := s.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
-	f := &fencing{cause: cause, began: time.Now()}
+	f := &fencing{cause: cause, began: s.now()}
 	sh.fencing = f
-	f.timer = time.AfterFunc(timeout, func() { s.sendSelf(fenceOverdue{f: f}) })
+	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
 	f.recs = s.scope(shardChild(i))
 	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", timeout, "reelect", s.cfg.Reelect)
 	if !s.cfg.Reelect {
@@ -243,7 +248,7 @@ func (s *root) fenceShard(i int, cause error, done func()) {
 // while another replica leads. It returns the fencing, or nil when none of
 // them is active.
 func (s *root) armFence(cause error, scope func(*childRecord) bool) *fencing {
-	f := &fencing{cause: cause, began: time.Now()}
+	f := &fencing{cause: cause, began: s.now()}
 	for _, rec := range s.children {
 		if scope(rec) && rec.state.active() {
 			f.recs = append(f.recs, rec)
@@ -252,7 +257,7 @@ func (s *root) armFence(cause error, scope func(*childRecord) bool) *fencing {
 	if len(f.recs) == 0 {
 		return nil
 	}
-	f.timer = time.AfterFunc(s.fenceTimeout(), func() { s.sendSelf(fenceOverdue{f: f}) })
+	f.timer = s.cfg.Clock.AfterFunc(s.fenceTimeout(), s.timerSend(func() any { return fenceOverdue{f: f} }))
 	return f
 }
 
@@ -266,7 +271,7 @@ func (s *root) fenced(f *fencing) {
 		f.timer.Stop()
 	}
 	if f.cause != nil {
-		s.cfg.Logger.Warn("lease lost: fenced", "took", time.Since(f.began))
+		s.cfg.Logger.Warn("lease lost: fenced", "took", s.cfg.Clock.Since(f.began))
 	}
 }
 

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
@@ -170,7 +169,7 @@ func (s *root) standDownAfterRelease() {
 	default:
 		return
 	}
-	f := &fencing{began: time.Now()}
+	f := &fencing{began: s.now()}
 	for _, rec := range s.children {
 		if fencedChild(rec) {
 			f.recs = append(f.recs, rec)

@@ -4,17 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/lease/shard"
 )
 
-// replicasConfig is the sharded demo's: replicas shard electors in one
-// process over the in-memory Lease server, sharing shards shards.
+// replicasConfig is the sharded demo's: replicas managers in one process
+// over the in-memory Lease server, sharing shards shards.
 type replicasConfig struct {
 	replicas  int
 	shards    int
@@ -32,11 +36,12 @@ const (
 // runReplicas runs the sharded-leadership demo until ctx ends, or until the
 // killed replica's shards have all moved: it prints which replica holds
 // which shard each time that changes, then kills replica-0 as a SIGKILL
-// would and shows its shards move to the others, and nothing else move.
+// would (cut off from the API server, nothing released) and shows its
+// shards move to the others, and nothing else move.
 //
-// The replicas are shard electors (package lease/shard), each "running" a
-// shard from its Acquired callback until Release or Lost; the manager's
-// own sharding is not wired yet.
+// Each replica is a ControllerManager with Shards = cfg.shards over the
+// in-memory Lease server: a store, and one controller per shard
+// (AddSharded) that says when it starts and stops.
 func runReplicas(ctx context.Context, cfg replicasConfig, out io.Writer) error {
 	if cfg.replicas < 1 || cfg.shards < 1 {
 		return fmt.Errorf("-replicas and -shards must be at least 1, got %d and %d", cfg.replicas, cfg.shards)
@@ -66,35 +71,36 @@ func runReplicas(ctx context.Context, cfg replicasConfig, out io.Writer) error {
 	}
 	type replica struct {
 		client *leasetest.Client
-		cancel context.CancelFunc
-		done   chan struct{}
+		m      *cm.ControllerManager
 	}
+	yes := true
+	spec := cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
+		Enabled: &yes, LeaseName: "demo-controllers", LeaseNamespace: "demo", Shards: int32(cfg.shards),
+		LeaseDuration: metav1.Duration{Duration: demoLeaseDuration}, RenewDeadline: metav1.Duration{Duration: demoRenewDeadline},
+		RetryPeriod: metav1.Duration{Duration: demoRetryPeriod}, OnLeaseLost: cm.LeaseLostReelect,
+	}}
+	quiet := slog.New(slog.DiscardHandler)
 	replicas := make([]*replica, cfg.replicas)
 	for i := range replicas {
 		id := fmt.Sprintf("replica-%d", i)
 		client := server.Client(id)
-		e, err := shard.New(shard.Config{Client: client, Namespace: "demo", Name: "demo-controllers", Identity: id, Shards: cfg.shards,
-			LeaseDuration: demoLeaseDuration, RenewDeadline: demoRenewDeadline, RetryPeriod: demoRetryPeriod,
-			Callbacks: shard.Callbacks{
-				Acquired: func(s int) { replicaf(id, "acquired shard %d, its controllers run", s) },
-				Release:  func(s int, done func()) { replicaf(id, "releasing shard %d, its controllers stopped", s); done() },
-				Lost:     func(s int, done func()) { replicaf(id, "lost shard %d, fenced", s); done() },
-			}})
+		m, err := cm.NewControllerManager(cm.NewContext(client), spec, "", cm.WithIdentity(id), cm.WithLogger(quiet))
 		if err != nil {
 			return err
 		}
-		rctx, cancel := context.WithCancel(context.Background())
-		r := &replica{client: client, cancel: cancel, done: make(chan struct{})}
-		go func() { defer close(r.done); e.Run(rctx) }()
-		replicas[i] = r
+		m.AddStore(demoStore{})
+		m.AddSharded("worker", func(s cm.Shard) cm.Controller {
+			return &shardWorker{name: fmt.Sprintf("worker-%d", s.Index), say: func(format string, args ...any) { replicaf(id, format, args...) }}
+		})
+		go func() { _ = m.Start(context.Background(), 0) }() // blocks until a shard is held; ShutdownAndWait ends it
+		replicas[i] = &replica{client: client, m: m}
 	}
 	defer func() {
 		silence("*")
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		for _, r := range replicas {
-			r.cancel()
-		}
-		for _, r := range replicas {
-			<-r.done
+			r.m.ShutdownAndWait(sctx)
 		}
 	}()
 
@@ -142,10 +148,10 @@ func runReplicas(ctx context.Context, cfg replicasConfig, out io.Writer) error {
 				}
 			}
 			logf("killing replica-0 (cut off from the API server, nothing released); it held shards %v", killed)
-			silence("replica-0")
+			logf("(it fences them itself once it cannot renew for %s; the others take them %s after its last renewal)",
+				demoRenewDeadline, demoLeaseDuration)
 			killedAt = time.Now()
 			replicas[0].client.Partition(true)
-			replicas[0].cancel()
 			if cfg.replicas == 1 {
 				return nil
 			}
@@ -163,3 +169,28 @@ func runReplicas(ctx context.Context, cfg replicasConfig, out io.Writer) error {
 		}
 	}
 }
+
+// shardWorker is the demo's controller of one shard: it says when it runs.
+type shardWorker struct {
+	name string
+	say  func(format string, args ...any)
+}
+
+func (w *shardWorker) Name() string { return w.name }
+
+func (w *shardWorker) Run(context.Context) error {
+	w.say("%s runs (its shard's Lease is held here)", w.name)
+	return nil
+}
+
+func (w *shardWorker) Shutdown(context.Context) { w.say("%s stopped", w.name) }
+
+func (w *shardWorker) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: w.name, Healthy: true} }
+
+// demoStore is the replicas' store: recovered before a replica's first
+// shard runs.
+type demoStore struct{}
+
+func (demoStore) Name() string                  { return "cache" }
+func (demoStore) Recover(context.Context) error { return nil }
+func (demoStore) Shutdown(context.Context)      {}

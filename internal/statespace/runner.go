@@ -227,6 +227,7 @@ func (r *runner) build() error {
 			Enabled: &yes, LeaseName: leaseName, LeaseNamespace: namespace,
 			LeaseDuration: metav1.Duration{Duration: LeaseDuration}, RenewDeadline: metav1.Duration{Duration: RenewDeadline},
 			RetryPeriod: metav1.Duration{Duration: RetryPeriod}, OnLeaseLost: cm.LeaseLostAction(r.sc.Election),
+			Shards: int32(r.sc.Shards),
 		}
 		r.srv = leasetest.NewServer()
 		r.client = r.srv.Client(identity)
@@ -337,7 +338,7 @@ func (r *runner) onEvent(e cm.Event) {
 			resolved: func() bool {
 				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stopReq[child] ||
 					r.eventSince(at, func(x cm.Event) bool {
-						return x.Type == cm.Escalated || (fenced && x.Type == cm.LeaderLost) || (x.Type == cm.ChildRemoved && x.Child == child)
+						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child)
 					})
 			},
 		})
@@ -347,7 +348,7 @@ func (r *runner) onEvent(e cm.Event) {
 			what:     fmt.Sprintf("escalated at %s (%v) and Done did not close within ShutdownTimeout %s + %s", stamp(e.Time), e.Err, ShutdownTimeout, r.cfg.Slack),
 			resolved: func() bool { return !r.doneAt.IsZero() },
 		})
-	case cm.LeaderLost:
+	case cm.LeaderLost, cm.ShardLost:
 		if r.sc.Election == Exit && r.shutdownReq.IsZero() {
 			r.obligations = append(r.obligations, &obligation{
 				inv: NotEnded, due: e.Time.Add(FenceTimeout + r.cfg.Slack),
@@ -544,7 +545,7 @@ func (r *runner) apply(ctx context.Context, st Step) {
 			if d < time.Second {
 				d = time.Second
 			}
-			if err := r.srv.Steal(namespace, leaseName, thief, d); err != nil {
+			if err := r.srv.Steal(namespace, r.shardLease(st.Shard), thief, d); err != nil {
 				r.logf("steal: %v", err)
 			}
 		}
@@ -718,6 +719,14 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 							return true
 						}
 					}
+					if state == supervisor.StateBackingOff && r.sc.Strategy != cm.OneForOne &&
+						r.eventSince(since, func(x cm.Event) bool { return x.Type == cm.ChildRestarted && x.Child != name }) {
+						// Waiting in an AllForOne or RestForOne plan behind a
+						// sibling whose restarts keep failing within its
+						// budget: the plan is going on, in order (as OTP's
+						// rest_for_one waits for the child before).
+						return true
+					}
 					return !r.stillIn(name, state, since)
 				},
 			})
@@ -747,7 +756,8 @@ func (r *runner) checkLease(now time.Time) {
 		return
 	}
 	history := r.srv.History()
-	held := validity(history)
+	held := validity(history, r.leases(""))
+	heldAny := validity(history, r.leases("store"))
 	r.mu.Lock()
 	exitAt := r.exitAt
 	r.mu.Unlock()
@@ -766,7 +776,14 @@ func (r *runner) checkLease(now time.Time) {
 		if to.Before(in.From) {
 			continue
 		}
-		if gap, ok := uncovered(held, in.From, to); ok {
+		segs := held
+		if r.sc.Shards > 1 {
+			segs = validity(history, r.leases(in.Child))
+			if in.Kind == "store" {
+				segs = heldAny // a store runs while some shard is held
+			}
+		}
+		if gap, ok := uncovered(segs, in.From, to); ok {
 			r.violateOnce(fmt.Sprintf("unfenced/%s/%d", in.Child, in.Inc), Violation{
 				Invariant: Unfenced, Child: in.Child, Time: gap,
 				Detail: fmt.Sprintf("incarnation %d active %s–%s, but at %s this replica did not hold the lease (lease writes: %s)",
@@ -780,6 +797,12 @@ func (r *runner) checkLease(now time.Time) {
 		}
 		for _, in := range incs {
 			if !in.From.Before(w.Time) {
+				continue
+			}
+			if r.sc.Shards > 1 && (in.Kind != "controller" || !r.leases(in.Child)[w.Name]) {
+				// With shards a release concerns the shard's controllers;
+				// a store outlives the shards handed over while another is
+				// held (the Unfenced check covers it).
 				continue
 			}
 			if end := in.End(); end.IsZero() || end.After(w.Time) {
@@ -806,15 +829,43 @@ func endStamp(in Incarnation) string {
 	return "(still active)"
 }
 
+// shardLease names shard i's Lease (the single lease without shards).
+func (r *runner) shardLease(i int) string {
+	if r.sc.Shards <= 1 {
+		return leaseName
+	}
+	return fmt.Sprintf("%s-%d", leaseName, i)
+}
+
+// leases names the Leases that fence child: its shard's for a controller
+// (child "store": every shard's, of which one suffices), the single lease
+// without shards.
+func (r *runner) leases(child string) map[string]bool {
+	if r.sc.Shards <= 1 {
+		return map[string]bool{leaseName: true}
+	}
+	r.mu.Lock()
+	c := r.children[child]
+	r.mu.Unlock()
+	if child == "store" || (c != nil && c.kind == "store") {
+		names := map[string]bool{}
+		for i := range r.sc.Shards {
+			names[r.shardLease(i)] = true
+		}
+		return names
+	}
+	return map[string]bool{r.shardLease(cm.ShardOf(child, r.sc.Shards)): true}
+}
+
 // segment is a time this replica held the lease: from a write of its own
 // naming it holder to a lease duration after its last such write, or to
 // its release.
 type segment struct{ from, to time.Time }
 
-func validity(history []leasetest.Write) []segment {
+func validity(history []leasetest.Write, names map[string]bool) []segment {
 	var segs []segment
 	for _, w := range history {
-		if w.Client != identity {
+		if w.Client != identity || !names[w.Name] {
 			continue
 		}
 		if w.Holder == "" { // released: held no more
@@ -969,6 +1020,7 @@ func (r *runner) checkEnd() {
 		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("Done is closed but Status says phase %s", final.Phase)})
 	}
 	var ends, elections int
+	acquired := map[int]bool{}
 	var last cm.Phase
 	escalated := false
 	for _, e := range events {
@@ -982,6 +1034,13 @@ func (r *runner) checkEnd() {
 			escalated = true
 		case cm.LeaderElected:
 			elections++
+		case cm.ShardAcquired:
+			// A shard acquired again restarts its controllers afresh, as a
+			// second election does.
+			if acquired[e.Shard] {
+				elections = max(elections, 1) + 1 // as a second election
+			}
+			acquired[e.Shard] = true
 		}
 	}
 	if ends != 1 {

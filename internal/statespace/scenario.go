@@ -55,6 +55,7 @@ type Step struct {
 	Kind  string // DoAdd's: "controller", "store" or "webhook"
 	Knobs Knobs  // DoKnobs', DoAdd's
 	Dur   time.Duration
+	Shard int // DoSteal's, with shards: whose Lease is stolen
 }
 
 func (s Step) String() string {
@@ -71,6 +72,9 @@ func (s Step) String() string {
 	}
 	if s.Do == DoKnobs || s.Do == DoAdd {
 		b.WriteString(" " + s.Knobs.String())
+	}
+	if s.Do == DoSteal && s.Shard > 0 {
+		fmt.Fprintf(&b, " shard %d", s.Shard)
 	}
 	if s.Dur != 0 {
 		b.WriteString(" " + s.Dur.String())
@@ -141,7 +145,11 @@ type Scenario struct {
 	// Backoff, when positive, is both InitialBackoff and MaxBackoff, so that
 	// a child stays BackingOff long enough for a step to strike then.
 	Backoff time.Duration
-	Steps   []Step
+	// Shards, above 1, runs the manager with sharded leadership: that many
+	// shard Leases, each controller pinned to cm.ShardOf(its name, Shards);
+	// a Steal takes Step.Shard's Lease.
+	Shards int
+	Steps  []Step
 }
 
 // initialBackoff is the scenario's InitialBackoff.
@@ -167,6 +175,9 @@ func (s Scenario) String() string {
 		election = "off"
 	}
 	fmt.Fprintf(&b, "%s, election %s, %d stores, %d controllers, %d webhooks", s.Strategy, election, s.Stores, s.Controllers, s.Webhooks)
+	if s.Shards > 1 {
+		fmt.Fprintf(&b, ", %d shards", s.Shards)
+	}
 	if s.PreflightDelay > 0 {
 		fmt.Fprintf(&b, ", preflight %s", s.PreflightDelay)
 	}
@@ -354,6 +365,16 @@ func Generate(seed uint64) Scenario {
 			}
 		} else if chance(0.5) {
 			s.Steps = append(s.Steps, Step{Do: DoWait, Dur: between(5*time.Millisecond, 120*time.Millisecond)})
+		}
+	}
+	// Drawn last, so that the rest of a seed's sequence is what it was
+	// before sharding was explored.
+	if s.Election != ElectionOff && chance(0.35) {
+		s.Shards = 2 + pick(3)
+		for i := range s.Steps {
+			if s.Steps[i].Do == DoSteal {
+				s.Steps[i].Shard = pick(s.Shards)
+			}
 		}
 	}
 	return s

@@ -239,6 +239,10 @@ func (e *Elector) Run(ctx context.Context) {
 		case <-done:
 			done = nil
 			e.stopping = true
+			// Leave the membership first: while the member Lease is live the
+			// rule gives this replica's shards back to it, and the others
+			// would wait for the last of them to be released.
+			e.releaseMember()
 		case <-e.abandon:
 			for _, h := range e.held {
 				h.term.End(false)
@@ -260,7 +264,9 @@ func (e *Elector) Run(ctx context.Context) {
 			}
 		case <-ticker.C():
 			clear(e.tried) // campaign again, on the same versions too: they may have expired
-			e.renewMember()
+			if !e.stopping {
+				e.renewMember()
+			}
 			e.renewAll()
 			ticked = true
 		}
@@ -480,6 +486,25 @@ func (e *Elector) campaign(i int) {
 // renewAll renews every held shard; one that has not been renewed for
 // RenewDeadline is lost.
 func (e *Elector) renewAll() {
+	began := e.cfg.Clock.Now()
+	defer func() {
+		if took := e.cfg.Clock.Since(began); took > e.cfg.RetryPeriod {
+			e.cfg.Logger.Warn("renewals took longer than the retry period", "took", took, "held", len(e.held))
+		}
+	}()
+	// First, whatever has gone unrenewed for RenewDeadline is lost, before
+	// any call: a pass of slow calls must not delay a loss past its
+	// deadline.
+	e.loseOverdue(nil)
+	type renewal struct {
+		i    int
+		h    *held
+		l    *coordinationv1.Lease
+		sent time.Duration
+		got  *coordinationv1.Lease
+		err  error
+	}
+	var batch []*renewal
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
 		h := e.held[i]
 		if h.released {
@@ -489,25 +514,55 @@ func (e *Elector) renewAll() {
 		l := h.lease.DeepCopy()
 		now := metav1.NewMicroTime(e.cfg.Clock.Now())
 		l.Spec.RenewTime = &now
-		sent := h.term.Elapsed()
-		got, err := e.update(l)
+		batch = append(batch, &renewal{i: i, h: h, l: l})
+	}
+	// The renewals go out side by side, each bounded by RetryPeriod: the
+	// pass takes one round trip, not one per shard held.
+	var wg sync.WaitGroup
+	for _, r := range batch {
+		r.sent = r.h.term.Elapsed()
+		wg.Go(func() { r.got, r.err = e.update(r.l) })
+	}
+	wg.Wait()
+	for _, r := range batch {
+		i, h := r.i, r.h
+		if e.held[i] != h {
+			continue // lost meanwhile (the watch)
+		}
 		switch {
-		case err == nil:
-			h.lease, h.renewedAt, h.confirmed = got, e.cfg.Clock.Now(), false
-			h.term.Renewed(sent)
+		case r.err == nil:
+			h.lease, h.renewedAt, h.confirmed = r.got, e.cfg.Clock.Now(), false
+			h.term.Renewed(r.sent)
 			e.mu.Lock()
 			e.renewed[i] = h.renewedAt
 			e.mu.Unlock()
-		case apierrors.IsConflict(err):
+		case apierrors.IsConflict(r.err):
 			// Another replica wrote it since our last write (or a write of
 			// ours whose answer we missed did): either way we cannot prove
 			// we hold it, so it is lost; fencing for nothing is safe.
 			e.lose(i, "renewal refused: the Lease was written by another")
+		}
+	}
+	errs := map[int]error{}
+	for _, r := range batch {
+		errs[r.i] = r.err
+	}
+	e.loseOverdue(errs)
+}
+
+// loseOverdue loses every held shard not renewed for RenewDeadline; errs
+// says, where known, why its last renewal failed.
+func (e *Elector) loseOverdue(errs map[int]error) {
+	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+		h := e.held[i]
+		if h.released || e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
 			continue
 		}
-		if e.held[i] == h && e.cfg.Clock.Since(h.renewedAt) > e.cfg.RenewDeadline {
-			e.lose(i, fmt.Sprintf("not renewed for %s: %v", e.cfg.RenewDeadline, err))
+		why := fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline)
+		if err := errs[i]; err != nil {
+			why += ": " + err.Error()
 		}
+		e.lose(i, why)
 	}
 }
 
@@ -624,7 +679,9 @@ func (e *Elector) releaseMember() {
 	l.Spec.HolderIdentity = &empty
 	if _, err := e.update(l); err != nil {
 		e.cfg.Logger.Warn("cannot release the member lease", "err", err)
+		return // Run's end tries again; failing that it expires
 	}
+	e.member = nil
 }
 
 // send queues an ack for the loop; it never blocks, so done functions may
