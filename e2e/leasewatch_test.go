@@ -50,15 +50,21 @@ func watchLease(t *testing.T, client kubernetes.Interface, namespace, name strin
 }
 
 func (w *leaseWatch) run(ctx context.Context, client kubernetes.Interface, namespace, name string) {
+	runLeaseWatch(ctx, client, namespace, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	}, w.add)
+}
+
+// runLeaseWatch calls add with every version of the Leases of namespace that opts
+// selects, in order, until ctx ends, resuming the watch where it broke off.
+func runLeaseWatch(ctx context.Context, client kubernetes.Interface, namespace string, opts metav1.ListOptions, add func(*coordinationv1.Lease)) {
 	leases := client.CoordinationV1().Leases(namespace)
 	resourceVersion := "" // "": the current version first, then every change
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	for ctx.Err() == nil {
-		watcher, err := leases.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-			ResourceVersion: resourceVersion,
-		})
+		opts.ResourceVersion = resourceVersion
+		watcher, err := leases.Watch(ctx, opts)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -71,7 +77,7 @@ func (w *leaseWatch) run(ctx context.Context, client kubernetes.Interface, names
 			case watch.Added, watch.Modified:
 				lease := ev.Object.(*coordinationv1.Lease)
 				resourceVersion = lease.ResourceVersion
-				w.add(lease)
+				add(lease)
 			case watch.Error: // e.g. 410 Gone: start over from the current version
 				resourceVersion = ""
 			}

@@ -184,8 +184,12 @@ func describe(rs []*replica, all [][]journal.Entry) string {
 	for i, r := range rs {
 		fmt.Fprintf(&b, "--- %s\n", r.id)
 		for _, e := range all[i] {
-			fmt.Fprintf(&b, "%s %s %s%s%s%s%s\n", e.At().Format(stamp), e.Kind,
-				e.Controller, e.Type, e.Phase, e.Leader, e.Err)
+			shard := ""
+			if e.Kind == journal.ShardHolder || strings.HasPrefix(e.Type, "Shard") {
+				shard = fmt.Sprintf(" shard %d ", e.Shard)
+			}
+			fmt.Fprintf(&b, "%s %s %s%s%s%s%s%s\n", e.At().Format(stamp), e.Kind,
+				e.Controller, e.Type, shard, e.Phase, e.Leader, e.Err)
 		}
 	}
 	return b.String()

@@ -40,6 +40,10 @@ const (
 	Supervision Kind = "supervision"
 	// Leader: the replica observed a new lease holder (Leader; empty after a release).
 	Leader Kind = "leader"
+	// ShardHolder: with sharding, the replica observed a new holder of Shard (Leader;
+	// empty when none), Name the shard's Lease, Held whether it is this replica; the
+	// first for each shard lists the shard's Children.
+	ShardHolder Kind = "shard-holder"
 	// WebhookStarted and WebhookStopped: the webhook's Start returned nil, its Shutdown
 	// was called.
 	WebhookStarted Kind = "webhook-started"
@@ -88,6 +92,11 @@ type Entry struct {
 	ChildKind string `json:"childKind,omitempty"`
 	Phase     string `json:"phase,omitempty"`
 	Restarts  int    `json:"restarts,omitempty"`
+	// Shard is the shard of a Supervision event about one (ShardAcquired, ShardReleased,
+	// ShardLost) and of a ShardHolder entry; 0 when omitted.
+	Shard    int      `json:"shard,omitempty"`
+	Held     bool     `json:"held,omitempty"`
+	Children []string `json:"children,omitempty"`
 
 	Leader string `json:"leader,omitempty"`
 	Addr   string `json:"addr,omitempty"`

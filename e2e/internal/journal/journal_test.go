@@ -81,3 +81,29 @@ func TestWriterKeepsTheFirstError(t *testing.T) {
 	require.ErrorIs(t, w.Err(), os.ErrClosed)
 	require.Equal(t, 1, bytes.Count(out.Bytes(), []byte("\n")))
 }
+
+// A shard's index survives the round trip, shard 0 included, which omitempty leaves
+// out of the line.
+func TestShardEntriesRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	w := NewWriter(f, "replica-a")
+	want := []Entry{
+		{Time: 1, Kind: Supervision, Type: "ShardAcquired", Shard: 0},
+		{Time: 2, Kind: Supervision, Type: "ShardLost", Shard: 11},
+		{Time: 3, Kind: ShardHolder, Shard: 3, Leader: "replica-b", Name: "controllers-3", Children: []string{"ticker-3", "informer-3"}},
+		{Time: 4, Kind: ShardHolder, Shard: 3, Leader: "replica-a", Held: true},
+	}
+	for _, e := range want {
+		w.Write(e)
+	}
+	require.NoError(t, w.Err())
+	have, err := ReadFile(path)
+	require.NoError(t, err)
+	for i := range want {
+		want[i].Replica = "replica-a"
+	}
+	require.Equal(t, want, have)
+}

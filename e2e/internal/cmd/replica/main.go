@@ -7,7 +7,11 @@
 //	replica --kubeconfig=... --lease-namespace=ns --lease-name=controllers --identity=a \
 //	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
 //	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...] \
-//	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms]
+//	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms] [--shards=12]
+//
+// With --shards=S > 1 the Lease is split into S shard Leases and the replica runs
+// the controllers of sharded.go instead of its three: 3·S of them, spread over the
+// shards, each journalled alike.
 //
 // It runs the manager with Serve, as a host should, and exits 0 after SIGTERM or SIGINT
 // (once ShutdownAndWait has returned, so the lease has been released), a standby's
@@ -55,6 +59,7 @@ type config struct {
 	writerCM       string
 	writerGuard    bool
 	writerEvery    time.Duration
+	shards         int
 }
 
 func main() {
@@ -77,6 +82,7 @@ func main() {
 	flag.StringVar(&cfg.writerCM, "writer-configmap", "", "run a writer controller patching this ConfigMap of the lease namespace; default: none")
 	flag.BoolVar(&cfg.writerGuard, "writer-guard", true, "fence the writer's clientset with GuardTransport and its lease guard")
 	flag.DurationVar(&cfg.writerEvery, "writer-every", 20*time.Millisecond, "how often the writer writes")
+	flag.IntVar(&cfg.shards, "shards", 0, "leaderElection.shards; > 1 runs the sharded controllers (sharded.go); default: the single Lease")
 	flag.Parse()
 
 	out := os.Stdout
@@ -117,6 +123,13 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 	if err != nil {
 		return fmt.Errorf("failed to load kubeconfig %q: %w", cfg.kubeconfig, err)
 	}
+	if cfg.shards > 1 {
+		// A replica renews every shard it holds and its member Lease each retry
+		// period: (S + 1) / RetryPeriod writes a second, 26 at S = 12 and 500ms, past
+		// client-go's default limit of 5 (burst 10), which would queue renewals past
+		// the renew deadline. Its 2S informers' lists count against it too.
+		restConfig.QPS, restConfig.Burst = 200, 400
+	}
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		return err
@@ -132,6 +145,7 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 			RenewDeadline:  metav1.Duration{Duration: cfg.renewDeadline},
 			RetryPeriod:    metav1.Duration{Duration: cfg.retryPeriod},
 			OnLeaseLost:    cm.LeaseLostAction(cfg.onLeaseLost),
+			Shards:         int32(cfg.shards),
 		},
 	}
 	opts := []cm.Option{cm.WithLogger(logger)}
@@ -146,6 +160,7 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 		entry := journal.Entry{
 			Time: e.Time.UnixNano(), Kind: journal.Supervision, Type: string(e.Type),
 			Child: e.Child, ChildKind: e.Kind, Phase: string(e.Phase), Restarts: e.Restarts,
+			Shard: e.Shard,
 		}
 		if e.Err != nil {
 			entry.Err = e.Err.Error()
@@ -154,11 +169,15 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 	})
 	defer cancelEvents()
 
-	mgr.Add(
-		newTicker("reconciler-a", rec),
-		newTicker("reconciler-b", rec),
-		newConfigMapWatcher("configmaps", client, cfg.leaseNamespace, rec),
-	)
+	if cfg.shards > 1 {
+		addShardedControllers(mgr, cfg.shards, client, cfg.leaseNamespace, rec)
+	} else {
+		mgr.Add(
+			newTicker("reconciler-a", rec),
+			newTicker("reconciler-b", rec),
+			newConfigMapWatcher("configmaps", client, cfg.leaseNamespace, rec),
+		)
+	}
 	if cfg.writerCM != "" {
 		mgr.Add(&writer{
 			activity: activity{name: "writer", rec: rec}, restConfig: restConfig, namespace: cfg.leaseNamespace,
@@ -210,11 +229,13 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 	return rec.Err()
 }
 
-// observeLeader journals each change of the lease holder the manager has observed.
+// observeLeader journals each change of the lease holder the manager has observed,
+// and with sharding each change of a shard's observed holder (journal.ShardHolder).
 func observeLeader(ctx context.Context, mgr *cm.ControllerManager, every time.Duration, rec *journal.Writer) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := ""
+	shards := map[int]cm.ShardStatus{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,7 +247,22 @@ func observeLeader(ctx context.Context, mgr *cm.ControllerManager, every time.Du
 		askCtx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := mgr.Status(askCtx)
 		cancel()
-		if err != nil || st.LeaderIdentity == last {
+		if err != nil {
+			continue
+		}
+		for _, sh := range st.Shards {
+			seen, ok := shards[sh.Index]
+			if ok && seen.Holder == sh.Holder && seen.Held == sh.Held {
+				continue
+			}
+			e := journal.Entry{Kind: journal.ShardHolder, Shard: sh.Index, Leader: sh.Holder, Held: sh.Held, Name: sh.Lease}
+			if !ok {
+				e.Children = sh.Children
+			}
+			rec.Write(e)
+			shards[sh.Index] = sh
+		}
+		if st.LeaderIdentity == last {
 			continue
 		}
 		last = st.LeaderIdentity
