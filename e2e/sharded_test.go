@@ -29,7 +29,7 @@ import (
 // shardCount is S, the number of shard Leases of the sharded scenarios.
 const shardCount = 12
 
-// shardedFlags are the flags of every replica of TestShardedReplicas.
+// shardedFlags are the flags of every replica of TestShardedReplicaProcesses.
 var shardedFlags = []string{"--shards=" + strconv.Itoa(shardCount), "--on-lease-lost=Reelect"}
 
 // shardedControllers are the 36 controllers the replica program runs with --shards=12
@@ -307,7 +307,7 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// TestShardedReplicas runs replicas of the program with S = 12 shard Leases and 36
+// TestShardedReplicaProcesses runs replicas of the program with S = 12 shard Leases and 36
 // controllers against the real API server, and takes them through a life: a steady
 // state; a SIGKILL; the killed replica started again (a join); a SIGTERM; another join;
 // a SIGSTOP of a shard's holder, then SIGCONT; the API server paused. In every phase
@@ -318,7 +318,7 @@ func later(a, b time.Time) time.Time {
 //
 // The subtests share one control plane and continue each other; the first to fail
 // ends the test.
-func TestShardedReplicas(t *testing.T) {
+func TestShardedReplicaProcesses(t *testing.T) {
 	s := newScenario(t)
 	api := s.cluster.APIServer()
 	// Registered after the cluster's own cleanup, so that it runs first.
