@@ -213,6 +213,13 @@ func (e *election) kubeEvents(o options) *kubeEvents {
 //
 // A new clientset has a rate limiter of its own (its config's QPS and
 // Burst); WithLeaseLock, when given, takes precedence over this option.
+//
+// With sharded leadership it matters more: a replica writes the Leases it
+// holds and its member Lease every RetryPeriod, (⌈S/R⌉ + 1) / RetryPeriod
+// writes a second, all at once, plus the watch. Give the clientset a QPS and
+// a Burst of at least ⌈S/R⌉ + 1 (a replica may briefly hold more after a
+// crash of another: S + 1 is safe); with client-go's default 5 QPS, burst
+// 10, 12 shards at a 500ms retry period did not settle in the e2e suite.
 func WithLeaderElectionClient(client kubernetes.Interface) Option {
 	return func(o *options) { o.leClient = client }
 }

@@ -177,6 +177,7 @@ type held struct {
 	releasing bool                  // Release was called; waiting for done
 	released  bool                  // done was called; the Lease is being released
 	confirmed bool                  // the watch has shown our write: what follows is newer
+	unsure    bool                  // the last renewal failed without an answer: it may have been written
 }
 
 // The loop's messages.
@@ -340,6 +341,14 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	case h == nil:
 	case l.ResourceVersion == h.lease.ResourceVersion:
 		h.confirmed = true
+	case h.unsure && holderOf(l) == e.cfg.Identity:
+		// A renewal whose answer we missed (it timed out here, and was
+		// written there): only this replica writes its own identity, so
+		// this is our write. Renew from it, or the next renewal would be
+		// refused and the shard lost for nothing. Its send time is not
+		// known, so the guard and the deadline still count from the last
+		// renewal we saw succeed.
+		h.lease, h.unsure, h.confirmed = l.DeepCopy(), false, true
 	case h.confirmed && holderOf(l) != e.cfg.Identity:
 		// Written by another replica after our write (Steal, or it took
 		// the Lease over while we could not renew): ours is over, now.
@@ -549,16 +558,23 @@ func (e *Elector) renewAll() {
 		}
 		switch {
 		case r.err == nil:
-			h.lease, h.renewedAt, h.confirmed = r.got, e.cfg.Clock.Now(), false
+			h.lease, h.renewedAt, h.confirmed, h.unsure = r.got, e.cfg.Clock.Now(), false, false
 			h.term.Renewed(r.sent)
 			e.mu.Lock()
 			e.renewed[i] = h.renewedAt
 			e.mu.Unlock()
+		case apierrors.IsConflict(r.err) && h.unsure && e.adoptOwnWrite(h, r.l):
+			// The previous renewal was written after all (its answer was
+			// lost): renewed now from the version it left.
+			e.mu.Lock()
+			e.renewed[i] = h.renewedAt
+			e.mu.Unlock()
 		case apierrors.IsConflict(r.err):
-			// Another replica wrote it since our last write (or a write of
-			// ours whose answer we missed did): either way we cannot prove
-			// we hold it, so it is lost; fencing for nothing is safe.
+			// Another replica wrote it since our last write: we cannot
+			// prove we hold it, so it is lost; fencing for nothing is safe.
 			e.lose(i, "renewal refused: the Lease was written by another")
+		default:
+			h.unsure = true
 		}
 	}
 	errs := map[int]error{}
@@ -941,4 +957,28 @@ func (e *Elector) drainEvents() {
 			return
 		}
 	}
+}
+
+// adoptOwnWrite handles a renewal refused with a conflict after one whose
+// answer was lost: it reads the Lease and, if it still names this replica
+// (only this replica writes its own identity, so the version is the lost
+// renewal's), renews from that version at once. It reports whether it did;
+// if not, the shard is lost.
+func (e *Elector) adoptOwnWrite(h *held, l *coordinationv1.Lease) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+	defer cancel()
+	cur, err := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil || holderOf(cur) != e.cfg.Identity {
+		return false
+	}
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	cur.Spec.RenewTime = &now
+	sent := h.term.Elapsed()
+	got, err := e.update(cur)
+	if err != nil {
+		return false
+	}
+	h.lease, h.renewedAt, h.confirmed, h.unsure = got, e.cfg.Clock.Now(), false, false
+	h.term.Renewed(sent)
+	return true
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -432,4 +434,38 @@ func TestLossIsNotDelayedByAHangingAPIServer(t *testing.T) {
 	for i := range 3 {
 		require.ErrorIs(t, a.e.Guard(i)(), lease.ErrNotHeld, "shard %d's guard after the loss", i)
 	}
+}
+
+// A renewal written on the server whose answer is lost (a client timeout)
+// must not cost the shard: the watch shows the write, and the next renewal
+// goes on from it instead of being refused with a conflict.
+func TestARenewalWhoseAnswerIsLostKeepsTheShard(t *testing.T) {
+	g := newGroup(t, 1)
+	a := g.start("a")
+	g.settle("a alone")
+	shadow := g.server.Client("a-shadow")
+	var armed atomic.Bool
+	a.client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		l := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if l.Labels[LabelRole] != RoleShard || !armed.CompareAndSwap(true, false) {
+			return false, nil, nil
+		}
+		if _, err := shadow.CoordinationV1().Leases(l.Namespace).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+			return true, nil, err
+		}
+		return true, nil, context.DeadlineExceeded // written, but the answer never came
+	})
+	armed.Store(true)
+	g.step() // the renewal is written; a hears nothing back
+	require.False(t, armed.Load(), "the renewal went out")
+	for range 4 {
+		g.step()
+	}
+	select {
+	case i := <-a.lost:
+		t.Fatalf("shard %d lost after a renewal whose answer was lost", i)
+	default:
+	}
+	assert.Equal(t, []string{"a"}, g.holders())
+	require.NoError(t, a.e.Guard(0)())
 }
