@@ -185,7 +185,9 @@ func (w *shardWorker) Run(context.Context) error {
 
 func (w *shardWorker) Shutdown(context.Context) { w.say("%s stopped", w.name) }
 
-func (w *shardWorker) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: w.name, Healthy: true} }
+func (w *shardWorker) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: w.name, Healthy: true}
+}
 
 // demoStore is the replicas' store: recovered before a replica's first
 // shard runs.
