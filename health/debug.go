@@ -242,6 +242,9 @@ func (h *DebugHandler) status(r *http.Request) (DebugStatus, error) {
 		WindowSeconds: h.cfg.window.Seconds(),
 		Controls:      DebugControls{Enabled: h.cfg.controls, Token: h.cfg.controls && h.cfg.token != ""},
 	}
+	for _, sh := range st.Shards {
+		out.Leadership.Shards = append(out.Leadership.Shards, DebugShard{Index: sh.Index, Lease: sh.Lease, Holder: sh.Holder, Held: sh.Held, Children: sh.Children})
+	}
 	if st.Leader && !rec.leaderSince.IsZero() {
 		out.Leadership.LeaderSince = &rec.leaderSince
 	}

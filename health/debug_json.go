@@ -42,6 +42,9 @@ type DebugLeadership struct {
 	// handler saw it happen (absent when it became leader before the
 	// handler was made, or is not leader).
 	LeaderSince *time.Time `json:"leaderSince,omitempty"`
+	// Shards is every shard's state, with sharded leadership (Status.Shards);
+	// absent otherwise.
+	Shards []DebugShard `json:"shards,omitempty"`
 	// Renewal is the outcome of the manager's lease watchdog check, where it
 	// has one (a CheckProvider's "leaderElection" check): "ok", or why the
 	// renewal is overdue. The Status carries no renewal time, so the page
@@ -85,7 +88,17 @@ type DebugEvent struct {
 	Kind     string      `json:"kind,omitempty"`
 	Phase    string      `json:"phase"`
 	Restarts int         `json:"restarts"`
+	Shard    *int        `json:"shard,omitempty"` // ShardAcquired, ShardReleased, ShardLost
 	Err      *DebugError `json:"error,omitempty"`
+}
+
+// DebugShard is one shard, with sharded leadership.
+type DebugShard struct {
+	Index    int      `json:"index"`
+	Lease    string   `json:"lease"`
+	Holder   string   `json:"holder,omitempty"`
+	Held     bool     `json:"held"`
+	Children []string `json:"children,omitempty"`
 }
 
 // DebugControls tells the page whether to show its buttons.
@@ -97,8 +110,14 @@ type DebugControls struct {
 type debugEvent = DebugEvent
 
 func newDebugEvent(e supervisor.Event) DebugEvent {
-	return DebugEvent{Type: string(e.Type), Time: e.Time, Child: e.Child, Kind: e.Kind, Phase: string(e.Phase),
+	de := DebugEvent{Type: string(e.Type), Time: e.Time, Child: e.Child, Kind: e.Kind, Phase: string(e.Phase),
 		Restarts: e.Restarts, Err: newDebugError(e.Err)}
+	switch e.Type {
+	case supervisor.ShardAcquired, supervisor.ShardReleased, supervisor.ShardLost:
+		shard := e.Shard
+		de.Shard = &shard
+	}
+	return de
 }
 
 func newDebugError(err error) *DebugError {

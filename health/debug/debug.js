@@ -166,6 +166,23 @@
     $('lead-identity').textContent = l.identity || '—';
     $('lead-holder').textContent = l.holder || (l.enabled ? 'not seen yet' : '—');
     $('lead-renewal').textContent = l.renewal || (l.enabled ? 'no watchdog' : '—');
+    const shards = l.shards || [];
+    const cell = $('lead-shards');
+    cell.textContent = '';
+    if (shards.length === 0) {
+      cell.textContent = l.enabled ? 'one lease' : '—';
+      return;
+    }
+    const held = shards.filter((s) => s.held);
+    cell.append(held.length + ' of ' + shards.length + ' held here');
+    for (const s of shards) {
+      const tag = el('span', { class: 'state', text: String(s.index),
+        title: s.lease + ': ' + (s.held ? 'held here' : (s.holder ? 'held by ' + s.holder : 'not held')) +
+          ((s.children || []).length ? '; ' + s.children.join(', ') : '') });
+      tag.dataset.tone = s.held ? 'ok' : s.holder ? 'info' : 'bad';
+      tag.dataset.shard = String(s.index);
+      cell.append(' ', tag);
+    }
   }
 
   function newRow(name) {
@@ -297,6 +314,15 @@
       case 'PhaseChanged': status.phase = e.phase; break;
       case 'LeaderElected': status.leadership.leader = true; break;
       case 'LeaderLost': status.leadership.leader = false; break;
+      case 'ShardAcquired':
+      case 'ShardReleased':
+      case 'ShardLost': {
+        const sh = (status.leadership.shards || []).find((s) => s.index === e.shard);
+        if (sh) sh.held = e.type === 'ShardAcquired';
+        status.leadership.leader = (status.leadership.shards || []).some((s) => s.held);
+        renderLeadership();
+        break;
+      }
       case 'EventsDropped': banner('The manager dropped ' + e.restarts + ' events for this view; resyncing.', 'bad'); break;
     }
     const i = e.child ? status.children.findIndex((c) => c.name === e.child) : -1;
