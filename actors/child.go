@@ -303,9 +303,14 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 // runShutdown runs the incarnation's Shutdown (call) in a goroutine of its
 // own; stopDone reports its return.
 func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
+	// The incarnation's guard ends the moment its Shutdown returns, on the
+	// Shutdown's own goroutine: not only once the actor has heard of it, so
+	// that no write of a worker Shutdown left behind passes in between.
+	guard := c.guard
 	shutdown, ok := c.spec.Impl.(Runnable)
 	if !ok { // a store that is not a Runnable has nothing to shut down
 		call.exit()
+		guard.end()
 		c.system.Root.Send(c.self, stopDone{gen: c.gen})
 		return
 	}
@@ -319,6 +324,7 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 				return nil
 			})
 		})
+		guard.end()
 		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
 	})
 }

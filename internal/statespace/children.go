@@ -46,7 +46,8 @@ type child struct {
 	inc      int
 	report   func(error)
 	probes   int
-	lastSeen time.Time // the last probe
+	lastSeen time.Time             // the last probe
+	guards   map[int]func() error // each incarnation's lease guard (controllers and stores)
 }
 
 func newChild(name, kind string, j *Journal, release <-chan struct{}) *child {
@@ -109,6 +110,12 @@ func (c *child) startCall(ctx context.Context) (err error) {
 	c.inc++
 	inc, k := c.inc, c.knobs
 	c.report, _ = cm.FailureReporter(ctx)
+	if guard, ok := cm.LeaseGuard(ctx); ok {
+		if c.guards == nil {
+			c.guards = map[int]func() error{}
+		}
+		c.guards[inc] = guard
+	}
 	c.mu.Unlock()
 	c.journal.add(c.name, c.kind, StartEnter, inc, nil)
 	defer func() { c.journal.add(c.name, c.kind, StartExit, inc, err) }()
@@ -204,3 +211,14 @@ var (
 	_ cm.Runnable   = Store{}
 	_ cm.Webhook    = Webhook{}
 )
+
+// incGuards returns the lease guards of the child's incarnations so far.
+func (c *child) incGuards() map[int]func() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int]func() error, len(c.guards))
+	for inc, g := range c.guards {
+		out[inc] = g
+	}
+	return out
+}

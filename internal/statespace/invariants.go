@@ -51,6 +51,12 @@ const (
 	// Books: Status, the events, the metrics and the children's own start
 	// calls disagree on a child's restarts or failures.
 	Books Invariant = "books"
+	// GuardPassed: a controller's or store's lease guard (LeaseGuard of its
+	// start context) passed when it must fail: after its incarnation's
+	// Shutdown had returned, at a moment this replica did not hold the
+	// lease (its shard's, with shards) by the fake API server's history, or
+	// once the manager had stopped.
+	GuardPassed Invariant = "guard-passed"
 )
 
 // Violation is one broken invariant.

@@ -649,6 +649,64 @@ func (r *runner) check(ctx context.Context) {
 	r.checkStates(ctx, now)
 	r.checkObligations(now)
 	r.checkLease(now)
+	r.checkGuards(false)
+}
+
+// guardSlack is how long after a Shutdown has returned (as its child
+// journals it, just before returning) its incarnation's guard may still
+// pass: the guard ends on the same goroutine right after.
+const guardSlack = 100 * time.Millisecond
+
+// checkGuards calls every incarnation's lease guard now: one that passes
+// must belong to an incarnation whose Shutdown has not returned, and with
+// election on, at a moment this replica held the lease the child runs under
+// by the fake API server's history. ended: the manager has stopped, and
+// every guard must fail.
+func (r *runner) checkGuards(ended bool) {
+	r.mu.Lock()
+	children := make(map[string]*child, len(r.children))
+	for name, c := range r.children {
+		if c.kind == "controller" || c.kind == "store" {
+			children[name] = c
+		}
+	}
+	r.mu.Unlock()
+	var history []leasetest.Write
+	if r.srv != nil {
+		history = r.srv.History()
+	}
+	for name, c := range children {
+		for inc, guard := range c.incGuards() {
+			at := time.Now()
+			if guard() != nil {
+				continue
+			}
+			key := fmt.Sprintf("guard/%s/%d", name, inc)
+			if ended {
+				r.violateOnce(key+"/end", Violation{Invariant: GuardPassed, Child: name, Time: at,
+					Detail: fmt.Sprintf("incarnation %d's lease guard passed after the manager had stopped", inc)}, false)
+				continue
+			}
+			for _, in := range r.journal.Of(name) {
+				if in.Inc == inc && in.ShutdownOut && in.ShutdownEnd.Add(guardSlack).Before(at) {
+					r.violateOnce(key+"/shutdown", Violation{Invariant: GuardPassed, Child: name, Time: at,
+						Detail: fmt.Sprintf("incarnation %d's lease guard passed at %s, after its Shutdown returned at %s", inc, stamp(at), stamp(in.ShutdownEnd))}, true)
+				}
+			}
+			if r.srv == nil {
+				continue
+			}
+			names := r.leases(name)
+			if r.sc.Shards > 1 && c.kind == "store" {
+				names = r.leases("store")
+			}
+			if gap, ok := uncovered(validity(history, names), at, at); ok {
+				r.violateOnce(key+"/lease", Violation{Invariant: GuardPassed, Child: name, Time: gap,
+					Detail: fmt.Sprintf("incarnation %d's lease guard passed at %s, when this replica did not hold its lease (lease writes: %s)",
+						inc, stamp(at), describeHistory(history, at))}, true)
+			}
+		}
+	}
 }
 
 func (r *runner) checkObligations(now time.Time) {
@@ -1074,6 +1132,9 @@ func (r *runner) checkEnd() {
 	if (final.Err == nil) != (cause == nil) {
 		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("the final Status.Err is %v but Err() is %v", final.Err, cause)})
 	}
+
+	// No lease guard passes once the manager has stopped.
+	r.checkGuards(true)
 
 	// Every incarnation was shut down once its start call had returned.
 	for _, in := range r.journal.Incarnations() {
