@@ -46,7 +46,7 @@ type child struct {
 	inc      int
 	report   func(error)
 	probes   int
-	lastSeen time.Time             // the last probe
+	lastSeen time.Time            // the last probe
 	guards   map[int]func() error // each incarnation's lease guard (controllers and stores)
 }
 
