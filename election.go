@@ -157,19 +157,7 @@ func (e *election) configureShards(cfg *supervisor.Config) {
 }
 
 // anyShard is nil while this replica can prove it holds some shard.
-func (e *election) anyShard() error {
-	var first error
-	for i := range e.shards {
-		err := e.sharded.Guard(i)()
-		if err == nil {
-			return nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	return first
-}
+func (e *election) anyShard() error { return e.sharded.CheckAny() }
 
 // LeaseWatchdog returns the health check of this manager's leader election,
 // in the manner of client-go's HealthzAdaptor: its Check fails while this

@@ -1,7 +1,6 @@
 package controllermanager_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -44,25 +43,7 @@ type shReplica struct {
 	events *elEvents
 	done   chan error // Start's result
 	gone   bool       // shut down, or cut off, in the scenario
-	log    *lockedBuffer
-}
-
-// lockedBuffer is a replica's log, shown when its scenario fails.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log    *syncBuffer
 }
 
 type shScenario struct {
@@ -78,7 +59,7 @@ func newShReplica(s *shScenario, id string) *shReplica {
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = int32(s.shards)
 	r := &shReplica{id: id, client: s.srv.Client(id), events: &elEvents{}, done: make(chan error, 1)}
-	r.log = &lockedBuffer{}
+	r.log = &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	m, err := cm.NewControllerManager(cm.NewContext(r.client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
 		cm.WithIdentity(id), cm.WithLogger(logger))
@@ -169,8 +150,6 @@ func (s *shScenario) holders() ([]string, error) {
 
 // settle waits until every shard is held once and its controllers run on
 // its holder, then checks the balance among the live replicas.
-var debugSettle = false
-
 func (s *shScenario) settle(what string) []string {
 	s.t.Helper()
 	var got []string
@@ -184,9 +163,6 @@ func (s *shScenario) settle(what string) []string {
 		if last == nil && s.balanced(got) {
 			s.t.Logf("%s: settled in %s", what, time.Since(began).Round(time.Millisecond))
 			return got
-		}
-		if debugSettle && time.Since(began) > time.Second {
-			s.t.Logf("%s: %v %v", what, last, got)
 		}
 		select {
 		case <-tick.C:

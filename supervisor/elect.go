@@ -152,24 +152,10 @@ func (s *root) lose(i int, cause error, done func()) {
 // lost shard's, if any) is called and, with the single lease, a new elector
 // spawned.
 func (s *root) fence(cause error, done func()) {
-	timeout := s.fenceTimeout()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
-	_ = cancel // released at the deadline; the children hold it until then
-	f := &fencing{cause: cause, began: s.now()}
+	f, ctx := s.beginFencing(cause, s.scope(fencedChild))
 	s.fencing = f
-	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
-	for _, rec := range s.children {
-		if fencedChild(rec) {
-			f.recs = append(f.recs, rec)
-		}
-	}
-	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", timeout, "reelect", s.cfg.Reelect)
-
-	if !s.cfg.Reelect {
-		s.beginShutdown(cause, ctx)
-		// The shutdown stops every child; this second barrier only sees the
-		// fenced ones stop.
-		s.stopAll(f.recs, ctx, func() { s.fenced(f) })
+	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if s.exitOnLoss(f, ctx) {
 		return
 	}
 	s.standDown(f, ctx, func() {
@@ -178,6 +164,30 @@ func (s *root) fence(cause error, done func()) {
 			done()
 		}
 	})
+}
+
+// beginFencing starts the fencing of recs after cause: their Shutdown
+// contexts (ctx) end at three quarters of the fence timeout, and at its end
+// onFenceOverdue fails the manager if any of them is still active.
+func (s *root) beginFencing(cause error, recs []*childRecord) (*fencing, context.Context) {
+	timeout := s.fenceTimeout()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
+	_ = cancel // released at the deadline; the children hold it until then
+	f := &fencing{cause: cause, recs: recs, began: s.now()}
+	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
+	return f, ctx
+}
+
+// exitOnLoss is a lost lease (or shard) without Reelect: the whole manager
+// shuts down with f's cause, its children's Shutdown bounded by ctx, and f
+// only sees its own children stop. It reports whether it did.
+func (s *root) exitOnLoss(f *fencing, ctx context.Context) bool {
+	if s.cfg.Reelect {
+		return false
+	}
+	s.beginShutdown(f.cause, ctx)
+	s.stopAll(f.recs, ctx, func() { s.fenced(f) })
+	return true
 }
 
 // standDown takes the replica back to Electing, f (a fencing) in progress
@@ -217,17 +227,10 @@ func (s *root) standDown(f *fencing, ctx context.Context, stopped func()) {
 // once they have stopped.
 func (s *root) fenceShard(i int, cause error, done func()) {
 	sh := s.shards[i]
-	timeout := s.fenceTimeout()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
-	_ = cancel // released at the deadline; the children hold it until then
-	f := &fencing{cause: cause, began: s.now()}
+	f, ctx := s.beginFencing(cause, s.scope(shardChild(i)))
 	sh.fencing = f
-	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
-	f.recs = s.scope(shardChild(i))
-	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", timeout, "reelect", s.cfg.Reelect)
-	if !s.cfg.Reelect {
-		s.beginShutdown(cause, ctx)
-		s.stopAll(f.recs, ctx, func() { s.fenced(f) })
+	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if s.exitOnLoss(f, ctx) {
 		return
 	}
 	s.quiesce(shardChild(i))
@@ -248,16 +251,11 @@ func (s *root) fenceShard(i int, cause error, done func()) {
 // while another replica leads. It returns the fencing, or nil when none of
 // them is active.
 func (s *root) armFence(cause error, scope func(*childRecord) bool) *fencing {
-	f := &fencing{cause: cause, began: s.now()}
-	for _, rec := range s.children {
-		if scope(rec) && rec.state.active() {
-			f.recs = append(f.recs, rec)
-		}
-	}
-	if len(f.recs) == 0 {
+	active := s.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.active() })
+	if len(active) == 0 {
 		return nil
 	}
-	f.timer = s.cfg.Clock.AfterFunc(s.fenceTimeout(), s.timerSend(func() any { return fenceOverdue{f: f} }))
+	f, _ := s.beginFencing(cause, active) // they are stopping with contexts of their own already
 	return f
 }
 

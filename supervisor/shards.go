@@ -169,12 +169,7 @@ func (s *root) standDownAfterRelease() {
 	default:
 		return
 	}
-	f := &fencing{began: s.now()}
-	for _, rec := range s.children {
-		if fencedChild(rec) {
-			f.recs = append(f.recs, rec)
-		}
-	}
+	f := &fencing{recs: s.scope(fencedChild), began: s.now()} // no loss: no fence timeout
 	s.standDown(f, s.boundedContext(), func() { s.fenced(f) })
 }
 

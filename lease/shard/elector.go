@@ -146,6 +146,9 @@ type Elector struct {
 	terms   map[int]*lease.Term // the held shards' terms, for Guard
 	renewed map[int]time.Time   // the held shards' last renewals, for Check and the deadline watcher
 	early   map[int]*earlyLoss  // shards the deadline watcher gave up, not yet seen by the loop
+	// anyTerm is terms' values, republished under mu at each change, for
+	// CheckAny's lock-free read.
+	anyTerm atomic.Pointer[[]*lease.Term]
 
 	abandon     chan struct{} // closed by Abandon
 	abandonOnce sync.Once
@@ -257,6 +260,7 @@ func (e *Elector) Run(ctx context.Context) {
 			}
 			e.mu.Lock()
 			clear(e.terms)
+			e.publishTerms()
 			clear(e.renewed)
 			e.mu.Unlock()
 			return
@@ -499,6 +503,7 @@ func (e *Elector) campaign(i int) {
 	e.held[i] = h
 	e.mu.Lock()
 	e.terms[i], e.renewed[i] = term, h.renewedAt
+	e.publishTerms()
 	e.mu.Unlock()
 	if previous != "" && previous != id {
 		e.count()
@@ -521,7 +526,7 @@ func (e *Elector) renewAll() {
 	// First, whatever has gone unrenewed for RenewDeadline is lost, before
 	// any call: a pass of slow calls must not delay a loss past its
 	// deadline.
-	e.loseOverdue(nil)
+	e.loseOverdue()
 	type renewal struct {
 		i    int
 		h    *held
@@ -577,28 +582,15 @@ func (e *Elector) renewAll() {
 			h.unsure = true
 		}
 	}
-	errs := map[int]error{}
-	for _, r := range batch {
-		errs[r.i] = r.err
-	}
-	e.loseOverdue(errs)
+	e.loseOverdue()
 }
 
-// loseOverdue loses every held shard not renewed for RenewDeadline; errs
-// says, where known, why its last renewal failed.
-func (e *Elector) loseOverdue(errs map[int]error) {
+// loseOverdue loses, on the loop, every held shard not renewed for
+// RenewDeadline: the deadline watcher's decision (checkDeadlines), taken
+// now rather than at its next tick.
+func (e *Elector) loseOverdue() {
+	e.checkDeadlines()
 	e.absorbEarly()
-	for _, i := range slices.Sorted(maps.Keys(e.held)) {
-		h := e.held[i]
-		if h == nil || h.released || e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
-			continue
-		}
-		why := fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline)
-		if err := errs[i]; err != nil {
-			why += ": " + err.Error()
-		}
-		e.lose(i, why)
-	}
 }
 
 // release gives shard i's Lease up: holder empty, as client-go releases.
@@ -808,6 +800,7 @@ func (e *Elector) forget(i int) {
 	e.mu.Lock()
 	delete(e.terms, i)
 	delete(e.renewed, i)
+	e.publishTerms()
 	e.mu.Unlock()
 }
 
@@ -901,10 +894,13 @@ func (e *Elector) checkDeadlines() {
 		delete(e.terms, i)
 		delete(e.renewed, i)
 	}
+	if len(due) > 0 {
+		e.publishTerms()
+	}
 	e.mu.Unlock()
 	slices.Sort(due)
 	for _, i := range due {
-		e.cfg.Logger.Warn("shard lost", "shard", i, "why", fmt.Sprintf("not renewed for %s (the deadline watcher)", e.cfg.RenewDeadline))
+		e.cfg.Logger.Warn("shard lost", "shard", i, "why", fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline))
 		var once sync.Once
 		done := func() {
 			once.Do(func() {
@@ -981,4 +977,26 @@ func (e *Elector) adoptOwnWrite(h *held, l *coordinationv1.Lease) bool {
 	h.lease, h.renewedAt, h.confirmed, h.unsure = got, e.cfg.Clock.Now(), false, false
 	h.term.Renewed(sent)
 	return true
+}
+
+// publishTerms republishes the held shards' terms for CheckAny; e.mu is
+// held.
+func (e *Elector) publishTerms() {
+	terms := slices.Collect(maps.Values(e.terms))
+	e.anyTerm.Store(&terms)
+}
+
+// CheckAny returns nil while this replica can prove it holds at least one
+// shard, else an error wrapping lease.ErrNotHeld: the guard of what runs
+// under the union of the shards (a manager's stores). No lock, and no
+// allocation when it passes.
+func (e *Elector) CheckAny() error {
+	if p := e.anyTerm.Load(); p != nil {
+		for _, t := range *p {
+			if t.Check() == nil {
+				return nil
+			}
+		}
+	}
+	return &lease.NotHeldError{Lease: e.cfg.Namespace + "/" + e.cfg.Name + "-*", Reason: "no shard held"}
 }

@@ -403,6 +403,8 @@ func TestLossIsNotDelayedByAHangingAPIServer(t *testing.T) {
 	g := newGroup(t, 3)
 	a := g.start("a")
 	g.settle("a alone")
+	require.NoError(t, a.e.CheckAny(), "a holds every shard")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = a.e.CheckAny() }), "CheckAny allocates when it passes")
 	hang := make(chan struct{})
 	var hung atomic.Bool
 	a.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -434,6 +436,7 @@ func TestLossIsNotDelayedByAHangingAPIServer(t *testing.T) {
 	for i := range 3 {
 		require.ErrorIs(t, a.e.Guard(i)(), lease.ErrNotHeld, "shard %d's guard after the loss", i)
 	}
+	require.ErrorIs(t, a.e.CheckAny(), lease.ErrNotHeld, "no shard held any more")
 }
 
 // A renewal written on the server whose answer is lost (a client timeout)
