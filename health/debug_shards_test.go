@@ -35,7 +35,14 @@ func TestDebugStatusShowsTheShards(t *testing.T) {
 	m.AddSharded("worker", func(s cm.Shard) cm.Controller { return &failing{name: "ignored"} })
 	srv := serve(t, health.NewDebugHandler(m))
 	start(t, m)
+	// Start returns once the first shard's controllers run; the others
+	// follow on the elector's next steps.
+	deadline := time.Now().Add(wait)
 	st := getStatus(t, srv)
+	for !allHeld(st.Leadership.Shards) && time.Now().Before(deadline) {
+		<-time.After(10 * time.Millisecond)
+		st = getStatus(t, srv)
+	}
 	shards := st.Leadership.Shards
 	if len(shards) != 3 {
 		t.Fatalf("want 3 shards in the view, have %+v", st.Leadership)
@@ -48,4 +55,13 @@ func TestDebugStatusShowsTheShards(t *testing.T) {
 	if !st.Leadership.Leader {
 		t.Errorf("a replica holding every shard shows as leader; have %+v", st.Leadership)
 	}
+}
+
+func allHeld(shards []health.DebugShard) bool {
+	for _, sh := range shards {
+		if !sh.Held {
+			return false
+		}
+	}
+	return len(shards) > 0
 }
