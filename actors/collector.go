@@ -138,9 +138,10 @@ func StartHealthSweep(system *actor.ActorSystem, clk clock.Clock, timeout time.D
 
 // Wait returns once every entry has been answered, the deadline has passed,
 // or abort is closed (nil: never), whichever is first. Call it once, from
-// any goroutine, before Close.
+// any goroutine, before Close. The deadline timer stays armed until Close:
+// whoever acts on the answers stops it, so a test on a fake clock that sees
+// the timer gone knows the answers have been taken.
 func (s *HealthSweep) Wait(abort <-chan struct{}) {
-	defer s.deadline.Stop()
 	select {
 	case <-s.col.Done():
 	case <-s.deadline.C():
@@ -151,5 +152,6 @@ func (s *HealthSweep) Wait(abort <-chan struct{}) {
 // Close ends the sweep, as HealthCollector.Close does: the entries still
 // unanswered are unhealthy, with "no health answer within" the timeout.
 func (s *HealthSweep) Close() (statuses []HealthStatus, ok bool) {
+	s.deadline.Stop()
 	return s.col.Close(fmt.Sprintf("no health answer within %s", s.timeout))
 }

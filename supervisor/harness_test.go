@@ -129,7 +129,7 @@ func (h *harness) step(d time.Duration) {
 }
 
 // settleProbe waits until the liveness sweep in flight has been handled:
-// its deadline timer is gone (it is stopped after probeDone is sent), and a
+// its deadline timer is gone (onProbeDone stops it, in Close), and a
 // GetStatus round trip comes after probeDone.
 func (h *harness) settleProbe() {
 	h.t.Helper()
