@@ -397,7 +397,9 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 }
 
 // Done is closed once the manager has stopped: requested, escalated, lost
-// its lease or failed to start.
+// its lease or failed to start. The last events may still be on their way
+// to subscribers then; ShutdownAndWait, even on a stopped manager, waits
+// for them (bounded by WithSubscriberDrainTimeout).
 func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 
 // Err is why the manager stopped: nil while it runs and after a requested

@@ -158,6 +158,12 @@ func TestStolenShardWithExitStopsTheManager(t *testing.T) {
 	err := a.Err()
 	require.ErrorIs(t, err, lease.ErrLost)
 	assert.Contains(t, err.Error(), "shard 1 (Lease "+elLeaseName+"-1)")
+	// Done does not wait for subscribers; ShutdownAndWait, on a stopped
+	// manager, waits until they have every event.
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	a.ShutdownAndWait(ctx)
+	require.NoError(t, ctx.Err(), "the subscriber did not get the last events")
 	assert.Equal(t, 1, events.count(cm.ShardLost))
 	assert.Equal(t, 1, events.count(cm.ShardReleased), "the other shard is handed over")
 	assert.Empty(t, srv.Holder(elNamespace, elLeaseName+"-0"), "shard 0's Lease is released")
