@@ -50,10 +50,14 @@ const quiet = 500 * time.Millisecond
 // Settle ends the faults and brings the tree back: every child stopped by a
 // StopChild is started again, and Settle returns once every child is
 // Running, the checker has seen every event Status accounts for, no
-// reported failure it expects is still on its way, and no event has come
-// for a while.
+// reported failure it expects is still on its way, every liveness sweep
+// begun under the faults has ended, and no event has come for a while.
 func (h *Harness) Settle(ctx context.Context) error {
 	h.Calm()
+	// A liveness sweep that began before the calm holds answers given
+	// under faults until its deadline, HealthTimeout later; its failures are
+	// published then. No sweep begun after the calm finds a fault.
+	sweeps := time.Now().Add(h.cfg.Supervision.HealthTimeout.Duration)
 	var last string
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -65,7 +69,7 @@ func (h *Harness) Settle(ctx context.Context) error {
 		var stopped []*child
 		settled := true
 		h.mu.Lock()
-		if time.Since(h.lastEvent) < quiet {
+		if time.Since(h.lastEvent) < quiet || time.Since(sweeps) < quiet {
 			settled = false
 		}
 		for _, c := range h.live {
