@@ -51,7 +51,7 @@ const (
 // child is the actor hosting one Spec.
 type child struct {
 	spec   Spec
-	cfg    Config
+	cfg    *Config // shared by the siblings: one pointer, not a copy, per child
 	system *actor.ActorSystem
 	self   *actor.PID
 	parent *actor.PID
@@ -70,9 +70,9 @@ type child struct {
 	// stopAfterStart is the context of a Stop that came while the start
 	// call ran: its Shutdown runs once the start call has returned.
 	stopAfterStart context.Context
-	// guard is the incarnation's lease guard, ended once its Shutdown
-	// has returned.
-	guard *incarnationGuard
+	// inc is the running incarnation's reporter and lease guard, the
+	// guard ended once its Shutdown has returned.
+	inc *incarnation
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
@@ -88,14 +88,15 @@ func NewProps(spec Spec, cfg Config) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(inlineDispatcher))
 }
 
-func (cfg Config) filled() Config {
+// filled returns a copy of cfg with its defaults, for children to share.
+func (cfg Config) filled() *Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return cfg
+	return &cfg
 }
 
 // Spawner spawns the child actors of one parent with one shared Props: a
@@ -113,7 +114,7 @@ func (cfg Config) filled() Config {
 // Props a strategy that stops them): the shared producer hands out the
 // child being spawned, and an actor that does nothing otherwise.
 type Spawner struct {
-	cfg   Config
+	cfg   *Config
 	props *actor.Props
 	next  *child
 }
@@ -178,7 +179,7 @@ func (c *child) Receive(ctx actor.Context) {
 		if c.cancelStart != nil {
 			c.cancelStart()
 		}
-		c.guard.end()
+		c.inc.end()
 	}
 }
 
@@ -219,12 +220,9 @@ func (c *child) start(ctx actor.Context, m Start) {
 	}
 	c.cancelStart = cancel
 	gen, self, system := m.Gen, c.self, c.system
-	runCtx = withReporter(runCtx, func(err error) {
-		system.Root.Send(self, reported{gen: gen, err: err})
-	})
-	c.guard.end()
-	c.guard = newIncarnationGuard(c.spec, c.cfg.Guards)
-	runCtx = withGuard(runCtx, c.guard)
+	c.inc.end()
+	c.inc = newIncarnation(c, gen, c.cfg.Guards)
+	runCtx = c.inc.with(runCtx)
 	clk := c.cfg.Clock
 	call := newUserCall(c.spec, op)
 	c.starting = call
@@ -306,7 +304,7 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 	// The incarnation's guard ends the moment its Shutdown returns, on the
 	// Shutdown's own goroutine: not only once the actor has heard of it, so
 	// that no write of a worker Shutdown left behind passes in between.
-	guard := c.guard
+	guard := c.inc
 	shutdown, ok := c.spec.Impl.(Runnable)
 	if !ok { // a store that is not a Runnable has nothing to shut down
 		call.exit()
@@ -335,7 +333,7 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 	}
 	c.state = stateIdle
 	c.stopping = nil
-	c.guard.end()
+	c.inc.end()
 	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
 	if p := c.pendingStart; p != nil {
 		c.pendingStart = nil

@@ -2,8 +2,6 @@ package actors
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -15,55 +13,6 @@ import (
 // Guards (election off) gives a guard that passes until the incarnation's
 // Shutdown has returned.
 type Guards func(spec Spec) (check func() error)
-
-type guardKey struct{}
-
-// incarnationGuard is the lease guard of one incarnation: check while the
-// incarnation lives, failing for ever once its Shutdown has returned.
-type incarnationGuard struct {
-	spec  Spec
-	check func() error // nil: nothing but the incarnation's life to check
-	ended atomic.Bool
-}
-
-func (g *incarnationGuard) guard() error {
-	if g.ended.Load() {
-		return &lease.NotHeldError{Reason: fmt.Sprintf("%s %q: this incarnation has been shut down", g.spec.Kind, g.spec.Name)}
-	}
-	if g.check == nil {
-		return nil
-	}
-	return g.check()
-}
-
-// newIncarnationGuard returns the guard of the incarnation of spec starting
-// now, or nil for a kind that does not run under the lease (webhooks and
-// plain runnables).
-func newIncarnationGuard(spec Spec, guards Guards) *incarnationGuard {
-	if spec.Kind != KindController && spec.Kind != KindStore {
-		return nil
-	}
-	g := &incarnationGuard{spec: spec}
-	if guards != nil {
-		g.check = guards(spec)
-	}
-	return g
-}
-
-// end makes the guard fail from now on; nil is fine.
-func (g *incarnationGuard) end() {
-	if g != nil {
-		g.ended.Store(true)
-	}
-}
-
-// withGuard returns ctx carrying g's guard, reachable by LeaseGuard.
-func withGuard(ctx context.Context, g *incarnationGuard) context.Context {
-	if g == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, guardKey{}, g)
-}
 
 // LeaseGuard returns the lease guard of the child whose start context ctx
 // is (or derives from): guard returns nil while this replica can prove it
@@ -78,8 +27,8 @@ func withGuard(ctx context.Context, g *incarnationGuard) context.Context {
 // store's Recover; guard then always fails, so that a write guarded by it is
 // refused rather than let through unchecked.
 func LeaseGuard(ctx context.Context) (guard func() error, ok bool) {
-	if g, ok := ctx.Value(guardKey{}).(*incarnationGuard); ok {
-		return g.guard, true
+	if inc, ok := ctx.Value(incarnationKey{}).(*incarnation); ok && inc.guarded() {
+		return inc.guard, true
 	}
 	return noGuard, false
 }

@@ -5,17 +5,6 @@ import (
 	"fmt"
 )
 
-type reporterKey struct{}
-
-// reporter is what the context passed to a start call carries: it reports a
-// failure of the incarnation that was started with it.
-type reporter func(error)
-
-// withReporter returns ctx carrying report, reachable by ReportFailure.
-func withReporter(ctx context.Context, report func(error)) context.Context {
-	return context.WithValue(ctx, reporterKey{}, reporter(report))
-}
-
 // FailureReporter returns the function a child uses to report that its
 // background work has failed, from the context passed to its Run (or Start, or
 // Recover). The function is safe to call from any goroutine, at any time, any
@@ -23,7 +12,7 @@ func withReporter(ctx context.Context, report func(error)) context.Context {
 // and ignores reports of an incarnation that has already been stopped or
 // restarted. ok is false when ctx was not passed by a manager.
 func FailureReporter(ctx context.Context) (report func(err error), ok bool) {
-	r, ok := ctx.Value(reporterKey{}).(reporter)
+	inc, ok := ctx.Value(incarnationKey{}).(*incarnation)
 	if !ok {
 		return func(error) {}, false
 	}
@@ -31,7 +20,7 @@ func FailureReporter(ctx context.Context) (report func(err error), ok bool) {
 		if err == nil {
 			err = ErrReported
 		}
-		r(err)
+		inc.report(err)
 	}, true
 }
 
