@@ -3,7 +3,9 @@ package controllermanager
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +52,9 @@ var (
 	childFailuresDesc = prometheus.NewDesc("controllermanager_child_failures_total",
 		"Failures of a child: an error or panic in its user calls, a failure its background work reported, or too many unhealthy probes in a row.",
 		[]string{"child", "kind"}, nil)
+	childPanicsDesc = prometheus.NewDesc("controllermanager_child_panics_total",
+		"Panics recovered in a child's user calls (Run, Recover, Start, Shutdown, GetHealth, Ready, Handle).",
+		[]string{"child", "kind"}, nil)
 	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
 		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
 		[]string{"child", "kind"}, nil)
@@ -83,12 +88,18 @@ type managerMetrics struct {
 	probe prometheus.Histogram
 	// webhooks counts the admission requests of every WebhookHandler.
 	webhooks *webhook.Metrics
+	// panicsMu guards panics and lastPanic, written by the subscriber's
+	// goroutine and read by scrapes.
+	panicsMu sync.Mutex
 	// panics counts the panics in each child's user calls, from the
-	// events (a count Status does not keep).
-	panics *prometheus.CounterVec
+	// events (a count Status does not keep), by child; a child that never
+	// panicked has no entry (and no memory of its own: a series per child
+	// of a CounterVec cost about 490 B of heap per child), and the status
+	// collector reports its 0.
+	panics map[string]uint64
 	// lastPanic is the last *PanicError counted per child, so that a
 	// failure wrapping the panic of a probe already counted is not counted
-	// twice. Owned by the subscriber's goroutine.
+	// twice.
 	lastPanic map[string]*actors.PanicError
 }
 
@@ -102,17 +113,14 @@ func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetri
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
-		webhooks: webhook.NewMetrics(),
-		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controllermanager_child_panics_total",
-			Help: "Panics recovered in a child's user calls (Run, Recover, Start, Shutdown, GetHealth, Ready, Handle).",
-		}, []string{"child", "kind"}),
+		webhooks:  webhook.NewMetrics(),
+		panics:    map[string]uint64{},
 		lastPanic: map[string]*actors.PanicError{},
 	}
-	col := &statusCollector{m: m, lease: o.leaseName, identity: identity}
-	mm.registry.MustRegister(col, mm.probe, mm.webhooks, mm.panics)
+	col := &statusCollector{m: m, mm: mm, lease: o.leaseName, identity: identity}
+	mm.registry.MustRegister(col, mm.probe, mm.webhooks)
 	if o.registerer != nil {
-		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks), o.registerer.Register(mm.panics)); err != nil {
+		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks)); err != nil {
 			o.logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}
@@ -126,35 +134,48 @@ func (mm *managerMetrics) observeProbe(clk clock.PassiveClock, start time.Time) 
 }
 
 // observeEvent counts the panics an event reports: a failure, a Shutdown
-// or a health probe that panicked. A child's series starts at 0 when it
-// first starts, and goes with RemoveChild.
+// or a health probe that panicked. A removed child's count goes with
+// RemoveChild (its series goes with it from Status).
 func (mm *managerMetrics) observeEvent(e Event) {
 	switch e.Type {
-	case ChildStarted:
-		mm.panics.WithLabelValues(e.Child, e.Kind)
 	case ChildRemoved:
-		mm.panics.DeleteLabelValues(e.Child, e.Kind)
+		mm.panicsMu.Lock()
+		delete(mm.panics, e.Child)
 		delete(mm.lastPanic, e.Child)
+		mm.panicsMu.Unlock()
 	case ChildFailed, ChildStopped, ChildUnhealthy:
 		p, ok := errors.AsType[*actors.PanicError](e.Err)
-		if !ok || mm.lastPanic[e.Child] == p {
+		if !ok {
 			return
 		}
-		mm.lastPanic[e.Child] = p
-		mm.panics.WithLabelValues(e.Child, e.Kind).Inc()
+		mm.panicsMu.Lock()
+		if mm.lastPanic[e.Child] != p {
+			mm.lastPanic[e.Child] = p
+			mm.panics[e.Child]++
+		}
+		mm.panicsMu.Unlock()
 	}
+}
+
+// panicCounts returns a copy of the panics counted, by child (only the
+// children that panicked: a scrape copies little).
+func (mm *managerMetrics) panicCounts() map[string]uint64 {
+	mm.panicsMu.Lock()
+	defer mm.panicsMu.Unlock()
+	return maps.Clone(mm.panics)
 }
 
 // statusCollector turns the manager's Status into metrics on every scrape.
 type statusCollector struct {
 	m        *BaseManager
-	lease    string // the Lease's name; empty with election off
-	identity string // this replica's lease identity
+	mm       *managerMetrics // for the panics, counted from the events
+	lease    string          // the Lease's name; empty with election off
+	identity string          // this replica's lease identity
 }
 
 // Describe sends the descriptors of every metric Collect sends.
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childHealthyDesc,
+	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childPanicsDesc, childHealthyDesc,
 		shardHeldDesc, shardsHeldDesc, shardTransitionsDesc} {
 		ch <- d
 	}
@@ -190,10 +211,12 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(released), "released")
 		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(lost), "lost")
 	}
+	panics := c.mm.panicCounts()
 	for _, child := range st.Children {
 		kind := string(child.Kind)
 		ch <- prometheus.MustNewConstMetric(childRestartsDesc, prometheus.CounterValue, float64(child.Restarts), child.Name, kind)
 		ch <- prometheus.MustNewConstMetric(childFailuresDesc, prometheus.CounterValue, float64(child.Failures), child.Name, kind)
+		ch <- prometheus.MustNewConstMetric(childPanicsDesc, prometheus.CounterValue, float64(panics[child.Name]), child.Name, kind)
 		ch <- prometheus.MustNewConstMetric(childHealthyDesc, prometheus.GaugeValue, boolValue(child.Healthy), child.Name, kind)
 	}
 }
