@@ -121,8 +121,9 @@ type footprint struct {
 	goroutines int
 }
 
-// idleFootprint lets goroutines that are ending end, collects garbage and reads the
-// footprint.
+// idleFootprint lets goroutines that are ending end, lets work already queued finish
+// (the live heap holds still over several collections: a system's events still being
+// delivered to its subscribers are not part of an idle child), and reads the footprint.
 //
 // Goroutine stacks are left out: the runtime keeps dead goroutines' stacks and
 // descriptors for reuse, so whether a cycle pays for its goroutines depends on what ran
@@ -139,10 +140,26 @@ func idleFootprint() footprint {
 			steady++
 		}
 	}
+	heap, steady := liveHeap(), 0
+	for deadline := time.Now().Add(settleTimeout); steady < 5 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		now := liveHeap()
+		if diff := int64(now) - int64(heap); diff > int64(heap)/1000 || -diff > int64(heap)/1000 {
+			steady = 0
+		} else {
+			steady++
+		}
+		heap = now
+	}
+	return footprint{heap: heap, goroutines: goroutines}
+}
+
+// liveHeap collects garbage and returns the bytes of live heap.
+func liveHeap() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return footprint{heap: m.HeapAlloc, goroutines: goroutines}
+	return m.HeapAlloc
 }
 
 // warmGoroutines has n goroutines exist at once, then end, before anything is measured.
