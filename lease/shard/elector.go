@@ -160,6 +160,7 @@ type Elector struct {
 	member   *coordinationv1.Lease
 	tried    map[int]string // the resourceVersion last campaigned on, per shard
 	stopping bool
+	done     <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
 
 	ticks   atomic.Int64  // retry periods handled, for tests that step a fake clock
 	ticking chan struct{} // closed once Run's ticker exists, for the same tests
@@ -244,16 +245,30 @@ func (e *Elector) Run(ctx context.Context) {
 	defer ticker.Stop()
 	close(e.ticking)
 	done := ctx.Done()
+	e.done = done
+	stop := func() {
+		done = nil
+		e.stopping = true
+		// Leave the membership first: while the member Lease is live the
+		// rule gives this replica's shards back to it, and the others
+		// would wait for the last of them to be released.
+		e.releaseMember()
+	}
 	ticked := false
 	for {
+		// A stop comes before anything else that is ready: select would
+		// pick among them at random, and each other case may make API calls
+		// (campaigns, renewals) that a stopping replica has no use for.
+		if done != nil {
+			select {
+			case <-done:
+				stop()
+			default:
+			}
+		}
 		select {
 		case <-done:
-			done = nil
-			e.stopping = true
-			// Leave the membership first: while the member Lease is live the
-			// rule gives this replica's shards back to it, and the others
-			// would wait for the last of them to be released.
-			e.releaseMember()
+			stop()
 		case <-e.abandon:
 			for _, h := range e.held {
 				h.term.End(false)
@@ -421,6 +436,17 @@ func (e *Elector) assignment() []string {
 	return Assign(e.cfg.Shards, members, holders)
 }
 
+// stopRequested reports whether Run's context has ended, whether or not
+// the loop has taken the stop yet.
+func (e *Elector) stopRequested() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return e.stopping
+	}
+}
+
 // reconcile releases what is not ours any more and campaigns for what is.
 func (e *Elector) reconcile() {
 	a := e.assignment()
@@ -437,6 +463,9 @@ func (e *Elector) reconcile() {
 	for i, m := range a {
 		if m != e.cfg.Identity || e.held[i] != nil || e.fencing[i] {
 			continue
+		}
+		if e.stopRequested() {
+			break // each campaign is an API call: a stop must not wait for S of them
 		}
 		e.campaign(i)
 	}

@@ -472,3 +472,49 @@ func TestARenewalWhoseAnswerIsLostKeepsTheShard(t *testing.T) {
 	assert.Equal(t, []string{"a"}, g.holders())
 	require.NoError(t, a.e.Guard(0)())
 }
+
+// A stop must not wait for the campaigns the loop had still to make: each
+// is an API call, bounded by a retry period against a real server, so a
+// replica stopping while it campaigns for S shards against a slow API
+// server would otherwise take up to S retry periods to leave. Here the
+// first campaign hangs until the stop is requested; no other follows.
+func TestAStopCutsTheCampaignsShort(t *testing.T) {
+	g := newGroup(t, 12)
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	var campaigns atomic.Int32
+	client := g.server.Client("a")
+	client.PrependReactor("create", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		l := action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		if l.Labels[LabelRole] == RoleShard {
+			campaigns.Add(1)
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-gate // as a request to a slow server: the fake ignores contexts
+		}
+		return false, nil, nil
+	})
+	r := &replica{id: "a", client: client, done: make(chan struct{}), lost: make(chan int, 64)}
+	e, err := New(Config{Client: client, Namespace: testNamespace, Name: testGroup, Identity: "a", Shards: g.shards,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: g.clock,
+		Callbacks: Callbacks{
+			Acquired: func(i int) { g.journal.start("a", i) },
+			Release:  func(i int, done func()) { g.journal.stop("a", i); done() },
+			Lost:     func(i int, done func()) { g.journal.stop("a", i); done() },
+		}})
+	require.NoError(t, err)
+	r.e = e
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); e.Run(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("a never campaigned")
+	}
+	cancel()
+	close(gate)
+	g.waitDone(r)
+	assert.Equal(t, int32(1), campaigns.Load(), "campaigns made by a replica asked to stop during its first")
+}
