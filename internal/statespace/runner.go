@@ -339,7 +339,7 @@ func (r *runner) onEvent(e cm.Event) {
 				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stopReq[child] ||
 					r.eventSince(at, func(x cm.Event) bool {
 						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child)
-					})
+					}) || r.waitsInPlan(child, at)
 			},
 		})
 	case cm.Escalated:
@@ -791,6 +791,26 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// waitsInPlan reports whether child, failed at at, is waiting BackingOff in
+// an AllForOne or RestForOne plan behind a sibling whose restarts keep
+// failing within its budget: the plan is going on, in order (as OTP's
+// rest_for_one waits for the child before), as the stuck check excuses
+// too. r.mu is held; Status does not take it.
+func (r *runner) waitsInPlan(child string, at time.Time) bool {
+	if r.sc.Strategy == cm.OneForOne ||
+		!r.eventSince(at, func(x cm.Event) bool { return x.Type == cm.ChildRestarted && x.Child != child }) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := r.m.Status(ctx)
+	if err != nil || st.Phase.Ended() {
+		return false
+	}
+	cs, ok := st.Child(child)
+	return ok && cs.State == supervisor.StateBackingOff
 }
 
 // stillIn asks Status whether name is still in state since since. r.mu is
