@@ -120,12 +120,7 @@ func guardedManager(t *testing.T, clk *clocktesting.FakeClock) (*cm.ControllerMa
 	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostExit)}, "",
 		cm.WithLeaseLock(lock), cm.WithClock(clk), elQuiet)
 	require.NoError(t, err)
-	events := &elEvents{}
-	m.Subscribe(func(e cm.Event) {
-		events.mu.Lock()
-		events.events = append(events.events, e)
-		events.mu.Unlock()
-	})
+	events := (&elEvents{}).subscribe(m)
 	c := &guardedController{}
 	m.Add(c)
 	t.Cleanup(func() {

@@ -35,12 +35,7 @@ func hostileShardReplicaClient(t *testing.T, srv *leasetest.Server, id string, o
 	m, err := cm.NewControllerManager(cm.NewContext(client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
 		cm.WithIdentity(id), elQuiet)
 	require.NoError(t, err)
-	events := &elEvents{}
-	m.Subscribe(func(e cm.Event) {
-		events.mu.Lock()
-		events.events = append(events.events, e)
-		events.mu.Unlock()
-	})
+	events := (&elEvents{}).subscribe(m)
 	ctrls := map[string]*elController{}
 	var mu sync.Mutex
 	m.AddSharded("ctl", func(s cm.Shard) cm.Controller {
@@ -182,18 +177,7 @@ func TestStolenShardWithExitStopsTheManager(t *testing.T) {
 // once (sharded: different children may run on different replicas).
 func (a *elActivity) assertNoOverlapPerChild(t *testing.T) {
 	t.Helper()
-	spans := a.snapshot()
-	end := func(s elSpan) time.Time {
-		if s.to.IsZero() {
-			return time.Now().Add(time.Hour)
-		}
-		return s.to
-	}
-	for i, x := range spans {
-		for _, y := range spans[i+1:] {
-			if x.child == y.child && x.replica != y.replica && x.from.Before(end(y)) && y.from.Before(end(x)) {
-				t.Errorf("%s ran on %s and %s at once", x.child, x.replica, y.replica)
-			}
-		}
-	}
+	a.overlaps(func(x, y elSpan) bool { return x.child == y.child }, func(x, y elSpan, _, _ time.Time) {
+		t.Errorf("%s ran on %s and %s at once", x.child, x.replica, y.replica)
+	})
 }

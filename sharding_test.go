@@ -65,11 +65,7 @@ func newShReplica(s *shScenario, id string) *shReplica {
 		cm.WithIdentity(id), cm.WithLogger(logger))
 	require.NoError(t, err)
 	r.m = m
-	m.Subscribe(func(e cm.Event) {
-		r.events.mu.Lock()
-		r.events.events = append(r.events.events, e)
-		r.events.mu.Unlock()
-	})
+	r.events.subscribe(m)
 	m.AddStore(&elStore{c: elController{replica: id, name: "store", activity: s.activity}})
 	m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
 		return &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: s.activity}

@@ -803,27 +803,27 @@ func (r *runner) waitsInPlan(child string, at time.Time) bool {
 		!r.eventSince(at, func(x cm.Event) bool { return x.Type == cm.ChildRestarted && x.Child != child }) {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := r.m.Status(ctx)
-	if err != nil || st.Phase.Ended() {
-		return false
-	}
-	cs, ok := st.Child(child)
+	cs, ok := r.childStatus(child)
 	return ok && cs.State == supervisor.StateBackingOff
 }
 
 // stillIn asks Status whether name is still in state since since. r.mu is
 // held; Status does not take it.
 func (r *runner) stillIn(name string, state supervisor.ChildState, since time.Time) bool {
+	cs, ok := r.childStatus(name)
+	return ok && cs.State == state && cs.Since.Equal(since)
+}
+
+// childStatus asks Status for name's entry; ok is false when Status does
+// not answer within 5s, the manager has ended, or it has no such child.
+func (r *runner) childStatus(name string) (cs supervisor.ChildStatus, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := r.m.Status(ctx)
 	if err != nil || st.Phase.Ended() {
-		return false
+		return cs, false
 	}
-	cs, ok := st.Child(name)
-	return ok && cs.State == state && cs.Since.Equal(since)
+	return st.Child(name)
 }
 
 // checkLease checks, from the fake API server's history, that no
