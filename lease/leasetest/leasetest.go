@@ -60,8 +60,9 @@ func NewServer() *Server {
 // Client is a clientset of its own on the server.
 type Client struct {
 	*fake.Clientset
-	name string
-	cut  atomic.Bool
+	name    string
+	cut     atomic.Bool
+	latency atomic.Pointer[Latency]
 
 	mu      sync.Mutex
 	watches map[*leaseWatch]bool // open watches, stopped by Partition

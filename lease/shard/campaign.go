@@ -1,0 +1,210 @@
+package shard
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// writeKind is what a write sent off by the loop was for.
+type writeKind int
+
+const (
+	writeCampaign writeKind = iota
+	writeRenewal
+	writeRelease
+	writeMember
+	writeMemberRelease
+)
+
+// written is the answer to a Lease write the loop sent off on a goroutine
+// of its own (goWrite), handed back to the loop as a message: the loop
+// never waits on the API server.
+type written struct {
+	kind  writeKind
+	shard int
+	h     *held // a renewal's or a release's: the hold it was for
+	got   *coordinationv1.Lease
+	err   error
+	// adopted: a renewal refused after one whose answer was lost, whose
+	// Lease still named this replica, renewed from that version instead.
+	adopted bool
+	// A campaign's: the term it starts, the term's reading when it was
+	// sent, and the holder it takes the shard over from.
+	term     *lease.Term
+	sent     time.Duration
+	previous string
+	tick     int64 // the retry period that sent it, for tests; 0 if none
+}
+
+// goWrite runs call with a context bounded by RetryPeriod on a goroutine
+// of its own and hands w, with call's answer, back to the loop.
+func (e *Elector) goWrite(w *written, call func(ctx context.Context) (*coordinationv1.Lease, error)) {
+	e.tick.sent(w)
+	e.writes.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+		defer cancel()
+		w.got, w.err = call(ctx)
+		e.send(w)
+	})
+}
+
+// reconcile releases what is not ours any more and campaigns for what is.
+func (e *Elector) reconcile() {
+	a := e.assignment()
+	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+		h := e.held[i]
+		if a[i] != e.cfg.Identity && !h.releasing {
+			h.releasing = true
+			e.cfg.Logger.Info("releasing shard", "shard", i, "to", a[i])
+			i := i
+			var once sync.Once
+			e.callRelease(i, func() { once.Do(func() { e.send(shardDone{shard: i}) }) })
+		}
+	}
+	if !e.stopRequested() { // a stopping replica takes nothing
+		limit := e.campaignLimit()
+		for i, m := range a {
+			if len(e.campaigning) >= limit {
+				break // the next reconcile, when one is answered, goes on
+			}
+			if m == e.cfg.Identity && e.held[i] == nil && !e.fencing[i] && !e.campaigning[i] {
+				e.campaign(i)
+			}
+		}
+	}
+	e.publish()
+}
+
+// campaignLimit is how many campaigns may be in flight at once:
+// Config.MaxCampaigns, and no more than the Lease client's rate limiter
+// lets through in a retry period besides one renewal per held shard and the
+// member Lease's, so that campaigns never queue the renewals up behind them
+// in the client; one at least.
+func (e *Elector) campaignLimit() int {
+	limit := e.cfg.MaxCampaigns
+	if qps, ok := e.rateLimits(); ok {
+		budget := int(qps*e.cfg.RetryPeriod.Seconds()) - len(e.held) - 1
+		limit = min(limit, max(budget, 1))
+	}
+	return limit
+}
+
+// clientQPS reads the QPS of client's rate limiter for Leases, where it has
+// one (a clientset made from a rest.Config); fakes have none.
+func clientQPS(client kubernetes.Interface) func() (float64, bool) {
+	return func() (float64, bool) {
+		rc := client.CoordinationV1().RESTClient()
+		if rc == nil {
+			return 0, false
+		}
+		rl := rc.GetRateLimiter()
+		if rl == nil || rl.QPS() <= 0 {
+			return 0, false
+		}
+		return float64(rl.QPS()), true
+	}
+}
+
+// campaign tries to acquire shard i, once per version of its Lease seen:
+// created if it does not exist, else updated from the version we saw if
+// it is free or expired. A conflict means someone else wrote first; the
+// watch brings their version. The write goes out on its own goroutine;
+// campaigned takes its answer.
+func (e *Elector) campaign(i int) {
+	name := ShardLease(e.cfg.Name, i)
+	o := e.observed[name]
+	version := ""
+	if o != nil {
+		version = o.lease.ResourceVersion
+		if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			return
+		}
+	}
+	if v, ok := e.tried[i]; ok && v == version {
+		return
+	}
+	e.tried[i] = version
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	seconds := int32(e.cfg.LeaseDuration / time.Second)
+	id := e.cfg.Identity
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	w := &written{kind: writeCampaign, shard: i,
+		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
+	e.campaigning[i] = true
+	if o == nil {
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now,
+				LeaseTransitions: new(int32)},
+		}
+		w.sent = w.term.Elapsed()
+		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
+			return leases.Create(ctx, l, metav1.CreateOptions{})
+		})
+		return
+	}
+	l := o.lease.DeepCopy()
+	w.previous = holderOf(l)
+	if w.previous != id {
+		transitions := int32(0)
+		if l.Spec.LeaseTransitions != nil {
+			transitions = *l.Spec.LeaseTransitions + 1
+		}
+		l.Spec.LeaseTransitions = &transitions
+		l.Spec.AcquireTime = &now
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
+	w.sent = w.term.Elapsed()
+	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return leases.Update(ctx, l, metav1.UpdateOptions{})
+	})
+}
+
+// campaigned takes a campaign's answer. A shard won by a replica that has
+// begun to stop meanwhile is released again at once: nothing ran under it,
+// so Acquired is not called.
+func (e *Elector) campaigned(w *written) {
+	i := w.shard
+	delete(e.campaigning, i)
+	if w.err != nil {
+		delete(e.seenWhileWriting, i)
+		if !apierrors.IsConflict(w.err) && !apierrors.IsAlreadyExists(w.err) {
+			e.cfg.Logger.Warn("cannot acquire shard", "shard", i, "err", w.err)
+		}
+		return
+	}
+	w.term.Renewed(w.sent)
+	h := &held{lease: w.got, renewedAt: e.cfg.Clock.Now(), term: w.term}
+	e.held[i] = h
+	e.replaySeen(i, h)
+	if e.held[i] != h {
+		return // taken already: nothing ran under it
+	}
+	if e.stopRequested() {
+		h.releasing, h.released = true, true
+		e.cfg.Logger.Info("acquired shard while stopping: releasing it", "shard", i)
+		e.release(i)
+		return
+	}
+	e.mu.Lock()
+	e.terms[i], e.renewed[i] = w.term, h.renewedAt
+	e.publishTerms()
+	e.mu.Unlock()
+	if w.previous != "" && w.previous != e.cfg.Identity {
+		e.count()
+	}
+	e.cfg.Logger.Info("acquired shard", "shard", i, "from", w.previous)
+	if f := e.cfg.Callbacks.Acquired; f != nil {
+		f(i)
+	}
+}

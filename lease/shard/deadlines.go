@@ -1,0 +1,106 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// earlyLoss is a shard the deadline watcher gave up: doneCalled says
+// whether the user has called the Lost callback's done already.
+type earlyLoss struct{ doneCalled bool }
+
+// watchDeadlines gives up, every quarter of RetryPeriod until ctx ends, any
+// held shard not renewed for RenewDeadline, whatever the loop is doing. The
+// loop sends no write that it waits for, but it checks deadlines only when
+// a message or a tick wakes it, a retry period apart at worst: the watcher
+// bounds a loss's lateness by a quarter of one, within the fence budget.
+// The watcher ends the shard's term (its guards fail at once) and calls
+// Lost; the loop then drops the shard (absorbEarly) without calling Lost
+// again.
+func (e *Elector) watchDeadlines(ctx context.Context) {
+	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			e.checkDeadlines()
+		}
+	}
+}
+
+func (e *Elector) checkDeadlines() {
+	now := e.cfg.Clock.Now()
+	var due []int
+	e.mu.Lock()
+	for i, at := range e.renewed {
+		if now.Sub(at) <= e.cfg.RenewDeadline || e.early[i] != nil {
+			continue
+		}
+		due = append(due, i)
+		e.early[i] = &earlyLoss{}
+		e.terms[i].End(true)
+		delete(e.terms, i)
+		delete(e.renewed, i)
+	}
+	if len(due) > 0 {
+		e.publishTerms()
+	}
+	e.mu.Unlock()
+	slices.Sort(due)
+	for _, i := range due {
+		e.cfg.Logger.Warn("shard lost", "shard", i, "why", fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline))
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				e.mu.Lock()
+				if el := e.early[i]; el != nil {
+					el.doneCalled = true
+				}
+				e.mu.Unlock()
+				e.send(fenceDone{shard: i})
+			})
+		}
+		if f := e.cfg.Callbacks.Lost; f != nil {
+			f(i, done)
+		} else {
+			done()
+		}
+	}
+}
+
+// absorbEarly drops, on the loop, the shards the deadline watcher gave up:
+// they are not held any more, and are not campaigned for until the Lost
+// callback's done (unless it has been called already).
+func (e *Elector) absorbEarly() {
+	e.mu.Lock()
+	if len(e.early) == 0 {
+		e.mu.Unlock()
+		return
+	}
+	early := e.early
+	e.early = map[int]*earlyLoss{}
+	e.mu.Unlock()
+	for _, i := range slices.Sorted(maps.Keys(early)) {
+		if e.held[i] != nil {
+			delete(e.held, i)
+			e.count()
+		}
+		if !early[i].doneCalled {
+			e.fencing[i] = true
+		}
+	}
+}
+
+// loseOverdue loses, on the loop, every held shard not renewed for
+// RenewDeadline: the deadline watcher's decision (checkDeadlines), taken
+// now rather than at its next tick.
+func (e *Elector) loseOverdue() {
+	e.checkDeadlines()
+	e.absorbEarly()
+}

@@ -1,0 +1,237 @@
+package shard
+
+import (
+	"context"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// The loop's messages, besides the writes' answers (written).
+type (
+	leaseSeen  struct{ lease *coordinationv1.Lease }
+	listed     struct{ leases []coordinationv1.Lease }
+	shardDone  struct{ shard int }
+	fenceDone  struct{ shard int }
+	watchEnded struct{}
+)
+
+// Run campaigns until ctx ends, then hands every held shard back: Release
+// for each, and once all are done, their Leases and the member Lease are
+// released. It returns once they are (or once a release has failed for
+// RenewDeadline; the Leases then expire on their own) and every write it
+// sent has been answered.
+//
+// Once ctx has ended nothing is campaigned for: the member Lease is
+// released at once, so that the others rebalance without waiting for it to
+// expire, each held shard is handed back (Release) and its Lease released
+// as soon as its done is called, and a campaign still in flight that wins
+// its shard releases it again without calling Acquired.
+func (e *Elector) Run(ctx context.Context) {
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { e.watch(watchCtx) })
+	wg.Go(func() { e.watchDeadlines(watchCtx) })
+	defer func() { stopWatch(); wg.Wait() }()
+
+	e.renewMember()
+	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
+	defer ticker.Stop()
+	close(e.ticking)
+	done := ctx.Done()
+	e.done = done
+	for {
+		// A stop comes before anything else that is ready: select would
+		// pick among them at random, and each other case may send writes
+		// (campaigns, renewals) that a stopping replica has no use for.
+		if done != nil {
+			select {
+			case <-done:
+				done = nil
+				e.beginStop()
+			default:
+			}
+		}
+		ticked := false
+		select {
+		case <-done:
+			done = nil
+			e.beginStop()
+		case <-e.abandon:
+			e.abandonAll()
+			return
+		case ev := <-e.events:
+			e.handle(ev)
+			// Take what else the watch has queued before reconciling once:
+			// with S shards renewed every retry period by R replicas the
+			// watch brings S·R/RetryPeriod events a second.
+			e.drainEvents()
+		case <-e.wake:
+			e.mu.Lock()
+			acks := e.acks
+			e.acks = nil
+			e.mu.Unlock()
+			for _, ack := range acks {
+				e.handle(ack)
+			}
+		case <-ticker.C():
+			e.tick.begin(&e.ticks)
+			ticked = true
+			e.absorbEarly()
+			clear(e.tried) // campaign again, on the same versions too: they may have expired
+			if !e.stopping {
+				e.renewMember()
+			}
+			e.renewAll()
+		}
+		e.absorbEarly()
+		e.reconcile()
+		e.tick.end(&e.ticks, ticked)
+		if e.stopping && e.finished() {
+			e.writes.Wait() // the answers of writes for shards lost meanwhile: each bounded by RetryPeriod
+			e.releaseMemberNow()
+			return
+		}
+	}
+}
+
+// beginStop is Run's context ending: leave the membership first (while the
+// member Lease is live the rule gives this replica's shards back to it, and
+// the others would wait for the last of them to be released), then take
+// nothing more; the reconcile that follows hands every held shard back.
+func (e *Elector) beginStop() {
+	e.stopping = true
+	e.releaseMember()
+}
+
+// finished reports whether a stopping Elector has nothing left to hand
+// back or wait for.
+func (e *Elector) finished() bool {
+	return len(e.held) == 0 && len(e.campaigning) == 0 && !e.memberWriting
+}
+
+// abandonAll ends every held shard's term without releasing anything.
+func (e *Elector) abandonAll() {
+	for _, h := range e.held {
+		h.term.End(false)
+	}
+	e.mu.Lock()
+	clear(e.terms)
+	e.publishTerms()
+	clear(e.renewed)
+	e.mu.Unlock()
+}
+
+func (e *Elector) handle(ev any) {
+	switch m := ev.(type) {
+	case leaseSeen:
+		e.see(m.lease)
+	case listed:
+		names := map[string]bool{}
+		for i := range m.leases {
+			names[m.leases[i].Name] = true
+			e.see(&m.leases[i])
+		}
+		for name := range e.observed {
+			if !names[name] {
+				delete(e.observed, name)
+			}
+		}
+	case *written:
+		e.tick.answered(m)
+		switch m.kind {
+		case writeCampaign:
+			e.campaigned(m)
+		case writeRenewal:
+			e.renewedShard(m)
+		case writeRelease:
+			e.releasedShard(m)
+		case writeMember, writeMemberRelease:
+			e.wroteMember(m)
+		}
+	case shardDone:
+		if h := e.held[m.shard]; h != nil && h.releasing && !h.released {
+			h.released = true
+			e.mu.Lock()
+			delete(e.renewed, m.shard) // nothing of it runs: no deadline to watch
+			e.mu.Unlock()
+			if !h.writing { // else it goes once the renewal in flight is answered
+				e.release(m.shard)
+			}
+		}
+	case fenceDone:
+		delete(e.fencing, m.shard)
+	case watchEnded:
+	}
+}
+
+// send queues a message for the loop; it never blocks, so done functions
+// may be called from the callbacks themselves, and a write's goroutine
+// never waits for the loop.
+func (e *Elector) send(m any) {
+	e.mu.Lock()
+	e.acks = append(e.acks, m)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drainEvents handles the watch events already queued, without waiting.
+func (e *Elector) drainEvents() {
+	for range cap(e.events) {
+		select {
+		case ev := <-e.events:
+			e.handle(ev)
+		default:
+			return
+		}
+	}
+}
+
+// tickState tells tests when a retry period has been handled: once every
+// write it sent (renewals, and the campaigns and releases that followed
+// them) has been answered, Elector.ticks grows by one. Owned by the loop.
+type tickState struct {
+	seq     int64 // the tick whose writes are counted; 0 before the first
+	pending int   // its writes not yet answered
+	open    bool  // handled on the loop, but writes still pending
+	in      bool  // handling the tick now
+}
+
+// begin starts tick seq+1, counting an earlier one whose writes are still
+// pending as handled.
+func (t *tickState) begin(ticks interface{ Add(int64) int64 }) {
+	if t.open {
+		ticks.Add(1)
+	}
+	t.seq++
+	t.pending, t.open, t.in = 0, false, true
+}
+
+// sent tags w with the tick it belongs to, if any.
+func (t *tickState) sent(w *written) {
+	if t.in || t.open {
+		w.tick = t.seq
+		t.pending++
+	}
+}
+
+func (t *tickState) answered(w *written) {
+	if w.tick != 0 && w.tick == t.seq {
+		t.pending--
+	}
+}
+
+// end closes the loop's pass: the tick counts once nothing it sent is
+// pending.
+func (t *tickState) end(ticks interface{ Add(int64) int64 }, ticked bool) {
+	if ticked {
+		t.in, t.open = false, true
+	}
+	if t.open && t.pending == 0 {
+		t.open = false
+		ticks.Add(1)
+	}
+}

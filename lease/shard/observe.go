@@ -1,0 +1,226 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// see records l, with the local time when it changed.
+func (e *Elector) see(l *coordinationv1.Lease) {
+	o := e.observed[l.Name]
+	if o == nil || o.lease.ResourceVersion != l.ResourceVersion {
+		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
+	}
+	i, ok := e.shardIndex(l)
+	if !ok {
+		return
+	}
+	h := e.held[i]
+	if e.campaigning[i] || h != nil && h.writing {
+		// The write's answer and the watch race: keep what the watch shows
+		// meanwhile for the answer to replay (replaySeen).
+		e.seenWhileWriting[i] = append(e.seenWhileWriting[i], l.DeepCopy())
+	}
+	switch {
+	case h == nil:
+	case l.ResourceVersion == h.lease.ResourceVersion:
+		h.confirmed = true
+	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && renewedAfter(l, h.lease):
+		// A renewal whose answer we missed (it timed out here, and was
+		// written there): only this replica writes its own identity, and
+		// its renew times only grow, so this is our write, newer than the
+		// last one answered. Renew from it, or the next renewal would be
+		// refused and the shard lost for nothing. A version of ours older
+		// than the last answered write (a watch lagging behind) is not
+		// adopted: the next renewal from it would be refused. Its send
+		// time is not known, so the guard and the deadline still count
+		// from the last renewal we saw succeed.
+		h.lease, h.unsure, h.confirmed = l.DeepCopy(), false, true
+	case h.confirmed && holderOf(l) != e.cfg.Identity:
+		// Written by another replica after our write (Steal, or it took
+		// the Lease over while we could not renew): ours is over, now.
+		// Before confirmation, the watch is still showing versions older
+		// than our write.
+		e.lose(i, fmt.Sprintf("taken by %q", holderOf(l)))
+	}
+}
+
+// replaySeen takes, once a write of shard i has been answered with h's
+// version, what the watch showed while it was in flight: if our version was
+// among them, the watch has confirmed it, and a later version naming
+// another holder means the shard has been taken since.
+func (e *Elector) replaySeen(i int, h *held) {
+	seen := e.seenWhileWriting[i]
+	delete(e.seenWhileWriting, i)
+	if h == nil {
+		return
+	}
+	for k, l := range seen {
+		if l.ResourceVersion != h.lease.ResourceVersion {
+			continue
+		}
+		h.confirmed = true
+		for _, later := range seen[k+1:] {
+			if holderOf(later) != e.cfg.Identity {
+				e.lose(i, fmt.Sprintf("taken by %q", holderOf(later)))
+				return
+			}
+		}
+		return
+	}
+}
+
+// renewedAfter reports whether l was renewed after base was: the order of
+// one holder's own writes.
+func renewedAfter(l, base *coordinationv1.Lease) bool {
+	if l.Spec.RenewTime == nil {
+		return false
+	}
+	if base.Spec.RenewTime == nil {
+		return true
+	}
+	return l.Spec.RenewTime.After(base.Spec.RenewTime.Time)
+}
+
+func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
+	if l.Labels[LabelRole] != RoleShard {
+		return 0, false
+	}
+	suffix, ok := strings.CutPrefix(l.Name, e.cfg.Name+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(suffix)
+	if err != nil || i < 0 || i >= e.cfg.Shards || ShardLease(e.cfg.Name, i) != l.Name {
+		return 0, false
+	}
+	return i, true
+}
+
+func holderOf(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// expired reports whether o's holder has had LeaseDuration, on our clock
+// since we saw the Lease change, to renew it, and has not.
+func (e *Elector) expired(o *observed) bool {
+	d := e.cfg.LeaseDuration
+	if s := o.lease.Spec.LeaseDurationSeconds; s != nil {
+		d = time.Duration(*s) * time.Second
+	}
+	return !e.cfg.Clock.Now().Before(o.seenAt.Add(d))
+}
+
+// live returns whether the holder of o counts: held, and not expired.
+func (e *Elector) live(o *observed) bool {
+	return o != nil && holderOf(o.lease) != "" && !e.expired(o)
+}
+
+// assignment computes the rule over what this replica sees. A stopping
+// replica is no member: every shard goes to the others.
+func (e *Elector) assignment() []string {
+	members := []string{}
+	if !e.stopping {
+		members = append(members, e.cfg.Identity)
+	}
+	for _, o := range e.observed {
+		if o.lease.Labels[LabelRole] == RoleMember && e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			members = append(members, holderOf(o.lease))
+		}
+	}
+	holders := make([]string, e.cfg.Shards)
+	for i := range holders {
+		if e.held[i] != nil {
+			holders[i] = e.cfg.Identity
+		} else if o := e.observed[ShardLease(e.cfg.Name, i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+			holders[i] = holderOf(o.lease)
+		}
+	}
+	return Assign(e.cfg.Shards, members, holders)
+}
+
+// stopRequested reports whether Run's context has ended, whether or not
+// the loop has taken the stop yet.
+func (e *Elector) stopRequested() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return e.stopping
+	}
+}
+
+// publish updates what Status returns.
+func (e *Elector) publish() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range e.status {
+		s := &e.status[i]
+		s.Held = e.held[i] != nil
+		s.Holder = ""
+		if o := e.observed[s.Lease]; o != nil {
+			s.Holder = holderOf(o.lease)
+		}
+	}
+}
+
+// watch lists and watches the group's Leases, forwarding them to the loop,
+// until ctx ends. After an error or a closed watch it waits RetryPeriod and
+// lists again (from scratch: a list is the whole truth).
+func (e *Elector) watch(ctx context.Context) {
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	selector := LabelGroup + "=" + e.cfg.Name
+	forward := func(m any) bool {
+		select {
+		case e.events <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		if list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+			e.cfg.Logger.Warn("cannot list leases", "err", err)
+		} else if forward(listed{leases: list.Items}) {
+			if w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion}); err != nil {
+				e.cfg.Logger.Warn("cannot watch leases", "err", err)
+			} else {
+				e.forwardWatch(ctx, w, forward)
+			}
+		}
+		select {
+		case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool) {
+	defer w.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				forward(watchEnded{})
+				return
+			}
+			if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				if !forward(leaseSeen{lease: l}) {
+					return
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}

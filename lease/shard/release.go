@@ -1,0 +1,93 @@
+package shard
+
+import (
+	"context"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A shard leaves this replica in one of two ways. Handed over (Release):
+// its children stop first, their done is the Lease's release, written with
+// an empty holder as client-go releases. Lost (lose): the Lease was taken,
+// or not renewed for RenewDeadline; the term ends at once and Lost tells the
+// user to fence.
+
+// release gives shard i's Lease up, now that nothing of it runs, unless a
+// write of it is in flight (its answer calls release again). On failure the
+// shard stays held, and renewAll retries at the next tick.
+func (e *Elector) release(i int) {
+	h := e.held[i]
+	if h.writing {
+		return
+	}
+	h.term.End(false) // nothing of the shard runs any more: no write may pass its guard
+	l := h.lease.DeepCopy()
+	empty, one := "", int32(1)
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &empty, &one, &now
+	h.writing = true
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return leases.Update(ctx, l, metav1.UpdateOptions{})
+	})
+}
+
+// releasedShard takes a release's answer.
+func (e *Elector) releasedShard(w *written) {
+	i, h := w.shard, w.h
+	delete(e.seenWhileWriting, i)
+	if e.held[i] != h {
+		return
+	}
+	h.writing = false
+	switch {
+	case w.err == nil:
+	case apierrors.IsConflict(w.err):
+		// Taken meanwhile (see will have called lose, or will): nothing to release.
+	default:
+		if e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
+			e.cfg.Logger.Warn("cannot release shard; retrying", "shard", i, "err", w.err)
+			return
+		}
+	}
+	delete(e.held, i)
+	e.forget(i)
+	e.count()
+	e.cfg.Logger.Info("released shard", "shard", i)
+}
+
+// lose drops shard i and tells the user to fence it.
+func (e *Elector) lose(i int, why string) {
+	e.absorbEarly()
+	h := e.held[i]
+	if h == nil {
+		return
+	}
+	delete(e.held, i)
+	h.term.End(true)
+	e.forget(i)
+	e.count()
+	e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
+	if h.released {
+		return // its children had stopped already
+	}
+	e.fencing[i] = true
+	var once sync.Once
+	done := func() { once.Do(func() { e.send(fenceDone{shard: i}) }) }
+	if f := e.cfg.Callbacks.Lost; f != nil {
+		f(i, done)
+	} else {
+		done()
+	}
+}
+
+func (e *Elector) callRelease(i int, done func()) {
+	if f := e.cfg.Callbacks.Release; f != nil {
+		f(i, done)
+		return
+	}
+	done()
+}

@@ -1,0 +1,209 @@
+package shard
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// renewAll renews every held shard whose last write has been answered, all
+// side by side, each bounded by RetryPeriod; one that has not been renewed
+// for RenewDeadline is lost first, before any call. A shard whose write is
+// still in flight (an API server slower than a retry period) is renewed at
+// the next tick after its answer: it costs that shard's renewal, never
+// another's.
+func (e *Elector) renewAll() {
+	e.loseOverdue()
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+		h := e.held[i]
+		if h.writing {
+			continue
+		}
+		if h.released {
+			e.release(i) // retry a release that failed
+			continue
+		}
+		l := h.lease.DeepCopy()
+		now := metav1.NewMicroTime(e.cfg.Clock.Now())
+		l.Spec.RenewTime = &now
+		h.writing = true
+		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
+		unsure, term := h.unsure, h.term
+		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
+			got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) && unsure {
+				if adopted, ok := e.adoptOwnWrite(ctx, l, term); ok {
+					w.adopted, w.sent = true, adopted.sent
+					return adopted.got, nil
+				}
+			}
+			return got, err
+		})
+	}
+}
+
+// renewedShard takes a renewal's answer.
+func (e *Elector) renewedShard(w *written) {
+	i, h := w.shard, w.h
+	if e.held[i] != h {
+		delete(e.seenWhileWriting, i)
+		return // lost meanwhile (the watch, or the deadline)
+	}
+	h.writing = false
+	switch {
+	case w.err == nil:
+		h.lease, h.renewedAt, h.confirmed, h.unsure = w.got, e.cfg.Clock.Now(), false, false
+		h.term.Renewed(w.sent)
+		if !h.released {
+			e.mu.Lock()
+			e.renewed[i] = h.renewedAt
+			e.mu.Unlock()
+		}
+		if e.replaySeen(i, h); e.held[i] != h {
+			return // taken since our write
+		}
+	case apierrors.IsConflict(w.err):
+		delete(e.seenWhileWriting, i)
+		// Another replica wrote it since our last write: we cannot
+		// prove we hold it, so it is lost; fencing for nothing is safe.
+		e.lose(i, "renewal refused: the Lease was written by another")
+		return
+	default:
+		delete(e.seenWhileWriting, i)
+		h.unsure = true
+	}
+	if h.released {
+		e.release(i) // done was called while the renewal was in flight
+	}
+	e.loseOverdue()
+}
+
+// ownWrite is a renewal made from a version of the Lease this replica
+// wrote but whose answer it missed.
+type ownWrite struct {
+	got  *coordinationv1.Lease
+	sent time.Duration
+}
+
+// adoptOwnWrite handles a renewal refused with a conflict after one whose
+// answer was lost, on the renewal's goroutine: it reads the Lease and, if
+// it still names this replica (only this replica writes its own identity,
+// so the version is the lost renewal's), renews from that version at once.
+// It reports whether it did; if not, the shard is lost.
+func (e *Elector) adoptOwnWrite(ctx context.Context, l *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	cur, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil || holderOf(cur) != e.cfg.Identity {
+		return ownWrite{}, false
+	}
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	cur.Spec.RenewTime = &now
+	sent := term.Elapsed()
+	got, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		return ownWrite{}, false
+	}
+	return ownWrite{got: got, sent: sent}, true
+}
+
+// renewMember creates or renews this replica's member Lease, unless a
+// write of it is in flight.
+func (e *Elector) renewMember() {
+	if e.memberWriting {
+		return
+	}
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	seconds := int32(e.cfg.LeaseDuration / time.Second)
+	id := e.cfg.Identity
+	name := MemberLease(e.cfg.Name, id)
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	if e.member == nil {
+		if o := e.observed[name]; o != nil {
+			e.member = o.lease.DeepCopy()
+		} else {
+			l := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleMember}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now},
+			}
+			e.memberWriting = true
+			e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
+				return leases.Create(ctx, l, metav1.CreateOptions{})
+			})
+			return
+		}
+	}
+	l := e.member.DeepCopy()
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
+	e.memberWriting = true
+	e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return leases.Update(ctx, l, metav1.UpdateOptions{})
+	})
+}
+
+// releaseMember empties the member Lease so that the others rebalance at
+// once rather than after LeaseDuration; with a write of it in flight, its
+// answer releases it.
+func (e *Elector) releaseMember() {
+	if o := e.observed[MemberLease(e.cfg.Name, e.cfg.Identity)]; e.member == nil && o != nil && holderOf(o.lease) == e.cfg.Identity {
+		e.member = o.lease.DeepCopy() // after a conflict: the watch's version
+	}
+	if e.member == nil || e.memberWriting {
+		return
+	}
+	l := e.member.DeepCopy()
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	e.memberWriting = true
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return leases.Update(ctx, l, metav1.UpdateOptions{})
+	})
+}
+
+// releaseMemberNow is Run's last try at releasing the member Lease, if an
+// earlier one failed; failing that it expires.
+func (e *Elector) releaseMemberNow() {
+	if e.member == nil {
+		return
+	}
+	l := e.member.DeepCopy()
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+	defer cancel()
+	if _, err := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		e.cfg.Logger.Warn("cannot release the member lease", "err", err)
+	}
+	e.member = nil
+}
+
+// wroteMember takes the answer of a write of the member Lease.
+func (e *Elector) wroteMember(w *written) {
+	e.memberWriting = false
+	switch {
+	case w.err == nil && w.kind == writeMemberRelease:
+		e.member = nil
+		return
+	case w.err == nil:
+		e.member = w.got
+	case apierrors.IsConflict(w.err):
+		e.member = nil // read it again from the watch
+	case apierrors.IsAlreadyExists(w.err):
+	case w.kind == writeMemberRelease:
+		e.cfg.Logger.Warn("cannot release the member lease", "err", w.err) // Run's end tries again
+		return
+	default:
+		e.cfg.Logger.Warn("cannot write the member lease", "err", w.err)
+	}
+	if e.stopping {
+		e.releaseMember() // a stop came while it was in flight
+	}
+}
