@@ -127,7 +127,10 @@ func (s *root) onShardLost(m shard.Lost) {
 }
 
 // onShardReleasing hands shard m.Shard over once its controllers have
-// returned from Shutdown: the elector renews its Lease until Done.
+// returned from Shutdown: the elector renews its Lease until Done. The last
+// shard held is handed over only once the stores have stopped too: they run
+// under the union of the shards, so that a replica holding none runs
+// nothing fenced. Outside a shutdown that is a stand-down to Electing.
 func (s *root) onShardReleasing(m shard.Releasing) {
 	if !s.validShard(m.Shard) {
 		m.Done()
@@ -141,7 +144,7 @@ func (s *root) onShardReleasing(m shard.Releasing) {
 	sh.releasing = true
 	s.quiesce(shardChild(i))
 	s.cfg.Logger.Info("shard moving to another replica: stopping its controllers", "shard", i)
-	s.stopAll(s.scope(shardChild(i)), s.boundedContext(), func() {
+	handOver := func() {
 		if !sh.releasing {
 			m.Done() // lost while stopping; the loss fenced it
 			return
@@ -151,26 +154,49 @@ func (s *root) onShardReleasing(m shard.Releasing) {
 		s.obs.shardsReleased.Add(1)
 		s.bus.Publish(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: i})
 		m.Done()
-		if !s.leader {
-			s.standDownAfterRelease()
+	}
+	s.stopAll(s.scope(shardChild(i)), s.boundedContext(), func() {
+		switch {
+		case !sh.releasing || s.holdsOtherThan(i):
+			handOver()
+		case s.shutdown != nil:
+			// The last shard of a shutdown goes once every child has
+			// stopped (releaseLease), as the single lease does; never, if
+			// one does not stop.
+			s.lastShard = append(s.lastShard, handOver)
+		default:
+			s.stopFencedThen(handOver)
 		}
 	})
 }
 
-// standDownAfterRelease stops the stores once the last shard has been
-// handed over, and waits in Electing for the next: nothing fenced runs on
-// a replica that holds no shard.
-func (s *root) standDownAfterRelease() {
-	if s.shutdown != nil || s.fencing != nil {
-		return
+// holdsOtherThan reports whether this replica holds a shard other than i.
+func (s *root) holdsOtherThan(i int) bool {
+	for j, sh := range s.shards {
+		if j != i && sh.held {
+			return true
+		}
 	}
+	return false
+}
+
+// stopFencedThen stops every controller and store, then runs then: before
+// the last shard is handed over outside a shutdown. Started, the replica
+// stands down to Electing and waits there for the next shard; fencing, it
+// waits for those already stopping.
+func (s *root) stopFencedThen(then func()) {
 	switch s.phase {
 	case PhaseRecovering, PhaseStarting, PhaseRunning:
-	default:
-		return
+		if s.shutdown == nil && s.fencing == nil {
+			f := &fencing{recs: s.scope(fencedChild), began: s.now()} // no loss: no fence timeout
+			s.standDown(f, s.boundedContext(), func() {
+				s.fenced(f)
+				then()
+			})
+			return
+		}
 	}
-	f := &fencing{recs: s.scope(fencedChild), began: s.now()} // no loss: no fence timeout
-	s.standDown(f, s.boundedContext(), func() { s.fenced(f) })
+	s.stopAll(s.scope(fencedChild), s.boundedContext(), then)
 }
 
 func (s *root) validShard(i int) bool {

@@ -53,7 +53,8 @@ func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
 // beginShutdown shuts the manager down with cause (nil when requested): the
 // start in progress ends with an error, restarts and probes stop, every
 // active child's Shutdown(ctx) runs in parallel, and once all have returned
-// the lease is given up and the manager stops.
+// the lease is given up and the manager stops. With sharding, each shard is
+// given up as soon as its own controllers have returned.
 //
 // waiters are answered once the manager has stopped.
 func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor.PID) {
@@ -80,6 +81,14 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	}
 	s.watchStopping(ctx)
 	s.stopAll(s.children, ctx, s.releaseLease)
+	if s.sharded() && s.elector != nil {
+		// A replica that is shutting down takes no shard: the elector
+		// leaves the membership now and hands each held shard back
+		// (onShardReleasing) as soon as that shard's controllers have
+		// stopped, so that the others take them on the watch event rather
+		// than once every child here has stopped.
+		s.ctx.Send(s.elector, resignMessage)
+	}
 }
 
 // boundFailedShutdown bounds a shutdown that nobody asked for: nobody
@@ -158,8 +167,13 @@ func (s *root) watchStopping(ctx context.Context) {
 	}
 }
 
-// releaseLease gives the lease up, now that every child has stopped.
+// releaseLease gives the lease up, now that every child has stopped: the
+// last shard's hand-over waited for that (onShardReleasing).
 func (s *root) releaseLease() {
+	for _, handOver := range s.lastShard {
+		handOver()
+	}
+	s.lastShard = nil
 	if s.elector == nil {
 		s.finish()
 		return

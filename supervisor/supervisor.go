@@ -77,6 +77,9 @@ type root struct {
 	leader  bool          // this replica holds the lease (with shards: some shard)
 	holder  string        // the lease holder last observed
 	shards  []*shardState // the single lease is shard 0; nil with election off
+	// lastShard holds the hand-over of the last shard held when a shutdown
+	// began, done once every child has stopped (releaseLease).
+	lastShard []func()
 	// fencing is the stop, replica-wide, of every controller and store in
 	// progress: after the lease (the last shard held) was lost, or once the
 	// last shard was handed over.

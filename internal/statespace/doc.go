@@ -23,6 +23,10 @@
 //     a bound; a running child made unhealthy is noticed within a bound; no
 //     child stays BackingOff, Stopping, Starting or Failed with none of its
 //     calls running;
+//   - a lease (a shard's) is never lost while this replica could renew it:
+//     with no partition, Steal or slow-API step before the loss, and every
+//     Lease write answered within the retry period (Scenario.WriteLatency,
+//     a slow API server whose calls overlap);
 //   - an escalation, and a lost lease with Exit, end in Done within a bound;
 //     at the end, Done, the final phase, Err and the events agree, and
 //     Status, the events, the metrics and the children's own start calls

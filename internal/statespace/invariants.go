@@ -57,6 +57,12 @@ const (
 	// lease (its shard's, with shards) by the fake API server's history, or
 	// once the manager had stopped.
 	GuardPassed Invariant = "guard-passed"
+	// RenewableLost: the lease (a shard's, with shards) was lost although
+	// this replica could renew it all along: no partition, no Steal and no
+	// slow-API step had come before, and every Lease write was answered
+	// within the retry period (Scenario.WriteLatency). A slow API server
+	// must cost campaigns, never a lease held.
+	RenewableLost Invariant = "renewable-lost"
 )
 
 // Violation is one broken invariant.

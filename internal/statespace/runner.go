@@ -125,6 +125,9 @@ type runner struct {
 	srv     *leasetest.Server
 	client  *leasetest.Client
 	latency atomic.Int64
+	// faulted: a partition, Steal or slow-API step has been taken; guarded
+	// by mu.
+	faulted bool
 	m       *cm.ControllerManager
 	pauses  *pauseWatch
 
@@ -244,6 +247,9 @@ func (r *runner) build() error {
 			}
 			return false, nil, nil
 		})
+		if d := r.sc.WriteLatency; d > 0 {
+			r.client.SetLatency(leasetest.Latency{Verbs: map[string]time.Duration{"create": d, "update": d}, Jitter: d / 10})
+		}
 		kube = r.client
 	}
 	m, err := cm.NewControllerManager(preflight{kube: kube, delay: r.sc.PreflightDelay, release: r.release}, spec, "",
@@ -349,6 +355,11 @@ func (r *runner) onEvent(e cm.Event) {
 			resolved: func() bool { return !r.doneAt.IsZero() },
 		})
 	case cm.LeaderLost, cm.ShardLost:
+		if !r.faulted {
+			v := Violation{Invariant: RenewableLost, Time: e.Time,
+				Detail: fmt.Sprintf("%s at %s (%v) with no partition, Steal or slow-API step before it and every Lease write answered within %s", e.Type, stamp(e.Time), e.Err, r.sc.WriteLatency*11/10)}
+			r.violateOnce(string(RenewableLost), v, true) // a paused process is an excuse
+		}
 		if r.sc.Election == Exit && r.shutdownReq.IsZero() {
 			r.obligations = append(r.obligations, &obligation{
 				inv: NotEnded, due: e.Time.Add(FenceTimeout + r.cfg.Slack),
@@ -357,6 +368,16 @@ func (r *runner) onEvent(e cm.Event) {
 			})
 		}
 	}
+}
+
+// noteFault records, before it is taken, a step that may cost the lease.
+func (r *runner) noteFault(st Step) {
+	if st.Do == DoSlowAPI && st.Dur == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.faulted = true
+	r.mu.Unlock()
 }
 
 func stamp(t time.Time) string { return t.Format("05.000") }
@@ -536,10 +557,12 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		}
 		r.request(supervisor.AddChild{Runnable: v})
 	case DoPartition, DoReconnect:
+		r.noteFault(st)
 		if r.client != nil {
 			r.client.Partition(st.Do == DoPartition)
 		}
 	case DoSteal:
+		r.noteFault(st)
 		if r.srv != nil {
 			d := st.Dur
 			if d < time.Second {
@@ -550,6 +573,7 @@ func (r *runner) apply(ctx context.Context, st Step) {
 			}
 		}
 	case DoSlowAPI:
+		r.noteFault(st)
 		r.latency.Store(int64(st.Dur))
 	case DoFail:
 		if c != nil && !c.fail(fmt.Errorf("statespace: %s fails", st.Child)) {
@@ -941,6 +965,26 @@ func (r *runner) leases(child string) map[string]bool {
 type segment struct{ from, to time.Time }
 
 func validity(history []leasetest.Write, names map[string]bool) []segment {
+	if len(names) > 1 {
+		// Held while any of them is: the union of each one's validity (a
+		// release of one ends only its own).
+		var all []segment
+		for name := range names {
+			all = append(all, validity(history, map[string]bool{name: true})...)
+		}
+		slices.SortFunc(all, func(a, b segment) int { return a.from.Compare(b.from) })
+		var union []segment
+		for _, sg := range all {
+			if n := len(union); n > 0 && !sg.from.After(union[n-1].to) {
+				if sg.to.After(union[n-1].to) {
+					union[n-1].to = sg.to
+				}
+				continue
+			}
+			union = append(union, sg)
+		}
+		return union
+	}
 	var segs []segment
 	for _, w := range history {
 		if w.Client != identity || !names[w.Name] {

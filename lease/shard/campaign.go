@@ -46,12 +46,22 @@ type written struct {
 	tick     int64 // the retry period that sent it, for tests; 0 if none
 }
 
-// goWrite runs call with a context bounded by RetryPeriod on a goroutine
-// of its own and hands w, with call's answer, back to the loop.
+// goWrite runs call on a goroutine of its own and hands w, with call's
+// answer, back to the loop. A write is bounded by RenewDeadline, a renewal
+// by its shard's renew deadline (a retry period at least): an answer that
+// comes later is of no use, and one that comes sooner, however slow, costs
+// nothing. Campaigns are cancelled when a stop begins.
 func (e *Elector) goWrite(w *written, call func(ctx context.Context) (*coordinationv1.Lease, error)) {
 	e.tick.sent(w)
+	parent, timeout := context.Background(), e.cfg.RenewDeadline
+	switch w.kind {
+	case writeCampaign:
+		parent = e.campaigns
+	case writeRenewal:
+		timeout = max(e.cfg.RenewDeadline-e.cfg.Clock.Since(w.h.renewedAt), e.cfg.RetryPeriod)
+	}
 	e.writes.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
+		ctx, cancel := context.WithTimeout(parent, timeout)
 		defer cancel()
 		w.got, w.err = call(ctx)
 		e.send(w)

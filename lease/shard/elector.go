@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -170,6 +171,10 @@ type Elector struct {
 	abandon     chan struct{} // closed by Abandon
 	abandonOnce sync.Once
 	writes      sync.WaitGroup // the writes in flight, waited for when Run returns
+	// campaigns is the context of the campaigns' writes, cancelled when a
+	// stop begins.
+	campaigns     context.Context
+	stopCampaigns context.CancelFunc
 
 	// owned by Run's goroutine
 	observed    map[string]*observed
@@ -232,6 +237,7 @@ func New(cfg Config) (*Elector, error) {
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
 		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client)}
+	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {
 		e.status[i] = Status{Index: i, Lease: ShardLease(cfg.Name, i)}

@@ -525,3 +525,48 @@ func TestAStopCutsTheCampaignsShort(t *testing.T) {
 		assert.Empty(t, h, "shard %d still held after the stop", i)
 	}
 }
+
+// A watch lagging behind after a renewal whose answer was lost must not
+// make the elector adopt an older version of its own Lease: the next
+// renewal from it would be refused, and the shard lost for nothing. Only a
+// version of ours renewed after the last answered write is adopted. The
+// loop's decision is driven here directly, without Run.
+func TestALaggingWatchIsNotAdopted(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	e, err := New(Config{Client: leasetest.NewServer().Client("a"), Namespace: testNamespace, Name: testGroup, Identity: "a", Shards: 1,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk})
+	require.NoError(t, err)
+	version := func(rv string, renewed time.Time) *coordinationv1.Lease {
+		id, at := "a", metav1.NewMicroTime(renewed)
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: ShardLease(testGroup, 0), Namespace: testNamespace, ResourceVersion: rv,
+				Labels: map[string]string{LabelGroup: testGroup, LabelRole: RoleShard}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, RenewTime: &at},
+		}
+	}
+	t0 := clk.Now()
+	answered := version("5", t0.Add(2*retryPeriod)) // the last renewal answered
+	h := &held{lease: answered, renewedAt: t0, term: lease.NewTerm(clk, "x", leaseDuration, 0), confirmed: true, unsure: true}
+	e.held[0] = h
+
+	for _, tc := range []struct {
+		name    string
+		seen    *coordinationv1.Lease
+		adopted bool
+	}{
+		{"an older version of ours, from a lagging watch", version("3", t0), false},
+		{"the answered version itself", version("5", t0.Add(2*retryPeriod)), false},
+		{"the unanswered renewal, written after the answered one", version("6", t0.Add(3*retryPeriod)), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.see(tc.seen)
+			if tc.adopted {
+				assert.Equal(t, tc.seen.ResourceVersion, e.held[0].lease.ResourceVersion, "adopted")
+				assert.False(t, e.held[0].unsure)
+			} else {
+				assert.Equal(t, "5", e.held[0].lease.ResourceVersion, "the version renewals go on from")
+			}
+			require.Same(t, h, e.held[0], "the shard is still held")
+		})
+	}
+}

@@ -32,7 +32,7 @@ func (e *Elector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { e.watch(watchCtx) })
 	wg.Go(func() { e.watchDeadlines(watchCtx) })
-	defer func() { stopWatch(); wg.Wait() }()
+	defer func() { stopWatch(); wg.Wait(); e.stopCampaigns() }()
 
 	e.renewMember()
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
@@ -101,6 +101,7 @@ func (e *Elector) Run(ctx context.Context) {
 // nothing more; the reconcile that follows hands every held shard back.
 func (e *Elector) beginStop() {
 	e.stopping = true
+	e.stopCampaigns()
 	e.releaseMember()
 }
 

@@ -32,6 +32,15 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	case h == nil:
 	case l.ResourceVersion == h.lease.ResourceVersion:
 		h.confirmed = true
+	case h.released:
+		// Released (our write, its answer still to come) or taken after the
+		// release: either way nothing of it runs here, and it is gone.
+		if holderOf(l) != e.cfg.Identity {
+			delete(e.held, i)
+			e.forget(i)
+			e.count()
+			e.cfg.Logger.Info("released shard", "shard", i)
+		}
 	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && renewedAfter(l, h.lease):
 		// A renewal whose answer we missed (it timed out here, and was
 		// written there): only this replica writes its own identity, and

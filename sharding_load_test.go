@@ -1,0 +1,183 @@
+package controllermanager_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+)
+
+// Sharded leadership against a slow API server, through the public API:
+// Lease writes that take 90 ms, close to the 100 ms retry period of these
+// tests (as 4.5 s would be at the default 5 s). A replica must keep every
+// shard it can renew, whatever else it is doing (campaigning for a crashed
+// peer's shards, or for all of them at start), and a replica that is
+// shutting down must take nothing.
+
+// slowWrites is the Lease write latency of these tests.
+const slowWrites = 90 * time.Millisecond
+
+// loadReplica is one manager of the tests below, with its controllers
+// (AddSharded "ctl": "ctl-<i>" on shard i) and events.
+type loadReplica struct {
+	id     string
+	m      *cm.ControllerManager
+	client *leasetest.Client
+	events *elEvents
+
+	mu    sync.Mutex
+	ctrls map[string]*elController
+}
+
+// startLoadReplica starts a replica of shards shards whose Lease writes
+// take slowWrites.
+func startLoadReplica(t *testing.T, srv *leasetest.Server, id string, shards int, activity *elActivity, shutdown func(context.Context)) *loadReplica {
+	t.Helper()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = int32(shards)
+	r := &loadReplica{id: id, client: srv.Client(id), ctrls: map[string]*elController{}}
+	r.client.SetLatency(leasetest.Latency{Verbs: map[string]time.Duration{"create": slowWrites, "update": slowWrites}})
+	m, err := cm.NewControllerManager(cm.NewContext(r.client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+		cm.WithIdentity(id), elQuiet)
+	require.NoError(t, err)
+	r.m = m
+	r.events = (&elEvents{}).subscribe(m)
+	m.AddSharded("ctl", func(s cm.Shard) cm.Controller {
+		c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", s.Index), activity: activity}
+		c.set(nil, shutdown)
+		r.mu.Lock()
+		r.ctrls[c.name] = c
+		r.mu.Unlock()
+		return c
+	})
+	t.Cleanup(func() {
+		r.client.Partition(false)
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	go func() { _ = m.Start(context.Background(), 0) }()
+	return r
+}
+
+// held returns the shards r holds, from its Status.
+func (r *loadReplica) held(t *testing.T) []int {
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	st, err := r.m.Status(ctx)
+	if err != nil {
+		return nil // stopped
+	}
+	var held []int
+	for _, s := range st.Shards {
+		if s.Held {
+			held = append(held, s.Index)
+		}
+	}
+	return held
+}
+
+// shutdowns is how many times r's controllers have been shut down.
+func (r *loadReplica) shutdowns() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.ctrls {
+		_, s := c.counts()
+		n += s
+	}
+	return n
+}
+
+// A lone replica takes every shard at start, with 90 ms writes, and loses
+// none of them afterwards: its campaigns go out side by side and never
+// hold its renewals up.
+func TestSlowAPIServerLoneReplicaHoldsEveryShard(t *testing.T) {
+	t.Parallel()
+	const shards = 32
+	srv, activity := leasetest.NewServer(), newElActivity(t)
+	a := startLoadReplica(t, srv, "a", shards, activity, nil)
+	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
+	// Two lease durations of renewals at 90 ms a write.
+	elConsistently(t, 2*elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
+	assert.Zero(t, a.events.count(cm.ShardLost), "shards lost by a replica alone, with every write answered")
+	assert.Zero(t, a.shutdowns(), "controllers fenced on a replica alone")
+	activity.assertNoOverlap(t)
+}
+
+// A peer's crash costs the survivor none of its own shards: with 90 ms
+// writes, it takes the crashed peer's 16 shards while it renews its own 16,
+// within LeaseDuration + 2 × RetryPeriod of the last renewal the peer made
+// (measured here from the cut, a little later), plus the campaigns' own
+// round trips.
+func TestSlowAPIServerCrashedPeerCostsTheSurvivorNothing(t *testing.T) {
+	t.Parallel()
+	const shards = 32
+	srv, activity := leasetest.NewServer(), newElActivity(t)
+	a := startLoadReplica(t, srv, "a", shards, activity, nil)
+	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
+	b := startLoadReplica(t, srv, "b", shards, activity, nil)
+	elEventually(t, "a and b hold 16 each", func() bool { return len(a.held(t)) == shards/2 && len(b.held(t)) == shards/2 })
+	own := a.held(t)
+	lostBefore, shutdownsBefore := a.events.count(cm.ShardLost), a.shutdowns()
+	cut := time.Now()
+	b.client.Partition(true) // as a SIGKILL leaves it: its Leases are not released
+	elEventually(t, "a holds every shard after b's crash", func() bool { return len(a.held(t)) == shards })
+	took := time.Since(cut)
+	t.Logf("every shard held again %s after the cut (lease %s + 2 × retry %s)", took.Round(time.Millisecond), elLeaseDuration, elRetryPeriod)
+	elConsistently(t, elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
+	assert.Equal(t, lostBefore, a.events.count(cm.ShardLost), "shards a lost while it took b's")
+	assert.Equal(t, shutdownsBefore, a.shutdowns(), "a's own controllers fenced while it took b's shards")
+	held := a.held(t)
+	for _, i := range own {
+		assert.True(t, slices.Contains(held, i), "a's own shard %d", i)
+	}
+	activity.assertNoOverlapPerChild(t)
+}
+
+// A replica that is shutting down takes no shard. b's controllers hang in
+// Shutdown, and b.ShutdownAndWait gives up after 200 ms with b still
+// stopping; then a leaves cleanly. a's shard goes to c, which has room,
+// not to b; b's own shard stays with b (its controller still runs) and
+// goes to c once b's Shutdown returns.
+func TestAShuttingDownReplicaTakesNoShard(t *testing.T) {
+	t.Parallel()
+	const shards = 3
+	srv, activity := leasetest.NewServer(), newElActivity(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	a := startLoadReplica(t, srv, "a", shards, activity, nil)
+	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
+	b := startLoadReplica(t, srv, "b", shards, activity, func(context.Context) { <-release }) // ignores its context too
+	c := startLoadReplica(t, srv, "c", shards, activity, nil)
+	elEventually(t, "one shard each", func() bool { return len(a.held(t)) == 1 && len(b.held(t)) == 1 && len(c.held(t)) == 1 })
+	aShard, bShard := a.held(t)[0], b.held(t)[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	b.m.ShutdownAndWait(ctx) // gives up: b's controller hangs in Shutdown
+	cancel()
+	acquiredByB := b.events.count(cm.ShardAcquired)
+
+	ctx, cancel = context.WithTimeout(context.Background(), elWait)
+	a.m.ShutdownAndWait(ctx)
+	cancel()
+	require.NoError(t, a.m.Err())
+	elEventually(t, "c takes a's shard", func() bool { return slices.Contains(c.held(t), aShard) })
+	assert.Equal(t, acquiredByB, b.events.count(cm.ShardAcquired), "shards b acquired while shutting down")
+	assert.Equal(t, []int{bShard}, b.held(t), "b holds its own shard while its controller is stopping, and no other")
+
+	releaseOnce.Do(func() { close(release) })
+	elEventually(t, "c holds every shard once b has stopped", func() bool { return len(c.held(t)) == shards })
+	<-b.m.Done()
+	assert.Equal(t, acquiredByB, b.events.count(cm.ShardAcquired), "shards b acquired while shutting down")
+	activity.assertNoOverlapPerChild(t)
+}
