@@ -204,6 +204,8 @@ type userCall struct {
 	returned atomic.Bool
 	// waitsFor is the start call a Shutdown waits for, when the child was
 	// stopped while starting: until it returns, that is where it is stuck.
+	// Set before the call is added to a watch, and never after: a watch
+	// reads it from another goroutine without a lock.
 	waitsFor *userCall
 }
 
