@@ -75,6 +75,47 @@ func (m *ControllerManager) LeaseGuard() error {
 	return m.election.leaseFence.Check()
 }
 
+// ShardLeaseGuard is the lease guard of one shard's Lease, for code outside
+// a child that writes for that shard (a runnable, an HTTP handler, a worker
+// of its own): nil while this replica can prove it holds Lease
+// "<leaseName>-<shard>", else an error wrapping lease.ErrNotHeld (and
+// lease.ErrLost once that hold was lost) with the figures. Like LeaseGuard
+// it follows the Lease from hold to hold: it passes again once this replica
+// holds the shard again. It fails before the shard is first acquired, and
+// for every shard once the manager has stopped. No API call: a short lock
+// and a clock read; safe from any goroutine.
+//
+// With one lease (Shards 0 or 1), shard 0 is that lease: ShardLeaseGuard(0)
+// is LeaseGuard(), election off included. An index outside 0..Shards-1 is a
+// mistake that no write may get past: the error names the index and the
+// count, and wraps lease.ErrNotHeld too.
+//
+// Which guard to use:
+//   - in a controller's Run or a store's Recover, and in what they start,
+//     LeaseGuard(ctx): bound to that incarnation and to the lease it runs
+//     under (its shard's, with sharding), it fails for ever once the
+//     incarnation is over, so that a worker left behind is refused even if
+//     the lease comes back;
+//   - outside a child, for a write that belongs to one shard (a key k with
+//     ShardOf(k, Shards) == shard), ShardLeaseGuard(shard);
+//   - outside a child, for a write that belongs to the replica as a whole
+//     (what stores do), LeaseGuard(): with shards it passes while this
+//     replica holds any of them, so it does not fence one shard's writes.
+func (m *ControllerManager) ShardLeaseGuard(shard int) error {
+	count := 1
+	if m.election != nil && m.election.sharded != nil {
+		count = m.election.shards
+	}
+	if shard < 0 || shard >= count {
+		return fmt.Errorf("controllermanager: ShardLeaseGuard(%d): no such shard, this manager has %d (0 to %d): %w",
+			shard, count, count-1, lease.ErrNotHeld)
+	}
+	if count == 1 {
+		return m.LeaseGuard()
+	}
+	return m.election.sharded.Guard(shard)()
+}
+
 // GuardTransport returns a RoundTripper that sends a request that acts on
 // the cluster through rt only when guard() returns nil at the moment of
 // sending, and otherwise refuses it, unsent, with guard()'s error (wrapped:
