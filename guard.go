@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
@@ -74,16 +75,70 @@ func (m *ControllerManager) LeaseGuard() error {
 	return m.election.leaseFence.Check()
 }
 
-// GuardTransport returns a RoundTripper that sends a mutating request (POST,
-// PUT, PATCH, DELETE) through rt only when guard() returns nil at the moment
-// of sending, and otherwise refuses it, unsent, with guard()'s error
-// (wrapped: errors.Is(err, lease.ErrNotHeld) holds through client-go's
-// errors). The body of a mutating request checks the guard again at every
-// read and at its end, so that a request whose headers went out just before
-// the process was paused is aborted on waking rather than completed (the
-// API server acts on a request only once its body has ended). Reads (GET,
-// HEAD, OPTIONS, watches) always pass. A nil rt is
-// http.DefaultTransport; a nil guard refuses every mutating request.
+// ShardLeaseGuard is the lease guard of one shard's Lease, for code outside
+// a child that writes for that shard (a runnable, an HTTP handler, a worker
+// of its own): nil while this replica can prove it holds Lease
+// "<leaseName>-<shard>", else an error wrapping lease.ErrNotHeld (and
+// lease.ErrLost once that hold was lost) with the figures. Like LeaseGuard
+// it follows the Lease from hold to hold: it passes again once this replica
+// holds the shard again. It fails before the shard is first acquired, and
+// for every shard once the manager has stopped. No API call: a short lock
+// and a clock read; safe from any goroutine.
+//
+// With one lease (Shards 0 or 1), shard 0 is that lease: ShardLeaseGuard(0)
+// is LeaseGuard(), election off included. An index outside 0..Shards-1 is a
+// mistake that no write may get past: the error names the index and the
+// count, and wraps lease.ErrNotHeld too.
+//
+// Which guard to use:
+//   - in a controller's Run or a store's Recover, and in what they start,
+//     LeaseGuard(ctx): bound to that incarnation and to the lease it runs
+//     under (its shard's, with sharding), it fails for ever once the
+//     incarnation is over, so that a worker left behind is refused even if
+//     the lease comes back;
+//   - outside a child, for a write that belongs to one shard (a key k with
+//     ShardOf(k, Shards) == shard), ShardLeaseGuard(shard);
+//   - outside a child, for a write that belongs to the replica as a whole
+//     (what stores do), LeaseGuard(): with shards it passes while this
+//     replica holds any of them, so it does not fence one shard's writes.
+func (m *ControllerManager) ShardLeaseGuard(shard int) error {
+	count := 1
+	if m.election != nil && m.election.sharded != nil {
+		count = m.election.shards
+	}
+	if shard < 0 || shard >= count {
+		return fmt.Errorf("controllermanager: ShardLeaseGuard(%d): no such shard, this manager has %d (0 to %d): %w",
+			shard, count, count-1, lease.ErrNotHeld)
+	}
+	if count == 1 {
+		return m.LeaseGuard()
+	}
+	return m.election.sharded.Guard(shard)()
+}
+
+// GuardTransport returns a RoundTripper that sends a request that acts on
+// the cluster through rt only when guard() returns nil at the moment of
+// sending, and otherwise refuses it, unsent, with guard()'s error (wrapped:
+// errors.Is(err, lease.ErrNotHeld) holds through client-go's typed and
+// dynamic clients and its WebSocket executor). A request acts on the
+// cluster when it is
+//
+//   - mutating: POST, PUT, PATCH, DELETE;
+//   - an upgrade to another protocol, whatever its method: a Connection
+//     header naming upgrade, an Upgrade header, or the headers client-go's
+//     executors send before the upgrade (Sec-WebSocket-Protocol,
+//     X-Stream-Protocol-Version): WebSocket or SPDY;
+//   - to a pod's exec, attach or portforward subresource
+//     (/api/v1/namespaces/NS/pods/NAME/exec, under any path prefix of the
+//     config's Host), whatever its method: the API server authorizes a GET
+//     upgraded to a WebSocket there as create on pods/exec.
+//
+// The body of a mutating request checks the guard again at every read and
+// at its end, so that a request whose headers went out just before the
+// process was paused is aborted on waking rather than completed (the API
+// server acts on a request only once its body has ended). Other reads (GET,
+// HEAD, OPTIONS, watches) always pass. A nil rt is http.DefaultTransport; a
+// nil guard refuses every request that acts on the cluster.
 //
 // Fence a controller's whole clientset with rest.Config's Wrap, in its Run:
 //
@@ -95,8 +150,25 @@ func (m *ControllerManager) LeaseGuard() error {
 // Every typed and dynamic client, and the informers built from that config,
 // then go through it: informers only read, so they pass; the controller's
 // writes (its own, and those of clients built from cfg, controller-runtime's
-// included) are fenced. A write refused is not retried by client-go; treat it
-// as a lost lease: stop the work, report it, or let Shutdown come.
+// included) are fenced. So are the sessions of client-go's remotecommand
+// executors (NewSPDYExecutor, NewWebSocketExecutor, NewFallbackExecutor) and
+// its port forwarder (portforward with transport/spdy's RoundTripperFor, or
+// NewSPDYOverWebsocketDialer) built from cfg: they build transports of their
+// own, but wrap them with cfg's WrapTransport, which Wrap sets. Use Wrap,
+// not rest.Config's Transport field: those executors ignore Transport, and
+// a guard set there does not fence them. Through the SPDY executor and the
+// port forwarder, client-go formats the refusal into its own error with %v:
+// the message still says "refused by the lease guard" and the guard's
+// reason, but errors.Is no longer sees lease.ErrNotHeld.
+//
+// The guard is checked when a session opens: an exec, attach or
+// port-forward session already open is not cut when the guard fails later
+// (its stream no longer goes through the RoundTripper). End it yourself on
+// a lost lease, by cancelling the context given to StreamWithContext or
+// closing the port forwarder's stop channel.
+//
+// A write refused is not retried by client-go; treat it as a lost lease:
+// stop the work, report it, or let Shutdown come.
 func GuardTransport(guard func() error, rt http.RoundTripper) http.RoundTripper {
 	if rt == nil {
 		rt = http.DefaultTransport
@@ -115,22 +187,73 @@ type guardedTransport struct {
 
 var _ utilnet.RoundTripperWrapper = (*guardedTransport)(nil)
 
-// RoundTrip refuses a mutating request the guard fails, closing its body as
-// a RoundTripper must; anything else goes to the wrapped transport.
+// RoundTrip refuses a request that acts on the cluster when the guard
+// fails, closing its body as a RoundTripper must; anything else goes to the
+// wrapped transport.
 func (t *guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	switch req.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		if err := t.guard(); err != nil {
-			if req.Body != nil {
-				_ = req.Body.Close()
-			}
-			return nil, t.refused(req, err)
+	if !actsOnCluster(req) {
+		return t.next.RoundTrip(req)
+	}
+	if err := t.guard(); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
 		}
-		if req.Body != nil && req.Body != http.NoBody {
-			req = t.guardBody(req)
-		}
+		return nil, t.refused(req, err)
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		req = t.guardBody(req)
 	}
 	return t.next.RoundTrip(req)
+}
+
+// actsOnCluster reports whether req needs the guard (see GuardTransport):
+// a mutating method, an upgrade, or a pod's exec, attach or portforward
+// subresource.
+func actsOnCluster(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return asksUpgrade(req.Header) || streamsToPod(req.URL.Path)
+}
+
+// upgradeHeaders are the headers of a request that asks for another
+// protocol: the standard ones, and those client-go's executors set above
+// the transport that adds the standard ones (the WebSocket executor's
+// Sec-WebSocket-Protocol; the SPDY dialer's X-Stream-Protocol-Version).
+var upgradeHeaders = []string{"Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Protocol", "Sec-Websocket-Version", "X-Stream-Protocol-Version"}
+
+func asksUpgrade(h http.Header) bool {
+	for _, name := range upgradeHeaders {
+		if len(h.Values(name)) > 0 {
+			return true
+		}
+	}
+	for _, v := range h.Values("Connection") {
+		for token := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(token), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// streamsToPod reports whether path is a pod's exec, attach or portforward
+// subresource, .../api/v1/namespaces/NS/pods/NAME/SUB, after any prefix
+// (a Host with a path, an API server behind a proxy).
+func streamsToPod(path string) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	n := len(segs)
+	if n < 7 {
+		return false
+	}
+	switch segs[n-1] {
+	case "exec", "attach", "portforward":
+	default:
+		return false
+	}
+	return segs[n-7] == "api" && segs[n-6] == "v1" && segs[n-5] == "namespaces" && segs[n-3] == "pods"
 }
 
 func (t *guardedTransport) refused(req *http.Request, err error) error {

@@ -363,10 +363,14 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 // When ctx ends first, ShutdownAndWait returns at once and reports the
 // children whose Shutdown has not returned (an UnstoppedError: each one's
 // name, how long its Shutdown has run and the stack of the goroutine running
-// it), in the log, as a ChildUnstopped event each, and in Err. The manager
-// goes on waiting for those Shutdown calls; it keeps the lease until they
-// return (the lease then expires on its own if the process exits). Calling
-// it again waits again; calling it before Start stops the manager at once.
+// it; a child whose Shutdown had not even been called yet, because ctx ended
+// before the manager had handed out the Stops, is named too, with an empty
+// Call), in the log, as a ChildUnstopped event each, and in Err, which
+// returns it from the moment ShutdownAndWait returns. Done is not closed
+// then: the manager goes on waiting for those Shutdown calls; it keeps the
+// lease until they return (the lease then expires on its own if the process
+// exits). Calling it again waits again; calling it before Start stops the
+// manager at once.
 func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	watched, watch, disarm := watchShutdown(ctx)
 	defer disarm()
@@ -403,10 +407,15 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 
 // Err is why the manager stopped: nil while it runs and after a requested
-// shutdown; an *EscalationError, an error wrapping lease.ErrLost, or the
-// error that ended Start, otherwise. Once a ShutdownAndWait has given up on
-// children that did not return from Shutdown, Err also reports them, from
-// then on: an *UnstoppedError (joined to the cause, if any).
+// shutdown that finished within its context; an *EscalationError, an error
+// wrapping lease.ErrLost, or the error that ended Start, otherwise. A
+// ShutdownAndWait whose context ended while a child had not returned from
+// Shutdown has overrun: from the moment it returns, on every run and whether
+// or not Done is closed yet, Err reports those children, and goes on
+// reporting them once they have stopped: an *UnstoppedError (errors.Is
+// ErrUnstopped; joined to the cause, if any). It is nil after a
+// ShutdownAndWait whose context ended once every child had returned from
+// Shutdown (only the lease's release was left).
 func (m *BaseManager) Err() error {
 	err := m.handle.Observed.Err()
 	if u := m.unstopped.Load(); u != nil {

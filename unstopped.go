@@ -50,15 +50,41 @@ func watchShutdown(ctx context.Context) (watched context.Context, watch *actors.
 }
 
 // reportUnstopped reports, once a ShutdownAndWait has stopped waiting
-// (cause: its context's error), the Shutdown calls that have not returned:
-// in the log (one record per child, with its stack), as a ChildUnstopped
-// event each, and in Err. It costs one dump of every goroutine's stack,
-// and only when a child is stuck.
+// (cause: its context's error), the children that have not returned from
+// Shutdown: in the log (one record per child, with its stack), as a
+// ChildUnstopped event each, and in Err. It costs one dump of every
+// goroutine's stack, and only when a child is stuck.
+//
+// Those are the watch's calls that have not returned, and the children the
+// supervisor last saw active that have not yet taken the Stop carrying the
+// watch: the context may end before the supervisor has handed out the
+// Stops (a starved process, a context that had ended already), and the
+// shutdown has overrun all the same. So Err is an *UnstoppedError whenever
+// a child had not returned from Shutdown when ShutdownAndWait gave up,
+// whatever the scheduling.
 func (m *BaseManager) reportUnstopped(watch *actors.ShutdownWatch, cause error) {
+	select {
+	case <-m.Done():
+		return // stopped as ctx ended: nothing overran
+	default:
+	}
+	// In this order, a child that takes its Stop meanwhile is found in
+	// one of the three: active before watched, watched before stuck.
+	active := m.handle.Observed.Active()
+	watched := watch.Watched()
 	stuck := watch.Unstopped()
+	listed := make(map[string]bool, len(stuck))
+	for _, u := range stuck {
+		listed[u.Name] = true
+	}
+	for _, c := range active {
+		if !watched[c.Name] && !listed[c.Name] {
+			stuck = append(stuck, Unstopped{Name: c.Name, Kind: c.Kind})
+		}
+	}
 	if len(stuck) == 0 {
-		// Either every Shutdown returned as ctx ended, or none had been
-		// called yet (the supervisor had not taken the request).
+		// Every Shutdown returned as ctx ended; what remains (the lease's
+		// release) is not a child's.
 		m.opts.logger.Error("shutdown did not complete", "err", cause)
 		return
 	}

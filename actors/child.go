@@ -278,9 +278,15 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 		stopCtx = context.Background()
 	}
 	call := newUserCall(c.spec, "Shutdown")
+	starting := c.state == stateStarting
+	if starting {
+		// Set before the call is published to the watch, which reads it
+		// from the waiter's goroutine: a call is never changed once
+		// published.
+		call.waitsFor = c.starting
+	}
 	c.stopping = call
 	watchOf(stopCtx).add(call)
-	starting := c.state == stateStarting
 	c.state = stateStopping
 	if starting {
 		// The start call's context is cancelled, and Shutdown waits for the
@@ -291,7 +297,6 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 		// restart): Stopped, and so the lease's release, waits too.
 		c.cancelStart()
 		c.cancelStart = nil
-		call.waitsFor = c.starting
 		c.stopAfterStart = stopCtx
 		return
 	}

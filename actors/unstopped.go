@@ -20,9 +20,10 @@ type Unstopped struct {
 	Kind Kind
 	// Call is the user call it is stuck in: "Shutdown", or, for a child
 	// stopped while starting, the start call ("Run", "Recover", "Start")
-	// that its Shutdown waits for.
+	// that its Shutdown waits for; empty for a child that had not been
+	// stopped yet (its Stop not yet taken when the waiter gave up).
 	Call string
-	// For is how long ago it was stopped.
+	// For is how long ago it was stopped; 0 when it had not been yet.
 	For time.Duration
 	// Goroutine is the id of the goroutine running Call (0 if it was not
 	// found: the call had not begun yet).
@@ -34,7 +35,10 @@ type Unstopped struct {
 
 // String is one line: the child, its call and how long it has run.
 func (u Unstopped) String() string {
-	if u.Call != "" && u.Call != "Shutdown" {
+	if u.Call == "" {
+		return fmt.Sprintf("%s %q (not stopped yet: its Shutdown had not been called)", u.Kind, u.Name)
+	}
+	if u.Call != "Shutdown" {
 		return fmt.Sprintf("%s %q (stopped %s ago, its %s has not returned: Shutdown waits for it)", u.Kind, u.Name, u.For.Round(time.Millisecond), u.Call)
 	}
 	return fmt.Sprintf("%s %q (Shutdown running for %s)", u.Kind, u.Name, u.For.Round(time.Millisecond))
@@ -183,6 +187,21 @@ func (w *ShutdownWatch) Unstopped() []Unstopped {
 	return out
 }
 
+// Watched returns the names of the children with a call in w, returned or
+// not: those that have taken a Stop carrying w.
+func (w *ShutdownWatch) Watched() map[string]bool {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	names := make(map[string]bool, len(w.calls))
+	for _, c := range w.calls {
+		names[c.name] = true
+	}
+	return names
+}
+
 func (w *ShutdownWatch) add(c *userCall) {
 	if w == nil || c == nil {
 		return
@@ -204,6 +223,8 @@ type userCall struct {
 	returned atomic.Bool
 	// waitsFor is the start call a Shutdown waits for, when the child was
 	// stopped while starting: until it returns, that is where it is stuck.
+	// Set before the call is added to a watch, and never after: a watch
+	// reads it from another goroutine without a lock.
 	waitsFor *userCall
 }
 

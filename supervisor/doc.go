@@ -59,7 +59,7 @@
 // package webhook are built on them, and most of their doc comments start
 // "Facade plumbing": Spawn, Handle, Config, Mode, Policy, DefaultPolicy,
 // Timing, DefaultTiming, Ask, Specs, Bus, NewBus, Observed, NewObserved,
-// WebhookTable, WebhookRoute, StartManager, ShutdownManager and
+// ActiveChild, WebhookTable, WebhookRoute, StartManager, ShutdownManager and
 // GatherHealth. They may change between releases; a manager's own methods
 // are the stable way in. The defaults Config fills live in
 // internal/defaults (docs/defaults.md).

@@ -1,8 +1,12 @@
 package supervisor
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // Facade plumbing: Observed is the state a manager's facade reads without a
@@ -28,6 +32,47 @@ type Observed struct {
 	mu    sync.Mutex
 	err   error
 	final *Status
+
+	// active is the children that have not stopped (Starting, Running,
+	// Failed, Stopping), with their kind: see Active.
+	activeMu sync.Mutex
+	active   map[string]actors.Kind
+}
+
+// Facade plumbing: ActiveChild is a child that has not stopped, as Active
+// reports it.
+type ActiveChild struct {
+	Name string
+	Kind actors.Kind
+}
+
+// Facade plumbing: Active returns, sorted by name, the children that have
+// not stopped (Starting, Running, Failed, Stopping) as the supervisor last
+// set them. A ShutdownAndWait that gives up before the supervisor has
+// taken its request, or handed out its Stops, names them from here.
+func (o *Observed) Active() []ActiveChild {
+	o.activeMu.Lock()
+	out := make([]ActiveChild, 0, len(o.active))
+	for name, kind := range o.active {
+		out = append(out, ActiveChild{Name: name, Kind: kind})
+	}
+	o.activeMu.Unlock()
+	slices.SortFunc(out, func(a, b ActiveChild) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// setActive records whether the child named name is active.
+func (o *Observed) setActive(name string, kind actors.Kind, active bool) {
+	o.activeMu.Lock()
+	defer o.activeMu.Unlock()
+	if !active {
+		delete(o.active, name)
+		return
+	}
+	if o.active == nil {
+		o.active = map[string]actors.Kind{}
+	}
+	o.active[name] = kind
 }
 
 // Facade plumbing: NewObserved returns the state of a manager in phase Idle.

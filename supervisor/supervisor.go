@@ -281,6 +281,7 @@ func (s *root) publish(t EventType, rec *childRecord, err error) {
 func (s *root) setState(rec *childRecord, st ChildState) {
 	rec.state = st
 	rec.since = s.now()
+	s.obs.setActive(rec.spec.Name, rec.spec.Kind, st.active())
 }
 
 // boundedContext is the context for Shutdown calls the supervisor decides on
