@@ -49,7 +49,8 @@ type DebugSource interface {
 // addresses, and those of WithDebugAllowedHosts; another is answered 403,
 // which defeats DNS rebinding.
 //
-// A browser never slows the supervisor: each event stream is one Subscribe
+// A browser never slows the supervisor: at most WithDebugMaxStreams event
+// streams are served at once (another is answered 503), and each is one Subscribe
 // whose fn puts the event in a bounded buffer (WithDebugStreamBuffer) or,
 // when it is full, counts it as dropped; the request's goroutine writes to
 // the browser. The handler also keeps one subscription of its own for the
@@ -64,6 +65,7 @@ type DebugHandler struct {
 	stop    func()
 	origins *http.CrossOriginProtection
 	hosts   debugHosts
+	streams chan struct{} // a slot per event stream being served
 }
 
 // The handler's defaults (internal/defaults); see the options.
@@ -71,6 +73,7 @@ const (
 	defaultDebugRefresh      = defaults.DebugRefresh
 	defaultDebugStreamBuffer = defaults.DebugStreamBuffer
 	defaultDebugWindow       = defaults.DebugWindow
+	defaultDebugMaxStreams   = defaults.DebugMaxStreams
 )
 
 // The handler's fixed timings.
@@ -122,12 +125,15 @@ func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
 	if c.window <= 0 {
 		c.window = defaultDebugWindow
 	}
+	if c.maxStreams <= 0 {
+		c.maxStreams = defaultDebugMaxStreams
+	}
 	hosts, err := newDebugHosts(c.hosts)
 	if err != nil {
 		panic("health: NewDebugHandler: " + err.Error())
 	}
 	h := &DebugHandler{src: src, prefix: c.prefix, cfg: c, history: newDebugHistory(c.window, time.Now()),
-		origins: http.NewCrossOriginProtection(), hosts: hosts}
+		origins: http.NewCrossOriginProtection(), hosts: hosts, streams: make(chan struct{}, c.maxStreams)}
 	h.stop = src.Subscribe(h.history.record)
 	return h
 }

@@ -22,6 +22,7 @@ type debugConfig struct {
 	streamBuffer int
 	window       time.Duration
 	hosts        []string
+	maxStreams   int
 }
 
 // WithDebugPrefix sets the path the handler serves under: the page at
@@ -67,6 +68,14 @@ func WithDebugControls(token string) DebugOption {
 // empty or malformed name. Default: loopback only.
 func WithDebugAllowedHosts(hosts ...string) DebugOption {
 	return func(c *debugConfig) { c.hosts = append(c.hosts, hosts...) }
+}
+
+// WithDebugMaxStreams bounds the event streams served at once (each is a
+// browser tab, costing a subscription and a goroutine or three for as long
+// as it is open); a stream past it is answered 503 with Retry-After. Default:
+// 64. Zero or negative keeps the default.
+func WithDebugMaxStreams(n int) DebugOption {
+	return func(c *debugConfig) { c.maxStreams = n }
 }
 
 // WithDebugTimeout bounds each Status call the handler makes (for

@@ -140,6 +140,11 @@ const (
 	// DebugWindow is WithDebugWindow's default: the debug view's failure
 	// history goes 10 minutes back, ten restart windows.
 	DebugWindow = 10 * time.Minute
+	// DebugMaxStreams is WithDebugMaxStreams's default: 64 event streams
+	// (browser tabs) at once, far more than the operators who watch one
+	// manager, and few enough that a client opening stream after stream
+	// holds 64 subscriptions and a few hundred goroutines, not thousands.
+	DebugMaxStreams = 64
 )
 
 // Admission handler: webhook.Config (controllermanager.WebhookConfig).
