@@ -102,7 +102,8 @@ var serverTimeouts = timeouts{
 	idle:       webhook.DefaultServerIdleTimeout,
 }
 
-// newServer is an http.Server for handler with the timeouts t.
+// newServer is an http.Server for handler with the timeouts t and the
+// library webhook server's bound on the size of a request's headers.
 func newServer(handler http.Handler, t timeouts) *http.Server {
 	return &http.Server{
 		Handler:           handler,
