@@ -191,3 +191,62 @@ func TestWebhookServerMemoryFollowsTheBytesSentNotTheBytesClaimed(t *testing.T) 
 		c.Close()
 	}
 }
+
+// TestWebhookMaxBodyReadsIsConfigurable: a bound of 2 refuses the third
+// body being read at once; a negative bound refuses none.
+func TestWebhookMaxBodyReadsIsConfigurable(t *testing.T) {
+	for _, tt := range []struct {
+		maxReads, readers int
+		wantRefused       bool
+	}{
+		{maxReads: 2, readers: 2, wantRefused: true},
+		{maxReads: -1, readers: 8, wantRefused: false},
+	} {
+		t.Run(fmt.Sprint(tt.maxReads), func(t *testing.T) {
+			hook := newAdmHook("bounded", "/validate")
+			mgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "", admQuiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mgr.Add(hook)
+			if err := mgr.Start(context.Background(), 0); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), admWait)
+				defer cancel()
+				mgr.ShutdownAndWait(ctx)
+			})
+			watch := &admBodyWatch{}
+			srv := newAdmHardened(t)
+			addr := srv.serve(t, webhook.ServerConfig{Handler: watch.wrap(mgr.WebhookHandler(webhook.Config{MaxBodyReads: tt.maxReads}))})
+			head := "POST /validate?timeout=10s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+			for range tt.readers {
+				if _, err := io.WriteString(srv.dial(t, addr, nil), head); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !testchild.Eventually(admWait, func() bool { return watch.reading.Load() == int64(tt.readers) }) {
+				t.Fatalf("%d of %d requests reached their body", watch.reading.Load(), tt.readers)
+			}
+			c := srv.dial(t, addr, nil)
+			if _, err := io.WriteString(c, head+strings.Repeat(" ", 1000)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			refused := resp.StatusCode == http.StatusTooManyRequests &&
+				strings.Contains(string(text), fmt.Sprintf("too many request bodies being read at once (MaxBodyReads %d)", tt.maxReads))
+			if refused != tt.wantRefused {
+				t.Errorf("with %d bodies being read: want refused %v, have %d %q", tt.readers, tt.wantRefused, resp.StatusCode, text)
+			}
+			if !tt.wantRefused && resp.StatusCode != http.StatusBadRequest { // blank body: read, then not a review
+				t.Errorf("unbounded: want the body read and refused as no review (400), have %d %q", resp.StatusCode, text)
+			}
+		})
+	}
+}
