@@ -20,6 +20,7 @@ type WebhookConfig = webhook.Config
 const (
 	DefaultWebhookMaxBodyBytes     = webhook.DefaultMaxBodyBytes
 	DefaultWebhookMaxInFlight      = webhook.DefaultMaxInFlight
+	DefaultWebhookMaxBodyReads     = webhook.DefaultMaxBodyReads
 	DefaultWebhookTimeout          = webhook.DefaultTimeout
 	DefaultWebhookReadyTimeout     = webhook.DefaultReadyTimeout
 	DefaultWebhookFailureThreshold = webhook.DefaultFailureThreshold

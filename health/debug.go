@@ -44,9 +44,13 @@ type DebugSource interface {
 // The page is self-contained (its HTML, CSS and script are embedded; it
 // loads nothing from elsewhere) and is served with a Content-Security-Policy
 // that allows only those. It shows error messages and panic stacks: serve it
-// on localhost or behind authentication, never on a public port.
+// on localhost or behind authentication, never on a public port. Every
+// request must carry a Host the view is served under: loopback names and
+// addresses, and those of WithDebugAllowedHosts; another is answered 403,
+// which defeats DNS rebinding.
 //
-// A browser never slows the supervisor: each event stream is one Subscribe
+// A browser never slows the supervisor: at most WithDebugMaxStreams event
+// streams are served at once (another is answered 503), and each is one Subscribe
 // whose fn puts the event in a bounded buffer (WithDebugStreamBuffer) or,
 // when it is full, counts it as dropped; the request's goroutine writes to
 // the browser. The handler also keeps one subscription of its own for the
@@ -60,6 +64,8 @@ type DebugHandler struct {
 	history *debugHistory
 	stop    func()
 	origins *http.CrossOriginProtection
+	hosts   debugHosts
+	streams chan struct{} // a slot per event stream being served
 }
 
 // The handler's defaults (internal/defaults); see the options.
@@ -67,6 +73,7 @@ const (
 	defaultDebugRefresh      = defaults.DebugRefresh
 	defaultDebugStreamBuffer = defaults.DebugStreamBuffer
 	defaultDebugWindow       = defaults.DebugWindow
+	defaultDebugMaxStreams   = defaults.DebugMaxStreams
 )
 
 // The handler's fixed timings.
@@ -89,9 +96,9 @@ var debugAssets embed.FS
 // DebugHandler for what it serves. It subscribes to src at once, to record
 // failures from now on.
 //
-// NewDebugHandler panics when src is nil or the prefix is invalid
-// (WithDebugPrefix says what is valid): programming errors, found at
-// startup, as with NewHandler.
+// NewDebugHandler panics when src is nil, the prefix is invalid
+// (WithDebugPrefix says what is valid) or a name of WithDebugAllowedHosts
+// is: programming errors, found at startup, as with NewHandler.
 func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
 	if src == nil {
 		panic("health: NewDebugHandler: nil DebugSource")
@@ -118,8 +125,15 @@ func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
 	if c.window <= 0 {
 		c.window = defaultDebugWindow
 	}
+	if c.maxStreams <= 0 {
+		c.maxStreams = defaultDebugMaxStreams
+	}
+	hosts, err := newDebugHosts(c.hosts)
+	if err != nil {
+		panic("health: NewDebugHandler: " + err.Error())
+	}
 	h := &DebugHandler{src: src, prefix: c.prefix, cfg: c, history: newDebugHistory(c.window, time.Now()),
-		origins: http.NewCrossOriginProtection()}
+		origins: http.NewCrossOriginProtection(), hosts: hosts, streams: make(chan struct{}, c.maxStreams)}
 	h.stop = src.Subscribe(h.history.record)
 	return h
 }
@@ -133,8 +147,13 @@ func (h *DebugHandler) Close() {
 	h.stop()
 }
 
-// ServeHTTP routes the request under the handler's prefix.
+// ServeHTTP routes the request under the handler's prefix, once its Host
+// has passed the allowlist (WithDebugAllowedHosts): another Host is
+// answered 403, whatever the path.
 func (h *DebugHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.checkHost(w, r) {
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, h.prefix)
 	if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
 		http.NotFound(w, r)

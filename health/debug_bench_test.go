@@ -40,7 +40,7 @@ func BenchmarkDebugStreamStalled(b *testing.B) {
 	h.Close() // measure the stream's subscriber alone, not the history's
 	w := newGatedWriter()
 	ctx, cancel := context.WithCancel(context.Background())
-	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/debug/supervision/events", nil)
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://localhost/debug/supervision/events", nil)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

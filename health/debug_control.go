@@ -33,7 +33,8 @@ type controlAnswer struct {
 // serveControl sends a lifecycle message for the named child and answers
 // once the supervisor has: 200 {"ok":true}, or an error naming what is
 // wrong: 404 while the controls are off, 405 for another method than POST,
-// 403 for a cross-origin request or a missing or wrong token, 400 for a
+// 403 for a cross-origin request, a missing or wrong token, or an empty
+// token from a peer that is not loopback, 400 for a
 // missing or unknown action or child name, 404 for an unknown child, 409
 // when the child is busy or the manager not running, 504 when the
 // supervisor does not answer within controlTimeout, 500 when the start call
@@ -59,6 +60,13 @@ func (h *DebugHandler) serveControl(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.cfg.token != "" && (len(got) != 1 || !equalTokens(got[0], h.cfg.token)) {
 		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + DebugTokenHeader})
+		return
+	}
+	if h.cfg.token == "" && !loopbackPeer(r) {
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: fmt.Sprintf(
+			"refused: the controls have no token, which is accepted only from a loopback address, and this request came from %s: "+
+				"turn them on with a token, health.WithDebugControls(token), made with `openssl rand -hex 32`, and send it in %s",
+			r.RemoteAddr, DebugTokenHeader)})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)

@@ -21,6 +21,10 @@ const (
 	sseEnd         = "end"         // data: {}: the manager has stopped; the stream ends after it
 )
 
+// streamRetryAfter is the Retry-After, in seconds, of a stream refused
+// for WithDebugMaxStreams: as long as the stream's own reconnection delay.
+const streamRetryAfter = "2"
+
 // streamDropped is the data of a "dropped" event.
 type streamDropped struct {
 	Dropped int64 `json:"dropped"`
@@ -71,6 +75,14 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if !allowGet(w, r) {
 		return
 	}
+	select {
+	case h.streams <- struct{}{}:
+		defer func() { <-h.streams }()
+	default:
+		w.Header().Set("Retry-After", streamRetryAfter)
+		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams at once (%d, health.WithDebugMaxStreams): close a tab or retry later\n", cap(h.streams)))
+		return
+	}
 	s := &eventStream{w: w, rc: http.NewResponseController(w), events: make(chan supervisor.Event, h.cfg.streamBuffer)}
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
@@ -85,6 +97,13 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return // this ResponseWriter cannot stream
 	}
 	if r.Method == http.MethodHead {
+		return
+	}
+	// A stream reads nothing more from its client, and lasts longer than a
+	// server's ReadTimeout, which would end it (net/http cancels a request
+	// whose connection's read deadline passes): lift the read deadline. Each
+	// write keeps its own deadline, so a client that stops reading still goes.
+	if err := s.rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return
 	}
 

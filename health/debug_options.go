@@ -21,6 +21,8 @@ type debugConfig struct {
 	refresh      time.Duration
 	streamBuffer int
 	window       time.Duration
+	hosts        []string
+	maxStreams   int
 }
 
 // WithDebugPrefix sets the path the handler serves under: the page at
@@ -38,15 +40,42 @@ func WithDebugPrefix(prefix string) DebugOption {
 // handler can press them.
 //
 // Every control request must be a POST carrying the X-Supervision-Token
-// header, and is refused when a browser marks it cross-origin (the checks
-// of http.CrossOriginProtection: Sec-Fetch-Site, then Origin against Host).
+// header, with a Host the view is served under (WithDebugAllowedHosts), and
+// is refused when a browser marks it cross-origin (the checks of
+// http.CrossOriginProtection: Sec-Fetch-Site, then Origin against Host).
 // With a non-empty token the header must also equal it (compared in
 // constant time); the page asks the operator for it and keeps it for the
-// browser tab only. With an empty token, anyone who can send a same-origin
-// or non-browser request to the handler can restart and stop children:
-// give one unless the handler is reachable only by those who may.
+// browser tab only. Make one with `openssl rand -hex 32`.
+//
+// An empty token is accepted only from a loopback peer (the request's
+// RemoteAddr is 127.0.0.0/8 or ::1), that is, when the handler is served
+// on a loopback listener (or behind a proxy on the same host, which then
+// decides who may reach it); a control request from any other address is
+// refused 403, saying a token is needed.
 func WithDebugControls(token string) DebugOption {
 	return func(c *debugConfig) { c.controls, c.token = true, token }
+}
+
+// WithDebugAllowedHosts adds names (or addresses) the view is served under
+// to the Host allowlist, which every request is checked against: the page,
+// status.json, the event stream and the controls. A request with another
+// Host is answered 403, so that a page that rebinds its own name to the
+// view's address (DNS rebinding) cannot read or steer it. The loopback names
+// and addresses are always allowed: localhost, 127.0.0.0/8 and ::1, with or
+// without a port. Give a name with or without a port (any port matches), as
+// the browser sends it: the name of a reverse proxy in front of the view, or
+// the pod's address when it is reached by it. NewDebugHandler panics on an
+// empty or malformed name. Default: loopback only.
+func WithDebugAllowedHosts(hosts ...string) DebugOption {
+	return func(c *debugConfig) { c.hosts = append(c.hosts, hosts...) }
+}
+
+// WithDebugMaxStreams bounds the event streams served at once (each is a
+// browser tab, costing a subscription and a goroutine or three for as long
+// as it is open); a stream past it is answered 503 with Retry-After. Default:
+// 64. Zero or negative keeps the default.
+func WithDebugMaxStreams(n int) DebugOption {
+	return func(c *debugConfig) { c.maxStreams = n }
 }
 
 // WithDebugTimeout bounds each Status call the handler makes (for

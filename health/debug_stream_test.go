@@ -143,7 +143,7 @@ func TestDebugStreamSlowBrowser(t *testing.T) {
 	w := newGatedWriter()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/debug/supervision/events", nil)
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://localhost/debug/supervision/events", nil)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -212,7 +212,7 @@ func TestDebugStreamSlowBrowser(t *testing.T) {
 
 	// The handler's own history missed nothing.
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/supervision/status.json", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/debug/supervision/status.json", nil))
 	if have := strings.Count(rec.Body.String(), `"type":"ChildFailed"`); have != published {
 		t.Errorf("status.json: want %d ChildFailed events recorded, have %d", published, have)
 	}

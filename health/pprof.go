@@ -38,17 +38,13 @@ func (pprofHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, strings.Join(os.Args, "\x00"))
 	case "profile":
-		sec, err := strconv.ParseInt(r.FormValue("seconds"), 10, 64)
-		if sec <= 0 || err != nil {
-			sec = 30
+		if d, ok := recordDuration(w, r, "profile", 30*time.Second); ok {
+			record(w, r, "profile", d, pprof.StartCPUProfile, pprof.StopCPUProfile)
 		}
-		record(w, r, "profile", time.Duration(sec)*time.Second, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	case "trace":
-		sec, err := strconv.ParseFloat(r.FormValue("seconds"), 64)
-		if sec <= 0 || err != nil {
-			sec = 1
+		if d, ok := recordDuration(w, r, "trace", time.Second); ok {
+			record(w, r, "trace", d, trace.Start, trace.Stop)
 		}
-		record(w, r, "trace", time.Duration(sec*float64(time.Second)), trace.Start, trace.Stop)
 	case "symbol":
 		pprofSymbol(w, r)
 	default:
@@ -56,12 +52,37 @@ func (pprofHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// record writes what start records until d has passed or the client has
-// gone.
-func record(w http.ResponseWriter, r *http.Request, name string, d time.Duration, start func(io.Writer) error, stop func()) {
-	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(srv.WriteTimeout + d))
+// recordDuration is the ?seconds= of a CPU profile or a trace (def when
+// absent), or, answered 400, a duration that is not a positive number of
+// seconds or reaches the serving http.Server's WriteTimeout: the answer
+// could not be delivered, and the write timeout is what bounds how long one
+// request may hold the profiler. net/http/pprof refuses it the same way.
+func recordDuration(w http.ResponseWriter, r *http.Request, name string, def time.Duration) (time.Duration, bool) {
+	d := def
+	if raw := r.FormValue("seconds"); raw != "" {
+		sec, err := strconv.ParseFloat(raw, 64)
+		if err != nil || !(sec > 0) || sec > maxRecordSeconds {
+			writeText(w, http.StatusBadRequest, fmt.Sprintf("invalid %s ?seconds=%q: want a positive number of seconds\n", name, raw))
+			return 0, false
+		}
+		d = time.Duration(sec * float64(time.Second))
 	}
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 && d >= srv.WriteTimeout {
+		writeText(w, http.StatusBadRequest, fmt.Sprintf("%s duration %s exceeds the server's WriteTimeout (%s): ask for less with ?seconds=\n",
+			name, d, srv.WriteTimeout))
+		return 0, false
+	}
+	return d, true
+}
+
+// maxRecordSeconds keeps a ?seconds= within a time.Duration (a server with
+// no WriteTimeout sets no other bound).
+const maxRecordSeconds = 1 << 30
+
+// record writes what start records until d has passed or the client has
+// gone. It leaves the server's write deadline where it is (recordDuration
+// has refused a d that reaches it).
+func record(w http.ResponseWriter, r *http.Request, name string, d time.Duration, start func(io.Writer) error, stop func()) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
 	if err := start(w); err != nil { // nothing written yet

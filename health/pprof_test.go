@@ -3,10 +3,12 @@ package health_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/actorkube/controllermanager/health"
 )
@@ -47,3 +49,34 @@ func TestPprof(t *testing.T) {
 }
 
 func gzipped(b string) bool { return strings.HasPrefix(b, "\x1f\x8b") }
+
+// TestPprofRefusesDurationsPastTheWriteTimeout: one request must not hold
+// the CPU profiler, or a trace, past the server's write timeout (the handler
+// does not push the deadline back), as net/http/pprof refuses them.
+func TestPprofRefusesDurationsPastTheWriteTimeout(t *testing.T) {
+	srv := httptest.NewUnstartedServer(health.NewHandler(&source{}, health.WithPprof()))
+	srv.Config.WriteTimeout = 2 * time.Second
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{"/debug/pprof/profile?seconds=5", 400, "profile duration 5s exceeds the server's WriteTimeout (2s)"},
+		{"/debug/pprof/profile?seconds=2", 400, "profile duration 2s exceeds the server's WriteTimeout (2s)"},
+		{"/debug/pprof/profile", 400, "profile duration 30s exceeds the server's WriteTimeout (2s)"}, // the default, 30s
+		{"/debug/pprof/trace?seconds=3600", 400, "trace duration 1h0m0s exceeds the server's WriteTimeout (2s)"},
+		{"/debug/pprof/profile?seconds=abc", 400, `invalid profile ?seconds="abc": want a positive number of seconds`},
+		{"/debug/pprof/trace?seconds=-1", 400, `invalid trace ?seconds="-1": want a positive number of seconds`},
+		{"/debug/pprof/trace?seconds=NaN", 400, `invalid trace ?seconds="NaN"`},
+		{"/debug/pprof/trace?seconds=1e300", 400, `invalid trace ?seconds="1e300"`},
+		{"/debug/pprof/trace?seconds=0.05", 200, "go "},
+	}
+	for _, tt := range tests {
+		have := get(t, srv, tt.path)
+		if have.code != tt.wantCode || !strings.Contains(have.body, tt.wantBody) {
+			t.Errorf("%s: want %d with %q, have %d %.200q", tt.path, tt.wantCode, tt.wantBody, have.code, have.body)
+		}
+	}
+}

@@ -38,6 +38,16 @@ type Config struct {
 	// those that outlived their request's deadline included; a request past
 	// it is answered 429. Default (0) 256; negative: no bound.
 	MaxInFlight int
+	// MaxBodyReads bounds the request bodies being read and decoded at
+	// once, across the handler's webhooks: a request past it is answered
+	// 429 with Retry-After: 1 (which the API server retries, as it does
+	// MaxInFlight's 429) before any of its body is read, so that clients
+	// that claim large bodies and send them slowly, or not at all, cannot
+	// pile up buffers. A body's buffer grows with the bytes that arrive,
+	// never ahead of them on the Content-Length a client claims, so the
+	// bodies held at once are at most MaxBodyReads × MaxBodyBytes, and only
+	// when that much has been sent. Default (0) 64; negative: no bound.
+	MaxBodyReads int
 	// DefaultTimeout is how long a request may take when it has no
 	// ?timeout= parameter (the API server always sends one). Default 10s,
 	// the API server's default timeoutSeconds.
@@ -57,6 +67,7 @@ type Config struct {
 const (
 	DefaultMaxBodyBytes     = defaults.WebhookMaxBodyBytes
 	DefaultMaxInFlight      = defaults.WebhookMaxInFlight
+	DefaultMaxBodyReads     = defaults.WebhookMaxBodyReads
 	DefaultTimeout          = defaults.WebhookTimeout
 	DefaultReadyTimeout     = defaults.WebhookReadyTimeout
 	DefaultFailureThreshold = defaults.WebhookFailureThreshold
@@ -79,6 +90,12 @@ func (c Config) withDefaults() Config {
 		c.MaxInFlight = DefaultMaxInFlight
 	case c.MaxInFlight < 0:
 		c.MaxInFlight = 0
+	}
+	switch {
+	case c.MaxBodyReads == 0:
+		c.MaxBodyReads = DefaultMaxBodyReads
+	case c.MaxBodyReads < 0:
+		c.MaxBodyReads = 0
 	}
 	if c.DefaultTimeout <= 0 {
 		c.DefaultTimeout = DefaultTimeout
@@ -124,7 +141,8 @@ type Host interface {
 //
 // Bad input never reaches Handle: an unknown path is answered 404, another
 // method 405, a Content-Type other than application/json 415, a body over
-// cfg.MaxBodyBytes 413, a body that is not an
+// cfg.MaxBodyBytes 413, one that arrives while cfg.MaxBodyReads bodies
+// are being read 429 (before its body is read), a body that is not an
 // AdmissionReview with a request and a uid (or of another apiVersion, or a
 // ?timeout= that is not a duration of at least a second) 400 with the
 // reason. A webhook not running (not
@@ -146,7 +164,12 @@ func NewHandler(host Host, cfg Config, logger *slog.Logger, metrics *Metrics) ht
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var reads chan struct{}
+	if cfg.MaxBodyReads > 0 {
+		reads = make(chan struct{}, cfg.MaxBodyReads)
+	}
 	return &admissionHandler{
+		reads:   reads,
 		cfg:     cfg,
 		host:    host,
 		logger:  logger,
@@ -164,6 +187,7 @@ type admissionHandler struct {
 	logger  *slog.Logger
 	metrics *Metrics // nil: none
 	policy  actors.AdmissionPolicy
+	reads   chan struct{} // a slot per body being read and decoded; nil: no bound
 
 	routesMu sync.Mutex                 // serialises rebuilding routes
 	routes   atomic.Pointer[pathRoutes] // built from host.Webhooks()
@@ -219,18 +243,41 @@ func (h *admissionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAdmissionError(w, admissionError{http.StatusBadRequest, err.Error()})
 		return
 	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
-	if aerr := readBody(buf, body, r, h.cfg.MaxBodyBytes); aerr != nil {
-		writeAdmissionError(w, *aerr)
-		return
-	}
 	var review admissionv1.AdmissionReview
-	if aerr := decodeReview(buf.Bytes(), &review); aerr != nil {
+	if aerr := h.readReview(body, r, &review); aerr != nil {
+		if aerr.code == http.StatusTooManyRequests {
+			// Refused before its body was read: closing the connection
+			// spares reading (up to 256 KiB of) a body nobody wants, which
+			// net/http would otherwise do to reuse it.
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+		}
 		writeAdmissionError(w, *aerr)
 		return
 	}
 	h.admit(w, r, route, &review, timeout)
+}
+
+// readReview reads and decodes the request's body, holding one of the
+// MaxBodyReads slots while it does; the raw body is let go before the
+// review goes to its webhook (the decoded review holds copies of what it
+// needs).
+func (h *admissionHandler) readReview(w http.ResponseWriter, r *http.Request, review *admissionv1.AdmissionReview) *admissionError {
+	if h.reads != nil {
+		select {
+		case h.reads <- struct{}{}:
+			defer func() { <-h.reads }()
+		default:
+			return &admissionError{http.StatusTooManyRequests, fmt.Sprintf(
+				"too many request bodies being read at once (MaxBodyReads %d): retry later", cap(h.reads))}
+		}
+	}
+	buf := bodyBuffers.Get().(*[]byte)
+	defer putBodyBuffer(buf)
+	if aerr := readBody(buf, w, r, h.cfg.MaxBodyBytes); aerr != nil {
+		return aerr
+	}
+	return decodeReview(*buf, review)
 }
 
 // admit sends the request to the webhook's actor and answers with its
@@ -372,37 +419,78 @@ func requestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
 	return min(d, maxTimeout), nil
 }
 
-// bodyBuffers recycles request bodies; buffers that grew past maxPooledBody
-// are let go, so a burst of large reviews does not pin memory.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bodyBuffers recycles the buffers request bodies are read into, and
+// reviewBuffers those answers are encoded into; buffers that grew past
+// maxPooledBody are let go, so a burst of large reviews does not pin memory.
+var (
+	bodyBuffers   = sync.Pool{New: func() any { return new([]byte) }}
+	reviewBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+)
 
 const maxPooledBody = 256 << 10
 
-func putBodyBuffer(buf *bytes.Buffer) {
+func putBodyBuffer(buf *[]byte) {
+	if cap(*buf) > maxPooledBody {
+		return
+	}
+	*buf = (*buf)[:0]
+	bodyBuffers.Put(buf)
+}
+
+func putReviewBuffer(buf *bytes.Buffer) {
 	if buf.Cap() > maxPooledBody {
 		return
 	}
 	buf.Reset()
-	bodyBuffers.Put(buf)
+	reviewBuffers.Put(buf)
 }
 
-// readBody reads the request's body into buf, up to limit bytes.
-func readBody(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request, limit int64) *admissionError {
+// firstBodyRead is the room a body is first given to arrive in (unless it
+// claims less): a small review fits, and a client that claims a large body
+// and sends nothing holds no more than this.
+const firstBodyRead = 4 << 10
+
+// readBody reads the request's body into *buf, up to limit bytes. The buffer
+// grows with the bytes that have arrived, never ahead of them on the
+// Content-Length the client claims: it is at most twice what has been read
+// (and at least firstBodyRead), and never more than the claimed length (or
+// limit, when none is claimed) plus one byte, the room in which the last read
+// sees the end.
+func readBody(buf *[]byte, w http.ResponseWriter, r *http.Request, limit int64) *admissionError {
 	tooLarge := &admissionError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", limit)}
 	if r.ContentLength > limit {
 		return tooLarge
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+	most := limit // the most the body can hold
+	if r.ContentLength >= 0 {
+		most = r.ContentLength
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return tooLarge
+	body := http.MaxBytesReader(w, r.Body, limit)
+	b := (*buf)[:0]
+	defer func() { *buf = b }()
+	for {
+		if len(b) == cap(b) {
+			next := min(max(2*len(b), firstBodyRead), int(most)+1)
+			if next <= len(b) { // the body goes on past its claim: net/http ends it, but never spin here
+				next = len(b) + firstBodyRead
+			}
+			grown := make([]byte, len(b), next)
+			copy(grown, b)
+			b = grown
 		}
-		return &admissionError{http.StatusBadRequest, fmt.Sprintf("cannot read request body: %v", err)}
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return tooLarge
+			}
+			return &admissionError{http.StatusBadRequest, fmt.Sprintf("cannot read request body: %v", err)}
+		}
 	}
-	if buf.Len() == 0 {
+	if len(b) == 0 {
 		return &admissionError{http.StatusBadRequest, "request body is empty: want an AdmissionReview"}
 	}
 	return nil
@@ -461,8 +549,8 @@ func writeReview(w http.ResponseWriter, in *admissionv1.AdmissionReview, resp *a
 		TypeMeta: metav1.TypeMeta{APIVersion: in.APIVersion, Kind: "AdmissionReview"},
 		Response: resp,
 	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
+	buf := reviewBuffers.Get().(*bytes.Buffer)
+	defer putReviewBuffer(buf)
 	if err := json.NewEncoder(buf).Encode(&out); err != nil {
 		writeAdmissionError(w, admissionError{http.StatusInternalServerError, fmt.Sprintf("cannot encode the AdmissionReview: %v", err)})
 		return

@@ -1,18 +1,26 @@
 // Command demo is a small service embedding the runtime: three controllers,
 // a store and an admission webhook, each in a supervised actor, with
-// /healthz, /readyz, /metrics and the webhook served on a local port. It prints every
-// supervision event as it happens and stops cleanly on Ctrl-C.
+// /healthz, /readyz, /metrics and the webhook served on a local port, and
+// the live view of the supervision tree on a port of its own, on loopback. It
+// prints every supervision event as it happens and stops cleanly on Ctrl-C.
 //
 // One controller, "flaky", fails in its background work every 20 seconds,
 // and the supervisor restarts it alone: watch the ChildFailed and
 // ChildRestarted events, and /healthz while it restarts.
 //
-//	go run ./examples/demo                 # serves on 127.0.0.1:8080
+//	go run ./examples/demo                 # serves on 127.0.0.1:8080, the live view on 127.0.0.1:8082
 //	curl -s localhost:8080/healthz?verbose
 //	curl -s localhost:8080/readyz
 //	curl -s localhost:8080/metrics
-//	open http://localhost:8080/debug/supervision/   # the live supervision tree
-//	go run ./examples/demo -addr :9090 -for 30s
+//	open http://localhost:8082/debug/supervision/   # the live supervision tree
+//	go run ./examples/demo -addr :9090 -view-addr 127.0.0.1:9092 -for 30s
+//
+// Both servers have the timeouts of the library's own webhook server
+// (webhook.Server): a client that dribbles its headers or its body, or does
+// not read its answer, is cut off. The live view shows error messages and
+// panic stacks, and answers only requests whose Host is a loopback name or
+// address: keep it on loopback (read it with kubectl port-forward), and
+// never on the listener of /validate, which the API server must reach.
 package main
 
 import (
@@ -39,10 +47,12 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "where to serve /healthz, /readyz, /metrics and the webhook")
+	viewAddr := flag.String("view-addr", "127.0.0.1:8082", "where to serve the live view of the supervision tree (keep it on loopback)")
 	runFor := flag.Duration("for", 0, "stop by itself after this long (0: run until Ctrl-C)")
 	failEvery := flag.Duration("fail-every", 20*time.Second, "how often the flaky controller fails")
 	replicas := flag.Int("replicas", 0, "run the sharded-leadership demo with this many replicas instead (see replicas.go)")
@@ -63,21 +73,58 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, config{addr: *addr, failEvery: *failEvery}, os.Stdout, nil); err != nil {
+	if err := run(ctx, config{addr: *addr, viewAddr: *viewAddr, failEvery: *failEvery}, os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
 type config struct {
-	addr      string
+	addr      string // /healthz, /readyz, /livez, /metrics and /validate
+	viewAddr  string // the live view
 	failEvery time.Duration
+	timeouts  timeouts // zero: the library webhook server's
+}
+
+// timeouts are an http.Server's bounds on a client.
+type timeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// serverTimeouts are those of the library's own webhook server
+// (webhook.ServerConfig's defaults): 10s for the headers, 30s for the whole
+// request (the longest timeoutSeconds an API server sends), 35s for the
+// answer, 120s for an idle keep-alive connection.
+var serverTimeouts = timeouts{
+	readHeader: 10 * time.Second,
+	read:       webhook.DefaultServerReadTimeout,
+	write:      webhook.DefaultServerWriteTimeout,
+	idle:       webhook.DefaultServerIdleTimeout,
+}
+
+// newServer is an http.Server for handler with the timeouts t and the
+// library webhook server's bound on the size of a request's headers.
+func newServer(handler http.Handler, t timeouts) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: t.readHeader,
+		ReadTimeout:       t.read,
+		WriteTimeout:      t.write,
+		IdleTimeout:       t.idle,
+		MaxHeaderBytes:    webhook.DefaultServerMaxHeaderBytes,
+	}
+}
+
+// addrs are the addresses the demo serves on.
+type addrs struct {
+	api  string // /healthz, /readyz, /livez, /metrics and /validate
+	view string // the live view
 }
 
 // run serves until ctx ends, then shuts down. ready, when not nil, receives
-// the address served once the manager has started (it must have room for
-// it: the event subscriber sends it).
-func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) error {
+// the addresses served once the manager has started (it must have room for
+// them: the event subscriber sends them).
+func run(ctx context.Context, cfg config, out io.Writer, ready chan<- addrs) error {
 	var printMu sync.Mutex
 	printf := func(format string, args ...any) {
 		printMu.Lock()
@@ -85,11 +132,19 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 		fmt.Fprintf(out, format, args...)
 	}
 
+	if cfg.timeouts == (timeouts{}) {
+		cfg.timeouts = serverTimeouts
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
+	viewLn, err := net.Listen("tcp", cfg.viewAddr)
+	if err != nil {
+		return fmt.Errorf("the live view: %w", err)
+	}
+	defer viewLn.Close()
 	var announce sync.Once
 
 	// The manager's metrics go on the host's registry, beside the Go
@@ -109,7 +164,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	m.Subscribe(func(e cm.Event) {
 		printf("%s  %s\n", e.Time.Format("15:04:05.000"), e)
 		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning && ready != nil {
-			announce.Do(func() { ready <- ln.Addr().String() })
+			announce.Do(func() { ready <- addrs{api: ln.Addr().String(), view: viewLn.Addr().String()} })
 		}
 	})
 
@@ -122,14 +177,19 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	)
 
 	mux := http.NewServeMux()
-	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry)))  // /healthz, /livez, /readyz, /metrics
-	mux.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m)) // the live view; it shows errors and stacks: keep it on localhost
+	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry))) // /healthz, /livez, /readyz, /metrics
 	mux.Handle("/validate", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
+	srv := newServer(mux, cfg.timeouts)
+	// The live view shows errors and stacks: on a listener of its own, on
+	// loopback, never on the one of /validate.
+	view := http.NewServeMux()
+	view.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m))
+	viewSrv := newServer(view, cfg.timeouts)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- viewSrv.Serve(viewLn) }()
 	printf("serving /healthz, /readyz, /metrics and /validate on http://%s; Ctrl-C to stop\n", ln.Addr())
-	printf("supervision tree, live: http://%s%s/\n", ln.Addr(), health.DefaultDebugPrefix)
+	printf("supervision tree, live: http://%s%s/\n", viewLn.Addr(), health.DefaultDebugPrefix)
 
 	// Serve is the host loop: Start, wait for ctx (Ctrl-C, SIGTERM) or for
 	// the manager to stop by itself (an escalation), ShutdownAndWait within
@@ -139,8 +199,11 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- string) er
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	_ = viewSrv.Shutdown(shutdownCtx) // an event stream ends when the manager stops, after its "end"
+	for range 2 {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
 	}
 	if serveErr != nil {
 		return fmt.Errorf("manager failed: %w", serveErr)

@@ -140,6 +140,11 @@ const (
 	// DebugWindow is WithDebugWindow's default: the debug view's failure
 	// history goes 10 minutes back, ten restart windows.
 	DebugWindow = 10 * time.Minute
+	// DebugMaxStreams is WithDebugMaxStreams's default: 64 event streams
+	// (browser tabs) at once, far more than the operators who watch one
+	// manager, and few enough that a client opening stream after stream
+	// holds 64 subscriptions and a few hundred goroutines, not thousands.
+	DebugMaxStreams = 64
 )
 
 // Admission handler: webhook.Config (controllermanager.WebhookConfig).
@@ -153,6 +158,14 @@ const (
 	// Handle calls at once per webhook; past that a request is answered 429
 	// rather than pile up goroutines.
 	WebhookMaxInFlight = 256
+	// WebhookMaxBodyReads is webhook.Config.MaxBodyReads's default: 64
+	// request bodies read (and decoded) at once, across a handler's
+	// webhooks; past that a request is answered 429 before any of its body
+	// is read. A review the API server sends is read in well under a
+	// millisecond, so 64 is far above what it keeps in the air, and 64
+	// bodies of at most WebhookMaxBodyBytes bound what the raw bodies may
+	// hold at once (448 MiB, only if every one is sent in full).
+	WebhookMaxBodyReads = 64
 	// WebhookTimeout is webhook.Config.DefaultTimeout's default: a request
 	// without ?timeout= may take 10s, the API server's default
 	// timeoutSeconds.
