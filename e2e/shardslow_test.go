@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,10 +225,12 @@ func coverage(changes []shardChange, replicas int, since time.Time) (first, stab
 }
 
 // leaseRate is the proxy's Lease requests received in [from, until): per second, and the
-// breakdown per verb with the count of every answer but 200 and 201.
+// breakdown per verb with the count of every answer but 200 and 201, and how long the
+// apiserver took to answer the writes after the proxy had held them.
 func leaseRate(requests []cluster.LeaseRequest, from, until time.Time) (float64, string) {
 	verbs := map[string]int{}
 	others := map[string]int{}
+	var took []time.Duration // past the proxy's delay
 	n := 0
 	for _, r := range requests {
 		if r.Received.Before(from) || !r.Received.Before(until) || r.Verb == "WATCH" {
@@ -234,12 +238,20 @@ func leaseRate(requests []cluster.LeaseRequest, from, until time.Time) (float64,
 		}
 		n++
 		verbs[r.Verb]++
+		if r.Code != 0 && r.Verb != "GET" && r.Verb != "LIST" {
+			took = append(took, r.Took)
+		}
 		if r.Code != http.StatusOK && r.Code != http.StatusCreated {
 			others[fmt.Sprintf("%s %d", r.Verb, r.Code)]++
 		}
 	}
 	window := until.Sub(from).Seconds()
 	var parts []string
+	if len(took) > 0 {
+		slices.Sort(took)
+		parts = append(parts, fmt.Sprintf("apiserver's own time per write: median %s, 95th %s",
+			took[len(took)/2].Round(time.Millisecond), took[len(took)*95/100].Round(time.Millisecond)))
+	}
 	for _, v := range slices.Sorted(maps.Keys(verbs)) {
 		parts = append(parts, fmt.Sprintf("%s %.1f/s", v, float64(verbs[v])/window))
 	}
@@ -298,18 +310,33 @@ func heldAt(entries []journal.Entry, at time.Time) []int {
 //     after LeaseDuration on its own clock), with the suite's request slack;
 //   - the Lease requests per second the proxy forwarded, steady and after the kill.
 //
-// Issue 23, "On the real API server". It fails on a Elector that campaigns one shard
-// after another with its renewals waiting behind the pass.
+// Issue 23, "On the real API server". It fails on an Elector that campaigns one shard
+// after another with its renewals waiting behind the pass. With
+// $E2E_SLOW_WRITES_FROM=settled the proxy holds the writes only from the steady window
+// on, which measures the SIGKILL alone.
 func TestShardedSlowLeaseWrites(t *testing.T) {
+	// $E2E_SLOW_WRITES_FROM=settled holds the writes only once the replicas have
+	// settled, so that the SIGKILL is measured on its own even where a start under
+	// slow writes never settles; the default, "start", is the scenario of the issue.
+	from := os.Getenv("E2E_SLOW_WRITES_FROM")
+	switch from {
+	case "":
+		from = "start"
+	case "start", "settled":
+	default:
+		t.Fatalf("E2E_SLOW_WRITES_FROM=%q: want start or settled", from)
+	}
+	var slow atomic.Bool
+	slow.Store(from == "start")
 	s := newScenario(t)
 	proxy := cluster.StartProxy(t, s.cluster, func(req *http.Request) time.Duration {
-		if cluster.IsLeaseWrite(req) {
+		if slow.Load() && cluster.IsLeaseWrite(req) {
 			return slowLeaseWrite
 		}
 		return 0
 	})
 	flags := append([]string{"--kubeconfig=" + proxy.Kubeconfig()}, slowFlags...)
-	note := fmt.Sprintf("(S = %d, R = 3, %s per Lease write)", slowShards, slowLeaseWrite)
+	note := fmt.Sprintf("(S = %d, R = 3, %s per Lease write from the %s)", slowShards, slowLeaseWrite, from)
 
 	started := time.Now()
 	live := []*replica{s.start("replica-a", flags...), s.start("replica-b", flags...), s.start("replica-c", flags...)}
@@ -341,6 +368,7 @@ func TestShardedSlowLeaseWrites(t *testing.T) {
 	}
 
 	// Steady: a window of eight retry periods in which nobody may lose a shard.
+	slow.Store(true)
 	windowFrom := time.Now()
 	window := time.NewTimer(loadWindow)
 	select {

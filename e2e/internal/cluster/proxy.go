@@ -48,9 +48,11 @@ type LeaseRequest struct {
 	// up, the upstream failed).
 	Code int
 	// Received is when the proxy received the request; Delayed how long it held it
-	// before forwarding.
+	// before forwarding; Took how long the apiserver took from the forward until the
+	// whole answer was passed on (for a watch, its life).
 	Received time.Time
 	Delayed  time.Duration
+	Took     time.Duration
 }
 
 // IsLeaseWrite reports whether req writes coordination.k8s.io Leases: POST, PUT, PATCH
@@ -219,22 +221,23 @@ func (p *Proxy) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, req *htt
 		case <-timer.C:
 		case <-req.Context().Done():
 			timer.Stop()
-			p.record(req, 0, received, delay)
+			p.record(req, 0, received, delay, 0)
 			return
 		}
 	}
 	rec := &statusRecorder{ResponseWriter: w}
+	forwarded := time.Now()
 	rp.ServeHTTP(rec, req)
-	p.record(req, rec.code, received, delay)
+	p.record(req, rec.code, received, delay, time.Since(forwarded))
 }
 
-func (p *Proxy) record(req *http.Request, code int, received time.Time, delay time.Duration) {
+func (p *Proxy) record(req *http.Request, code int, received time.Time, delay, took time.Duration) {
 	if !isLeasePath(req.URL.Path) {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.requests = append(p.requests, LeaseRequest{Verb: leaseVerb(req), Code: code, Received: received, Delayed: delay})
+	p.requests = append(p.requests, LeaseRequest{Verb: leaseVerb(req), Code: code, Received: received, Delayed: delay, Took: took})
 }
 
 // URL is the proxy's address, https://127.0.0.1:<port>.
