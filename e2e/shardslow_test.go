@@ -241,7 +241,11 @@ func leaseRate(requests []cluster.LeaseRequest, from, until time.Time) (float64,
 		if r.Code != 0 && r.Verb != "GET" && r.Verb != "LIST" {
 			took = append(took, r.Took)
 		}
-		if r.Code != http.StatusOK && r.Code != http.StatusCreated {
+		switch r.Code {
+		case http.StatusOK, http.StatusCreated:
+		case 0:
+			others[r.Verb+" given up by the client"]++
+		default:
 			others[fmt.Sprintf("%s %d", r.Verb, r.Code)]++
 		}
 	}

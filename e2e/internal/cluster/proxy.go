@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -44,8 +45,8 @@ type LeaseRequest struct {
 	// Verb is the API server's word for it: GET, LIST, WATCH, CREATE (POST), UPDATE
 	// (PUT), PATCH, DELETE, DELETECOLLECTION.
 	Verb string
-	// Code is the HTTP status the apiserver answered, 0 when none came (the client gave
-	// up, the upstream failed).
+	// Code is the HTTP status the apiserver answered, 0 when the client gave up first
+	// (its timeout, its process stopping), 502 when the upstream failed.
 	Code int
 	// Received is when the proxy received the request; Delayed how long it held it
 	// before forwarding; Took how long the apiserver took from the forward until the
@@ -150,6 +151,13 @@ func newProxy(c *Cluster, delay func(*http.Request) time.Duration, dir string) (
 		Transport: p.upstream,
 		// Watches are streamed as the apiserver writes them.
 		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if req.Context().Err() != nil {
+				return // the client gave up (a timeout, its process stopping): nobody to answer
+			}
+			log.Printf("cluster proxy: %s %s: %v", req.Method, req.URL.Path, err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
