@@ -309,9 +309,11 @@ func heldAt(entries []journal.Entry, at time.Time) []int {
 //
 //   - the survivors' own shards lost after the kill: goal 0 (a peer's crash costs the
 //     survivors none of theirs);
-//   - SIGKILL → every shard held again: goal LD + 2 × RP (the killed replica's last
-//     renewal is at most RP old at the kill; a survivor takes a shard at its first retry
-//     after LeaseDuration on its own clock), with the suite's request slack;
+//   - SIGKILL → every shard held again: goal LD + 2 × RP, strictly (the killed
+//     replica's leases expire at most LD after the kill; a survivor takes a shard at its
+//     first retry after that, at most RP later; the second RP is the write's own time,
+//     100ms here, and the watch's lag). TestShardedReplicaProcesses allows the suite's
+//     request slack on top; this test does not, because the goal is what it measures;
 //   - the Lease requests per second the proxy forwarded, steady and after the kill.
 //
 // Issue 23, "On the real API server". It fails on an Elector that campaigns one shard
@@ -435,8 +437,8 @@ func TestShardedSlowLeaseWrites(t *testing.T) {
 				figure(t, "slow writes: SIGKILL → every shard held for good", stable.Sub(killed), "(lost again in between)")
 			}
 		}
-		if first.Sub(killed) >= bound+requestSlack {
-			t.Errorf("every shard was held again %s after the kill, past LD + 2×RP = %s (+ %s slack)", first.Sub(killed).Round(time.Millisecond), bound, requestSlack)
+		if first.Sub(killed) > bound {
+			t.Errorf("every shard was held again %s after the kill, past LD + 2×RP = %s", first.Sub(killed).Round(time.Millisecond), bound)
 		}
 	}
 	if p2 == nil {
