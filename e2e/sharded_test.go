@@ -805,6 +805,13 @@ type frozenWindow struct{ stopped, resumed time.Time }
 // shards taken is not checked (the sigstop step bounds it and reports it).
 func checkShardsNoOverlap(t *testing.T, rs []*replica, frozen map[*replica]frozenWindow) time.Duration {
 	t.Helper()
+	return checkShardsNoOverlapBy(t, rs, frozen, shardOfController)
+}
+
+// checkShardsNoOverlapBy is checkShardsNoOverlap with the shard of each controller given
+// by shardOf, for a scenario whose number of shards is not shardCount.
+func checkShardsNoOverlapBy(t *testing.T, rs []*replica, frozen map[*replica]frozenWindow, shardOf func(controller string) int) time.Duration {
+	t.Helper()
 	type owned struct {
 		owner *replica
 		interval
@@ -831,11 +838,11 @@ func checkShardsNoOverlap(t *testing.T, rs []*replica, frozen map[*replica]froze
 	}{{"running → Shutdown called", narrow}, {"Run called → Shutdown returned", wide}} {
 		for i, x := range set.ivs {
 			for _, y := range set.ivs[i+1:] {
-				if x.owner == y.owner || shardOfController(x.controller) != shardOfController(y.controller) {
+				if x.owner == y.owner || shardOf(x.controller) != shardOf(y.controller) {
 					continue
 				}
 				if x.from.Before(y.to) && y.from.Before(x.to) {
-					t.Errorf("shard %d: active intervals (%s) overlap: %s and %s", shardOfController(x.controller), set.name, x.interval, y.interval)
+					t.Errorf("shard %d: active intervals (%s) overlap: %s and %s", shardOf(x.controller), set.name, x.interval, y.interval)
 					continue
 				}
 				gap := y.from.Sub(x.to)

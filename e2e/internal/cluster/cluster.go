@@ -267,10 +267,14 @@ func (c *Cluster) Etcd() *Process { return c.etcd }
 
 // WriteKubeconfig writes a kubeconfig for the admin user, with the CA and the token
 // inline, so the file stands alone.
-func (c *Cluster) WriteKubeconfig(path string) error {
+func (c *Cluster) WriteKubeconfig(path string) error { return c.writeKubeconfig(path, c.url) }
+
+// writeKubeconfig is WriteKubeconfig with another server, one serving the apiserver's
+// certificate (a Proxy).
+func (c *Cluster) writeKubeconfig(path, server string) error {
 	const name = "actorkube-e2e"
 	config := clientcmdapi.NewConfig()
-	config.Clusters[name] = &clientcmdapi.Cluster{Server: c.url, CertificateAuthorityData: c.CAData()}
+	config.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: c.CAData()}
 	config.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: c.creds.token}
 	config.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: "default"}
 	config.CurrentContext = name
