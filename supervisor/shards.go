@@ -159,11 +159,13 @@ func (s *root) onShardReleasing(m shard.Releasing) {
 		switch {
 		case !sh.releasing || s.holdsOtherThan(i):
 			handOver()
-		case s.shutdown != nil:
+		case s.shutdown != nil && !s.shutdown.releasing:
 			// The last shard of a shutdown goes once every child has
 			// stopped (releaseLease), as the single lease does; never, if
 			// one does not stop.
 			s.lastShard = append(s.lastShard, handOver)
+		case s.shutdown != nil:
+			handOver() // every child has stopped already
 		default:
 			s.stopFencedThen(handOver)
 		}

@@ -15,6 +15,9 @@ import (
 type shutdownAttempt struct {
 	cause   error // why: nil when requested
 	waiters []*actor.PID
+	// releasing: every child has stopped and the lease is being given up
+	// (releaseLease).
+	releasing bool
 
 	// A shutdown that nobody asked for (an escalation, a failed start, a
 	// lost lease with Exit) is bounded: see boundFailedShutdown.
@@ -170,6 +173,7 @@ func (s *root) watchStopping(ctx context.Context) {
 // releaseLease gives the lease up, now that every child has stopped: the
 // last shard's hand-over waited for that (onShardReleasing).
 func (s *root) releaseLease() {
+	s.shutdown.releasing = true
 	for _, handOver := range s.lastShard {
 		handOver()
 	}
