@@ -151,7 +151,7 @@ type Scenario struct {
 	Shards int
 	// WriteLatency, when positive, is how long every Lease create and
 	// update takes from the start (with up to a tenth more of jitter),
-	// always below RetryPeriod: an API server under load, whose calls
+	// below RetryPeriod: an API server under load, whose calls
 	// overlap (leasetest's SetLatency). Nothing held may be lost for it.
 	WriteLatency time.Duration
 	Steps        []Step
@@ -386,17 +386,16 @@ func Generate(seed uint64) Scenario {
 		}
 	}
 	// Drawn after sharding, for the same reason: slow Lease writes from the
-	// start, for a third of the elected sequences, more shards with them so
-	// that campaigns and renewals meet (a 90 ms write, 16 shards: a serial
-	// campaign pass takes 1.4 s, past the renew deadline).
+	// start, for a third of the elected sequences, with 16 to 32 shards so
+	// that campaigns and renewals meet: at 60 to 90 ms a write, one pass of
+	// campaigns made one after another takes 1 to 2.9 s, past the renew
+	// deadline, while side by side they take one write's time.
 	if s.Election != ElectionOff && chance(0.33) {
-		s.WriteLatency = between(40*time.Millisecond, RetryPeriod*9/10-RetryPeriod/10)
-		if s.Shards > 1 && chance(0.5) {
-			s.Shards = 8 + pick(9)
-			for i := range s.Steps {
-				if s.Steps[i].Do == DoSteal {
-					s.Steps[i].Shard = pick(s.Shards)
-				}
+		s.WriteLatency = between(60*time.Millisecond, RetryPeriod*9/10)
+		s.Shards = 16 + pick(17)
+		for i := range s.Steps {
+			if s.Steps[i].Do == DoSteal {
+				s.Steps[i].Shard = pick(s.Shards)
 			}
 		}
 	}
