@@ -122,6 +122,7 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 		Reconciler:              sup,
 		RateLimiter:             c.opts.RateLimiter,
 		Logger:                  c.opts.Logger,
+		LogConstructor:          c.opts.LogConstructor,
 		UsePriorityQueue:        c.opts.UsePriorityQueue,
 		ReconciliationTimeout:   c.opts.ReconciliationTimeout,
 		// Warmup starts the sources and waits for them without starting
@@ -235,6 +236,25 @@ func (c *TypedController[request]) GetHealth() cm.HealthStatus {
 		return cm.HealthStatus{Name: c.name, Message: joinProblems(problems) + " (" + summary + ")"}
 	}
 	return cm.HealthStatus{Name: c.name, Healthy: true, Message: summary}
+}
+
+// unsyncedCaches names what keeps the running incarnation from being
+// synced: nothing when none runs.
+func (c *TypedController[request]) unsyncedCaches() []string {
+	c.mu.Lock()
+	inc := c.cur
+	var synced, stopped bool
+	if inc != nil {
+		synced, stopped = inc.synced, inc.stopped
+	}
+	c.mu.Unlock()
+	switch {
+	case inc == nil || stopped:
+		return nil
+	case !synced:
+		return []string{"waiting for the sources to sync"}
+	}
+	return inc.cache.unsynced()
 }
 
 // Stats are the counts of a reconciler's current incarnation.

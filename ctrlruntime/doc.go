@@ -17,7 +17,7 @@
 //	  election, informers created lazily         pre-flight (Context.Start) with the informers of every
 //	  by controllers after it                    watched kind: a standby is warm, a failover does not relist
 //	builder.ControllerManagedBy(mgr)           NewControllerManagedBy(ctx): For, Owns, Watches,
-//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Complete(r) -> *Controller
+//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Build(r) -> *Controller
 //	controller.NewTyped(name, mgr, opts)       New[request](ctx, name, r, opts, sources...)
 //	controller.Options                         Options: MaxConcurrentReconciles, RateLimiter, ...,
 //	                                           plus how the supervisor judges the reconciler
