@@ -198,7 +198,8 @@ func TestEnvManagerHostsAKubebuilderSetup(t *testing.T) {
 	require.NoError(t, ctrlruntime.NewControllerManagedBy(mgr).Named("restartable").
 		For(&corev1.ConfigMap{}, inNamespace(ns)).Complete(restartable))
 	plain := &timedRecorder{}
-	require.NoError(t, ctrl.NewControllerManagedBy(mgr).Named("plain-"+rand.String(6)).
+	plainName := "plain-" + rand.String(6)
+	require.NoError(t, ctrl.NewControllerManagedBy(mgr).Named(plainName).
 		WithOptions(controllerOptions()).
 		For(&corev1.Secret{}, builder.WithPredicates(predicateFunc(func(o client.Object) bool { return o.GetNamespace() == ns }))).
 		Complete(plain))
@@ -232,6 +233,20 @@ func TestEnvManagerHostsAKubebuilderSetup(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}}))
 	require.Eventually(t, func() bool { return restartable.count("fail-once") >= 2 && plain.count("s") >= 1 },
 		30*time.Second, 5*time.Millisecond, "both reconcilers reconcile")
+
+	t.Run("children of the tree, by kind", func(t *testing.T) {
+		st, err := mgr.ControllerManager().Status(ctx)
+		require.NoError(t, err)
+		for name, kind := range map[string]string{"restartable": "controller", plainName: "controller", "webhook-server": "webhook"} {
+			child, ok := st.Child(name)
+			if assert.True(t, ok, "child %q in %v", name, st.Children) {
+				assert.EqualValues(t, kind, child.Kind, name)
+			}
+		}
+		late := &flagRunnable{needLeader: true}
+		require.NoError(t, mgr.Add(late), "Add after Start starts the runnable at once")
+		require.Eventually(t, late.started.Load, 30*time.Second, time.Millisecond)
+	})
 
 	t.Run("reconciler logs carry controller-runtime's fields", func(t *testing.T) {
 		lines := logs.with(`"Reconciler error"`, `"controller"="restartable"`, `"controllerGroup"=""`,
