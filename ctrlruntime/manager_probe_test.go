@@ -58,7 +58,7 @@ func TestEnvProbesDoNotFlapWhileCachesSync(t *testing.T) {
 	startManager(t, mgr)
 
 	require.Eventually(t, func() bool {
-		code, body := get(t, "http://"+probeAddr+"/readyz/caches")
+		code, body := probe("http://" + probeAddr + "/readyz/caches")
 		return code == http.StatusInternalServerError && strings.Contains(body, "gated: waiting for the sources to sync")
 	}, 30*time.Second, 5*time.Millisecond, "readiness names the controller whose caches sync")
 	code, body := get(t, "http://"+probeAddr+"/healthz")
@@ -66,7 +66,7 @@ func TestEnvProbesDoNotFlapWhileCachesSync(t *testing.T) {
 
 	close(gate)
 	require.Eventually(t, func() bool {
-		code, _ := get(t, "http://"+probeAddr+"/readyz")
+		code, _ := probe("http://" + probeAddr + "/readyz")
 		return code == http.StatusOK
 	}, 30*time.Second, 5*time.Millisecond, "ready once synced")
 	code, body = get(t, "http://"+probeAddr+"/healthz")
@@ -114,7 +114,7 @@ func TestEnvStandbyRunsWhatNeedsNoElection(t *testing.T) {
 
 	require.Eventually(t, everywhere.started.Load, 30*time.Second, time.Millisecond, "a runnable that needs no election runs on a standby")
 	require.Eventually(t, func() bool {
-		code, _ := get(t, "http://"+probeAddr+"/readyz")
+		code, _ := probe("http://" + probeAddr + "/readyz")
 		return code == http.StatusOK
 	}, 30*time.Second, 5*time.Millisecond, "a standby is ready")
 	code, body := get(t, "http://"+probeAddr+"/healthz")

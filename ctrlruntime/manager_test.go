@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -256,7 +257,7 @@ func TestEnvManagerHostsAKubebuilderSetup(t *testing.T) {
 
 	t.Run("probes", func(t *testing.T) {
 		require.Eventually(t, func() bool {
-			code, _ := get(t, "http://"+probeAddr+"/readyz")
+			code, _ := probe("http://" + probeAddr + "/readyz")
 			return code == http.StatusOK
 		}, 30*time.Second, 5*time.Millisecond)
 		code, body := get(t, "http://"+probeAddr+"/healthz?verbose")
@@ -342,6 +343,21 @@ func (labelDefaulter) Default(_ context.Context, cm *corev1.ConfigMap) error {
 	}
 	cm.Labels["defaulted"] = "true"
 	return nil
+}
+
+// probe is a GET for a poll's condition: a server not listening yet is
+// code 0, not a failure.
+func probe(url string) (int, string) {
+	res, err := http.Get(url) //nolint:gosec // a test's loopback address
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return res.StatusCode, string(b)
 }
 
 func mustJSON(t *testing.T, v any) []byte {
