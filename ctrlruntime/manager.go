@@ -97,6 +97,9 @@ var _ manager.Manager = (*Manager)(nil)
 //   - LeaderElectionReleaseOnCancel is always true: a replica that stops
 //     fences (stops its controllers) and then gives the Lease up;
 //   - LeaseDuration must be whole seconds (a Lease holds seconds);
+//   - GracefulShutdownTimeout 0 means no bound, as negative does: the
+//     Lease is released only once the controllers have stopped, so the
+//     manager cannot return without waiting for them;
 //   - LeaderElectionNamespace, when empty, is $POD_NAMESPACE, else the
 //     service account's namespace, else "default";
 //   - Controller.RecoverPanic and Controller.EnableWarmup are ignored: a
@@ -173,7 +176,10 @@ func NewManager(config *rest.Config, options manager.Options, opts ...cm.Option)
 	}
 	shutdown := DefaultManagerGracefulShutdownTimeout
 	if options.GracefulShutdownTimeout != nil {
-		shutdown = max(*options.GracefulShutdownTimeout, 0) // negative: no bound
+		// 0 and negative: no bound. controller-runtime's 0 (return without
+		// waiting) would release the Lease before the controllers stopped:
+		// fencing waits for them.
+		shutdown = max(*options.GracefulShutdownTimeout, 0)
 	}
 	if options.ReadinessEndpointName == "" {
 		options.ReadinessEndpointName = "/readyz"
