@@ -22,6 +22,7 @@ var allowed = []struct {
 }{
 	{"cmd/main.go", "mgr, err := ctrl.NewManager(", "mgr, err := ctrlruntime.NewManager("},
 	{"internal/controller/suite_test.go", "k8sManager, err := ctrl.NewManager(", "k8sManager, err := ctrlruntime.NewManager("},
+	{"internal/webhook/v1/webhook_suite_test.go", "mgr, err := ctrl.NewManager(", "mgr, err := ctrlruntime.NewManager("},
 	{"internal/controller/greeting_controller.go", "return ctrl.NewControllerManagedBy(mgr).", "return ctrlruntime.NewControllerManagedBy(mgr)."},
 }
 
