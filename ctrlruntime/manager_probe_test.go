@@ -11,17 +11,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/ctrlruntime"
 	"github.com/actorkube/controllermanager/ctrlruntime/internal/testenv"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // startManager runs mgr.Start until the test ends, and checks it returns nil.
@@ -125,4 +129,45 @@ func TestEnvStandbyRunsWhatNeedsNoElection(t *testing.T) {
 		t.Error("elected although the Lease is held by another")
 	default:
 	}
+}
+
+// A controller built by controller-runtime's own builder runs once: a
+// restart of it fails with ErrNotRestartable, which names the fix.
+func TestEnvPlainControllerRestartIsErrNotRestartable(t *testing.T) {
+	cfg := testenv.Config(t)
+	mgr, err := ctrlruntime.NewManager(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	name := "once-" + rand.String(6)
+	require.NoError(t, ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(controllerOptions()).
+		For(&corev1.ConfigMap{}).Complete(&recorder{}))
+	failures := make(chan error, 16)
+	mgr.ControllerManager().Subscribe(func(e cm.Event) {
+		if e.Child == name && e.Err != nil {
+			select {
+			case failures <- e.Err:
+			default:
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		<-stopped // nil, or the escalation of the spent budget: both are what the docs say
+	}()
+	select {
+	case <-mgr.Elected():
+	case <-time.After(time.Minute):
+		t.Fatal("not elected within a minute")
+	}
+	_, err = mgr.ControllerManager().Request(ctx, supervisor.RestartChild{Name: name})
+	if err == nil {
+		select {
+		case err = <-failures:
+		case <-time.After(time.Minute):
+			t.Fatal("no failure of the restarted controller within a minute")
+		}
+	}
+	assert.ErrorIs(t, err, ctrlruntime.ErrNotRestartable)
 }
