@@ -313,6 +313,7 @@ func TestEnvManagerHostsAKubebuilderSetup(t *testing.T) {
 	})
 
 	t.Run("RestartChild rebuilds the reconciler, reconciling at once", func(t *testing.T) {
+		require.Eventually(t, mgr.ControllerManager().IsStarted, time.Minute, time.Millisecond)
 		at := time.Now()
 		restartable.setMark(at)
 		_, err := mgr.ControllerManager().Request(ctx, supervisor.RestartChild{Name: "restartable"})
