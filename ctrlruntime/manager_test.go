@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -247,6 +249,26 @@ func TestEnvManagerHostsAKubebuilderSetup(t *testing.T) {
 		late := &flagRunnable{needLeader: true}
 		require.NoError(t, mgr.Add(late), "Add after Start starts the runnable at once")
 		require.Eventually(t, late.started.Load, 30*time.Second, time.Millisecond)
+	})
+
+	t.Run("cluster accessors: API reader, REST mapper, field index, event recorder", func(t *testing.T) {
+		var direct corev1.ConfigMap
+		require.NoError(t, mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: ns, Name: "fail-once"}, &direct))
+		mapping, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Kind: "ConfigMap"}, "v1")
+		require.NoError(t, err)
+		assert.Equal(t, "configmaps", mapping.Resource.Resource)
+		indexed := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "indexed"}, Data: map[string]string{"key": "wanted"}}
+		require.NoError(t, cl.Create(ctx, indexed))
+		require.Eventually(t, func() bool {
+			var list corev1.ConfigMapList
+			return cl.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{"data.key": "wanted"}) == nil && len(list.Items) == 1
+		}, 30*time.Second, 5*time.Millisecond, "the field index answers from the cache")
+		mgr.GetEventRecorderFor("manager-test").Event(&direct, corev1.EventTypeNormal, "Tested", "by the manager test")
+		require.Eventually(t, func() bool {
+			var events corev1.EventList
+			return mgr.GetAPIReader().List(ctx, &events, client.InNamespace(ns)) == nil &&
+				slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return e.Reason == "Tested" })
+		}, 30*time.Second, 10*time.Millisecond, "the event recorder sends Events")
 	})
 
 	t.Run("reconciler logs carry controller-runtime's fields", func(t *testing.T) {
