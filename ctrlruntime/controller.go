@@ -24,7 +24,11 @@ type Controller = TypedController[reconcile.Request]
 // called once per incarnation, because a controller-runtime source cannot
 // be started twice; a source that watches the cache must use the cache
 // passed here (source.TypedKind(c, ...)), so that its handlers are removed
-// when the incarnation stops.
+// when the incarnation stops. HasSynced of a handler registered through
+// that cache waits until the handler has received the informer's initial
+// objects (or the incarnation has stopped) rather than answering false at
+// once: client-go's WaitForCacheSync then returns at its first call instead
+// of after a 100 ms poll period. Do not call it where blocking matters.
 type TypedSource[request comparable] func(c cache.Cache) source.TypedSource[request]
 
 // TypedController hosts a reconcile.TypedReconciler as a
