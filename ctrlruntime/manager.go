@@ -114,6 +114,18 @@ var _ manager.Manager = (*Manager)(nil)
 // WithLogger...); the manager logs through options.Logger unless opts say
 // otherwise.
 func NewManager(config *rest.Config, options manager.Options, opts ...cm.Option) (*Manager, error) {
+	return newManager(config, options, nil, opts)
+}
+
+// NewManagerWithSupervision is NewManager with the supervision tree's
+// strategy, restart budget, backoff and health probing (what
+// manager.Options has no field for); every zero field of supervision takes
+// its default, as in ControllerManagerConfigSpec.
+func NewManagerWithSupervision(config *rest.Config, options manager.Options, supervision cm.SupervisionSpec, opts ...cm.Option) (*Manager, error) {
+	return newManager(config, options, &supervision, opts)
+}
+
+func newManager(config *rest.Config, options manager.Options, supervision *cm.SupervisionSpec, opts []cm.Option) (*Manager, error) {
 	if config == nil {
 		return nil, errors.New("ctrlruntime: NewManager: config is nil")
 	}
@@ -158,7 +170,9 @@ func NewManager(config *rest.Config, options manager.Options, opts ...cm.Option)
 	// set by the fenced election, takes its name.
 	dropElectionGauge()
 	cctx := newContextForCluster(config, cl, clientset)
-	ctrl, err := cm.NewControllerManager(cctx, managerSpec(options), options.LeaderElectionID, cmOpts...)
+	spec := managerSpec(options)
+	spec.Supervision = supervision
+	ctrl, err := cm.NewControllerManager(cctx, spec, options.LeaderElectionID, cmOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("ctrlruntime: NewManager: %w", err)
 	}

@@ -135,7 +135,8 @@ func TestEnvStandbyRunsWhatNeedsNoElection(t *testing.T) {
 // restart of it fails with ErrNotRestartable, which names the fix.
 func TestEnvPlainControllerRestartIsErrNotRestartable(t *testing.T) {
 	cfg := testenv.Config(t)
-	mgr, err := ctrlruntime.NewManager(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrlruntime.NewManagerWithSupervision(cfg, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}},
+		cm.SupervisionSpec{MaxRestarts: 1, InitialBackoff: metav1.Duration{Duration: time.Millisecond}})
 	require.NoError(t, err)
 	name := "once-" + rand.String(6)
 	require.NoError(t, ctrl.NewControllerManagedBy(mgr).Named(name).WithOptions(controllerOptions()).
@@ -150,12 +151,9 @@ func TestEnvPlainControllerRestartIsErrNotRestartable(t *testing.T) {
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		<-stopped // nil, or the escalation of the spent budget: both are what the docs say
-	}()
 	// RestartChild is for a running manager: past Elected, the controllers
 	// are still starting.
 	require.Eventually(t, mgr.ControllerManager().IsStarted, time.Minute, time.Millisecond)
@@ -168,4 +166,23 @@ func TestEnvPlainControllerRestartIsErrNotRestartable(t *testing.T) {
 		}
 	}
 	assert.ErrorIs(t, err, ctrlruntime.ErrNotRestartable)
+
+	// Each retry fails the same way: past the budget the manager
+	// escalates, and Start returns the cause, as controller-runtime's
+	// manager stops on a runnable's error.
+	select {
+	case err := <-stopped:
+		assert.ErrorIs(t, err, ctrlruntime.ErrNotRestartable)
+	case <-time.After(time.Minute):
+		t.Fatal("the manager did not escalate within a minute")
+	}
+}
+
+// A supervision spec the tree refuses is NewManagerWithSupervision's error,
+// naming the field, before anything contacts the server.
+func TestNewManagerWithSupervisionValidatesTheSpec(t *testing.T) {
+	_, err := ctrlruntime.NewManagerWithSupervision(testConfigWithoutServer(), manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}},
+		cm.SupervisionSpec{MaxRestarts: -1})
+	require.Error(t, err)
+	assert.Contains(t, strings.ToLower(err.Error()), "maxrestarts")
 }
