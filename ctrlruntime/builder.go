@@ -5,6 +5,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -22,6 +28,7 @@ import (
 // not a controller added to a manager.Manager.
 type Builder struct {
 	ctx     *Context
+	mgr     *Manager // nil: built on a Context, Build only
 	name    string
 	forObj  client.Object
 	forOpts watchOptions
@@ -64,12 +71,39 @@ func MatchEveryOwner() WatchOption {
 	return func(o *watchOptions) { o.matchEveryOwner = true }
 }
 
-// NewControllerManagedBy starts declaring a reconciler on ctx's shared
-// cache: the counterpart of builder.ControllerManagedBy(mgr).
-func NewControllerManagedBy(ctx *Context) *Builder {
-	b := &Builder{ctx: ctx}
-	if ctx == nil {
-		b.errs = append(b.errs, errors.New("context is nil"))
+// Host is what NewControllerManagedBy builds on: a *Manager, also when it
+// is held as the manager.Manager a SetupWithManager is given, or a
+// *Context. Both have the shared cache and scheme.
+type Host interface {
+	GetCache() cache.Cache
+	GetScheme() *runtime.Scheme
+}
+
+// NewControllerManagedBy starts declaring a reconciler on the shared cache
+// of host: the counterpart of ctrl.NewControllerManagedBy(mgr), and the
+// only line of a kubebuilder SetupWithManager(mgr ctrl.Manager) that
+// changes. On a *Manager, Complete adds the reconciler to it, as a
+// supervised child restarted alone; on a *Context, Build returns it, to Add
+// to a ControllerManager. Any other manager.Manager (controller-runtime's
+// own) is an error at Complete: it cannot host a restartable reconciler.
+func NewControllerManagedBy(host Host) *Builder {
+	b := &Builder{}
+	switch h := host.(type) {
+	case *Manager:
+		if h == nil {
+			b.errs = append(b.errs, errors.New("manager is nil"))
+			break
+		}
+		b.mgr, b.ctx = h, h.cctx
+	case *Context:
+		b.ctx = h
+		if h == nil {
+			b.errs = append(b.errs, errors.New("context is nil"))
+		}
+	case nil:
+		b.errs = append(b.errs, errors.New("host is nil: give a *ctrlruntime.Manager or a *ctrlruntime.Context"))
+	default:
+		b.errs = append(b.errs, fmt.Errorf("%T is neither a *ctrlruntime.Manager nor a *ctrlruntime.Context: build the manager with ctrlruntime.NewManager", host))
 	}
 	return b
 }
@@ -140,10 +174,29 @@ func (b *Builder) WithOptions(opts Options) *Builder {
 	return b
 }
 
-// Complete builds the reconciler, to Add to a manager; every problem of the
+// Complete builds the reconciler and adds it to the Manager given to
+// NewControllerManagedBy, as controller-runtime's Complete does; every
+// problem of the declaration is in the error. On a Context, use Build.
+func (b *Builder) Complete(r reconcile.Reconciler) error {
+	if b.mgr == nil && len(b.errs) == 0 {
+		return errors.New("ctrlruntime: Complete adds the reconciler to a Manager, and this builder is on a Context: use Build, then the ControllerManager's Add")
+	}
+	ctrl, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	return b.mgr.addChild(ctrl)
+}
+
+// Build builds the reconciler, to Add to a manager; every problem of the
 // declaration is in the error. The kinds watched are given to the
-// Context's Warm, so their informers sync in the pre-flight.
-func (b *Builder) Complete(r reconcile.Reconciler) (*Controller, error) {
+// Context's Warm, so their informers sync in the pre-flight. On a Manager,
+// the options left zero take the manager's controller defaults
+// (manager.Options.Controller) and its logger, and the reconciler logs
+// with controller-runtime's fields: controller, controllerGroup,
+// controllerKind, the For kind's name with the object's key, namespace,
+// name and reconcileID.
+func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	errs := append([]error(nil), b.errs...)
 	if r == nil {
 		errs = append(errs, errors.New("reconciler is nil"))
@@ -198,12 +251,55 @@ func (b *Builder) Complete(r reconcile.Reconciler) (*Controller, error) {
 		warm = append(warm, obj)
 	}
 	sources = append(sources, b.raw...)
-	ctrl, err := New(b.ctx, name, ShardReconciler(b.shard, r), b.opts, sources...)
+	opts := b.opts
+	if b.mgr != nil {
+		opts = b.mgr.controllerDefaults(opts, b.forGVK())
+	}
+	if opts.LogConstructor == nil {
+		opts.LogConstructor = logConstructor(opts.Logger, name, b.forGVK())
+	}
+	ctrl, err := New(b.ctx, name, ShardReconciler(b.shard, r), opts, sources...)
 	if err != nil {
 		return nil, err
 	}
 	b.ctx.Warm(warm...)
 	return ctrl, nil
+}
+
+// forGVK is the For kind, when the scheme knows it.
+func (b *Builder) forGVK() *schema.GroupVersionKind {
+	if b.forObj == nil || b.ctx == nil {
+		return nil
+	}
+	gvk, err := apiutil.GVKForObject(b.forObj, b.ctx.scheme)
+	if err != nil {
+		return nil
+	}
+	return &gvk
+}
+
+// logConstructor logs as controller-runtime's builder does: the
+// controller's name, group and kind, and per request the kind's name with
+// the object's key, its namespace and name (controller-runtime adds the
+// reconcileID).
+func logConstructor(base logr.Logger, name string, gvk *schema.GroupVersionKind) func(*reconcile.Request) logr.Logger {
+	if base.GetSink() == nil {
+		base = logr.Discard()
+	}
+	log := base.WithValues("controller", name)
+	if gvk != nil {
+		log = log.WithValues("controllerGroup", gvk.Group, "controllerKind", gvk.Kind)
+	}
+	return func(req *reconcile.Request) logr.Logger {
+		if req == nil {
+			return log
+		}
+		l := log
+		if gvk != nil {
+			l = l.WithValues(gvk.Kind, klog.KRef(req.Namespace, req.Name))
+		}
+		return l.WithValues("namespace", req.Namespace, "name", req.Name)
+	}
 }
 
 func collectWatchOptions(opts []WatchOption) watchOptions {

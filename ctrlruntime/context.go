@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	cm "github.com/actorkube/controllermanager"
 )
@@ -297,4 +298,25 @@ func NewContextWith(informers cache.Cache, cl client.Client, scheme *runtime.Sch
 		scheme = clientgoscheme.Scheme
 	}
 	return &Context{scheme: scheme, mapper: cl.RESTMapper(), cache: informers, client: cl, kubernetes: clientset}, nil
+}
+
+// clusterCache is a cluster's cache whose Start runs the cluster's: the
+// cache, then, once it stops, the cluster's event recorders.
+type clusterCache struct {
+	cache.Cache
+	cluster cluster.Cluster
+}
+
+func (c clusterCache) Start(ctx context.Context) error { return c.cluster.Start(ctx) }
+
+// newContextForCluster is the Context of a Manager: the cache, client,
+// mapper and recorders of a controller-runtime cluster, built as
+// controller-runtime's manager builds them, so that every cluster option
+// (NewCache, NewClient, MapperProvider, EventBroadcaster) means what it
+// means there. Its Start starts the cluster; its Stop stops it.
+func newContextForCluster(config *rest.Config, cl cluster.Cluster, clientset kubernetes.Interface) *Context {
+	return &Context{
+		config: config, httpClient: cl.GetHTTPClient(), scheme: cl.GetScheme(), mapper: cl.GetRESTMapper(),
+		cache: clusterCache{Cache: cl.GetCache(), cluster: cl}, client: cl.GetClient(), kubernetes: clientset,
+	}
 }

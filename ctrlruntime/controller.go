@@ -24,7 +24,11 @@ type Controller = TypedController[reconcile.Request]
 // called once per incarnation, because a controller-runtime source cannot
 // be started twice; a source that watches the cache must use the cache
 // passed here (source.TypedKind(c, ...)), so that its handlers are removed
-// when the incarnation stops.
+// when the incarnation stops. HasSynced of a handler registered through
+// that cache waits until the handler has received the informer's initial
+// objects (or the incarnation has stopped) rather than answering false at
+// once: client-go's WaitForCacheSync then returns at its first call instead
+// of after a 100 ms poll period. Do not call it where blocking matters.
 type TypedSource[request comparable] func(c cache.Cache) source.TypedSource[request]
 
 // TypedController hosts a reconcile.TypedReconciler as a
@@ -122,6 +126,7 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 		Reconciler:              sup,
 		RateLimiter:             c.opts.RateLimiter,
 		Logger:                  c.opts.Logger,
+		LogConstructor:          c.opts.LogConstructor,
 		UsePriorityQueue:        c.opts.UsePriorityQueue,
 		ReconciliationTimeout:   c.opts.ReconciliationTimeout,
 		// Warmup starts the sources and waits for them without starting
@@ -235,6 +240,25 @@ func (c *TypedController[request]) GetHealth() cm.HealthStatus {
 		return cm.HealthStatus{Name: c.name, Message: joinProblems(problems) + " (" + summary + ")"}
 	}
 	return cm.HealthStatus{Name: c.name, Healthy: true, Message: summary}
+}
+
+// unsyncedCaches names what keeps the running incarnation from being
+// synced: nothing when none runs.
+func (c *TypedController[request]) unsyncedCaches() []string {
+	c.mu.Lock()
+	inc := c.cur
+	var synced, stopped bool
+	if inc != nil {
+		synced, stopped = inc.synced, inc.stopped
+	}
+	c.mu.Unlock()
+	switch {
+	case inc == nil || stopped:
+		return nil
+	case !synced:
+		return []string{"waiting for the sources to sync"}
+	}
+	return inc.cache.unsynced()
 }
 
 // Stats are the counts of a reconciler's current incarnation.

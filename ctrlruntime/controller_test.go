@@ -98,19 +98,19 @@ func TestBuilderRejectsBadDeclarations(t *testing.T) {
 		want  []string
 	}{
 		{"nil context", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(nil).Named("x").WatchesRawSource(nil).Complete(r)
-		}, []string{"context is nil", "WatchesRawSource #0: source is nil"}},
+			return ctrlruntime.NewControllerManagedBy(nil).Named("x").WatchesRawSource(nil).Build(r)
+		}, []string{"host is nil", "WatchesRawSource #0: source is nil"}},
 		{"nothing watched", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Complete(r)
+			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Build(r)
 		}, []string{"nothing watched"}},
 		{"owns without for, nil reconciler", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Owns(&corev1.ConfigMap{}).Complete(nil)
+			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Owns(&corev1.ConfigMap{}).Build(nil)
 		}, []string{"Owns needs For", "reconciler is nil"}},
 		{"for twice, nil watches", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).For(&corev1.Pod{}).Watches(nil, nil).Complete(r)
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).For(&corev1.Pod{}).Watches(nil, nil).Build(r)
 		}, []string{`"pod"`, "For given more than once", "Watches #0: object is nil"}},
 		{"error rate past 1", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).WithOptions(ctrlruntime.Options{ErrorRateThreshold: 2}).Complete(r)
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).WithOptions(ctrlruntime.Options{ErrorRateThreshold: 2}).Build(r)
 		}, []string{"ErrorRateThreshold 2 is past 1"}},
 	}
 	for _, tt := range tests {
@@ -123,7 +123,7 @@ func TestBuilderRejectsBadDeclarations(t *testing.T) {
 			}
 		})
 	}
-	c, err := ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.ConfigMap{}).Complete(r)
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.ConfigMap{}).Build(r)
 	require.NoError(t, err)
 	assert.Equal(t, "configmap", c.Name(), "named after the For kind, as controller-runtime names it")
 }
@@ -134,7 +134,7 @@ func TestBuilderRejectsBadDeclarations(t *testing.T) {
 func TestControllerRunsAgainAfterShutdown(t *testing.T) {
 	ctx, informers := fakeContext(t)
 	r := &recorder{}
-	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("again").For(&corev1.ConfigMap{}).Complete(r)
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("again").For(&corev1.ConfigMap{}).Build(r)
 	require.NoError(t, err)
 	assert.Equal(t, "not started", c.GetHealth().Message)
 	inf, err := informers.FakeInformerFor(context.Background(), &corev1.ConfigMap{})
@@ -158,7 +158,7 @@ func TestControllerRunsAgainAfterShutdown(t *testing.T) {
 func TestControllerRunWaitsForSync(t *testing.T) {
 	ctx, informers := fakeContext(t)
 	informers.Synced = new(bool) // never synced
-	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("unsynced").For(&corev1.ConfigMap{}).Complete(&recorder{})
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("unsynced").For(&corev1.ConfigMap{}).Build(&recorder{})
 	require.NoError(t, err)
 	runCtx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -179,7 +179,7 @@ func TestControllerShutdownWaitsForInFlight(t *testing.T) {
 		returned.Store(true)
 		return nil
 	}}
-	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("inflight").For(&corev1.ConfigMap{}).Complete(r)
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("inflight").For(&corev1.ConfigMap{}).Build(r)
 	require.NoError(t, err)
 	require.NoError(t, c.Run(context.Background()))
 	inf, _ := informers.FakeInformerFor(context.Background(), &corev1.ConfigMap{})
@@ -258,9 +258,9 @@ func TestPanicsPastThresholdRestartTheReconcilerAlone(t *testing.T) {
 	}}
 	good := &recorder{}
 	badC, err := ctrlruntime.NewControllerManagedBy(ctx).Named("bad").For(&corev1.ConfigMap{}).
-		WithOptions(ctrlruntime.Options{PanicThreshold: 2}).Complete(bad)
+		WithOptions(ctrlruntime.Options{PanicThreshold: 2}).Build(bad)
 	require.NoError(t, err)
-	goodC, err := ctrlruntime.NewControllerManagedBy(ctx).Named("good").For(&corev1.Secret{}).Complete(good)
+	goodC, err := ctrlruntime.NewControllerManagedBy(ctx).Named("good").For(&corev1.Secret{}).Build(good)
 	require.NoError(t, err)
 	_, ev := hostedManager(t, ctx, badC, goodC)
 
@@ -309,7 +309,7 @@ func (f predicateFunc) Delete(e event.DeleteEvent) bool   { return f(e.Object) }
 func (f predicateFunc) Generic(e event.GenericEvent) bool { return f(e.Object) }
 
 func newBenchController(ctx *ctrlruntime.Context) (*ctrlruntime.Controller, error) {
-	return ctrlruntime.NewControllerManagedBy(ctx).Named("bench").For(&corev1.ConfigMap{}).Owns(&corev1.ConfigMap{}).Complete(&recorder{})
+	return ctrlruntime.NewControllerManagedBy(ctx).Named("bench").For(&corev1.ConfigMap{}).Owns(&corev1.ConfigMap{}).Build(&recorder{})
 }
 
 // gatedSource is a source that syncs when its gate is closed.
@@ -334,7 +334,7 @@ func TestHealthUnhealthyUntilSourcesSync(t *testing.T) {
 	gate := make(chan struct{})
 	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("gated").
 		WatchesRawSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
-		Complete(&recorder{})
+		Build(&recorder{})
 	require.NoError(t, err)
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(context.Background()) }()

@@ -6,7 +6,20 @@
 // so that the controllermanager library itself never requires
 // controller-runtime.
 //
-// # What maps to what
+// # A kubebuilder project: NewManager
+//
+// NewManager returns a *Manager, which implements controller-runtime's
+// manager.Manager on a controllermanager.ControllerManager. A project laid
+// out by kubebuilder moves over by changing the ctrl.NewManager line of
+// cmd/main.go (and of suite_test.go) to ctrlruntime.NewManager, and the
+// builder line of each SetupWithManager(mgr ctrl.Manager) error to
+// ctrlruntime.NewControllerManagedBy(mgr): each reconciler is then a
+// supervised child, restarted alone, on a cache warm before the election.
+// Webhooks (ctrl.NewWebhookManagedBy), field indexes, health checks and the
+// metrics server stay as written; see docs/migrating.md and
+// examples/kubebuilder.
+//
+// # What maps to what, without the Manager
 //
 //	controller-runtime                         here
 //	manager.Manager                            controllermanager.ControllerManager (and WebhookManager)
@@ -17,7 +30,7 @@
 //	  election, informers created lazily         pre-flight (Context.Start) with the informers of every
 //	  by controllers after it                    watched kind: a standby is warm, a failover does not relist
 //	builder.ControllerManagedBy(mgr)           NewControllerManagedBy(ctx): For, Owns, Watches,
-//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Complete(r) -> *Controller
+//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Build(r) -> *Controller
 //	controller.NewTyped(name, mgr, opts)       New[request](ctx, name, r, opts, sources...)
 //	controller.Options                         Options: MaxConcurrentReconciles, RateLimiter, ...,
 //	                                           plus how the supervisor judges the reconciler

@@ -74,10 +74,10 @@ func TestEnvPanickingReconcilerIsRestartedAlone(t *testing.T) {
 	}}
 	steady := &recorder{}
 	poisonedC, err := ctrlruntime.NewControllerManagedBy(cctx).Named("poisoned").
-		For(&corev1.ConfigMap{}, inNamespace(ns)).Complete(poisoned)
+		For(&corev1.ConfigMap{}, inNamespace(ns)).Build(poisoned)
 	require.NoError(t, err)
 	steadyC, err := ctrlruntime.NewControllerManagedBy(cctx).Named("steady").
-		For(&corev1.Secret{}, inNamespace(ns)).Complete(steady)
+		For(&corev1.Secret{}, inNamespace(ns)).Build(steady)
 	require.NoError(t, err)
 	m, err := cm.NewControllerManager(cctx, cm.ControllerManagerConfigSpec{
 		Supervision: &cm.SupervisionSpec{
@@ -149,7 +149,7 @@ func TestEnvStuckReconcileShowsOnHealthz(t *testing.T) {
 		return nil
 	}}
 	c, err := ctrlruntime.NewControllerManagedBy(cctx).Named("wedging").For(&corev1.ConfigMap{}, inNamespace(ns)).
-		WithOptions(ctrlruntime.Options{StuckAfter: 300 * time.Millisecond}).Complete(stuck)
+		WithOptions(ctrlruntime.Options{StuckAfter: 300 * time.Millisecond}).Build(stuck)
 	require.NoError(t, err)
 	m, err := cm.NewControllerManager(cctx, cm.ControllerManagerConfigSpec{}, "env-stuck")
 	require.NoError(t, err)

@@ -3,10 +3,15 @@ package ctrlruntime
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	cm "github.com/actorkube/controllermanager"
 )
 
 // MetricsCollector returns a collector that exposes every metric on
@@ -33,7 +38,10 @@ func RegisterMetrics(r prometheus.Registerer) error {
 	return nil
 }
 
-type bridge struct{ from prometheus.Gatherer }
+type bridge struct {
+	from prometheus.Gatherer
+	skip func(name string) bool // families not handed on; nil: none
+}
 
 // Describe describes nothing: the collector is unchecked.
 func (bridge) Describe(chan<- *prometheus.Desc) {}
@@ -46,6 +54,9 @@ func (b bridge) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, f := range families {
+		if b.skip != nil && b.skip(f.GetName()) {
+			continue
+		}
 		for _, m := range f.GetMetric() {
 			ch <- convert(f, m)
 		}
@@ -91,4 +102,73 @@ func convert(f *dto.MetricFamily, m *dto.Metric) prometheus.Metric {
 		return prometheus.NewInvalidMetric(desc, err)
 	}
 	return metric
+}
+
+// dropElectionGauge unregisters controller-runtime's
+// leader_election_master_status from its registry. client-go's elector,
+// which sets it, never runs under a Manager; the ControllerManager's gauge
+// of that name, set by the fenced election, replaces it.
+func dropElectionGauge() {
+	ctrlmetrics.Registry.Unregister(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "leader_election_master_status",
+		Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+	}, []string{"name"}))
+}
+
+// managerProbeMetric is a metric every ControllerManager registers; its
+// twin tells whether the manager's metrics are on a registry already.
+const managerProbeMetric = "controllermanager_health_probe_duration_seconds"
+
+// shareMetrics puts the manager's metrics on controller-runtime's
+// metrics.Registry, which its metrics server serves, until the returned
+// function is called; when they are there already (the host passed
+// controllermanager.WithRegisterer(metrics.Registry)) it does nothing. The
+// manager's controller_runtime_webhook_* metrics are left out: under a
+// Manager, controller-runtime's webhook server serves the admission
+// requests and counts them under those names.
+func shareMetrics(ctrl *cm.ControllerManager) (unshare func(), err error) {
+	twin := prometheus.NewHistogram(prometheus.HistogramOpts{Name: managerProbeMetric, Help: "twin"})
+	if err := ctrlmetrics.Registry.Register(twin); err != nil {
+		return func() {}, nil // registered by WithRegisterer
+	}
+	ctrlmetrics.Registry.Unregister(twin)
+	shared.once.Do(func() { err = ctrlmetrics.Registry.Register(&shared) })
+	if err != nil {
+		return nil, fmt.Errorf("sharing the manager's metrics on controller-runtime's registry: %w", err)
+	}
+	b := &bridge{from: ctrl.Gatherer(), skip: func(name string) bool {
+		return strings.HasPrefix(name, "controller_runtime_webhook_")
+	}}
+	shared.mu.Lock()
+	shared.from = append(shared.from, b)
+	shared.mu.Unlock()
+	return func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		shared.from = slices.DeleteFunc(shared.from, func(x *bridge) bool { return x == b })
+	}, nil
+}
+
+// shared is the one unchecked collector on metrics.Registry that hands on
+// the metrics of the Managers whose Start is running (an unchecked
+// collector cannot be unregistered, so there is one per process).
+var shared sharedMetrics
+
+type sharedMetrics struct {
+	once sync.Once
+	mu   sync.Mutex
+	from []*bridge
+}
+
+// Describe describes nothing: the collector is unchecked.
+func (*sharedMetrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect hands on the metrics of every running Manager.
+func (s *sharedMetrics) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	from := slices.Clone(s.from)
+	s.mu.Unlock()
+	for _, b := range from {
+		b.Collect(ch)
+	}
 }

@@ -44,8 +44,17 @@ type TypedOptions[request comparable] struct {
 	// controller-runtime's default, which is on) or the classic workqueue.
 	UsePriorityQueue *bool
 	// Logger is the controller's logger (controller-runtime logs its start,
-	// its workers and each failed reconcile there). Default: discard.
+	// its workers and each failed reconcile there). Default: on a Manager,
+	// manager.Options.Controller.Logger, else the manager's logger;
+	// otherwise discard.
 	Logger logr.Logger
+	// LogConstructor builds the logger of each reconcile (req nil: of the
+	// controller), as controller-runtime's option of that name. Default:
+	// Logger with controller-runtime's builder's fields (controller,
+	// controllerGroup, controllerKind; per request the For kind's name
+	// with the object's key, namespace and name); for New, Logger with
+	// "controller" and the request as "object".
+	LogConstructor func(req *request) logr.Logger
 
 	// PanicThreshold is how many reconciles of one incarnation may panic
 	// before the reconciler reports a failure, so that the supervisor

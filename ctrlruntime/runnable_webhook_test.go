@@ -131,7 +131,7 @@ func TestWebhookServedByAWebhookManager(t *testing.T) {
 func TestMetricsBridge(t *testing.T) {
 	ctx, informers := fakeContext(t)
 	r := &recorder{}
-	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("metered").For(&corev1.ConfigMap{}).Complete(r)
+	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("metered").For(&corev1.ConfigMap{}).Build(r)
 	require.NoError(t, err)
 	require.NoError(t, c.Run(context.Background()))
 	defer c.Shutdown(context.Background())

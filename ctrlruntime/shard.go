@@ -17,7 +17,7 @@ import (
 //	mgr.AddSharded("mirror", func(s cm.Shard) cm.Controller {
 //		c, err := ctrlruntime.NewControllerManagedBy(ctx).
 //			Named(fmt.Sprintf("mirror-%d", s.Index)).For(&corev1.ConfigMap{}).
-//			ForShard(s).Complete(reconciler)
+//			ForShard(s).Build(reconciler)
 //		if err != nil {
 //			panic(err) // AddSharded makes Start fail, naming the child
 //		}

@@ -26,6 +26,7 @@ type incarnationCache struct {
 	informers []watchedInformer
 	handlers  []handlerRegistration
 	closed    bool
+	done      chan struct{} // closed by removeHandlers
 }
 
 type watchedInformer struct {
@@ -39,7 +40,7 @@ type handlerRegistration struct {
 }
 
 func newIncarnationCache(c cache.Cache, kindOf func(runtime.Object) string) *incarnationCache {
-	return &incarnationCache{Cache: c, kindOf: kindOf}
+	return &incarnationCache{Cache: c, kindOf: kindOf, done: make(chan struct{})}
 }
 
 // GetInformer returns the shared informer for obj's kind, recording its
@@ -112,6 +113,9 @@ func (c *incarnationCache) record(i cache.Informer, reg toolscache.ResourceEvent
 func (c *incarnationCache) removeHandlers() {
 	c.mu.Lock()
 	handlers := c.handlers
+	if !c.closed {
+		close(c.done)
+	}
 	c.handlers, c.closed = nil, true
 	c.mu.Unlock()
 	for _, h := range handlers {
@@ -134,24 +138,54 @@ type trackedInformer struct {
 
 func (i *trackedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
 	reg, err := i.Informer.AddEventHandler(h)
-	if err == nil {
-		i.owner.record(i.Informer, reg)
+	if err != nil {
+		return reg, err
 	}
-	return reg, err
+	i.owner.record(i.Informer, reg)
+	return notifiedRegistration{reg, i.owner.done}, nil
 }
 
 func (i *trackedInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
 	reg, err := i.Informer.AddEventHandlerWithResyncPeriod(h, resync)
-	if err == nil {
-		i.owner.record(i.Informer, reg)
+	if err != nil {
+		return reg, err
 	}
-	return reg, err
+	i.owner.record(i.Informer, reg)
+	return notifiedRegistration{reg, i.owner.done}, nil
 }
 
 func (i *trackedInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, opts toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
 	reg, err := i.Informer.AddEventHandlerWithOptions(h, opts)
-	if err == nil {
-		i.owner.record(i.Informer, reg)
+	if err != nil {
+		return reg, err
 	}
-	return reg, err
+	i.owner.record(i.Informer, reg)
+	return notifiedRegistration{reg, i.owner.done}, nil
+}
+
+// notifiedRegistration is a handler's registration whose HasSynced waits
+// for the handler to have received the informer's initial objects, on
+// client-go's notification, instead of answering at once.
+//
+// controller-runtime's source.Kind waits for its handler with
+// toolscache.WaitForCacheSync, which polls HasSynced every 100 ms: a
+// handler just added to a warm informer has not yet been handed the
+// initial objects at the first poll, so every start of a reconciler (a
+// warm standby's first after its election, each restart) waited out one
+// full period. Here the first poll returns once the handler has synced,
+// or false once the incarnation has shut down.
+type notifiedRegistration struct {
+	toolscache.ResourceEventHandlerRegistration
+	stopped <-chan struct{}
+}
+
+// HasSynced waits until the handler has synced or its incarnation has
+// shut down, and says which.
+func (r notifiedRegistration) HasSynced() bool {
+	select {
+	case <-r.HasSyncedChecker().Done():
+		return true
+	case <-r.stopped:
+		return r.ResourceEventHandlerRegistration.HasSynced()
+	}
 }

@@ -97,7 +97,7 @@ func run(ctx context.Context, config *rest.Config, s settings) error {
 		For(&corev1.ConfigMap{}, ctrlruntime.WithPredicates(sources)).
 		Owns(&corev1.ConfigMap{}).
 		WithOptions(ctrlruntime.Options{MaxConcurrentReconciles: 2}).
-		Complete(&MirrorReconciler{Client: cctx.GetClient(), Scheme: cctx.GetScheme(), Reconciled: s.onReconciled})
+		Build(&MirrorReconciler{Client: cctx.GetClient(), Scheme: cctx.GetScheme(), Reconciled: s.onReconciled})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,108 @@
+package ctrlruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// ErrNotRestartable is the error of a second Run of a controller built by
+// controller-runtime's own builder (ctrl.NewControllerManagedBy): such a
+// controller refuses a second Start, so the supervisor cannot restart it,
+// and its failure stops the manager once the restart budget is spent.
+var ErrNotRestartable = errors.New("ctrlruntime: a controller-runtime controller cannot be started twice; build it with ctrlruntime.NewControllerManagedBy to have it restarted")
+
+// syncReporter is a hosted controller that can say what keeps its running
+// incarnation's caches from being synced, for the Manager's readiness.
+type syncReporter interface {
+	Name() string
+	unsyncedCaches() []string
+}
+
+// ctrlController is a controller built by controller-runtime's builder or
+// controller.New on a Manager, which adds it with Add.
+type ctrlController = controller.Controller
+
+// newOnceController hosts c, started once when elected: its Start runs
+// until the manager stops or loses the lease; a second Run (a restart) is
+// ErrNotRestartable.
+func newOnceController(name string, c ctrlController) *Runnable {
+	started := false
+	r, _ := NewRunnable(name, func() (manager.Runnable, error) {
+		if started {
+			return nil, fmt.Errorf("controller %q: %w", name, ErrNotRestartable)
+		}
+		started = true
+		return c, nil
+	})
+	return r
+}
+
+// controllerName is a controller-runtime controller's name (its Name
+// field), or "controller" when it has none.
+func controllerName(c ctrlController) string {
+	v := reflect.ValueOf(c)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.Struct {
+		if f := v.FieldByName("Name"); f.IsValid() && f.Kind() == reflect.String && f.String() != "" {
+			return strings.ReplaceAll(f.String(), "/", "-")
+		}
+	}
+	return "controller"
+}
+
+// everyReplica hosts a runnable whose NeedLeaderElection is false as a
+// webhook-kind child: the supervision tree starts webhooks on every
+// replica, before the election, and restarts them on failure. It serves no
+// admission request (nothing routes to its Path).
+type everyReplica struct{ r *Runnable }
+
+var _ cm.Webhook = everyReplica{}
+
+func (e everyReplica) Name() string                    { return e.r.Name() }
+func (e everyReplica) Start(ctx context.Context) error { return e.r.Run(ctx) }
+func (e everyReplica) Ready() bool                     { return e.r.GetHealth().Healthy }
+func (e everyReplica) Shutdown(ctx context.Context)    { e.r.Shutdown(ctx) }
+func (e everyReplica) Path() string                    { return "/.ctrlruntime/runnable/" + e.r.Name() }
+func (e everyReplica) Handle(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	return nil, fmt.Errorf("ctrlruntime: %q is a runnable, not an admission webhook", e.r.Name())
+}
+
+// controllerDefaults fills the zero fields of opts from the manager's
+// controller options, as controller-runtime's builder does.
+func (m *Manager) controllerDefaults(opts Options, gvk *schema.GroupVersionKind) Options {
+	def := m.options.Controller
+	if opts.MaxConcurrentReconciles == 0 && gvk != nil {
+		opts.MaxConcurrentReconciles = def.GroupKindConcurrency[gvk.GroupKind().String()]
+	}
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = def.MaxConcurrentReconciles
+	}
+	if opts.CacheSyncTimeout == 0 {
+		opts.CacheSyncTimeout = def.CacheSyncTimeout
+	}
+	if opts.UsePriorityQueue == nil {
+		opts.UsePriorityQueue = def.UsePriorityQueue
+	}
+	if opts.ReconciliationTimeout == 0 {
+		opts.ReconciliationTimeout = def.ReconciliationTimeout
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = def.Logger
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = m.logger
+	}
+	return opts
+}
