@@ -2,8 +2,6 @@ package shard
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -68,28 +66,24 @@ func (e *Elector) goWrite(w *written, call func(ctx context.Context) (*coordinat
 	})
 }
 
-// reconcile releases what is not ours any more and campaigns for what is.
+// reconcile releases what is not ours any more and campaigns for what is,
+// as decide says.
 func (e *Elector) reconcile() {
 	a := e.assignment()
-	for _, i := range slices.Sorted(maps.Keys(e.held)) {
+	views := make([]shardView, len(a))
+	for i := range views {
 		h := e.held[i]
-		if a[i] != e.cfg.Identity && !h.releasing {
-			h.releasing = true
+		views[i] = shardView{assigned: a[i], held: h != nil, releasing: h != nil && h.releasing, fencing: e.fencing[i], campaigning: e.campaigning[i]}
+	}
+	for i, d := range decide(e.cfg.Identity, e.stopRequested(), e.campaignLimit(), views) {
+		switch d {
+		case handBack:
+			e.held[i].releasing = true
 			e.cfg.Logger.Info("releasing shard", "shard", i, "to", a[i])
-			i := i
 			var once sync.Once
 			e.callRelease(i, func() { once.Do(func() { e.send(shardDone{shard: i}) }) })
-		}
-	}
-	if !e.stopRequested() { // a stopping replica takes nothing
-		limit := e.campaignLimit()
-		for i, m := range a {
-			if len(e.campaigning) >= limit {
-				break // the next reconcile, when one is answered, goes on
-			}
-			if m == e.cfg.Identity && e.held[i] == nil && !e.fencing[i] && !e.campaigning[i] {
-				e.campaign(i)
-			}
+		case campaignFor:
+			e.campaign(i)
 		}
 	}
 	e.publish()
