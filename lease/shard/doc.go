@@ -25,4 +25,17 @@
 // the holder's renewTime and acquireTime are written, never trusted); a
 // holder that could not renew for RenewDeadline considers the shard lost.
 // See docs/leader-election.md, "Sharded leadership".
+//
+// # The loop
+//
+// One goroutine owns the Elector's state and never waits on the API
+// server: each Lease write (a campaign, a renewal, a release, the member
+// Lease's) runs on a goroutine of its own, bounded by the shard's renew
+// deadline, and its answer comes back as a message. So a renewal never
+// waits behind a campaign, campaigns go out side by side (at most
+// Config.MaxCampaigns, and within the Lease client's rate limit), and a
+// slow API server costs a held shard only when it cannot answer one write
+// within RenewDeadline − RetryPeriod. What to hand back and what to
+// campaign for is decide's pure function of what the loop observed and
+// holds.
 package shard
