@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // browserWait bounds each step a person would see happen at once.
@@ -121,10 +121,10 @@ func TestBrowserSupervisionView(t *testing.T) {
 	}
 	m.AddStore(browserStore{})
 	m.Add(boom, &browserController{name: "calm"}, &browserController{name: "reporter"})
-	view := health.NewDebugHandler(m, health.WithDebugControls(token))
+	view := liveview.Handler(m, liveview.WithControls(token))
 	defer view.Close()
 	mux := http.NewServeMux()
-	mux.Handle(health.DefaultDebugPrefix+"/", view)
+	mux.Handle(liveview.DefaultPrefix+"/", view)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -177,7 +177,7 @@ func TestBrowserSupervisionView(t *testing.T) {
 	}
 
 	if err := chromedp.Do(browser,
-		chromedp.Navigate(srv.URL+health.DefaultDebugPrefix+"/"),
+		chromedp.Navigate(srv.URL+liveview.DefaultPrefix+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-child="boom"]`)),
 	); err != nil {
 		t.Fatalf("loading the page: %v", err)

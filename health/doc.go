@@ -56,4 +56,11 @@
 // arrive while it runs, and a host check that has overrun its deadline is not
 // called again until it returns: a hung check costs one goroutine, not one
 // per probe, and a burst of probes costs one sweep of the tree.
+//
+// # The live view
+//
+// The live view of the supervision tree (the page, status.json, the event
+// stream and the controls) is package liveview's: liveview.Handler and its
+// options. The Debug* names here (NewDebugHandler, WithDebugControls, …) are
+// the second release's names for it, kept as deprecated aliases.
 package health

@@ -47,6 +47,7 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 	"github.com/actorkube/controllermanager/webhook"
 )
 
@@ -183,13 +184,13 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- addrs) err
 	// The live view shows errors and stacks: on a listener of its own, on
 	// loopback, never on the one of /validate.
 	view := http.NewServeMux()
-	view.Handle(health.DefaultDebugPrefix+"/", health.NewDebugHandler(m))
+	view.Handle(liveview.DefaultPrefix+"/", liveview.Handler(m))
 	viewSrv := newServer(view, cfg.timeouts)
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 	go func() { served <- viewSrv.Serve(viewLn) }()
 	printf("serving /healthz, /readyz, /metrics and /validate on http://%s; Ctrl-C to stop\n", ln.Addr())
-	printf("supervision tree, live: http://%s%s/\n", viewLn.Addr(), health.DefaultDebugPrefix)
+	printf("supervision tree, live: http://%s%s/\n", viewLn.Addr(), liveview.DefaultPrefix)
 
 	// Serve is the host loop: Start, wait for ctx (Ctrl-C, SIGTERM) or for
 	// the manager to stop by itself (an escalation), ShutdownAndWait within

@@ -120,27 +120,31 @@ const (
 	WatchdogGrace = 20 * time.Second
 )
 
-// Health probes and the debug view: package health.
+// Health probes: package health.
 const (
 	// ProbeTimeout is health.DefaultTimeout: how long a check of
-	// health.NewHandler (and a Status call of the debug view) may take when
+	// health.NewHandler (and a Status call of the live view) may take when
 	// neither WithTimeout nor the Source sets one; a manager's default
 	// HealthTimeout, so that a probe waits as long as the supervisor does.
 	ProbeTimeout = HealthTimeout
-	// DebugPrefix is health.DefaultDebugPrefix: where NewDebugHandler
-	// serves unless WithDebugPrefix says otherwise, beside /debug/pprof.
+)
+
+// The live view: package liveview.
+const (
+	// DebugPrefix is liveview.DefaultPrefix: where liveview.Handler serves
+	// unless WithPrefix says otherwise, beside /debug/pprof.
 	DebugPrefix = "/debug/supervision"
-	// DebugRefresh is WithDebugRefresh's default: the debug view's event
+	// DebugRefresh is liveview.WithRefresh's default: the live view's event
 	// stream pushes a fresh Status every 5s when nothing happens, so that
 	// health messages (which change without an event) stay current.
 	DebugRefresh = 5 * time.Second
-	// DebugStreamBuffer is WithDebugStreamBuffer's default: one browser may
-	// fall 256 events behind before it is sent a fresh snapshot instead.
+	// DebugStreamBuffer is liveview.WithStreamBuffer's default: one browser
+	// may fall 256 events behind before it is sent a fresh snapshot instead.
 	DebugStreamBuffer = 256
-	// DebugWindow is WithDebugWindow's default: the debug view's failure
+	// DebugWindow is liveview.WithWindow's default: the live view's failure
 	// history goes 10 minutes back, ten restart windows.
 	DebugWindow = 10 * time.Minute
-	// DebugMaxStreams is WithDebugMaxStreams's default: 64 event streams
+	// DebugMaxStreams is liveview.WithMaxStreams's default: 64 event streams
 	// (browser tabs) at once, far more than the operators who watch one
 	// manager, and few enough that a client opening stream after stream
 	// holds 64 subscriptions and a few hundred goroutines, not thousands.

@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/health"
 	"github.com/actorkube/controllermanager/lease/leasetest"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // With sharded leadership the view lists every shard: its Lease, whether
 // this replica holds it, and the controllers pinned to it.
-func TestDebugStatusShowsTheShards(t *testing.T) {
+func TestStatusShowsTheShards(t *testing.T) {
 	yes := true
 	spec := cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
 		Enabled: &yes, LeaseName: "ops", LeaseNamespace: "ns", Shards: 3, OnLeaseLost: cm.LeaseLostReelect,
@@ -33,7 +33,7 @@ func TestDebugStatusShowsTheShards(t *testing.T) {
 		m.ShutdownAndWait(ctx)
 	})
 	m.AddSharded("worker", func(s cm.Shard) cm.Controller { return &failing{name: "ignored"} })
-	srv := serve(t, health.NewDebugHandler(m))
+	srv := serve(t, liveview.Handler(m))
 	start(t, m)
 	// Start returns once the first shard's controllers run; the others
 	// follow on the elector's next steps.
@@ -57,7 +57,7 @@ func TestDebugStatusShowsTheShards(t *testing.T) {
 	}
 }
 
-func allHeld(shards []health.DebugShard) bool {
+func allHeld(shards []liveview.Shard) bool {
 	for _, sh := range shards {
 		if !sh.Held {
 			return false

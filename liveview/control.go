@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// DebugTokenHeader is the header of a control request. It must be present
+// TokenHeader is the header of a control request. It must be present
 // (a cross-site form cannot set a header, and a cross-origin script that
 // sets one is stopped by the browser's CORS preflight, which the handler
 // never approves) and, with a token, equal it.
-const DebugTokenHeader = "X-Supervision-Token"
+const TokenHeader = "X-Supervision-Token"
 
 // The actions of prefix+"/control" (its "action" form field).
-var debugActions = map[string]func(name string) any{
+var controlActions = map[string]func(name string) any{
 	"restart": func(name string) any { return supervisor.RestartChild{Name: name} },
 	"stop":    func(name string) any { return supervisor.StopChild{Name: name} },
 	"start":   func(name string) any { return supervisor.StartChild{Name: name} },
@@ -39,9 +39,9 @@ type controlAnswer struct {
 // when the child is busy or the manager not running, 504 when the
 // supervisor does not answer within controlTimeout, 500 when the start call
 // failed.
-func (h *DebugHandler) serveControl(w http.ResponseWriter, r *http.Request) {
+func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 	if !h.cfg.controls {
-		writeJSON(w, http.StatusNotFound, controlAnswer{Error: "the controls are off: NewDebugHandler(src, health.WithDebugControls(token)) turns them on"})
+		writeJSON(w, http.StatusNotFound, controlAnswer{Error: "the controls are off: liveview.Handler(src, liveview.WithControls(token)) turns them on"})
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -53,20 +53,20 @@ func (h *DebugHandler) serveControl(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: " + err.Error()})
 		return
 	}
-	got, present := r.Header[http.CanonicalHeaderKey(DebugTokenHeader)]
+	got, present := r.Header[http.CanonicalHeaderKey(TokenHeader)]
 	if !present {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: the " + DebugTokenHeader + " header is missing"})
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: the " + TokenHeader + " header is missing"})
 		return
 	}
 	if h.cfg.token != "" && (len(got) != 1 || !equalTokens(got[0], h.cfg.token)) {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + DebugTokenHeader})
+		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + TokenHeader})
 		return
 	}
 	if h.cfg.token == "" && !loopbackPeer(r) {
 		writeJSON(w, http.StatusForbidden, controlAnswer{Error: fmt.Sprintf(
 			"refused: the controls have no token, which is accepted only from a loopback address, and this request came from %s: "+
-				"turn them on with a token, health.WithDebugControls(token), made with `openssl rand -hex 32`, and send it in %s",
-			r.RemoteAddr, DebugTokenHeader)})
+				"turn them on with a token, liveview.WithControls(token), made with `openssl rand -hex 32`, and send it in %s",
+			r.RemoteAddr, TokenHeader)})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
@@ -75,7 +75,7 @@ func (h *DebugHandler) serveControl(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action, name := r.PostForm.Get("action"), r.PostForm.Get("child")
-	build, ok := debugActions[action]
+	build, ok := controlActions[action]
 	switch {
 	case !ok:
 		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: fmt.Sprintf("unknown action %q: use restart, stop or start", action)})

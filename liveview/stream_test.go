@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// debugSource is a DebugSource whose Subscribe keeps the subscribers for
+// viewSource is a Source whose Subscribe keeps the subscribers for
 // the test to call, as synchronously as a publisher can; a Request fails
 // the test.
-type debugSource struct {
+type viewSource struct {
 	t         *testing.T
 	status    supervisor.Status
 	statusErr error // Status fails with it, when set
@@ -27,21 +27,21 @@ type debugSource struct {
 	subs map[*func(supervisor.Event)]bool
 }
 
-func newDebugSource(t *testing.T) *debugSource {
-	return &debugSource{t: t, subs: map[*func(supervisor.Event)]bool{},
+func newViewSource(t *testing.T) *viewSource {
+	return &viewSource{t: t, subs: map[*func(supervisor.Event)]bool{},
 		status: supervisor.Status{Phase: supervisor.PhaseRunning, Children: []supervisor.ChildStatus{
 			{Name: "boom", Kind: "controller", State: supervisor.StateRunning, Healthy: true, Since: time.Now()},
 		}}}
 }
 
-func (s *debugSource) Status(context.Context) (supervisor.Status, error) {
+func (s *viewSource) Status(context.Context) (supervisor.Status, error) {
 	if s.statusErr != nil {
 		return supervisor.Status{}, s.statusErr
 	}
 	return s.status, nil
 }
 
-func (s *debugSource) Subscribe(fn func(supervisor.Event)) func() {
+func (s *viewSource) Subscribe(fn func(supervisor.Event)) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := &fn
@@ -53,13 +53,13 @@ func (s *debugSource) Subscribe(fn func(supervisor.Event)) func() {
 	}
 }
 
-func (s *debugSource) Request(_ context.Context, msg any) (any, error) {
+func (s *viewSource) Request(_ context.Context, msg any) (any, error) {
 	s.t.Errorf("unexpected Request(%T)", msg)
 	return nil, errors.New("unexpected Request")
 }
 
 // publish calls every subscriber on the caller's goroutine.
-func (s *debugSource) publish(e supervisor.Event) {
+func (s *viewSource) publish(e supervisor.Event) {
 	s.mu.Lock()
 	fns := make([]func(supervisor.Event), 0, len(s.subs))
 	for fn := range s.subs {
@@ -71,7 +71,7 @@ func (s *debugSource) publish(e supervisor.Event) {
 	}
 }
 
-func (s *debugSource) subscribers() int {
+func (s *viewSource) subscribers() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.subs)
@@ -134,10 +134,10 @@ func (w *gatedWriter) String() string {
 // A browser that stops reading costs the publisher nothing: its events are
 // buffered up to the stream's bound, the rest counted, and once it reads
 // again it is told how many it lost, then gets a fresh snapshot.
-func TestDebugStreamSlowBrowser(t *testing.T) {
+func TestStreamSlowBrowser(t *testing.T) {
 	const buffer, published = 8, 100
-	src := newDebugSource(t)
-	h := health.NewDebugHandler(src, health.WithDebugStreamBuffer(buffer), health.WithDebugRefresh(time.Hour))
+	src := newViewSource(t)
+	h := liveview.Handler(src, liveview.WithStreamBuffer(buffer), liveview.WithRefresh(time.Hour))
 	defer h.Close()
 
 	w := newGatedWriter()
@@ -224,10 +224,10 @@ func TestDebugStreamSlowBrowser(t *testing.T) {
 
 // A manager that does not answer: status.json says so with 503, and the
 // stream with "unavailable", and goes on.
-func TestDebugSourceSilent(t *testing.T) {
-	src := newDebugSource(t)
+func TestSourceSilent(t *testing.T) {
+	src := newViewSource(t)
 	src.statusErr = fmt.Errorf("supervisor.GetStatus: %w", context.DeadlineExceeded)
-	h := health.NewDebugHandler(src)
+	h := liveview.Handler(src)
 	defer h.Close()
 	srv := serve(t, h)
 	res := get(t, srv, "/debug/supervision/status.json")

@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-func TestDebugHistoryBounds(t *testing.T) {
+func TestHistoryBounds(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	h := newDebugHistory(10*time.Minute, t0)
+	h := newEventHistory(10*time.Minute, t0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 
 	// Failures of "old" 20 and 5 minutes back, of "new" within the window,

@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"bufio"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // dialStream opens an event stream and reads it up to its first status
@@ -48,9 +48,9 @@ func nextEvent(t *testing.T, lines *bufio.Scanner, name string) {
 	t.Fatalf("the stream ended before an event %q: %v", name, lines.Err())
 }
 
-func TestDebugStreamsAreCapped(t *testing.T) {
-	src := newDebugSource(t)
-	h := health.NewDebugHandler(src, health.WithDebugMaxStreams(2))
+func TestStreamsAreCapped(t *testing.T) {
+	src := newViewSource(t)
+	h := liveview.Handler(src, liveview.WithMaxStreams(2))
 	defer h.Close()
 	srv := serve(t, h)
 
@@ -63,7 +63,7 @@ func TestDebugStreamsAreCapped(t *testing.T) {
 	n, _ := res.Body.Read(body)
 	stop3()
 	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "2" ||
-		!strings.Contains(string(body[:n]), "too many event streams at once (2, health.WithDebugMaxStreams)") {
+		!strings.Contains(string(body[:n]), "too many event streams at once (2, liveview.WithMaxStreams)") {
 		t.Errorf("a third stream: want 503, Retry-After: 2 and the reason, have %d %q %q", res.StatusCode, res.Header.Get("Retry-After"), body[:n])
 	}
 	if got := src.subscribers(); got != 3 { // the handler's own, and the two streams'
@@ -83,12 +83,12 @@ func TestDebugStreamsAreCapped(t *testing.T) {
 	})
 }
 
-// TestDebugStreamOutlivesTheServersReadTimeout: a stream reads nothing from
+// TestStreamOutlivesTheServersReadTimeout: a stream reads nothing from
 // its client after the request, so the server's ReadTimeout (which cancels
 // a request when its connection's read deadline passes) must not end it.
-func TestDebugStreamOutlivesTheServersReadTimeout(t *testing.T) {
+func TestStreamOutlivesTheServersReadTimeout(t *testing.T) {
 	const readTimeout = 100 * time.Millisecond
-	h := health.NewDebugHandler(newDebugSource(t), health.WithDebugRefresh(3*readTimeout))
+	h := liveview.Handler(newViewSource(t), liveview.WithRefresh(3*readTimeout))
 	defer h.Close()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ReadTimeout = readTimeout

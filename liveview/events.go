@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"encoding/json"
@@ -14,15 +14,15 @@ import (
 
 // The names of the event stream's events.
 const (
-	sseStatus      = "status"      // data: a DebugStatus
-	sseEvent       = "event"       // data: a DebugEvent
+	sseStatus      = "status"      // data: a Status
+	sseEvent       = "event"       // data: a Event
 	sseDropped     = "dropped"     // data: {"dropped": n}: this stream fell behind; a status follows
 	sseUnavailable = "unavailable" // data: {"error": "..."}: the manager did not answer a Status
 	sseEnd         = "end"         // data: {}: the manager has stopped; the stream ends after it
 )
 
 // streamRetryAfter is the Retry-After, in seconds, of a stream refused
-// for WithDebugMaxStreams: as long as the stream's own reconnection delay.
+// for WithMaxStreams: as long as the stream's own reconnection delay.
 const streamRetryAfter = "2"
 
 // streamDropped is the data of a "dropped" event.
@@ -71,7 +71,7 @@ func (s *eventStream) write(name string, v any) error {
 // manager stops: a "status" snapshot first, then each event as it comes, a
 // fresh snapshot within statusDebounce of each burst of events and every
 // refresh interval, and "end" once the manager has stopped.
-func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
+func (h *View) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if !allowGet(w, r) {
 		return
 	}
@@ -80,7 +80,7 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-h.streams }()
 	default:
 		w.Header().Set("Retry-After", streamRetryAfter)
-		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams at once (%d, health.WithDebugMaxStreams): close a tab or retry later\n", cap(h.streams)))
+		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams at once (%d, liveview.WithMaxStreams): close a tab or retry later\n", cap(h.streams)))
 		return
 	}
 	s := &eventStream{w: w, rc: http.NewResponseController(w), events: make(chan supervisor.Event, h.cfg.streamBuffer)}
@@ -115,7 +115,7 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	var done <-chan struct{}
-	if st, ok := h.src.(Stopper); ok {
+	if st, ok := h.src.(stopper); ok {
 		done = st.Done()
 	}
 	if h.writeStatus(s, r) != nil {
@@ -142,7 +142,7 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			// What is queued, then the final Status (GetStatus answers it
 			// after the stop), then the end.
 			for len(s.events) > 0 && err == nil {
-				err = s.write(sseEvent, newDebugEvent(<-s.events))
+				err = s.write(sseEvent, newEvent(<-s.events))
 			}
 			if err == nil {
 				err = h.writeStatus(s, r)
@@ -152,7 +152,7 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		case e := <-s.events:
-			err = s.write(sseEvent, newDebugEvent(e))
+			err = s.write(sseEvent, newEvent(e))
 			if n := s.dropped.Swap(0); n > 0 && err == nil {
 				err = s.write(sseDropped, streamDropped{Dropped: n})
 			}
@@ -171,7 +171,7 @@ func (h *DebugHandler) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // writeStatus sends a snapshot, or "unavailable" when the manager does not
 // answer.
-func (h *DebugHandler) writeStatus(s *eventStream, r *http.Request) error {
+func (h *View) writeStatus(s *eventStream, r *http.Request) error {
 	st, err := h.status(r)
 	if err != nil {
 		if r.Context().Err() != nil {

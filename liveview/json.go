@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"errors"
@@ -9,30 +9,30 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// DebugStatus is the JSON of status.json and of the event stream's
+// Status is the JSON of status.json and of the event stream's
 // "status" events: a supervisor.Status with its errors as text, and what the
 // handler has seen of the event stream.
-type DebugStatus struct {
+type Status struct {
 	// Time is the server's clock when the Status was taken: the page measures
 	// time in state against it, not against the browser's clock.
-	Time       time.Time       `json:"time"`
-	Phase      string          `json:"phase"`
-	Err        *DebugError     `json:"error,omitempty"` // why the manager stopped
-	Leadership DebugLeadership `json:"leadership"`
-	Children   []DebugChild    `json:"children"`
+	Time       time.Time  `json:"time"`
+	Phase      string     `json:"phase"`
+	Err        *Error     `json:"error,omitempty"` // why the manager stopped
+	Leadership Leadership `json:"leadership"`
+	Children   []Child    `json:"children"`
 	// Events are the newest events the handler has seen (at most 200),
 	// oldest first.
-	Events []DebugEvent `json:"events"`
+	Events []Event `json:"events"`
 	// HistorySince is when the handler began to record events: failure
 	// history and events before it are unknown.
 	HistorySince time.Time `json:"historySince"`
 	// WindowSeconds is how far back each child's RecentFailures go.
-	WindowSeconds float64       `json:"windowSeconds"`
-	Controls      DebugControls `json:"controls"`
+	WindowSeconds float64  `json:"windowSeconds"`
+	Controls      Controls `json:"controls"`
 }
 
-// DebugLeadership is the leader election as the manager reports it.
-type DebugLeadership struct {
+// Leadership is the leader election as the manager reports it.
+type Leadership struct {
 	// Enabled is false with election off (the manager has no identity).
 	Enabled  bool   `json:"enabled"`
 	Leader   bool   `json:"leader"`             // this replica holds the lease
@@ -44,16 +44,16 @@ type DebugLeadership struct {
 	LeaderSince *time.Time `json:"leaderSince,omitempty"`
 	// Shards is every shard's state, with sharded leadership (Status.Shards);
 	// absent otherwise.
-	Shards []DebugShard `json:"shards,omitempty"`
+	Shards []Shard `json:"shards,omitempty"`
 	// Renewal is the outcome of the manager's lease watchdog check, where it
-	// has one (a CheckProvider's "leaderElection" check): "ok", or why the
+	// has one (a health.CheckProvider's "leaderElection" check): "ok", or why the
 	// renewal is overdue. The Status carries no renewal time, so the page
 	// shows this instead of the age of the last renewal.
 	Renewal string `json:"renewal,omitempty"`
 }
 
-// DebugChild is one child of the manager.
-type DebugChild struct {
+// Child is one child of the manager.
+type Child struct {
 	Name  string `json:"name"`
 	Kind  string `json:"kind"`
 	State string `json:"state"`
@@ -65,35 +65,35 @@ type DebugChild struct {
 	Healthy     bool   `json:"healthy"`
 	Message     string `json:"message,omitempty"`
 	// LastError is the last failure, with the panic stack when it was a panic.
-	LastError *DebugError `json:"lastError,omitempty"`
-	Since     time.Time   `json:"since"` // when it entered State
+	LastError *Error    `json:"lastError,omitempty"`
+	Since     time.Time `json:"since"` // when it entered State
 	// RecentFailures are the times of the failures the handler saw within
 	// the window, oldest first.
 	RecentFailures []time.Time `json:"recentFailures"`
 }
 
-// DebugError is an error as text, and the stacks it carries: that of an
+// Error is an error as text, and the stacks it carries: that of an
 // *actors.PanicError, or those of the children of a
 // *supervisor.UnstoppedError, found with errors.As.
-type DebugError struct {
+type Error struct {
 	Message string `json:"message"`
 	Stack   string `json:"stack,omitempty"`
 }
 
-// DebugEvent is a supervisor.Event with its error as text.
-type DebugEvent struct {
-	Type     string      `json:"type"`
-	Time     time.Time   `json:"time"`
-	Child    string      `json:"child,omitempty"`
-	Kind     string      `json:"kind,omitempty"`
-	Phase    string      `json:"phase"`
-	Restarts int         `json:"restarts"`
-	Shard    *int        `json:"shard,omitempty"` // ShardAcquired, ShardReleased, ShardLost
-	Err      *DebugError `json:"error,omitempty"`
+// Event is a supervisor.Event with its error as text.
+type Event struct {
+	Type     string    `json:"type"`
+	Time     time.Time `json:"time"`
+	Child    string    `json:"child,omitempty"`
+	Kind     string    `json:"kind,omitempty"`
+	Phase    string    `json:"phase"`
+	Restarts int       `json:"restarts"`
+	Shard    *int      `json:"shard,omitempty"` // ShardAcquired, ShardReleased, ShardLost
+	Err      *Error    `json:"error,omitempty"`
 }
 
-// DebugShard is one shard, with sharded leadership.
-type DebugShard struct {
+// Shard is one shard, with sharded leadership.
+type Shard struct {
 	Index    int      `json:"index"`
 	Lease    string   `json:"lease"`
 	Holder   string   `json:"holder,omitempty"`
@@ -101,17 +101,15 @@ type DebugShard struct {
 	Children []string `json:"children,omitempty"`
 }
 
-// DebugControls tells the page whether to show its buttons.
-type DebugControls struct {
+// Controls tells the page whether to show its buttons.
+type Controls struct {
 	Enabled bool `json:"enabled"`
 	Token   bool `json:"token"` // a token is required: the page asks for it
 }
 
-type debugEvent = DebugEvent
-
-func newDebugEvent(e supervisor.Event) DebugEvent {
-	de := DebugEvent{Type: string(e.Type), Time: e.Time, Child: e.Child, Kind: e.Kind, Phase: string(e.Phase),
-		Restarts: e.Restarts, Err: newDebugError(e.Err)}
+func newEvent(e supervisor.Event) Event {
+	de := Event{Type: string(e.Type), Time: e.Time, Child: e.Child, Kind: e.Kind, Phase: string(e.Phase),
+		Restarts: e.Restarts, Err: newError(e.Err)}
 	switch e.Type {
 	case supervisor.ShardAcquired, supervisor.ShardReleased, supervisor.ShardLost:
 		shard := e.Shard
@@ -120,11 +118,11 @@ func newDebugEvent(e supervisor.Event) DebugEvent {
 	return de
 }
 
-func newDebugError(err error) *DebugError {
+func newError(err error) *Error {
 	if err == nil {
 		return nil
 	}
-	de := &DebugError{Message: err.Error()}
+	de := &Error{Message: err.Error()}
 	var pe *actors.PanicError
 	var ue *supervisor.UnstoppedError
 	switch {
@@ -146,7 +144,7 @@ func newDebugError(err error) *DebugError {
 	return de
 }
 
-func newDebugChild(c supervisor.ChildStatus, failures []time.Time) DebugChild {
+func newChild(c supervisor.ChildStatus, failures []time.Time) Child {
 	incarnation := c.Restarts + 1
 	if c.State == supervisor.StatePending {
 		incarnation = 0
@@ -154,7 +152,7 @@ func newDebugChild(c supervisor.ChildStatus, failures []time.Time) DebugChild {
 	if failures == nil {
 		failures = []time.Time{}
 	}
-	return DebugChild{Name: c.Name, Kind: string(c.Kind), State: string(c.State), Incarnation: incarnation,
+	return Child{Name: c.Name, Kind: string(c.Kind), State: string(c.State), Incarnation: incarnation,
 		Restarts: c.Restarts, Failures: c.Failures, Healthy: c.Healthy, Message: c.Message,
-		LastError: newDebugError(c.LastError), Since: c.Since, RecentFailures: failures}
+		LastError: newError(c.LastError), Since: c.Since, RecentFailures: failures}
 }

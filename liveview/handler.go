@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"context"
@@ -10,34 +10,20 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
-	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// DebugSource is what the supervision view needs of a manager: its Status,
-// its event stream and its lifecycle messages. Both managers of package
-// controllermanager implement it (their Status, Subscribe and Request).
-//
-// Subscribe must call fn on a goroutine of its own and never stall the
-// publisher on it (a manager's does: each subscriber has its own queue);
-// the handler's fn returns at once in any case.
-type DebugSource interface {
-	Status(ctx context.Context) (supervisor.Status, error)
-	Subscribe(fn func(supervisor.Event)) (cancel func())
-	Request(ctx context.Context, msg any) (any, error)
-}
-
-// DebugHandler serves a live view of a manager's supervision tree, under a
-// prefix (DefaultDebugPrefix unless WithDebugPrefix says otherwise):
+// View serves a live view of a manager's supervision tree, under a
+// prefix (DefaultPrefix unless WithPrefix says otherwise):
 //
 //	<prefix>/             the page: phase, leadership, one row per child, recent events
-//	<prefix>/status.json  the same as JSON (DebugStatus), from the manager's Status
+//	<prefix>/status.json  the same as JSON (Status), from the manager's Status
 //	<prefix>/events       Server-Sent Events: "status" snapshots, "event" per supervision event,
 //	                      "dropped" when this browser fell behind, "end" once the manager has stopped
-//	<prefix>/control      POST, with WithDebugControls only: restart, stop or start a child
+//	<prefix>/control      POST, with WithControls only: restart, stop or start a child
 //
 // <prefix> itself redirects to <prefix>/. Mount it with
-// mux.Handle(DefaultDebugPrefix+"/", h); behind http.StripPrefix, give the
-// prefix that is left (WithDebugPrefix("") when nothing is). The page and
+// mux.Handle(DefaultPrefix+"/", h); behind http.StripPrefix, give the
+// prefix that is left (WithPrefix("") when nothing is). The page and
 // its script use relative addresses, so a reverse proxy may add a prefix of
 // its own.
 //
@@ -46,34 +32,37 @@ type DebugSource interface {
 // that allows only those. It shows error messages and panic stacks: serve it
 // on localhost or behind authentication, never on a public port. Every
 // request must carry a Host the view is served under: loopback names and
-// addresses, and those of WithDebugAllowedHosts; another is answered 403,
+// addresses, and those of WithAllowedHosts; another is answered 403,
 // which defeats DNS rebinding.
 //
-// A browser never slows the supervisor: at most WithDebugMaxStreams event
+// A browser never slows the supervisor: at most WithMaxStreams event
 // streams are served at once (another is answered 503), and each is one Subscribe
-// whose fn puts the event in a bounded buffer (WithDebugStreamBuffer) or,
+// whose fn puts the event in a bounded buffer (WithStreamBuffer) or,
 // when it is full, counts it as dropped; the request's goroutine writes to
 // the browser. The handler also keeps one subscription of its own for the
-// failure history of each child (WithDebugWindow) and the newest events; it
+// failure history of each child (WithWindow) and the newest events; it
 // ends when the manager's event stream ends (the manager has stopped) or on
 // Close.
-type DebugHandler struct {
-	src     DebugSource
+type View struct {
+	src     Source
 	prefix  string
-	cfg     debugConfig
-	history *debugHistory
+	cfg     config
+	history *eventHistory
 	stop    func()
 	origins *http.CrossOriginProtection
-	hosts   debugHosts
+	hosts   hostAllowlist
 	streams chan struct{} // a slot per event stream being served
 }
 
 // The handler's defaults (internal/defaults); see the options.
 const (
-	defaultDebugRefresh      = defaults.DebugRefresh
-	defaultDebugStreamBuffer = defaults.DebugStreamBuffer
-	defaultDebugWindow       = defaults.DebugWindow
-	defaultDebugMaxStreams   = defaults.DebugMaxStreams
+	defaultRefresh      = defaults.DebugRefresh
+	defaultStreamBuffer = defaults.DebugStreamBuffer
+	defaultWindow       = defaults.DebugWindow
+	defaultMaxStreams   = defaults.DebugMaxStreams
+	// defaultTimeout is health.DefaultTimeout, which this package cannot
+	// name (see healthzChecks).
+	defaultTimeout = defaults.ProbeTimeout
 )
 
 // The handler's fixed timings.
@@ -89,21 +78,21 @@ const (
 	controlTimeout = 30 * time.Second
 )
 
-//go:embed debug/index.html debug/debug.css debug/debug.js
-var debugAssets embed.FS
+//go:embed page/index.html page/debug.css page/debug.js
+var pageAssets embed.FS
 
-// NewDebugHandler returns the live view of src's supervision tree; see
-// DebugHandler for what it serves. It subscribes to src at once, to record
+// Handler returns the live view of src's supervision tree; see
+// View for what it serves. It subscribes to src at once, to record
 // failures from now on.
 //
-// NewDebugHandler panics when src is nil, the prefix is invalid
-// (WithDebugPrefix says what is valid) or a name of WithDebugAllowedHosts
-// is: programming errors, found at startup, as with NewHandler.
-func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
+// Handler panics when src is nil, the prefix is invalid
+// (WithPrefix says what is valid) or a name of WithAllowedHosts
+// is: programming errors, found at startup, as with health.NewHandler.
+func Handler(src Source, opts ...Option) *View {
 	if src == nil {
-		panic("health: NewDebugHandler: nil DebugSource")
+		panic("liveview: Handler: nil Source")
 	}
-	c := debugConfig{prefix: DefaultDebugPrefix}
+	c := config{prefix: DefaultPrefix}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c)
@@ -111,28 +100,28 @@ func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
 	}
 	c.prefix = strings.TrimSuffix(c.prefix, "/")
 	if c.prefix != "" && (!strings.HasPrefix(c.prefix, "/") || strings.ContainsAny(c.prefix, "?#") || path.Clean(c.prefix) != c.prefix) {
-		panic(fmt.Sprintf("health: NewDebugHandler: WithDebugPrefix(%q): the prefix must be empty or a clean path that starts with \"/\"", c.prefix))
+		panic(fmt.Sprintf("liveview: Handler: WithPrefix(%q): the prefix must be empty or a clean path that starts with \"/\"", c.prefix))
 	}
 	if c.timeout <= 0 {
-		c.timeout = DefaultTimeout
+		c.timeout = defaultTimeout
 	}
 	if c.refresh <= 0 {
-		c.refresh = defaultDebugRefresh
+		c.refresh = defaultRefresh
 	}
 	if c.streamBuffer <= 0 {
-		c.streamBuffer = defaultDebugStreamBuffer
+		c.streamBuffer = defaultStreamBuffer
 	}
 	if c.window <= 0 {
-		c.window = defaultDebugWindow
+		c.window = defaultWindow
 	}
 	if c.maxStreams <= 0 {
-		c.maxStreams = defaultDebugMaxStreams
+		c.maxStreams = defaultMaxStreams
 	}
-	hosts, err := newDebugHosts(c.hosts)
+	hosts, err := newHostAllowlist(c.hosts)
 	if err != nil {
-		panic("health: NewDebugHandler: " + err.Error())
+		panic("liveview: Handler: " + err.Error())
 	}
-	h := &DebugHandler{src: src, prefix: c.prefix, cfg: c, history: newDebugHistory(c.window, time.Now()),
+	h := &View{src: src, prefix: c.prefix, cfg: c, history: newEventHistory(c.window, time.Now()),
 		origins: http.NewCrossOriginProtection(), hosts: hosts, streams: make(chan struct{}, c.maxStreams)}
 	h.stop = src.Subscribe(h.history.record)
 	return h
@@ -143,14 +132,14 @@ func NewDebugHandler(src DebugSource, opts ...DebugOption) *DebugHandler {
 // on serving, without recording failures from then on. Close may be called
 // more than once; it need not be called when the manager stops, which ends
 // the subscription too.
-func (h *DebugHandler) Close() {
+func (h *View) Close() {
 	h.stop()
 }
 
 // ServeHTTP routes the request under the handler's prefix, once its Host
-// has passed the allowlist (WithDebugAllowedHosts): another Host is
+// has passed the allowlist (WithAllowedHosts): another Host is
 // answered 403, whatever the path.
-func (h *DebugHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *View) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.checkHost(w, r) {
 		return
 	}
@@ -166,11 +155,11 @@ func (h *DebugHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", path.Base(h.prefix)+"/")
 		w.WriteHeader(http.StatusMovedPermanently)
 	case "/", "/index.html":
-		h.serveAsset(w, r, "debug/index.html", "text/html; charset=utf-8")
+		h.serveAsset(w, r, "page/index.html", "text/html; charset=utf-8")
 	case "/debug.css":
-		h.serveAsset(w, r, "debug/debug.css", "text/css; charset=utf-8")
+		h.serveAsset(w, r, "page/debug.css", "text/css; charset=utf-8")
 	case "/debug.js":
-		h.serveAsset(w, r, "debug/debug.js", "text/javascript; charset=utf-8")
+		h.serveAsset(w, r, "page/debug.js", "text/javascript; charset=utf-8")
 	case "/status.json":
 		h.serveStatus(w, r)
 	case "/events":
@@ -182,17 +171,17 @@ func (h *DebugHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// debugCSP allows the page its own script, style and event stream, and
+// pageCSP allows the page its own script, style and event stream, and
 // nothing else: no inline script, no framing (the buttons cannot be
 // clickjacked), no form posted elsewhere.
-const debugCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " +
+const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-func (h *DebugHandler) serveAsset(w http.ResponseWriter, r *http.Request, name, contentType string) {
+func (h *View) serveAsset(w http.ResponseWriter, r *http.Request, name, contentType string) {
 	if !allowGet(w, r) {
 		return
 	}
-	body, err := debugAssets.ReadFile(name)
+	body, err := pageAssets.ReadFile(name)
 	if err != nil {
 		http.NotFound(w, r)
 		return
@@ -201,7 +190,7 @@ func (h *DebugHandler) serveAsset(w http.ResponseWriter, r *http.Request, name, 
 	hd.Set("Content-Type", contentType)
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Content-Security-Policy", debugCSP)
+	hd.Set("Content-Security-Policy", pageCSP)
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "no-referrer")
 	w.WriteHeader(http.StatusOK)
@@ -219,9 +208,9 @@ func allowGet(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// serveStatus answers the DebugStatus, or 503 when the manager does not
+// serveStatus answers the Status, or 503 when the manager does not
 // answer within the timeout.
-func (h *DebugHandler) serveStatus(w http.ResponseWriter, r *http.Request) {
+func (h *View) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if !allowGet(w, r) {
 		return
 	}
@@ -235,40 +224,40 @@ func (h *DebugHandler) serveStatus(w http.ResponseWriter, r *http.Request) {
 
 // status asks the manager for its Status and joins what the handler has
 // recorded.
-func (h *DebugHandler) status(r *http.Request) (DebugStatus, error) {
+func (h *View) status(r *http.Request) (Status, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
 	defer cancel()
 	st, err := h.src.Status(ctx)
 	if err != nil {
-		return DebugStatus{}, fmt.Errorf("Status: %w", err)
+		return Status{}, fmt.Errorf("Status: %w", err)
 	}
 	now := time.Now()
 	rec := h.history.snapshot(now)
-	out := DebugStatus{
+	out := Status{
 		Time:  now,
 		Phase: string(st.Phase),
-		Err:   newDebugError(st.Err),
-		Leadership: DebugLeadership{
+		Err:   newError(st.Err),
+		Leadership: Leadership{
 			Enabled:  st.Identity != "",
 			Leader:   st.Leader,
 			Identity: st.Identity,
 			Holder:   st.LeaderIdentity,
 			Renewal:  h.renewal(r),
 		},
-		Children:      make([]DebugChild, len(st.Children)),
+		Children:      make([]Child, len(st.Children)),
 		Events:        rec.events,
 		HistorySince:  rec.since,
 		WindowSeconds: h.cfg.window.Seconds(),
-		Controls:      DebugControls{Enabled: h.cfg.controls, Token: h.cfg.controls && h.cfg.token != ""},
+		Controls:      Controls{Enabled: h.cfg.controls, Token: h.cfg.controls && h.cfg.token != ""},
 	}
 	for _, sh := range st.Shards {
-		out.Leadership.Shards = append(out.Leadership.Shards, DebugShard{Index: sh.Index, Lease: sh.Lease, Holder: sh.Holder, Held: sh.Held, Children: sh.Children})
+		out.Leadership.Shards = append(out.Leadership.Shards, Shard{Index: sh.Index, Lease: sh.Lease, Holder: sh.Holder, Held: sh.Held, Children: sh.Children})
 	}
 	if st.Leader && !rec.leaderSince.IsZero() {
 		out.Leadership.LeaderSince = &rec.leaderSince
 	}
 	for i, c := range st.Children {
-		out.Children[i] = newDebugChild(c, rec.failures[c.Name])
+		out.Children[i] = newChild(c, rec.failures[c.Name])
 	}
 	return out, nil
 }
@@ -281,12 +270,12 @@ const leaseCheckName = "leaderElection"
 // watchdog reads the elector's last renewal and answers at once; a check of
 // that name that does not is given the handler's timeout and reported as
 // silent.
-func (h *DebugHandler) renewal(r *http.Request) string {
-	cp, ok := h.src.(CheckProvider)
+func (h *View) renewal(r *http.Request) string {
+	checks, ok := healthzChecks(h.src)
 	if !ok {
 		return ""
 	}
-	for _, c := range cp.HealthzChecks() {
+	for _, c := range checks {
 		if c == nil || c.Name() != leaseCheckName {
 			continue
 		}

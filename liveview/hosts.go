@@ -1,4 +1,4 @@
-package health
+package liveview
 
 import (
 	"fmt"
@@ -8,25 +8,25 @@ import (
 	"strings"
 )
 
-// debugHosts is the live view's Host allowlist: the loopback names and
-// addresses, and the names WithDebugAllowedHosts adds.
+// hostAllowlist is the live view's Host allowlist: the loopback names and
+// addresses, and the names WithAllowedHosts adds.
 //
 // It is what stops DNS rebinding: a page on evil.example that rebinds its
 // name to 127.0.0.1 reaches a view bound to localhost as same-origin, since
 // the origin check of the controls compares Origin with Host, and both say
 // evil.example; the browser never sends a Host the attacker does not own, so
 // refusing the names the view is not served under refuses that page.
-type debugHosts struct {
+type hostAllowlist struct {
 	names map[string]bool // lowercased, without port or trailing dot
 }
 
-// newDebugHosts checks and normalises the names of WithDebugAllowedHosts.
-func newDebugHosts(extra []string) (debugHosts, error) {
-	h := debugHosts{names: map[string]bool{"localhost": true}}
+// newHostAllowlist checks and normalises the names of WithAllowedHosts.
+func newHostAllowlist(extra []string) (hostAllowlist, error) {
+	h := hostAllowlist{names: map[string]bool{"localhost": true}}
 	for _, name := range extra {
 		n, ok := hostName(name)
 		if !ok || strings.ContainsAny(n, "/?#@ \t") {
-			return debugHosts{}, fmt.Errorf("WithDebugAllowedHosts(%q): want a host name or address, with or without a port", name)
+			return hostAllowlist{}, fmt.Errorf("WithAllowedHosts(%q): want a host name or address, with or without a port", name)
 		}
 		h.names[n] = true
 	}
@@ -48,7 +48,7 @@ func hostName(host string) (string, bool) {
 }
 
 // allows reports whether a request's Host is one the view is served under.
-func (h debugHosts) allows(host string) bool {
+func (h hostAllowlist) allows(host string) bool {
 	n, ok := hostName(host)
 	if !ok {
 		return false
@@ -61,12 +61,12 @@ func (h debugHosts) allows(host string) bool {
 
 // checkHost answers 403 to a request whose Host is not allowed, and reports
 // whether it did.
-func (h *DebugHandler) checkHost(w http.ResponseWriter, r *http.Request) bool {
+func (h *View) checkHost(w http.ResponseWriter, r *http.Request) bool {
 	if h.hosts.allows(r.Host) {
 		return true
 	}
 	writeText(w, http.StatusForbidden, fmt.Sprintf("refused: Host %q is not a name this live view is served under "+
-		"(loopback names and addresses, and those of health.WithDebugAllowedHosts): "+
+		"(loopback names and addresses, and those of liveview.WithAllowedHosts): "+
 		"a page that rebinds its own name to this address must not read it\n", r.Host))
 	return false
 }

@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"bufio"
@@ -15,15 +15,15 @@ import (
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // Both managers, and the base they share, are what the supervision view
 // shows.
 var (
-	_ health.DebugSource = (*cm.ControllerManager)(nil)
-	_ health.DebugSource = (*cm.WebhookManager)(nil)
-	_ health.DebugSource = (*cm.BaseManager)(nil)
+	_ liveview.Source = (*cm.ControllerManager)(nil)
+	_ liveview.Source = (*cm.WebhookManager)(nil)
+	_ liveview.Source = (*cm.BaseManager)(nil)
 )
 
 // failing is a controller that fails on demand: fail reports a failure
@@ -71,9 +71,9 @@ type store struct{ name string }
 func (s store) Name() string                  { return s.name }
 func (s store) Recover(context.Context) error { return nil }
 
-// newDebugManager returns a running ControllerManager with children that
+// newRunningManager returns a running ControllerManager with children that
 // restart at once, shut down when the test ends.
-func newDebugManager(t *testing.T, children ...cm.Runnable) *cm.ControllerManager {
+func newRunningManager(t *testing.T, children ...cm.Runnable) *cm.ControllerManager {
 	t.Helper()
 	m, err := cm.NewControllerManager(nil, cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{
 		InitialBackoff: duration(time.Millisecond), MaxBackoff: duration(time.Millisecond),
@@ -91,20 +91,20 @@ func newDebugManager(t *testing.T, children ...cm.Runnable) *cm.ControllerManage
 	return m
 }
 
-func getStatus(t *testing.T, srv *httptest.Server) health.DebugStatus {
+func getStatus(t *testing.T, srv *httptest.Server) liveview.Status {
 	t.Helper()
 	res := get(t, srv, "/debug/supervision/status.json")
 	if res.code != http.StatusOK || res.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET status.json: %d %s %q", res.code, res.header.Get("Content-Type"), res.body)
 	}
-	var st health.DebugStatus
+	var st liveview.Status
 	if err := json.Unmarshal([]byte(res.body), &st); err != nil {
 		t.Fatalf("status.json: %v: %q", err, res.body)
 	}
 	return st
 }
 
-func child(t *testing.T, st health.DebugStatus, name string) health.DebugChild {
+func child(t *testing.T, st liveview.Status, name string) liveview.Child {
 	t.Helper()
 	for _, c := range st.Children {
 		if c.Name == name {
@@ -112,14 +112,14 @@ func child(t *testing.T, st health.DebugStatus, name string) health.DebugChild {
 		}
 	}
 	t.Fatalf("no child %q in %+v", name, st.Children)
-	return health.DebugChild{}
+	return liveview.Child{}
 }
 
-func TestDebugStatusJSON(t *testing.T) {
+func TestStatusJSON(t *testing.T) {
 	boom := &failing{name: "boom"}
-	m := newDebugManager(t, boom, &failing{name: "calm"})
+	m := newRunningManager(t, boom, &failing{name: "calm"})
 	m.AddStore(store{name: "inventory"})
-	srv := serve(t, health.NewDebugHandler(m))
+	srv := serve(t, liveview.Handler(m))
 
 	before := getStatus(t, srv)
 	if before.Phase != "Idle" || len(before.Children) != 0 || before.Leadership.Enabled || before.Controls.Enabled {
@@ -156,7 +156,7 @@ func TestDebugStatusJSON(t *testing.T) {
 	// A reported failure, then a panic in the restart that follows.
 	boom.panicNext.Store(true)
 	boom.fail(errors.New("lost the watch"))
-	var c health.DebugChild
+	var c liveview.Child
 	eventually(t, "boom restarted after its panic", func() bool {
 		c = child(t, getStatus(t, srv), "boom")
 		return c.Restarts == 2 && c.State == "Running"
@@ -274,30 +274,30 @@ func isEvent(typ, childName string) func(sseMessage) bool {
 		if m.name != "event" {
 			return false
 		}
-		var e health.DebugEvent
+		var e liveview.Event
 		return json.Unmarshal([]byte(m.data), &e) == nil && e.Type == typ && e.Child == childName
 	}
 }
 
-func TestDebugEventStream(t *testing.T) {
+func TestEventStream(t *testing.T) {
 	boom := &failing{name: "boom"}
-	m := newDebugManager(t, boom, &failing{name: "calm"})
-	srv := serve(t, health.NewDebugHandler(m, health.WithDebugRefresh(time.Hour)))
+	m := newRunningManager(t, boom, &failing{name: "calm"})
+	srv := serve(t, liveview.Handler(m, liveview.WithRefresh(time.Hour)))
 	start(t, m)
 
 	s := openStream(t, srv, "/debug/supervision/events")
 	defer s.close()
-	first := decode[health.DebugStatus](t, s.next(t, "the first snapshot", func(m sseMessage) bool { return m.name == "status" }))
+	first := decode[liveview.Status](t, s.next(t, "the first snapshot", func(m sseMessage) bool { return m.name == "status" }))
 	if first.Phase != "Running" || len(first.Children) != 2 || child(t, first, "boom").Restarts != 0 {
 		t.Fatalf("first snapshot: want Running with boom and calm, no restarts; have %+v", first)
 	}
 
 	boom.fail(errors.New("lost the watch"))
-	failed := decode[health.DebugEvent](t, s.next(t, "boom's ChildFailed", isEvent("ChildFailed", "boom")))
+	failed := decode[liveview.Event](t, s.next(t, "boom's ChildFailed", isEvent("ChildFailed", "boom")))
 	if failed.Err == nil || !strings.Contains(failed.Err.Message, "lost the watch") || failed.Kind != "controller" {
 		t.Errorf("ChildFailed: want boom's error, have %+v", failed)
 	}
-	restarted := decode[health.DebugEvent](t, s.next(t, "boom's ChildRestarted", isEvent("ChildRestarted", "boom")))
+	restarted := decode[liveview.Event](t, s.next(t, "boom's ChildRestarted", isEvent("ChildRestarted", "boom")))
 	if restarted.Restarts != 1 {
 		t.Errorf("ChildRestarted: want restarts 1, have %d", restarted.Restarts)
 	}
@@ -307,7 +307,7 @@ func TestDebugEventStream(t *testing.T) {
 		if m.name != "status" {
 			return false
 		}
-		c := child(t, decode[health.DebugStatus](t, m), "boom")
+		c := child(t, decode[liveview.Status](t, m), "boom")
 		return c.Restarts == 1 && c.Failures == 1 && len(c.RecentFailures) == 1 && c.State == "Running"
 	})
 
@@ -315,8 +315,8 @@ func TestDebugEventStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	m.ShutdownAndWait(ctx)
-	final := decode[health.DebugStatus](t, s.next(t, "the final snapshot", func(m sseMessage) bool {
-		return m.name == "status" && decode[health.DebugStatus](t, m).Phase == "Stopped"
+	final := decode[liveview.Status](t, s.next(t, "the final snapshot", func(m sseMessage) bool {
+		return m.name == "status" && decode[liveview.Status](t, m).Phase == "Stopped"
 	}))
 	if c := child(t, final, "boom"); c.State != "Stopped" {
 		t.Errorf("final snapshot: want boom Stopped, have %+v", c)
@@ -329,7 +329,7 @@ func TestDebugEventStream(t *testing.T) {
 	// A browser that connects after the stop gets the final state and the end.
 	late := openStream(t, srv, "/debug/supervision/events")
 	defer late.close()
-	if st := decode[health.DebugStatus](t, late.next(t, "the late snapshot", func(m sseMessage) bool { return m.name == "status" })); st.Phase != "Stopped" {
+	if st := decode[liveview.Status](t, late.next(t, "the late snapshot", func(m sseMessage) bool { return m.name == "status" })); st.Phase != "Stopped" {
 		t.Errorf("late snapshot: want Stopped, have %s", st.Phase)
 	}
 	late.next(t, "the late end", func(m sseMessage) bool { return m.name == "end" })

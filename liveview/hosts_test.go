@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // doHost sends a request with the given Host (and headers) to srv.
@@ -43,14 +43,14 @@ func doHost(t *testing.T, srv *httptest.Server, method, path, host string, heade
 	return response{code: res.StatusCode, body: string(b), header: res.Header}
 }
 
-// TestDebugRefusesForeignHostsOnEveryRoute is DNS rebinding: a page on
+// TestRefusesForeignHostsOnEveryRoute is DNS rebinding: a page on
 // evil.example whose name now resolves to the view's loopback address
 // reaches it as its own origin, and must be refused on every route, the
 // controls with an empty token included, before anything is read or done
 // (the source fails the test on a Request).
-func TestDebugRefusesForeignHostsOnEveryRoute(t *testing.T) {
-	src := newDebugSource(t)
-	h := health.NewDebugHandler(src, health.WithDebugControls(""))
+func TestRefusesForeignHostsOnEveryRoute(t *testing.T) {
+	src := newViewSource(t)
+	h := liveview.Handler(src, liveview.WithControls(""))
 	defer h.Close()
 	srv := serve(t, h)
 
@@ -64,12 +64,12 @@ func TestDebugRefusesForeignHostsOnEveryRoute(t *testing.T) {
 		{http.MethodPost, "/debug/supervision/control"},
 		{http.MethodGet, "/debug/supervision/nope"},
 	}
-	rebinding := map[string]string{health.DebugTokenHeader: "", "Origin": "http://evil.example", "Sec-Fetch-Site": "same-origin"}
+	rebinding := map[string]string{liveview.TokenHeader: "", "Origin": "http://evil.example", "Sec-Fetch-Site": "same-origin"}
 	for _, host := range []string{"evil.example", "evil.example:8082", "attacker.example", "localhost.evil.example", "127.0.0.1.nip.io", "10.0.0.7"} {
 		for _, rt := range routes {
 			res := doHost(t, srv, rt.method, rt.path, host, rebinding)
 			if res.code != http.StatusForbidden || !strings.Contains(res.body, "is not a name this live view is served under") ||
-				!strings.Contains(res.body, "WithDebugAllowedHosts") {
+				!strings.Contains(res.body, "WithAllowedHosts") {
 				t.Errorf("%s %s, Host %s: want 403 with the reason, have %d %q", rt.method, rt.path, host, res.code, res.body)
 			}
 		}
@@ -90,8 +90,8 @@ func TestDebugRefusesForeignHostsOnEveryRoute(t *testing.T) {
 	}
 }
 
-func TestDebugAllowedHostsAddNames(t *testing.T) {
-	h := health.NewDebugHandler(newDebugSource(t), health.WithDebugAllowedHosts("ops.example.com", "10.0.0.7:8082", "[fd00::7]"))
+func TestAllowedHostsAddNames(t *testing.T) {
+	h := liveview.Handler(newViewSource(t), liveview.WithAllowedHosts("ops.example.com", "10.0.0.7:8082", "[fd00::7]"))
 	defer h.Close()
 	srv := serve(t, h)
 	for host, want := range map[string]int{
@@ -112,23 +112,23 @@ func TestDebugAllowedHostsAddNames(t *testing.T) {
 	for _, bad := range []string{"", "ops.example.com/x", "a b", "user@host"} {
 		func() {
 			defer func() {
-				if r := recover(); r == nil || !strings.Contains(r.(string), "WithDebugAllowedHosts") {
-					t.Errorf("WithDebugAllowedHosts(%q): want a panic naming the option, have %v", bad, r)
+				if r := recover(); r == nil || !strings.Contains(r.(string), "WithAllowedHosts") {
+					t.Errorf("WithAllowedHosts(%q): want a panic naming the option, have %v", bad, r)
 				}
 			}()
-			health.NewDebugHandler(newDebugSource(t), health.WithDebugAllowedHosts(bad)).Close()
+			liveview.Handler(newViewSource(t), liveview.WithAllowedHosts(bad)).Close()
 		}()
 	}
 }
 
-// TestDebugControlsWithoutTokenRequireALoopbackPeer: an empty token is
+// TestControlsWithoutTokenRequireALoopbackPeer: an empty token is
 // accepted from a loopback peer only; a token is accepted from anywhere.
-func TestDebugControlsWithoutTokenRequireALoopbackPeer(t *testing.T) {
-	m := newDebugManager(t, &failing{name: "boom"})
-	open := health.NewDebugHandler(m, health.WithDebugControls(""))
+func TestControlsWithoutTokenRequireALoopbackPeer(t *testing.T) {
+	m := newRunningManager(t, &failing{name: "boom"})
+	open := liveview.Handler(m, liveview.WithControls(""))
 	defer open.Close()
 	const token = "0123456789abcdef"
-	guarded := health.NewDebugHandler(m, health.WithDebugControls(token))
+	guarded := liveview.Handler(m, liveview.WithControls(token))
 	defer guarded.Close()
 	start(t, m)
 
@@ -136,7 +136,7 @@ func TestDebugControlsWithoutTokenRequireALoopbackPeer(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "http://localhost:8082/debug/supervision/control",
 			strings.NewReader(action("restart", "boom").Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set(health.DebugTokenHeader, tok)
+		req.Header.Set(liveview.TokenHeader, tok)
 		req.RemoteAddr = remote
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

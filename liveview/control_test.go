@@ -1,4 +1,4 @@
-package health_test
+package liveview_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/liveview"
 )
 
 // post sends a control request with the given headers.
@@ -39,11 +39,11 @@ func post(t *testing.T, srv *httptest.Server, form url.Values, header map[string
 
 func action(a, childName string) url.Values { return url.Values{"action": {a}, "child": {childName}} }
 
-func TestDebugControlsOffByDefault(t *testing.T) {
-	m := newDebugManager(t, &failing{name: "boom"})
-	srv := serve(t, health.NewDebugHandler(m))
+func TestControlsOffByDefault(t *testing.T) {
+	m := newRunningManager(t, &failing{name: "boom"})
+	srv := serve(t, liveview.Handler(m))
 	start(t, m)
-	res := post(t, srv, action("restart", "boom"), map[string]string{health.DebugTokenHeader: ""})
+	res := post(t, srv, action("restart", "boom"), map[string]string{liveview.TokenHeader: ""})
 	if res.code != http.StatusNotFound || !strings.Contains(res.body, "the controls are off") {
 		t.Errorf("want 404 naming the option, have %d %q", res.code, res.body)
 	}
@@ -52,15 +52,15 @@ func TestDebugControlsOffByDefault(t *testing.T) {
 	}
 }
 
-func TestDebugControls(t *testing.T) {
+func TestControls(t *testing.T) {
 	const token = "s3cret"
-	m := newDebugManager(t, &failing{name: "boom"}, &failing{name: "calm"})
-	srv := serve(t, health.NewDebugHandler(m, health.WithDebugControls(token)))
+	m := newRunningManager(t, &failing{name: "boom"}, &failing{name: "calm"})
+	srv := serve(t, liveview.Handler(m, liveview.WithControls(token)))
 	start(t, m)
 	if st := getStatus(t, srv); !st.Controls.Enabled || !st.Controls.Token {
 		t.Errorf("status.json: want the controls on, with a token; have %+v", st.Controls)
 	}
-	good := map[string]string{health.DebugTokenHeader: token}
+	good := map[string]string{liveview.TokenHeader: token}
 
 	refused := []struct {
 		name     string
@@ -70,10 +70,10 @@ func TestDebugControls(t *testing.T) {
 		wantBody string
 	}{
 		{"no header", action("restart", "boom"), nil, 403, "header is missing"},
-		{"wrong token", action("restart", "boom"), map[string]string{health.DebugTokenHeader: "guess"}, 403, "wrong X-Supervision-Token"},
-		{"empty token", action("restart", "boom"), map[string]string{health.DebugTokenHeader: ""}, 403, "wrong X-Supervision-Token"},
-		{"cross-site", action("restart", "boom"), map[string]string{health.DebugTokenHeader: token, "Sec-Fetch-Site": "cross-site"}, 403, "refused"},
-		{"other origin", action("restart", "boom"), map[string]string{health.DebugTokenHeader: token, "Origin": "https://evil.example"}, 403, "refused"},
+		{"wrong token", action("restart", "boom"), map[string]string{liveview.TokenHeader: "guess"}, 403, "wrong X-Supervision-Token"},
+		{"empty token", action("restart", "boom"), map[string]string{liveview.TokenHeader: ""}, 403, "wrong X-Supervision-Token"},
+		{"cross-site", action("restart", "boom"), map[string]string{liveview.TokenHeader: token, "Sec-Fetch-Site": "cross-site"}, 403, "refused"},
+		{"other origin", action("restart", "boom"), map[string]string{liveview.TokenHeader: token, "Origin": "https://evil.example"}, 403, "refused"},
 		{"unknown action", action("explode", "boom"), good, 400, "use restart, stop or start"},
 		{"no child", action("restart", ""), good, 400, "the child field is empty"},
 		{"unknown child", action("restart", "nobody"), good, 404, "unknown child"},
@@ -101,7 +101,7 @@ func TestDebugControls(t *testing.T) {
 		{"stop", "Stopped", 1},
 		{"start", "Running", 2},
 	}
-	sameOrigin := map[string]string{health.DebugTokenHeader: token, "Origin": srv.URL, "Sec-Fetch-Site": "same-origin"}
+	sameOrigin := map[string]string{liveview.TokenHeader: token, "Origin": srv.URL, "Sec-Fetch-Site": "same-origin"}
 	for _, s := range steps {
 		if res := post(t, srv, action(s.action, "boom"), sameOrigin); res.code != http.StatusOK || res.body != `{"ok":true}`+"\n" {
 			t.Fatalf("%s: want 200 ok, have %d %q", s.action, res.code, res.body)
@@ -116,9 +116,9 @@ func TestDebugControls(t *testing.T) {
 	}
 }
 
-func TestDebugControlsWithoutToken(t *testing.T) {
-	m := newDebugManager(t, &failing{name: "boom"})
-	srv := serve(t, health.NewDebugHandler(m, health.WithDebugControls("")))
+func TestControlsWithoutToken(t *testing.T) {
+	m := newRunningManager(t, &failing{name: "boom"})
+	srv := serve(t, liveview.Handler(m, liveview.WithControls("")))
 	start(t, m)
 	if st := getStatus(t, srv); !st.Controls.Enabled || st.Controls.Token {
 		t.Errorf("status.json: want the controls on, without a token; have %+v", st.Controls)
@@ -126,10 +126,10 @@ func TestDebugControlsWithoutToken(t *testing.T) {
 	if res := post(t, srv, action("restart", "boom"), nil); res.code != http.StatusForbidden {
 		t.Errorf("without the header: want 403, have %d %q", res.code, res.body)
 	}
-	if res := post(t, srv, action("restart", "boom"), map[string]string{health.DebugTokenHeader: "", "Sec-Fetch-Site": "same-site"}); res.code != http.StatusForbidden {
+	if res := post(t, srv, action("restart", "boom"), map[string]string{liveview.TokenHeader: "", "Sec-Fetch-Site": "same-site"}); res.code != http.StatusForbidden {
 		t.Errorf("from a sibling site: want 403, have %d %q", res.code, res.body)
 	}
-	if res := post(t, srv, action("restart", "boom"), map[string]string{health.DebugTokenHeader: ""}); res.code != http.StatusOK {
+	if res := post(t, srv, action("restart", "boom"), map[string]string{liveview.TokenHeader: ""}); res.code != http.StatusOK {
 		t.Errorf("with the header: want 200, have %d %q", res.code, res.body)
 	}
 	if c := child(t, getStatus(t, srv), "boom"); c.Restarts != 1 {
@@ -137,9 +137,9 @@ func TestDebugControlsWithoutToken(t *testing.T) {
 	}
 }
 
-func TestDebugPageAndRouting(t *testing.T) {
-	src := newDebugSource(t)
-	h := health.NewDebugHandler(src)
+func TestPageAndRouting(t *testing.T) {
+	src := newViewSource(t)
+	h := liveview.Handler(src)
 	defer h.Close()
 	srv := serve(t, h)
 	noRedirect := *srv.Client()
@@ -184,7 +184,7 @@ func TestDebugPageAndRouting(t *testing.T) {
 
 	// Under http.StripPrefix, with the prefix that is left.
 	mux := http.NewServeMux()
-	stripped := health.NewDebugHandler(src, health.WithDebugPrefix("/"))
+	stripped := liveview.Handler(src, liveview.WithPrefix("/"))
 	defer stripped.Close()
 	mux.Handle("/ops/", http.StripPrefix("/ops", stripped))
 	ops := serve(t, mux)
@@ -193,22 +193,22 @@ func TestDebugPageAndRouting(t *testing.T) {
 	}
 }
 
-func TestNewDebugHandlerRejectsBadInput(t *testing.T) {
+func TestHandlerRejectsBadInput(t *testing.T) {
 	for _, prefix := range []string{"debug", "/debug/../x", "/a?b"} {
 		func() {
 			defer func() {
 				r := recover()
-				if r == nil || !strings.Contains(r.(string), "WithDebugPrefix") {
-					t.Errorf("prefix %q: want a panic naming WithDebugPrefix, have %v", prefix, r)
+				if r == nil || !strings.Contains(r.(string), "WithPrefix") {
+					t.Errorf("prefix %q: want a panic naming WithPrefix, have %v", prefix, r)
 				}
 			}()
-			health.NewDebugHandler(newDebugSource(t), health.WithDebugPrefix(prefix))
+			liveview.Handler(newViewSource(t), liveview.WithPrefix(prefix))
 		}()
 	}
 	defer func() {
-		if r := recover(); r == nil || !strings.Contains(r.(string), "nil DebugSource") {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "nil Source") {
 			t.Errorf("nil source: want a panic, have %v", r)
 		}
 	}()
-	health.NewDebugHandler(nil)
+	liveview.Handler(nil)
 }
