@@ -100,8 +100,9 @@ type BaseManager struct {
 //   - probe and serve: health.NewHandler(mgr), HealthzChecks,
 //     LeaseWatchdog, Handler and WebhookHandler (admission), Gatherer
 //     (metrics);
-//   - steer while running: Send and Request (the lifecycle messages of
-//     package supervisor), AddChild, RemoveChild, PID.
+//   - steer while running: RestartChild, StopChild, StartChild, AddChild,
+//     RemoveChild; Send, Request and PID for actor-native callers (the
+//     lifecycle messages of package supervisor).
 type ControllerManager struct {
 	*BaseManager
 }
@@ -110,8 +111,9 @@ type ControllerManager struct {
 //
 // It offers Add, Start, Serve and ShutdownAndWait; Handler and
 // WebhookHandler (the admission endpoint); Done, Err, Subscribe, Status,
-// GetHealth, GetReadiness, IsStarting, IsStarted; Send, Request, AddChild,
-// RemoveChild and PID, as a ControllerManager does.
+// GetHealth, GetReadiness, IsStarting, IsStarted; RestartChild, StopChild,
+// StartChild, AddChild, RemoveChild, Send, Request and PID, as a
+// ControllerManager does.
 type WebhookManager struct {
 	*BaseManager
 }
@@ -483,6 +485,59 @@ func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 // it is gone from health and status.
 func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
+	return err
+}
+
+// RestartChild restarts the named controller, webhook or store
+// (supervisor.RestartChild): its Shutdown, then its start call (Run,
+// Start, Recover) again, at once, without backoff and without counting
+// against its restart budget; a stopped child is started. It returns once
+// the start call has returned: nil when it started, else an error wrapping
+// the start call's error (the failure is then supervised like any other).
+// A name the manager does not know returns an error matching
+// errors.Is(err, ErrUnknownChild); a child already being started, stopped
+// or restarted, ErrBusy; a plain runnable, ErrNothingToStart; a manager
+// that is not running, ErrNotRunning or ErrStopped.
+//
+// The new incarnation never starts before the old one's Shutdown has
+// returned. When ctx ends first (a Shutdown that hangs), RestartChild
+// returns an error wrapping ctx's error at once, and the restart goes on
+// without a caller: the child stays Stopping (ErrBusy to further lifecycle
+// calls) until its Shutdown returns, then runs again.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) RestartChild(ctx context.Context, name string) error {
+	_, err := m.Request(ctx, supervisor.RestartChild{Name: name})
+	return err
+}
+
+// StopChild shuts the named child down (supervisor.StopChild) and leaves
+// it stopped, in Status and health, until StartChild or RestartChild: a
+// stop is not a failure, and a stopped child is not supervised. It returns
+// nil once the child's Shutdown has returned. A name the manager does not
+// know returns an error matching errors.Is(err, ErrUnknownChild); a manager
+// that is not running, ErrNotRunning or ErrStopped. When ctx ends first,
+// StopChild returns an error wrapping ctx's error and the Shutdown goes on.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) StopChild(ctx context.Context, name string) error {
+	_, err := m.Request(ctx, supervisor.StopChild{Name: name})
+	return err
+}
+
+// StartChild starts the named child again after StopChild
+// (supervisor.StartChild) and returns once its start call has returned:
+// nil when it started, else an error wrapping the start call's error (the
+// failure is then supervised like any other). A name the manager does not
+// know returns an error matching errors.Is(err, ErrUnknownChild); a child
+// being started, stopped or restarted, ErrBusy; a child that runs already,
+// ErrAlreadyRunning; a manager that is not running, ErrNotRunning or
+// ErrStopped. When ctx ends first, StartChild returns an error wrapping
+// ctx's error and the start goes on.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) StartChild(ctx context.Context, name string) error {
+	_, err := m.Request(ctx, supervisor.StartChild{Name: name})
 	return err
 }
 
