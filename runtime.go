@@ -55,7 +55,9 @@ type Store = actors.Store
 // Path().
 type Webhook = actors.Webhook
 
-// HealthStatus is the health of one controller.
+// HealthStatus is the health of one controller, as its GetHealth returns
+// it and the manager's GetHealth lists it: its Name, whether it is Healthy,
+// and a Message. The fields are documented at actors.HealthStatus.
 type HealthStatus = actors.HealthStatus
 
 // ErrNotReady is wrapped by GetReadiness's error while the manager is not
