@@ -501,14 +501,20 @@ func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 // or restarted, ErrBusy; a plain runnable, ErrNothingToStart; a manager
 // that is not running, ErrNotRunning or ErrStopped.
 //
-// The new incarnation never starts before the old one's Shutdown has
-// returned. When ctx ends first (a Shutdown that hangs), RestartChild
-// returns an error wrapping ctx's error at once, and the restart goes on
-// without a caller: the child stays Stopping (ErrBusy to further lifecycle
-// calls) until its Shutdown returns, then runs again.
+// A ctx that has ended already returns an error wrapping ctx's error, and
+// nothing is restarted. The new incarnation never starts before the old
+// one's Shutdown has returned: when ctx ends while a Shutdown hangs,
+// RestartChild returns an error wrapping ctx's error at once, and the
+// restart goes on without a caller: the child stays Stopping (ErrBusy to
+// further RestartChild and StartChild calls) until its Shutdown returns,
+// then runs again. A Shutdown that honours its context returns within
+// SupervisionSpec.ShutdownTimeout.
 //
 // name is the child's name; once groups exist it is a path, "group/child".
 func (m *BaseManager) RestartChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("restart of child %q: %w", name, err)
+	}
 	_, err := m.Request(ctx, supervisor.RestartChild{Name: name})
 	return err
 }
@@ -518,11 +524,16 @@ func (m *BaseManager) RestartChild(ctx context.Context, name string) error {
 // stop is not a failure, and a stopped child is not supervised. It returns
 // nil once the child's Shutdown has returned. A name the manager does not
 // know returns an error matching errors.Is(err, ErrUnknownChild); a manager
-// that is not running, ErrNotRunning or ErrStopped. When ctx ends first,
-// StopChild returns an error wrapping ctx's error and the Shutdown goes on.
+// that is not running, ErrNotRunning or ErrStopped. A ctx that has ended
+// already returns an error wrapping ctx's error, and nothing is stopped;
+// when ctx ends before the Shutdown returns, StopChild returns that error
+// and the Shutdown goes on.
 //
 // name is the child's name; once groups exist it is a path, "group/child".
 func (m *BaseManager) StopChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stop of child %q: %w", name, err)
+	}
 	_, err := m.Request(ctx, supervisor.StopChild{Name: name})
 	return err
 }
@@ -534,11 +545,15 @@ func (m *BaseManager) StopChild(ctx context.Context, name string) error {
 // know returns an error matching errors.Is(err, ErrUnknownChild); a child
 // being started, stopped or restarted, ErrBusy; a child that runs already,
 // ErrAlreadyRunning; a manager that is not running, ErrNotRunning or
-// ErrStopped. When ctx ends first, StartChild returns an error wrapping
-// ctx's error and the start goes on.
+// ErrStopped. A ctx that has ended already returns an error wrapping ctx's
+// error, and nothing is started; when ctx ends before the start call
+// returns, StartChild returns that error and the start goes on.
 //
 // name is the child's name; once groups exist it is a path, "group/child".
 func (m *BaseManager) StartChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start of child %q: %w", name, err)
+	}
 	_, err := m.Request(ctx, supervisor.StartChild{Name: name})
 	return err
 }
