@@ -28,10 +28,14 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// Event is one step of the supervision tree, as Subscribe delivers it.
+// Event is one step of the supervision tree, as Subscribe delivers it: its
+// Type, Time, the Child and its Kind, the manager's Phase, the child's
+// Restarts, the Shard and the Err where there is one. The fields are
+// documented at supervisor.Event (go doc supervisor.Event).
 type Event = supervisor.Event
 
-// EventType says what an Event reports.
+// EventType says what an Event reports, one of the constants below; when
+// each is published is documented at supervisor.EventType's constants.
 type EventType = supervisor.EventType
 
 // The event types (see package supervisor for when each is published).
@@ -52,7 +56,9 @@ const (
 	EventsDropped  = supervisor.EventsDropped
 )
 
-// Phase is where a manager is in its life.
+// Phase is where a manager is in its life, one of the constants below, in
+// Status.Phase and Event.Phase; the moves between them are documented in
+// package supervisor (go doc supervisor.Phase).
 type Phase = supervisor.Phase
 
 // The phases, in order.
@@ -68,23 +74,52 @@ const (
 	PhaseFailed       = supervisor.PhaseFailed
 )
 
-// Status is a snapshot of a manager, the answer to supervisor.GetStatus.
+// Status is a snapshot of a manager, as Status returns it: its Phase,
+// whether it leads (Leader, Identity, LeaderIdentity), why it stopped
+// (Err), every child (Children, in the order added; Child finds one by
+// name) and, with sharded leadership, every shard (Shards). The fields
+// are documented at supervisor.Status (go doc supervisor.Status).
 type Status = supervisor.Status
 
-// ChildStatus is a snapshot of one child.
+// ChildStatus is a snapshot of one child, an entry of Status.Children: its
+// Name, Kind, State, Restarts and Failures, its last health (Healthy,
+// Message), its LastError and when it entered its State (Since). The
+// fields are documented at supervisor.ChildStatus (go doc
+// supervisor.ChildStatus).
 type ChildStatus = supervisor.ChildStatus
 
-// ShardStatus is the state of one shard, with sharded leadership: its
-// index, Lease, holder as last observed, whether this replica holds it, and
-// the controllers pinned to it (Status.Shards).
+// ChildState is where a child is, ChildStatus.State: one of the constants
+// below, documented at supervisor.ChildState.
+type ChildState = supervisor.ChildState
+
+// The states of a child.
+const (
+	StatePending    = supervisor.StatePending
+	StateStarting   = supervisor.StateStarting
+	StateRunning    = supervisor.StateRunning
+	StateFailed     = supervisor.StateFailed
+	StateBackingOff = supervisor.StateBackingOff
+	StateStopping   = supervisor.StateStopping
+	StateStopped    = supervisor.StateStopped
+)
+
+// ShardStatus is the state of one shard, with sharded leadership, an entry
+// of Status.Shards: its Index, Lease, Holder as last observed, whether this
+// replica holds it (Held), and the controllers pinned to it (Children).
+// The fields are documented at supervisor.ShardStatus.
 type ShardStatus = supervisor.ShardStatus
 
 // PanicError is a panic in user code, recovered and turned into an error
-// that names the child and carries the stack.
+// that names the child (Child, Kind), the call (Op) and carries what was
+// passed to panic (Value) and the stack (Stack); match it with errors.As.
+// The fields are documented at actors.PanicError.
 type PanicError = actors.PanicError
 
 // EscalationError is why a manager stopped after a child failed more often
-// than its restart budget allows.
+// than its restart budget allows, as Err returns it: the Child, its Kind,
+// its Restarts within the budget's Window, and its last failure (Err,
+// which errors.Is and errors.As see). The fields are documented at
+// supervisor.EscalationError.
 type EscalationError = supervisor.EscalationError
 
 // ReportFailure reports err as a failure of the controller (or webhook, or

@@ -55,7 +55,9 @@ type Store = actors.Store
 // Path().
 type Webhook = actors.Webhook
 
-// HealthStatus is the health of one controller.
+// HealthStatus is the health of one controller, as its GetHealth returns
+// it and the manager's GetHealth lists it: its Name, whether it is Healthy,
+// and a Message. The fields are documented at actors.HealthStatus.
 type HealthStatus = actors.HealthStatus
 
 // ErrNotReady is wrapped by GetReadiness's error while the manager is not
@@ -100,8 +102,9 @@ type BaseManager struct {
 //   - probe and serve: health.NewHandler(mgr), HealthzChecks,
 //     LeaseWatchdog, Handler and WebhookHandler (admission), Gatherer
 //     (metrics);
-//   - steer while running: Send and Request (the lifecycle messages of
-//     package supervisor), AddChild, RemoveChild, PID.
+//   - steer while running: RestartChild, StopChild, StartChild, AddChild,
+//     RemoveChild; Send, Request and PID for actor-native callers (the
+//     lifecycle messages of package supervisor).
 type ControllerManager struct {
 	*BaseManager
 }
@@ -110,8 +113,9 @@ type ControllerManager struct {
 //
 // It offers Add, Start, Serve and ShutdownAndWait; Handler and
 // WebhookHandler (the admission endpoint); Done, Err, Subscribe, Status,
-// GetHealth, GetReadiness, IsStarting, IsStarted; Send, Request, AddChild,
-// RemoveChild and PID, as a ControllerManager does.
+// GetHealth, GetReadiness, IsStarting, IsStarted; RestartChild, StopChild,
+// StartChild, AddChild, RemoveChild, Send, Request and PID, as a
+// ControllerManager does.
 type WebhookManager struct {
 	*BaseManager
 }
@@ -483,6 +487,74 @@ func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 // it is gone from health and status.
 func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
+	return err
+}
+
+// RestartChild restarts the named controller, webhook or store
+// (supervisor.RestartChild): its Shutdown, then its start call (Run,
+// Start, Recover) again, at once, without backoff and without counting
+// against its restart budget; a stopped child is started. It returns once
+// the start call has returned: nil when it started, else an error wrapping
+// the start call's error (the failure is then supervised like any other).
+// A name the manager does not know returns an error matching
+// errors.Is(err, ErrUnknownChild); a child already being started, stopped
+// or restarted, ErrBusy; a plain runnable, ErrNothingToStart; a manager
+// that is not running, ErrNotRunning or ErrStopped.
+//
+// A ctx that has ended already returns an error wrapping ctx's error, and
+// nothing is restarted. The new incarnation never starts before the old
+// one's Shutdown has returned: when ctx ends while a Shutdown hangs,
+// RestartChild returns an error wrapping ctx's error at once, and the
+// restart goes on without a caller: the child stays Stopping (ErrBusy to
+// further RestartChild and StartChild calls) until its Shutdown returns,
+// then runs again. A Shutdown that honours its context returns within
+// SupervisionSpec.ShutdownTimeout.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) RestartChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("restart of child %q: %w", name, err)
+	}
+	_, err := m.Request(ctx, supervisor.RestartChild{Name: name})
+	return err
+}
+
+// StopChild shuts the named child down (supervisor.StopChild) and leaves
+// it stopped, in Status and health, until StartChild or RestartChild: a
+// stop is not a failure, and a stopped child is not supervised. It returns
+// nil once the child's Shutdown has returned. A name the manager does not
+// know returns an error matching errors.Is(err, ErrUnknownChild); a manager
+// that is not running, ErrNotRunning or ErrStopped. A ctx that has ended
+// already returns an error wrapping ctx's error, and nothing is stopped;
+// when ctx ends before the Shutdown returns, StopChild returns that error
+// and the Shutdown goes on.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) StopChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stop of child %q: %w", name, err)
+	}
+	_, err := m.Request(ctx, supervisor.StopChild{Name: name})
+	return err
+}
+
+// StartChild starts the named child again after StopChild
+// (supervisor.StartChild) and returns once its start call has returned:
+// nil when it started, else an error wrapping the start call's error (the
+// failure is then supervised like any other). A name the manager does not
+// know returns an error matching errors.Is(err, ErrUnknownChild); a child
+// being started, stopped or restarted, ErrBusy; a child that runs already,
+// ErrAlreadyRunning; a manager that is not running, ErrNotRunning or
+// ErrStopped. A ctx that has ended already returns an error wrapping ctx's
+// error, and nothing is started; when ctx ends before the start call
+// returns, StartChild returns that error and the start goes on.
+//
+// name is the child's name; once groups exist it is a path, "group/child".
+func (m *BaseManager) StartChild(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start of child %q: %w", name, err)
+	}
+	_, err := m.Request(ctx, supervisor.StartChild{Name: name})
 	return err
 }
 

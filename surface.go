@@ -44,8 +44,9 @@ func (m *ControllerManager) Subscribe(fn func(Event)) (cancel func()) {
 	return m.BaseManager.Subscribe(fn)
 }
 
-// Send sends a lifecycle message (package supervisor: RestartChild,
-// StopChild, StartChild, ...) to the root supervisor without waiting.
+// Send sends a lifecycle message (package supervisor) to the root
+// supervisor without waiting; RestartChild, StopChild and StartChild are
+// the typed calls that wait.
 func (m *ControllerManager) Send(msg any) { m.BaseManager.Send(msg) }
 
 // Request sends a lifecycle message to the root supervisor and waits for
@@ -69,6 +70,24 @@ func (m *ControllerManager) AddChild(ctx context.Context, child any) error {
 // RemoveChild shuts the named child down and removes it from the manager.
 func (m *ControllerManager) RemoveChild(ctx context.Context, name string) error {
 	return m.BaseManager.RemoveChild(ctx, name)
+}
+
+// RestartChild shuts the named controller, webhook or store down and starts it again, and
+// returns once its start call has returned; see BaseManager.RestartChild.
+func (m *ControllerManager) RestartChild(ctx context.Context, name string) error {
+	return m.BaseManager.RestartChild(ctx, name)
+}
+
+// StopChild shuts the named child down and leaves it stopped until
+// StartChild or RestartChild; see BaseManager.StopChild.
+func (m *ControllerManager) StopChild(ctx context.Context, name string) error {
+	return m.BaseManager.StopChild(ctx, name)
+}
+
+// StartChild starts a child stopped by StopChild and returns once its start
+// call has returned; see BaseManager.StartChild.
+func (m *ControllerManager) StartChild(ctx context.Context, name string) error {
+	return m.BaseManager.StartChild(ctx, name)
 }
 
 // PID is the root supervisor's PID, for actor-native callers.
@@ -146,6 +165,24 @@ func (m *WebhookManager) AddChild(ctx context.Context, child any) error {
 // RemoveChild shuts the named child down and removes it from the manager.
 func (m *WebhookManager) RemoveChild(ctx context.Context, name string) error {
 	return m.BaseManager.RemoveChild(ctx, name)
+}
+
+// RestartChild shuts the named webhook down and starts it again, and
+// returns once its start call has returned; see BaseManager.RestartChild.
+func (m *WebhookManager) RestartChild(ctx context.Context, name string) error {
+	return m.BaseManager.RestartChild(ctx, name)
+}
+
+// StopChild shuts the named child down and leaves it stopped until
+// StartChild or RestartChild; see BaseManager.StopChild.
+func (m *WebhookManager) StopChild(ctx context.Context, name string) error {
+	return m.BaseManager.StopChild(ctx, name)
+}
+
+// StartChild starts a child stopped by StopChild and returns once its start
+// call has returned; see BaseManager.StartChild.
+func (m *WebhookManager) StartChild(ctx context.Context, name string) error {
+	return m.BaseManager.StartChild(ctx, name)
 }
 
 // PID is the root supervisor's PID, for actor-native callers.

@@ -11,12 +11,14 @@ import (
 
 // Unstopped is a child whose Shutdown had not returned when ShutdownAndWait
 // gave up: its name, kind, how long its Shutdown had run, and the stack of
-// the goroutine running it.
+// the goroutine running it, an entry of UnstoppedError.Children. The
+// fields are documented at actors.Unstopped.
 type Unstopped = supervisor.Unstopped
 
 // UnstoppedError lists the children that had not returned from Shutdown
 // when a ShutdownAndWait's context ended; Err returns it from then on.
-// errors.Is sees ErrUnstopped.
+// errors.Is sees ErrUnstopped; errors.As finds it. Its one field,
+// Children, is documented at supervisor.UnstoppedError.
 type UnstoppedError = supervisor.UnstoppedError
 
 // ErrUnstopped is wrapped by every UnstoppedError.

@@ -1,0 +1,72 @@
+package controllermanager
+
+import (
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// The sentinels a user of this package matches with errors.Is, so that no
+// caller needs to import supervisor, actors or lease to test an error this
+// package returned. Each is the same value as the one it names, so
+// errors.Is(err, ErrUnknownChild) and errors.Is(err,
+// supervisor.ErrUnknownChild) agree. ErrNotReady (runtime.go) and
+// ErrUnstopped (unstopped.go) sit beside the code that returns them.
+
+// Errors of the lifecycle calls (RestartChild, StopChild, StartChild,
+// AddChild, RemoveChild, Request) and of Start.
+var (
+	// ErrUnknownChild: a lifecycle call named no child of the manager.
+	ErrUnknownChild = supervisor.ErrUnknownChild
+	// ErrBusy: the child is already being started, stopped or restarted.
+	ErrBusy = supervisor.ErrBusy
+	// ErrNotRunning: a lifecycle call came while the manager was not
+	// running: before Start had returned, or while it shuts down.
+	ErrNotRunning = supervisor.ErrNotRunning
+	// ErrStopped: the manager has stopped; it takes no more lifecycle calls.
+	ErrStopped = supervisor.ErrStopped
+	// ErrAlreadyRunning: StartChild named a child that runs.
+	ErrAlreadyRunning = supervisor.ErrAlreadyRunning
+	// ErrNothingToStart: RestartChild named a plain Runnable, which has no
+	// start call.
+	ErrNothingToStart = supervisor.ErrNothingToStart
+	// ErrDuplicateChild: AddChild named a child that exists already.
+	ErrDuplicateChild = supervisor.ErrDuplicateChild
+	// ErrShardNotHeld: RestartChild or StartChild named a sharded
+	// controller whose shard this replica does not hold; it starts once the
+	// shard is acquired.
+	ErrShardNotHeld = supervisor.ErrShardNotHeld
+	// ErrShutdown is wrapped by the error Start returns when the manager was
+	// shut down before it had started, and by a RestartChild or StartChild
+	// that a shutdown interrupted.
+	ErrShutdown = supervisor.ErrShutdown
+	// ErrStartTwice: Start was called on a manager that had started already.
+	ErrStartTwice = supervisor.ErrStartTwice
+)
+
+// Errors a child's failure wraps, as ChildFailed events and an
+// EscalationError carry it.
+var (
+	// ErrUnhealthy is wrapped by the failure of a child found unhealthy, or
+	// silent, by UnhealthyThreshold health probes in a row.
+	ErrUnhealthy = supervisor.ErrUnhealthy
+	// ErrReported is the failure of a child whose background work reported
+	// a nil error through FailureReporter or ReportFailure.
+	ErrReported = actors.ErrReported
+)
+
+// Errors of leader election: Err and Serve after a lost lease, the lease
+// guards, the lease watchdog.
+var (
+	// ErrLeaseLost (lease.ErrLost) is wrapped by Err once the manager
+	// stopped because it lost its lease (LeaseLostExit), and by a guard's
+	// error once the hold it guards was lost.
+	ErrLeaseLost = lease.ErrLost
+	// ErrLeaseNotHeld (lease.ErrNotHeld) is wrapped by a lease guard's
+	// error while this replica cannot prove it holds the lease.
+	ErrLeaseNotHeld = lease.ErrNotHeld
+	// ErrLeaseRenewalOverdue (lease.ErrRenewalOverdue) is wrapped by the
+	// LeaseWatchdog's Check error: the lease is held but not renewed for
+	// longer than the lease duration plus the grace.
+	ErrLeaseRenewalOverdue = lease.ErrRenewalOverdue
+)
