@@ -11,6 +11,8 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // handler serves the probes of one Source.
@@ -309,7 +311,7 @@ func (h *handler) startPhase(*http.Request) *pending {
 func (h *handler) serveProbe(w http.ResponseWriter, r *http.Request, ep endpoint, only string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeText(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /%s: use GET or HEAD\n", r.Method, ep.name))
+		respond.Text(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /%s: use GET or HEAD\n", r.Method, ep.name))
 		return
 	}
 	if only != "" {
@@ -343,13 +345,13 @@ func (h *handler) serveProbe(w http.ResponseWriter, r *http.Request, ep endpoint
 	}
 	switch {
 	case acceptsJSON(r):
-		writeJSON(w, code, rep)
+		respond.JSON(w, code, rep)
 	case verbose || !rep.Healthy:
 		// As k8s.io/apiserver: a failure is always listed, its reasons
 		// withheld unless ?verbose asks for them.
-		writeText(w, code, listing(ep, outs, excluded.unmatched(), verbose))
+		respond.Text(w, code, listing(ep, outs, excluded.unmatched(), verbose))
 	default:
-		writeText(w, code, "ok")
+		respond.Text(w, code, "ok")
 	}
 }
 
@@ -397,10 +399,10 @@ func (h *handler) serveOne(w http.ResponseWriter, r *http.Request, ep endpoint, 
 		}
 	}
 	if len(reasons) > 0 {
-		writeText(w, ep.failCode, fmt.Sprintf("%s check failed: %s\n", name, strings.Join(reasons, "; ")))
+		respond.Text(w, ep.failCode, fmt.Sprintf("%s check failed: %s\n", name, strings.Join(reasons, "; ")))
 		return
 	}
-	writeText(w, http.StatusOK, "ok")
+	respond.Text(w, http.StatusOK, "ok")
 }
 
 // unknownCheck answers 404, naming the checks there are (outs: the
@@ -420,5 +422,5 @@ func (h *handler) unknownCheck(w http.ResponseWriter, ep endpoint, name string, 
 	if len(known) > show {
 		list += fmt.Sprintf(", and %d more", len(known)-show)
 	}
-	writeText(w, http.StatusNotFound, fmt.Sprintf("unknown %s check %q; the checks are: %s\n", ep.name, name, list))
+	respond.Text(w, http.StatusNotFound, fmt.Sprintf("unknown %s check %q; the checks are: %s\n", ep.name, name, list))
 }

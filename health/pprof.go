@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // pprofHandler serves what net/http/pprof serves, without importing it:
@@ -62,13 +64,13 @@ func recordDuration(w http.ResponseWriter, r *http.Request, name string, def tim
 	if raw := r.FormValue("seconds"); raw != "" {
 		sec, err := strconv.ParseFloat(raw, 64)
 		if err != nil || !(sec > 0) || sec > maxRecordSeconds {
-			writeText(w, http.StatusBadRequest, fmt.Sprintf("invalid %s ?seconds=%q: want a positive number of seconds\n", name, raw))
+			respond.Text(w, http.StatusBadRequest, fmt.Sprintf("invalid %s ?seconds=%q: want a positive number of seconds\n", name, raw))
 			return 0, false
 		}
 		d = time.Duration(sec * float64(time.Second))
 	}
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 && d >= srv.WriteTimeout {
-		writeText(w, http.StatusBadRequest, fmt.Sprintf("%s duration %s exceeds the server's WriteTimeout (%s): ask for less with ?seconds=\n",
+		respond.Text(w, http.StatusBadRequest, fmt.Sprintf("%s duration %s exceeds the server's WriteTimeout (%s): ask for less with ?seconds=\n",
 			name, d, srv.WriteTimeout))
 		return 0, false
 	}
@@ -87,7 +89,7 @@ func record(w http.ResponseWriter, r *http.Request, name string, d time.Duration
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
 	if err := start(w); err != nil { // nothing written yet
 		w.Header().Del("Content-Disposition")
-		writeText(w, http.StatusInternalServerError, fmt.Sprintf("cannot start the %s: %v\n", name, err))
+		respond.Text(w, http.StatusInternalServerError, fmt.Sprintf("cannot start the %s: %v\n", name, err))
 		return
 	}
 	timer := time.NewTimer(d)
@@ -102,11 +104,11 @@ func record(w http.ResponseWriter, r *http.Request, name string, d time.Duration
 func pprofProfile(w http.ResponseWriter, r *http.Request, name string) {
 	p := pprof.Lookup(name)
 	if p == nil {
-		writeText(w, http.StatusNotFound, fmt.Sprintf("unknown profile %q; see /debug/pprof/\n", name))
+		respond.Text(w, http.StatusNotFound, fmt.Sprintf("unknown profile %q; see /debug/pprof/\n", name))
 		return
 	}
 	if r.FormValue("seconds") != "" {
-		writeText(w, http.StatusBadRequest, "delta profiles (?seconds=) are not served here: take two profiles and compare them with go tool pprof -diff_base\n")
+		respond.Text(w, http.StatusBadRequest, "delta profiles (?seconds=) are not served here: take two profiles and compare them with go tool pprof -diff_base\n")
 		return
 	}
 	if gc, _ := strconv.Atoi(r.FormValue("gc")); name == "heap" && gc > 0 {

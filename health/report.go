@@ -1,7 +1,6 @@
 package health
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -103,29 +102,6 @@ func acceptsJSON(r *http.Request) bool {
 // flatten keeps a reason on one line of the listing.
 func flatten(s string) string {
 	return strings.Join(strings.Fields(s), " ")
-}
-
-func writeText(w http.ResponseWriter, code int, body string) {
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write([]byte(body))
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil { // a Report always marshals
-		writeText(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(body, '\n'))
 }
 
 // exclusions are the ?exclude= names of one request.

@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/actorkube/controllermanager/supervisor"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // TokenHeader is the header of a control request. It must be present
@@ -41,29 +43,29 @@ type controlAnswer struct {
 // failed.
 func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 	if !h.cfg.controls {
-		writeJSON(w, http.StatusNotFound, controlAnswer{Error: "the controls are off: liveview.Handler(src, liveview.WithControls(token)) turns them on"})
+		respond.JSON(w, http.StatusNotFound, controlAnswer{Error: "the controls are off: liveview.Handler(src, liveview.WithControls(token)) turns them on"})
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		writeJSON(w, http.StatusMethodNotAllowed, controlAnswer{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, r.URL.Path)})
+		respond.JSON(w, http.StatusMethodNotAllowed, controlAnswer{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, r.URL.Path)})
 		return
 	}
 	if err := h.origins.Check(r); err != nil {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: " + err.Error()})
+		respond.JSON(w, http.StatusForbidden, controlAnswer{Error: "refused: " + err.Error()})
 		return
 	}
 	got, present := r.Header[http.CanonicalHeaderKey(TokenHeader)]
 	if !present {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: the " + TokenHeader + " header is missing"})
+		respond.JSON(w, http.StatusForbidden, controlAnswer{Error: "refused: the " + TokenHeader + " header is missing"})
 		return
 	}
 	if h.cfg.token != "" && (len(got) != 1 || !equalTokens(got[0], h.cfg.token)) {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + TokenHeader})
+		respond.JSON(w, http.StatusForbidden, controlAnswer{Error: "refused: wrong " + TokenHeader})
 		return
 	}
 	if h.cfg.token == "" && !loopbackPeer(r) {
-		writeJSON(w, http.StatusForbidden, controlAnswer{Error: fmt.Sprintf(
+		respond.JSON(w, http.StatusForbidden, controlAnswer{Error: fmt.Sprintf(
 			"refused: the controls have no token, which is accepted only from a loopback address, and this request came from %s: "+
 				"turn them on with a token, liveview.WithControls(token), made with `openssl rand -hex 32`, and send it in %s",
 			r.RemoteAddr, TokenHeader)})
@@ -71,26 +73,26 @@ func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
 	if err := r.ParseForm(); err != nil {
-		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: "bad form: " + err.Error()})
+		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: "bad form: " + err.Error()})
 		return
 	}
 	action, name := r.PostForm.Get("action"), r.PostForm.Get("child")
 	build, ok := controlActions[action]
 	switch {
 	case !ok:
-		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: fmt.Sprintf("unknown action %q: use restart, stop or start", action)})
+		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: fmt.Sprintf("unknown action %q: use restart, stop or start", action)})
 		return
 	case name == "":
-		writeJSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
+		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), controlTimeout)
 	defer cancel()
 	if _, err := h.src.Request(ctx, build(name)); err != nil {
-		writeJSON(w, controlCode(err), controlAnswer{Error: fmt.Sprintf("%s %q: %v", action, name, err)})
+		respond.JSON(w, controlCode(err), controlAnswer{Error: fmt.Sprintf("%s %q: %v", action, name, err)})
 		return
 	}
-	writeJSON(w, http.StatusOK, controlAnswer{OK: true})
+	respond.JSON(w, http.StatusOK, controlAnswer{OK: true})
 }
 
 func controlCode(err error) int {

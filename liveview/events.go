@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/supervisor"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // The names of the event stream's events.
@@ -80,7 +82,7 @@ func (h *View) serveEvents(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-h.streams }()
 	default:
 		w.Header().Set("Retry-After", streamRetryAfter)
-		writeText(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams at once (%d, liveview.WithMaxStreams): close a tab or retry later\n", cap(h.streams)))
+		respond.Text(w, http.StatusServiceUnavailable, fmt.Sprintf("too many event streams at once (%d, liveview.WithMaxStreams): close a tab or retry later\n", cap(h.streams)))
 		return
 	}
 	s := &eventStream{w: w, rc: http.NewResponseController(w), events: make(chan supervisor.Event, h.cfg.streamBuffer)}

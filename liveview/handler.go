@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // View serves a live view of a manager's supervision tree, under a
@@ -204,7 +206,7 @@ func allowGet(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	w.Header().Set("Allow", "GET, HEAD")
-	writeText(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use GET\n", r.Method, r.URL.Path))
+	respond.Text(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use GET\n", r.Method, r.URL.Path))
 	return false
 }
 
@@ -216,10 +218,10 @@ func (h *View) serveStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := h.status(r)
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		respond.JSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	respond.JSON(w, http.StatusOK, st)
 }
 
 // status asks the manager for its Status and joins what the handler has

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/actorkube/controllermanager/internal/respond"
 )
 
 // hostAllowlist is the live view's Host allowlist: the loopback names and
@@ -65,7 +67,7 @@ func (h *View) checkHost(w http.ResponseWriter, r *http.Request) bool {
 	if h.hosts.allows(r.Host) {
 		return true
 	}
-	writeText(w, http.StatusForbidden, fmt.Sprintf("refused: Host %q is not a name this live view is served under "+
+	respond.Text(w, http.StatusForbidden, fmt.Sprintf("refused: Host %q is not a name this live view is served under "+
 		"(loopback names and addresses, and those of liveview.WithAllowedHosts): "+
 		"a page that rebinds its own name to this address must not read it\n", r.Host))
 	return false
