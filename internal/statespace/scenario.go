@@ -377,13 +377,17 @@ func Generate(seed uint64) Scenario {
 	}
 	// Drawn last, so that the rest of a seed's sequence is what it was
 	// before sharding was explored.
-	if s.Election != ElectionOff && chance(0.35) {
-		s.Shards = 2 + pick(3)
+	// setShards makes the sequence sharded, its Steals drawn over the shards.
+	setShards := func(shards int) {
+		s.Shards = shards
 		for i := range s.Steps {
 			if s.Steps[i].Do == DoSteal {
 				s.Steps[i].Shard = pick(s.Shards)
 			}
 		}
+	}
+	if s.Election != ElectionOff && chance(0.35) {
+		setShards(2 + pick(3))
 	}
 	// Drawn after sharding, for the same reason: slow Lease writes from the
 	// start, for a third of the elected sequences, with 16 to 32 shards so
@@ -392,12 +396,7 @@ func Generate(seed uint64) Scenario {
 	// deadline, while side by side they take one write's time.
 	if s.Election != ElectionOff && chance(0.33) {
 		s.WriteLatency = between(60*time.Millisecond, RetryPeriod*9/10)
-		s.Shards = 16 + pick(17)
-		for i := range s.Steps {
-			if s.Steps[i].Do == DoSteal {
-				s.Steps[i].Shard = pick(s.Shards)
-			}
-		}
+		setShards(16 + pick(17))
 	}
 	return s
 }

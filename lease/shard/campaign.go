@@ -141,7 +141,7 @@ func (e *Elector) campaign(i int) {
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
 	e.campaigning[i] = true

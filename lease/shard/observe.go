@@ -187,7 +187,7 @@ func (e *Elector) publish() {
 // until ctx ends. After an error or a closed watch it waits RetryPeriod and
 // lists again (from scratch: a list is the whole truth).
 func (e *Elector) watch(ctx context.Context) {
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	selector := LabelGroup + "=" + e.cfg.Name
 	forward := func(m any) bool {
 		select {

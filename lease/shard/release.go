@@ -29,7 +29,7 @@ func (e *Elector) release(i int) {
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &empty, &one, &now
 	h.writing = true
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		return leases.Update(ctx, l, metav1.UpdateOptions{})
 	})

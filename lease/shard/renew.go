@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -21,7 +22,7 @@ import (
 // another's.
 func (e *Elector) renewAll() {
 	e.loseOverdue()
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
 		h := e.held[i]
 		if h.writing {
@@ -99,7 +100,7 @@ type ownWrite struct {
 // so the version is the lost renewal's), renews from that version at once.
 // It reports whether it did; if not, the shard is lost.
 func (e *Elector) adoptOwnWrite(ctx context.Context, l *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	cur, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
 	if err != nil || holderOf(cur) != e.cfg.Identity {
 		return ownWrite{}, false
@@ -124,7 +125,7 @@ func (e *Elector) renewMember() {
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity
 	name := MemberLease(e.cfg.Name, id)
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	if e.member == nil {
 		if o := e.observed[name]; o != nil {
 			e.member = o.lease.DeepCopy()
@@ -158,11 +159,9 @@ func (e *Elector) releaseMember() {
 	if e.member == nil || e.memberWriting {
 		return
 	}
-	l := e.member.DeepCopy()
-	empty := ""
-	l.Spec.HolderIdentity = &empty
+	l := vacated(e.member)
 	e.memberWriting = true
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.leases()
 	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		return leases.Update(ctx, l, metav1.UpdateOptions{})
 	})
@@ -174,15 +173,25 @@ func (e *Elector) releaseMemberNow() {
 	if e.member == nil {
 		return
 	}
-	l := e.member.DeepCopy()
-	empty := ""
-	l.Spec.HolderIdentity = &empty
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
 	defer cancel()
-	if _, err := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.leases().Update(ctx, vacated(e.member), metav1.UpdateOptions{}); err != nil {
 		e.cfg.Logger.Warn("cannot release the member lease", "err", err)
 	}
 	e.member = nil
+}
+
+// vacated is l with no holder: the member Lease's release.
+func vacated(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l = l.DeepCopy()
+	empty := ""
+	l.Spec.HolderIdentity = &empty
+	return l
+}
+
+// leases is the client of the group's namespace's Leases.
+func (e *Elector) leases() coordinationv1client.LeaseInterface {
+	return e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
 }
 
 // wroteMember takes the answer of a write of the member Lease.
