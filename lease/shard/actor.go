@@ -27,6 +27,17 @@ type (
 	Lost struct {
 		Shard int
 		Done  func()
+		// Reason says why, in the words the elector also logged ("taken
+		// by replica-b", "not renewed for more than 2.75s"); empty when
+		// the elector gave none.
+		Reason string
+	}
+	// HolderChanged: the elector observed a new holder of Shard's Lease,
+	// this replica included; Identity is empty once the Lease has been
+	// released and nobody holds it.
+	HolderChanged struct {
+		Shard    int
+		Identity string
 	}
 )
 
