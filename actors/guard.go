@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 
+	"github.com/actorkube/controllermanager/internal/startctx"
+
 	"github.com/actorkube/controllermanager/lease"
 )
 
@@ -27,8 +29,8 @@ type Guards func(spec Spec) (check func() error)
 // store's Recover; guard then always fails, so that a write guarded by it is
 // refused rather than let through unchecked.
 func LeaseGuard(ctx context.Context) (guard func() error, ok bool) {
-	if inc, ok := ctx.Value(incarnationKey{}).(*incarnation); ok && inc.guarded() {
-		return inc.guard, true
+	if inc, ok := startctx.From(ctx); ok && inc.Guarded() {
+		return inc.Guard, true
 	}
 	return noGuard, false
 }

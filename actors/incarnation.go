@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/actorkube/controllermanager/internal/startctx"
 	"github.com/actorkube/controllermanager/lease"
 )
-
-type incarnationKey struct{}
 
 // incarnation is what the context passed to a start call carries, in one
 // value of 32 bytes (one allocation and one context layer per start, on
@@ -28,26 +27,26 @@ type incarnation struct {
 // the check of its lease guard (nil: election off).
 func newIncarnation(c *child, gen uint64, guards Guards) *incarnation {
 	inc := &incarnation{c: c, gen: gen}
-	if inc.guarded() && guards != nil {
+	if inc.Guarded() && guards != nil {
 		inc.check = guards(c.spec)
 	}
 	return inc
 }
 
-// guarded reports whether the incarnation runs under the lease: a
+// Guarded reports whether the incarnation runs under the lease: a
 // controller or a store, whose context has a lease guard.
-func (inc *incarnation) guarded() bool {
+func (inc *incarnation) Guarded() bool {
 	return inc.c.spec.Kind == KindController || inc.c.spec.Kind == KindStore
 }
 
-// report reports err as a failure of this incarnation to its child, which
+// Report reports err as a failure of this incarnation to its child, which
 // ignores it once the incarnation has been stopped or restarted.
-func (inc *incarnation) report(err error) {
+func (inc *incarnation) Report(err error) {
 	inc.c.system.Root.Send(inc.c.self, reported{gen: inc.gen, err: err})
 }
 
-// guard is the incarnation's lease guard.
-func (inc *incarnation) guard() error {
+// Guard is the incarnation's lease guard.
+func (inc *incarnation) Guard() error {
 	if inc.ended.Load() {
 		return &lease.NotHeldError{Reason: fmt.Sprintf("%s %q: this incarnation has been shut down", inc.c.spec.Kind, inc.c.spec.Name)}
 	}
@@ -66,5 +65,5 @@ func (inc *incarnation) end() {
 
 // with returns ctx carrying inc, reachable by FailureReporter and LeaseGuard.
 func (inc *incarnation) with(ctx context.Context) context.Context {
-	return context.WithValue(ctx, incarnationKey{}, inc)
+	return startctx.With(ctx, inc)
 }

@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"fmt"
+
+	"github.com/actorkube/controllermanager/internal/startctx"
 )
 
 // FailureReporter returns the function a child uses to report that its
@@ -12,7 +14,7 @@ import (
 // and ignores reports of an incarnation that has already been stopped or
 // restarted. ok is false when ctx was not passed by a manager.
 func FailureReporter(ctx context.Context) (report func(err error), ok bool) {
-	inc, ok := ctx.Value(incarnationKey{}).(*incarnation)
+	inc, ok := startctx.From(ctx)
 	if !ok {
 		return func(error) {}, false
 	}
@@ -20,7 +22,7 @@ func FailureReporter(ctx context.Context) (report func(err error), ok bool) {
 		if err == nil {
 			err = ErrReported
 		}
-		inc.report(err)
+		inc.Report(err)
 	}, true
 }
 
