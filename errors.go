@@ -70,3 +70,16 @@ var (
 	// longer than the lease duration plus the grace.
 	ErrLeaseRenewalOverdue = lease.ErrRenewalOverdue
 )
+
+// PanicError is a panic in user code, recovered and turned into an error
+// that names the child (Child, Kind), the call (Op) and carries what was
+// passed to panic (Value) and the stack (Stack); match it with errors.As.
+// The fields are documented at actors.PanicError.
+type PanicError = actors.PanicError
+
+// EscalationError is why a manager stopped after a child failed more often
+// than its restart budget allows, as Err returns it: the Child, its Kind,
+// its Restarts within the budget's Window, and its last failure (Err,
+// which errors.Is and errors.As see). The fields are documented at
+// supervisor.EscalationError.
+type EscalationError = supervisor.EscalationError

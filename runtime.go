@@ -27,6 +27,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/internal/metrics"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -74,7 +75,7 @@ type BaseManager struct {
 	opts        options
 	timing      supervisor.Timing
 	handle      *supervisor.Handle
-	metrics     *managerMetrics
+	metrics     *metrics.Manager
 	election    *election   // nil when election is off
 	events      *kubeEvents // nil when no Kubernetes Events are recorded
 
@@ -116,6 +117,9 @@ type ControllerManager struct {
 // GetHealth, GetReadiness, IsStarting, IsStarted; RestartChild, StopChild,
 // StartChild, AddChild, RemoveChild, Send, Request and PID, as a
 // ControllerManager does.
+//
+// It runs no controllers: its GetHealth is empty, and it becomes ready,
+// starting and started together, once every webhook has started.
 type WebhookManager struct {
 	*BaseManager
 }
@@ -278,7 +282,7 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 		return []HealthStatus{}
 	}
 	clk := m.opts.clockOrReal()
-	defer m.metrics.observeProbe(clk, clk.Now())
+	defer m.metrics.ObserveProbe(clk, clk.Now())
 	system := m.handle.System
 	sweep := actors.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *actors.HealthCollector) {
 		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
