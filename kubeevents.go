@@ -29,25 +29,25 @@ import (
 const (
 	// EventReasonLeaderElected is the reason of the Normal Event recorded
 	// when this replica acquires the lease.
-	EventReasonLeaderElected = kubeevents.ReasonLeaderElected
+	EventReasonLeaderElected = "LeaderElected"
 	// EventReasonLeaderLost is the reason of the Warning Event recorded
 	// when this replica, having led, loses the lease.
-	EventReasonLeaderLost = kubeevents.ReasonLeaderLost
+	EventReasonLeaderLost = "LeaderLost"
 	// EventReasonEscalated is the reason of the Warning Event recorded when
 	// a child's failures exhaust its restart budget and the manager stops.
-	EventReasonEscalated = kubeevents.ReasonEscalated
+	EventReasonEscalated = "Escalated"
 	// EventReasonChildFailed is the reason of the Warning Event recorded for
 	// each failure of a child.
-	EventReasonChildFailed = kubeevents.ReasonChildFailed
+	EventReasonChildFailed = "ChildFailed"
 	// EventReasonShardAcquired is the reason of the Normal Event recorded
 	// when this replica acquires a shard's Lease (sharded leadership).
-	EventReasonShardAcquired = kubeevents.ReasonShardAcquired
+	EventReasonShardAcquired = "ShardAcquired"
 	// EventReasonShardReleased is the reason of the Normal Event recorded
 	// when this replica hands a shard over, its controllers stopped.
-	EventReasonShardReleased = kubeevents.ReasonShardReleased
+	EventReasonShardReleased = "ShardReleased"
 	// EventReasonShardLost is the reason of the Warning Event recorded when
 	// this replica loses a shard's Lease.
-	EventReasonShardLost = kubeevents.ReasonShardLost
+	EventReasonShardLost = "ShardLost"
 )
 
 // kubeEvents is the wiring of a manager's Kubernetes Events

@@ -32,8 +32,9 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// The reasons of the Events, exported by the root package as
-// EventReason*, where each is documented.
+// The reasons of the Events: the root package's EventReason* constants,
+// where each is documented, are the same strings (a test of the root
+// checks that they agree).
 const (
 	ReasonLeaderElected = "LeaderElected"
 	ReasonLeaderLost    = "LeaderLost"
