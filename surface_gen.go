@@ -19,7 +19,7 @@ func (m *ControllerManager) AddChild(ctx context.Context, child any) error {
 }
 
 // Done is closed once the manager has stopped: requested, escalated, lost its
-// lease or failed to start. See BaseManager.Done.
+// lease or failed to start; Err then says why. See BaseManager.Done.
 func (m *ControllerManager) Done() <-chan struct{} { return m.BaseManager.Done() }
 
 // Err is why the manager stopped: nil while it runs and after a requested
@@ -33,8 +33,9 @@ func (m *ControllerManager) Err() error { return m.BaseManager.Err() }
 func (m *ControllerManager) Gatherer() prometheus.Gatherer { return m.BaseManager.Gatherer() }
 
 // GetReadiness returns nil once the pre-flight is done (for a WebhookManager,
-// once every webhook has started) and until the manager shuts down; else an
-// error wrapping ErrNotReady that says why. See BaseManager.GetReadiness.
+// once every webhook has started) and until the manager shuts down, a standby
+// replica waiting for the lease included; else an error wrapping ErrNotReady
+// that says why. See BaseManager.GetReadiness.
 func (m *ControllerManager) GetReadiness() error { return m.BaseManager.GetReadiness() }
 
 // Handler returns the manager's admission handler with the default
@@ -79,7 +80,8 @@ func (m *ControllerManager) RestartChild(ctx context.Context, name string) error
 }
 
 // Send sends a lifecycle message (package supervisor) to the root supervisor,
-// without waiting for its answer. See BaseManager.Send.
+// without waiting for its answer; RestartChild, StopChild and StartChild are
+// the typed calls that wait. See BaseManager.Send.
 func (m *ControllerManager) Send(msg any) { m.BaseManager.Send(msg) }
 
 // StartChild starts the named child again after StopChild
@@ -90,8 +92,8 @@ func (m *ControllerManager) StartChild(ctx context.Context, name string) error {
 	return m.BaseManager.StartChild(ctx, name)
 }
 
-// Status returns the manager's Status (supervisor.GetStatus). See
-// BaseManager.Status.
+// Status returns the manager's Status (supervisor.GetStatus): its phase, the
+// lease holder it last observed, every child's state. See BaseManager.Status.
 func (m *ControllerManager) Status(ctx context.Context) (Status, error) {
 	return m.BaseManager.Status(ctx)
 }
@@ -126,7 +128,7 @@ func (m *WebhookManager) AddChild(ctx context.Context, child any) error {
 }
 
 // Done is closed once the manager has stopped: requested, escalated, lost its
-// lease or failed to start. See BaseManager.Done.
+// lease or failed to start; Err then says why. See BaseManager.Done.
 func (m *WebhookManager) Done() <-chan struct{} { return m.BaseManager.Done() }
 
 // Err is why the manager stopped: nil while it runs and after a requested
@@ -145,8 +147,9 @@ func (m *WebhookManager) Gatherer() prometheus.Gatherer { return m.BaseManager.G
 func (m *WebhookManager) GetHealth() []HealthStatus { return m.BaseManager.GetHealth() }
 
 // GetReadiness returns nil once the pre-flight is done (for a WebhookManager,
-// once every webhook has started) and until the manager shuts down; else an
-// error wrapping ErrNotReady that says why. See BaseManager.GetReadiness.
+// once every webhook has started) and until the manager shuts down, a standby
+// replica waiting for the lease included; else an error wrapping ErrNotReady
+// that says why. See BaseManager.GetReadiness.
 func (m *WebhookManager) GetReadiness() error { return m.BaseManager.GetReadiness() }
 
 // Handler returns the manager's admission handler with the default
@@ -191,7 +194,8 @@ func (m *WebhookManager) RestartChild(ctx context.Context, name string) error {
 }
 
 // Send sends a lifecycle message (package supervisor) to the root supervisor,
-// without waiting for its answer. See BaseManager.Send.
+// without waiting for its answer; RestartChild, StopChild and StartChild are
+// the typed calls that wait. See BaseManager.Send.
 func (m *WebhookManager) Send(msg any) { m.BaseManager.Send(msg) }
 
 // ShutdownAndWait shuts the manager down and waits until it has stopped or ctx
@@ -206,8 +210,8 @@ func (m *WebhookManager) StartChild(ctx context.Context, name string) error {
 	return m.BaseManager.StartChild(ctx, name)
 }
 
-// Status returns the manager's Status (supervisor.GetStatus). See
-// BaseManager.Status.
+// Status returns the manager's Status (supervisor.GetStatus): its phase, the
+// lease holder it last observed, every child's state. See BaseManager.Status.
 func (m *WebhookManager) Status(ctx context.Context) (Status, error) {
 	return m.BaseManager.Status(ctx)
 }
