@@ -12,6 +12,8 @@ import (
 // errors.Is(err, ErrUnknownChild) and errors.Is(err,
 // supervisor.ErrUnknownChild) agree. ErrNotReady (runtime.go) and
 // ErrUnstopped (unstopped.go) sit beside the code that returns them.
+// errors_test.go fails when a sentinel of supervisor, actors, lease,
+// lease/shard, webhook or health has no alias here.
 
 // Errors of the lifecycle calls (RestartChild, StopChild, StartChild,
 // AddChild, RemoveChild, Request) and of Start.
@@ -42,6 +44,10 @@ var (
 	ErrShutdown = supervisor.ErrShutdown
 	// ErrStartTwice: Start was called on a manager that had started already.
 	ErrStartTwice = supervisor.ErrStartTwice
+	// ErrUnknownMessage: Request sent a message of a type the root
+	// supervisor does not handle (the lifecycle messages are package
+	// supervisor's); the error names the type.
+	ErrUnknownMessage = supervisor.ErrUnknownMessage
 )
 
 // Errors a child's failure wraps, as ChildFailed events and an
@@ -53,6 +59,26 @@ var (
 	// ErrReported is the failure of a child whose background work reported
 	// a nil error through FailureReporter or ReportFailure.
 	ErrReported = actors.ErrReported
+	// ErrNoResponse is wrapped by the failure of a webhook whose Handle
+	// returned neither a response nor an error.
+	ErrNoResponse = actors.ErrNoResponse
+)
+
+// Refusals of an admission request before the webhook's Handle runs, in
+// the Refused field of the actors.AdmissionResult that answers an
+// actors.AdmissionCall; the handler of WebhookHandler answers them with an
+// HTTP status instead (webhook.NewHandler lists which).
+var (
+	// ErrWebhookUnavailable: the webhook is not running (starting,
+	// restarting after a failure, or stopped), or the child named is not a
+	// webhook.
+	ErrWebhookUnavailable = actors.ErrWebhookUnavailable
+	// ErrWebhookNotReady: the webhook's Ready returned false, panicked or
+	// did not answer in time.
+	ErrWebhookNotReady = actors.ErrWebhookNotReady
+	// ErrTooManyRequests: the webhook already runs WebhookConfig.MaxInFlight
+	// Handle calls.
+	ErrTooManyRequests = actors.ErrTooManyRequests
 )
 
 // Errors of leader election: Err and Serve after a lost lease, the lease
@@ -70,3 +96,16 @@ var (
 	// longer than the lease duration plus the grace.
 	ErrLeaseRenewalOverdue = lease.ErrRenewalOverdue
 )
+
+// PanicError is a panic in user code, recovered and turned into an error
+// that names the child (Child, Kind), the call (Op) and carries what was
+// passed to panic (Value) and the stack (Stack); match it with errors.As.
+// The fields are documented at actors.PanicError.
+type PanicError = actors.PanicError
+
+// EscalationError is why a manager stopped after a child failed more often
+// than its restart budget allows, as Err returns it: the Child, its Kind,
+// its Restarts within the budget's Window, and its last failure (Err,
+// which errors.Is and errors.As see). The fields are documented at
+// supervisor.EscalationError.
+type EscalationError = supervisor.EscalationError

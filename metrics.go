@@ -1,19 +1,9 @@
 package controllermanager
 
 import (
-	"context"
-	"errors"
-	"maps"
-	"strconv"
-	"sync"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/utils/clock"
 
-	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/supervisor"
-	"github.com/actorkube/controllermanager/webhook"
+	"github.com/actorkube/controllermanager/internal/metrics"
 )
 
 // WithRegisterer registers the manager's metrics on r too, besides the
@@ -34,196 +24,20 @@ func WithRegisterer(r prometheus.Registerer) Option {
 // else, whatever WithRegisterer says. Serve it with health.MetricsHandler
 // or health.WithMetrics; a host that passed its registry to WithRegisterer
 // serves that instead.
-func (m *BaseManager) Gatherer() prometheus.Gatherer { return m.metrics.registry }
+func (m *BaseManager) Gatherer() prometheus.Gatherer { return m.metrics.Registry }
 
-// The manager's metrics. The supervisor's state is their only source: the
-// collector asks for a Status on every scrape, so they never lag or drift
-// from what Status and GetHealth say.
-var (
-	leaderDesc = prometheus.NewDesc("controllermanager_leader",
-		"Whether this replica holds the leader-election lease (1) or not (0). Present only with leader election on.",
-		[]string{"lease", "identity"}, nil)
-	phaseDesc = prometheus.NewDesc("controllermanager_phase",
-		"The manager's phase: 1 for the phase it is in, 0 for every other.",
-		[]string{"phase"}, nil)
-	childRestartsDesc = prometheus.NewDesc("controllermanager_child_restarts_total",
-		"Times a child's start call ran after its first: after a failure, a RestartChild or a StartChild.",
-		[]string{"child", "kind"}, nil)
-	childFailuresDesc = prometheus.NewDesc("controllermanager_child_failures_total",
-		"Failures of a child: an error or panic in its user calls, a failure its background work reported, or too many unhealthy probes in a row.",
-		[]string{"child", "kind"}, nil)
-	childPanicsDesc = prometheus.NewDesc("controllermanager_child_panics_total",
-		"Panics recovered in a child's user calls (Run, Recover, Start, Shutdown, GetHealth, Ready, Handle).",
-		[]string{"child", "kind"}, nil)
-	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
-		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
-		[]string{"child", "kind"}, nil)
-	shardHeldDesc = prometheus.NewDesc("controllermanager_shard_held",
-		"With sharded leadership: whether this replica holds the shard's Lease (1) or not (0).",
-		[]string{"lease", "shard"}, nil)
-	shardsHeldDesc = prometheus.NewDesc("controllermanager_shards_held",
-		"With sharded leadership: how many shards this replica holds.",
-		nil, nil)
-	shardTransitionsDesc = prometheus.NewDesc("controllermanager_shard_transitions_total",
-		"With sharded leadership: shards this replica acquired, released (handed over once their controllers stopped) and lost.",
-		[]string{"transition"}, nil)
-	// masterStatusDesc is client-go's and controller-runtime's leader
-	// election gauge, under their name and label, so that their dashboards
-	// work; client-go's own is never registered (it needs a global
-	// provider).
-	masterStatusDesc = prometheus.NewDesc("leader_election_master_status",
-		"Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
-		[]string{"name"}, nil)
-)
-
-// probeBuckets span a sweep of a few children (well under a millisecond) to
-// one that waits out a long HealthTimeout.
-var probeBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-
-// managerMetrics are the metrics of one manager.
-type managerMetrics struct {
-	registry *prometheus.Registry
-	// probe is observed by GetHealth: the time to gather every
-	// controller's health.
-	probe prometheus.Histogram
-	// webhooks counts the admission requests of every WebhookHandler.
-	webhooks *webhook.Metrics
-	// panicsMu guards panics and lastPanic, written by the subscriber's
-	// goroutine and read by scrapes.
-	panicsMu sync.Mutex
-	// panics counts the panics in each child's user calls, from the
-	// events (a count Status does not keep), by child; a child that never
-	// panicked has no entry (and no memory of its own: a series per child
-	// of a CounterVec cost about 490 B of heap per child), and the status
-	// collector reports its 0.
-	panics map[string]uint64
-	// lastPanic is the last *PanicError counted per child, so that a
-	// failure wrapping the panic of a probe already counted is not counted
-	// twice.
-	lastPanic map[string]*actors.PanicError
-}
-
-// newManagerMetrics registers m's metrics on a registry of its own and on
-// the host's registerer, if any. It is called once m.handle is set.
-func newManagerMetrics(m *BaseManager, identity string, o options) *managerMetrics {
-	mm := &managerMetrics{
-		registry: prometheus.NewRegistry(),
-		probe: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "controllermanager_health_probe_duration_seconds",
-			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
-			Buckets: probeBuckets,
-		}),
-		webhooks:  webhook.NewMetrics(),
-		panics:    map[string]uint64{},
-		lastPanic: map[string]*actors.PanicError{},
-	}
-	col := &statusCollector{m: m, mm: mm, lease: o.leaseName, identity: identity}
-	mm.registry.MustRegister(col, mm.probe, mm.webhooks)
-	if o.registerer != nil {
-		if err := errors.Join(o.registerer.Register(col), o.registerer.Register(mm.probe), o.registerer.Register(mm.webhooks)); err != nil {
-			o.logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
-				"err", err)
-		}
-	}
-	return mm
-}
-
-// observeProbe records a GetHealth sweep that began at start on clk.
-func (mm *managerMetrics) observeProbe(clk clock.PassiveClock, start time.Time) {
-	mm.probe.Observe(clk.Since(start).Seconds())
-}
-
-// observeEvent counts the panics an event reports: a failure, a Shutdown
-// or a health probe that panicked. A removed child's count goes with
-// RemoveChild (its series goes with it from Status).
-func (mm *managerMetrics) observeEvent(e Event) {
-	switch e.Type {
-	case ChildRemoved:
-		mm.panicsMu.Lock()
-		delete(mm.panics, e.Child)
-		delete(mm.lastPanic, e.Child)
-		mm.panicsMu.Unlock()
-	case ChildFailed, ChildStopped, ChildUnhealthy:
-		p, ok := errors.AsType[*actors.PanicError](e.Err)
-		if !ok {
-			return
-		}
-		mm.panicsMu.Lock()
-		if mm.lastPanic[e.Child] != p {
-			mm.lastPanic[e.Child] = p
-			mm.panics[e.Child]++
-		}
-		mm.panicsMu.Unlock()
-	}
-}
-
-// panicCounts returns a copy of the panics counted, by child (only the
-// children that panicked: a scrape copies little).
-func (mm *managerMetrics) panicCounts() map[string]uint64 {
-	mm.panicsMu.Lock()
-	defer mm.panicsMu.Unlock()
-	return maps.Clone(mm.panics)
-}
-
-// statusCollector turns the manager's Status into metrics on every scrape.
-type statusCollector struct {
-	m        *BaseManager
-	mm       *managerMetrics // for the panics, counted from the events
-	lease    string          // the Lease's name; empty with election off
-	identity string          // this replica's lease identity
-}
-
-// Describe sends the descriptors of every metric Collect sends.
-func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childPanicsDesc, childHealthyDesc,
-		shardHeldDesc, shardsHeldDesc, shardTransitionsDesc} {
-		ch <- d
-	}
-}
-
-// Collect asks the supervisor for its Status, within HealthTimeout. When it
-// does not answer, the manager's phase and leadership still come from what
-// the facade observes, and the children's metrics are left out of this
-// scrape (their absence, not stale values, says the supervisor is stuck).
-func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.m.timing.HealthTimeout)
-	defer cancel()
-	st, err := c.m.Status(ctx)
-	if err != nil {
-		obs := c.m.handle.Observed
-		c.m.opts.logger.Warn("metrics: the supervisor did not answer GetStatus; children's metrics left out of this scrape", "err", err)
-		st = Status{Phase: obs.Phase(), Leader: obs.Leader(), Identity: c.identity}
-	}
-	for _, p := range supervisor.Phases() {
-		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, boolValue(p == st.Phase), string(p))
-	}
-	if c.lease != "" {
-		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease, st.Identity)
-		ch <- prometheus.MustNewConstMetric(masterStatusDesc, prometheus.GaugeValue, boolValue(st.Leader), c.lease)
-	}
-	if c.m.shardCount() > 1 {
-		for _, sh := range st.Shards {
-			ch <- prometheus.MustNewConstMetric(shardHeldDesc, prometheus.GaugeValue, boolValue(sh.Held), sh.Lease, strconv.Itoa(sh.Index))
-		}
-		held, acquired, released, lost := c.m.handle.Observed.ShardMoves()
-		ch <- prometheus.MustNewConstMetric(shardsHeldDesc, prometheus.GaugeValue, float64(held))
-		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(acquired), "acquired")
-		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(released), "released")
-		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(lost), "lost")
-	}
-	panics := c.mm.panicCounts()
-	for _, child := range st.Children {
-		kind := string(child.Kind)
-		ch <- prometheus.MustNewConstMetric(childRestartsDesc, prometheus.CounterValue, float64(child.Restarts), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childFailuresDesc, prometheus.CounterValue, float64(child.Failures), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childPanicsDesc, prometheus.CounterValue, float64(panics[child.Name]), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childHealthyDesc, prometheus.GaugeValue, boolValue(child.Healthy), child.Name, kind)
-	}
-}
-
-func boolValue(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+// newManagerMetrics registers m's metrics (internal/metrics) on a registry
+// of their own and on the host's registerer, if any. It is called once
+// m.handle and m.election are set.
+func newManagerMetrics(m *BaseManager, identity string, o options) *metrics.Manager {
+	return metrics.New(metrics.Source{
+		Status:        m.Status,
+		Observed:      m.handle.Observed,
+		HealthTimeout: m.timing.HealthTimeout,
+		Lease:         o.leaseName,
+		Identity:      identity,
+		Shards:        m.shardCount(),
+		Logger:        o.logger,
+		Registerer:    o.registerer,
+	})
 }

@@ -34,6 +34,7 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/internal/kubeevents"
 )
 
 // Kubernetes Events, the panics metric, leader_election_master_status and
@@ -98,6 +99,22 @@ func shutdown(t *testing.T, m *cm.ControllerManager) {
 	ctx, cancel := context.WithTimeout(context.Background(), metricsWait)
 	defer cancel()
 	m.ShutdownAndWait(ctx)
+}
+
+// The reasons the recorder (internal/kubeevents) records are the ones the
+// root documents and users filter on.
+func TestEventReasonsAreTheRecorders(t *testing.T) {
+	for _, c := range []struct{ root, recorded string }{
+		{cm.EventReasonLeaderElected, kubeevents.ReasonLeaderElected},
+		{cm.EventReasonLeaderLost, kubeevents.ReasonLeaderLost},
+		{cm.EventReasonEscalated, kubeevents.ReasonEscalated},
+		{cm.EventReasonChildFailed, kubeevents.ReasonChildFailed},
+		{cm.EventReasonShardAcquired, kubeevents.ReasonShardAcquired},
+		{cm.EventReasonShardReleased, kubeevents.ReasonShardReleased},
+		{cm.EventReasonShardLost, kubeevents.ReasonShardLost},
+	} {
+		assert.Equal(t, c.root, c.recorded)
+	}
 }
 
 // eventLine is an Event as "Type Reason Kind/namespace/name: message".

@@ -27,6 +27,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/internal/metrics"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -74,7 +75,7 @@ type BaseManager struct {
 	opts        options
 	timing      supervisor.Timing
 	handle      *supervisor.Handle
-	metrics     *managerMetrics
+	metrics     *metrics.Manager
 	election    *election   // nil when election is off
 	events      *kubeEvents // nil when no Kubernetes Events are recorded
 
@@ -116,6 +117,9 @@ type ControllerManager struct {
 // GetHealth, GetReadiness, IsStarting, IsStarted; RestartChild, StopChild,
 // StartChild, AddChild, RemoveChild, Send, Request and PID, as a
 // ControllerManager does.
+//
+// It runs no controllers: its GetHealth is empty, and it becomes ready,
+// starting and started together, once every webhook has started.
 type WebhookManager struct {
 	*BaseManager
 }
@@ -278,7 +282,7 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 		return []HealthStatus{}
 	}
 	clk := m.opts.clockOrReal()
-	defer m.metrics.observeProbe(clk, clk.Now())
+	defer m.metrics.ObserveProbe(clk, clk.Now())
 	system := m.handle.System
 	sweep := actors.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *actors.HealthCollector) {
 		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
@@ -323,8 +327,8 @@ func stoppedHealth(final Status, cause error) []HealthStatus {
 
 // GetReadiness returns nil once the pre-flight is done (for a
 // WebhookManager, once every webhook has started) and until the manager
-// shuts down; else an error wrapping ErrNotReady that says why. A standby
-// replica waiting for the lease is ready.
+// shuts down, a standby replica waiting for the lease included; else an
+// error wrapping ErrNotReady that says why.
 func (m *BaseManager) GetReadiness() error {
 	obs := m.handle.Observed
 	if obs.Ready() {
@@ -405,7 +409,7 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 }
 
 // Done is closed once the manager has stopped: requested, escalated, lost
-// its lease or failed to start. The last events may still be on their way
+// its lease or failed to start; Err then says why. The last events may still be on their way
 // to subscribers then; ShutdownAndWait, even on a stopped manager, waits
 // for them (bounded by WithSubscriberDrainTimeout).
 func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
@@ -441,7 +445,8 @@ func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
 }
 
 // Send sends a lifecycle message (package supervisor) to the root
-// supervisor, without waiting for its answer.
+// supervisor, without waiting for its answer; RestartChild, StopChild and
+// StartChild are the typed calls that wait.
 func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, msg) }
 
 // Request sends a lifecycle message to the root supervisor and waits for its
@@ -465,7 +470,8 @@ func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 	return v, err
 }
 
-// Status returns the manager's Status (supervisor.GetStatus).
+// Status returns the manager's Status (supervisor.GetStatus): its phase,
+// the lease holder it last observed, every child's state.
 func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 	v, err := m.Request(ctx, supervisor.GetStatus{})
 	if err != nil {

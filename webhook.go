@@ -50,7 +50,7 @@ func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookCo
 // under controller-runtime's names (see webhook.Metrics).
 func (m *BaseManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 	host := webhookHost{Observed: m.handle.Observed, system: m.handle.System}
-	return webhook.NewHandler(host, cfg, m.opts.logger.With("component", "webhooks"), m.metrics.webhooks)
+	return webhook.NewHandler(host, cfg, m.opts.logger.With("component", "webhooks"), m.metrics.Webhooks)
 }
 
 // webhookHost is the manager as webhook.NewHandler sees it.

@@ -1,0 +1,80 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+func source(status func(context.Context) (supervisor.Status, error)) Source {
+	return Source{
+		Status: status, Observed: supervisor.NewObserved(), HealthTimeout: time.Second,
+		Lease: "lease", Identity: "a", Shards: 1, Logger: slog.New(slog.DiscardHandler),
+	}
+}
+
+// A panic is counted once per child, however many events carry it.
+func TestPanicsCountedOncePerPanic(t *testing.T) {
+	status := supervisor.Status{Phase: supervisor.PhaseRunning, Leader: true, Identity: "a", Children: []supervisor.ChildStatus{
+		{Name: "jobs", Kind: actors.KindController, Healthy: true, Restarts: 2, Failures: 2},
+		{Name: "cron", Kind: actors.KindController, Healthy: true},
+	}}
+	mm := New(source(func(context.Context) (supervisor.Status, error) { return status, nil }))
+	first := &actors.PanicError{Child: "jobs", Kind: actors.KindController, Op: "GetHealth", Value: "boom"}
+	second := &actors.PanicError{Child: "jobs", Kind: actors.KindController, Op: "Run", Value: "boom"}
+	for _, e := range []supervisor.Event{
+		{Type: supervisor.ChildUnhealthy, Child: "jobs", Err: first},
+		{Type: supervisor.ChildFailed, Child: "jobs", Err: fmt.Errorf("unhealthy: %w", first)}, // the same panic
+		{Type: supervisor.ChildFailed, Child: "jobs", Err: second},
+		{Type: supervisor.ChildFailed, Child: "cron", Err: errors.New("not a panic")},
+	} {
+		mm.ObserveEvent(e)
+	}
+	want := `
+# HELP controllermanager_child_panics_total Panics recovered in a child's user calls (Run, Recover, Start, Shutdown, GetHealth, Ready, Handle).
+# TYPE controllermanager_child_panics_total counter
+controllermanager_child_panics_total{child="cron",kind="controller"} 0
+controllermanager_child_panics_total{child="jobs",kind="controller"} 2
+# HELP controllermanager_leader Whether this replica holds the leader-election lease (1) or not (0). Present only with leader election on.
+# TYPE controllermanager_leader gauge
+controllermanager_leader{identity="a",lease="lease"} 1
+`
+	if err := testutil.GatherAndCompare(mm.Registry, strings.NewReader(want), "controllermanager_child_panics_total", "controllermanager_leader"); err != nil {
+		t.Error(err)
+	}
+	mm.ObserveEvent(supervisor.Event{Type: supervisor.ChildRemoved, Child: "jobs"})
+	if have := mm.panicCounts(); len(have) != 0 {
+		t.Errorf("a removed child's panics are kept: %v", have)
+	}
+}
+
+// A supervisor that does not answer leaves the children out of the scrape,
+// and the phase comes from what the facade observed.
+func TestScrapeOfAStuckSupervisor(t *testing.T) {
+	mm := New(source(func(ctx context.Context) (supervisor.Status, error) {
+		return supervisor.Status{}, context.DeadlineExceeded
+	}))
+	want := `
+# HELP controllermanager_phase The manager's phase: 1 for the phase it is in, 0 for every other.
+# TYPE controllermanager_phase gauge
+`
+	for _, p := range supervisor.Phases() {
+		v := 0
+		if p == supervisor.PhaseIdle {
+			v = 1
+		}
+		want += fmt.Sprintf("controllermanager_phase{phase=%q} %d\n", p, v)
+	}
+	if err := testutil.GatherAndCompare(mm.Registry, strings.NewReader(want), "controllermanager_phase", "controllermanager_child_healthy"); err != nil {
+		t.Error(err)
+	}
+}
