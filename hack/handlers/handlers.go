@@ -40,6 +40,9 @@ func Render(root string) (string, error) { return render(root, Packages) }
 
 func render(root string, dirs []string) (string, error) {
 	var b strings.Builder
+	b.WriteString("For each actor, every case of the type switch of its `Receive`, the methods of the actor and\n" +
+		"the functions of its package that the case calls (calls through a field or another package are\n" +
+		"left out), and the file each is defined in.\n")
 	for _, dir := range dirs {
 		p, err := parse(root, dir)
 		if err != nil {
