@@ -1,4 +1,4 @@
-package statespace_test
+package controllermanager_test
 
 import (
 	"context"
@@ -22,8 +22,8 @@ var (
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
-// lease events × child behaviour × ShutdownAndWait (Run of this package,
-// driven by its Generate), each on a fresh manager with OneForOne, AllForOne
+// lease events × child behaviour × ShutdownAndWait (package
+// internal/testkit/statespace), each on a fresh manager with OneForOne, AllForOne
 // or RestForOne and election off, Exit or Reelect, and checks every
 // invariant after every step. Each failing sequence is reported with its
 // seed, the steps, what happened and what broke; replay one with

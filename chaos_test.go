@@ -1,4 +1,4 @@
-package chaos_test
+package controllermanager_test
 
 import (
 	"context"
@@ -102,14 +102,4 @@ func TestChaos(t *testing.T) {
 	assert.Positive(t, snap.Restarts)
 	assert.Equal(t, snap.MustRegistered-snap.MustTouched, snap.MustResolved, "every reported failure nothing else touched was counted")
 	goleak.VerifyNone(t, leftBefore)
-}
-
-// shutdownWithin calls ShutdownAndWait with a context that ends after d and
-// returns how long after that deadline it returned.
-func shutdownWithin(m interface{ ShutdownAndWait(context.Context) }, d time.Duration) time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	m.ShutdownAndWait(ctx)
-	return time.Since(deadline)
 }
