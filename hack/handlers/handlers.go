@@ -15,6 +15,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -53,9 +54,7 @@ func render(root string, dirs []string) (string, error) {
 			return "", fmt.Errorf("%s: no method Receive(actor.Context) with a type switch on the message", dir)
 		}
 		for _, recv := range actors {
-			if err := p.render(&b, recv); err != nil {
-				return "", err
-			}
+			p.render(&b, recv)
 		}
 	}
 	return b.String(), nil
@@ -190,7 +189,8 @@ func (p *pkg) calls(recv string, n ast.Node, self string) []*ast.FuncDecl {
 	return out
 }
 
-func (p *pkg) render(b *strings.Builder, recv string) error {
+// render writes the table of the actor recv.
+func (p *pkg) render(b *strings.Builder, recv string) {
 	receive := p.funcs[recv+".Receive"]
 	sw, in := p.typeSwitch(recv, receive, 0)
 	self := recvName(in)
@@ -209,7 +209,7 @@ func (p *pkg) render(b *strings.Builder, recv string) error {
 		var handlers, files []string
 		for _, fd := range p.calls(recv, &ast.BlockStmt{List: cc.Body}, self) {
 			handlers = append(handlers, "`"+fd.Name.Name+"`")
-			if f := "`" + p.where[fd] + "`"; !contains(files, f) {
+			if f := "`" + p.where[fd] + "`"; !slices.Contains(files, f) {
 				files = append(files, f)
 			}
 		}
@@ -226,7 +226,6 @@ func (p *pkg) render(b *strings.Builder, recv string) error {
 		}
 		fmt.Fprintf(b, "| %s | %s | %s |\n", strings.Join(types, ", "), strings.Join(handlers, ", "), strings.Join(files, ", "))
 	}
-	return nil
 }
 
 // expr is a case's type as written: StartManager, actors.Started, *actor.Started.
@@ -240,13 +239,4 @@ func (p *pkg) expr(e ast.Expr) string {
 		return p.expr(e.X) + "." + e.Sel.Name
 	}
 	return fmt.Sprintf("%T", e)
-}
-
-func contains(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
