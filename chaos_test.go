@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/internal/chaos"
+	"github.com/actorkube/controllermanager/internal/testkit/chaos"
 )
 
 var (

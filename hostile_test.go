@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 

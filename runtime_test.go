@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 

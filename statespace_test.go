@@ -12,7 +12,7 @@ import (
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
-	ss "github.com/actorkube/controllermanager/internal/statespace"
+	ss "github.com/actorkube/controllermanager/internal/testkit/statespace"
 )
 
 var (
@@ -23,7 +23,7 @@ var (
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
 // lease events × child behaviour × ShutdownAndWait (package
-// internal/statespace), each on a fresh manager with OneForOne, AllForOne
+// internal/testkit/statespace), each on a fresh manager with OneForOne, AllForOne
 // or RestForOne and election off, Exit or Reelect, and checks every
 // invariant after every step. Each failing sequence is reported with its
 // seed, the steps, what happened and what broke; replay one with

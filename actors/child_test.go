@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
 func TestUnhealthyThresholdRestartsTheController(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
 var errBoom = errors.New("boom")

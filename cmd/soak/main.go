@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/actorkube/controllermanager/internal/chaos"
+	"github.com/actorkube/controllermanager/internal/testkit/chaos"
 )
 
 func main() {

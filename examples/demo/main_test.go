@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/actorkube/controllermanager/internal/testchild"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

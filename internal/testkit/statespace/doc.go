@@ -34,4 +34,13 @@
 //
 // Each bound is the manager's own (a backoff, ShutdownTimeout, the fence
 // timeout, a probe interval) plus Config.Slack for a loaded machine.
+//
+// One concern per file: runner.go is Run and the runner's state; build.go
+// makes the manager under test and its fake API server; drive.go runs the
+// steps; observe.go records the manager's events and the process's pauses;
+// check.go checks the invariants after every step, checklease.go those
+// read from the lease history; end.go settles, heals and shuts the manager
+// down and checks the end; report.go is the Result. scenario.go generates
+// the sequences, children.go and journal.go are the journalling children,
+// invariants.go names what is checked.
 package statespace

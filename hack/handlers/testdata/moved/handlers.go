@@ -1,0 +1,5 @@
+package moved
+
+func (a *renamedActor) handlePing(ping) {}
+
+func onPong() {}

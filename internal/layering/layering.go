@@ -1,0 +1,61 @@
+// Package layering holds the module's import layers, drawn in
+// docs/architecture.md ("## Layers") and checked by this package's test:
+// every package imports only packages of the layers below its own, and
+// every package of the module is in exactly one layer. The drawing in the
+// doc is rendered from Layers, so the two cannot disagree.
+package layering
+
+import (
+	"fmt"
+	"strings"
+)
+
+// A Layer is a set of packages that import only from the layers below it,
+// never from each other or from above.
+type Layer struct {
+	// Role says what the layer's packages are for, in a few words.
+	Role string
+	// Packages are import paths relative to the module's root; "." is
+	// the root facade.
+	Packages []string
+}
+
+// Layers are the module's packages from the top (what nothing imports)
+// down to the leaves. Packages under internal/ sit just below their
+// users. Only non-test files count: a package's tests may import a test
+// kit from above it (supervisor's tests import testkit/testchild). The
+// modules bench, ctrlruntime and e2e have go.mods of their own and sit
+// above the root facade; they are not checked here.
+var Layers = []Layer{
+	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/hostloop", "hack/handlers", "internal/layering"}},
+	{"test kits: children, the chaos and state-space harnesses", []string{"internal/testkit/chaos", "internal/testkit/statespace", "internal/testkit/testchild"}},
+	{"the root facade: managers, options, errors", []string{"."}},
+	{"probes", []string{"health"}},
+	{"the live view and the admission server", []string{"liveview", "webhook"}},
+	{"the root supervisor actor", []string{"supervisor"}},
+	{"child actors and the sharded elector", []string{"actors", "lease/shard"}},
+	{"the single-lease elector and fencing", []string{"lease"}},
+	{"leaves: defaults, plain-text and JSON answers, a fake Lease API", []string{"internal/defaults", "internal/respond", "lease/leasetest"}},
+}
+
+// Diagram is the ASCII drawing of layers, top first, for the doc.
+func Diagram(layers []Layer) string {
+	var b strings.Builder
+	b.WriteString("```\n")
+	for i, l := range layers {
+		if i > 0 {
+			b.WriteString("   │\n   ▼\n")
+		}
+		fmt.Fprintf(&b, " %d. %s\n", i+1, l.Role)
+		names := make([]string, len(l.Packages))
+		for j, p := range l.Packages {
+			names[j] = p
+			if p == "." {
+				names[j] = "controllermanager (the module's root)"
+			}
+		}
+		fmt.Fprintf(&b, "    %s\n", strings.Join(names, "   "))
+	}
+	b.WriteString("```\n")
+	return b.String()
+}

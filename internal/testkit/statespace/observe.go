@@ -1,0 +1,142 @@
+package statespace
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+func (r *runner) onEvent(e cm.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	desc := string(e.Type)
+	if e.Child != "" {
+		desc += " " + e.Child
+	}
+	if e.Err != nil {
+		desc += ": " + e.Err.Error()
+	}
+	r.logLocked("  event %s (phase %s)", desc, e.Phase)
+	if e.Type == cm.PhaseChanged && e.Phase != r.phase {
+		r.phase = e.Phase
+		close(r.phaseCh)
+		r.phaseCh = make(chan struct{})
+	}
+	switch e.Type {
+	case cm.ChildFailed:
+		child, at := e.Child, e.Time
+		fenced := false // a lost lease stops it, and a new round starts it
+		if c := r.children[child]; c != nil {
+			fenced = c.kind == "controller" || c.kind == "store"
+		}
+		r.obligations = append(r.obligations, &obligation{
+			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),
+			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager end", stamp(at), e.Err),
+			resolved: func() bool {
+				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stopReq[child] ||
+					r.eventSince(at, func(x cm.Event) bool {
+						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child)
+					}) || r.waitsInPlan(child, at)
+			},
+		})
+	case cm.Escalated:
+		r.obligations = append(r.obligations, &obligation{
+			inv: NotEnded, due: e.Time.Add(ShutdownTimeout + r.cfg.Slack),
+			what:     fmt.Sprintf("escalated at %s (%v) and Done did not close within ShutdownTimeout %s + %s", stamp(e.Time), e.Err, ShutdownTimeout, r.cfg.Slack),
+			resolved: func() bool { return !r.doneAt.IsZero() },
+		})
+	case cm.LeaderLost, cm.ShardLost:
+		if !r.faulted {
+			v := Violation{Invariant: RenewableLost, Time: e.Time,
+				Detail: fmt.Sprintf("%s at %s (%v) with no partition, Steal or slow-API step before it and every Lease write answered within %s", e.Type, stamp(e.Time), e.Err, r.sc.WriteLatency*11/10)}
+			r.violateOnce(string(RenewableLost), v, true) // a paused process is an excuse
+		}
+		if r.sc.Election == Exit && r.shutdownReq.IsZero() {
+			r.obligations = append(r.obligations, &obligation{
+				inv: NotEnded, due: e.Time.Add(FenceTimeout + r.cfg.Slack),
+				what:     fmt.Sprintf("lost the lease at %s with OnLeaseLost Exit and Done did not close within the fence timeout %s + %s", stamp(e.Time), FenceTimeout, r.cfg.Slack),
+				resolved: func() bool { return !r.doneAt.IsZero() },
+			})
+		}
+	}
+}
+
+// noteFault records, before it is taken, a step that may cost the lease.
+func (r *runner) noteFault(st Step) {
+	if st.Do == DoSlowAPI && st.Dur == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.faulted = true
+	r.mu.Unlock()
+}
+
+func stamp(t time.Time) string { return t.Format("05.000") }
+
+// startedSince reports whether child's start call was entered after at.
+func (r *runner) startedSince(child string, at time.Time) bool {
+	for _, in := range r.journal.Of(child) {
+		if in.From.After(at) {
+			return true
+		}
+	}
+	return false
+}
+
+// eventSince reports whether an event at or after at satisfies match.
+// r.mu is held.
+func (r *runner) eventSince(at time.Time, match func(cm.Event) bool) bool {
+	for i := len(r.events) - 1; i >= 0; i-- {
+		e := r.events[i]
+		if e.Time.Before(at) {
+			return false
+		}
+		if match(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// pauseWatch measures the longest pause of the whole process: a ticker
+// that did not tick.
+type pauseWatch struct {
+	mu      sync.Mutex
+	longest time.Duration
+	done    chan struct{}
+	exited  chan struct{}
+}
+
+func newPauseWatch() *pauseWatch {
+	p := &pauseWatch{done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(p.exited)
+		const period = 10 * time.Millisecond
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case now := <-tick.C:
+				p.mu.Lock()
+				p.longest = max(p.longest, now.Sub(last)-period)
+				p.mu.Unlock()
+				last = now
+			case <-p.done:
+				return
+			}
+		}
+	}()
+	return p
+}
+
+func (p *pauseWatch) max() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.longest
+}
+
+func (p *pauseWatch) stop() { close(p.done); <-p.exited }

@@ -1,0 +1,44 @@
+package statespace
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Result is what one sequence did and found.
+type Result struct {
+	Scenario   Scenario
+	Violations []Violation
+	// Excused are Unfenced violations that a pause of the whole process
+	// longer than half the fence budget explains (the paused-process limit
+	// no lease can fence): logged, not failed.
+	Excused  []Violation
+	Steps    int // steps run
+	Skipped  int // steps whose phase did not come
+	Took     time.Duration
+	MaxPause time.Duration
+	Log      []string // what each step did, and the manager's events
+}
+
+// Failed reports whether the sequence broke an invariant.
+func (r Result) Failed() bool { return len(r.Violations) > 0 }
+
+// Report is the whole story of a failed sequence: the scenario, what
+// happened and what broke.
+func (r Result) Report() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s: %s\n", r.Scenario.Name, r.Scenario)
+	fmt.Fprintf(&b, "ran %d steps (%d skipped) in %s; longest process pause %s\n", r.Steps, r.Skipped, r.Took.Round(time.Millisecond), r.MaxPause.Round(time.Millisecond))
+	b.WriteString("what happened:\n")
+	for _, l := range r.Log {
+		b.WriteString("  " + l + "\n")
+	}
+	for _, v := range r.Excused {
+		b.WriteString("excused (process paused): " + v.String() + "\n")
+	}
+	for _, v := range r.Violations {
+		b.WriteString("VIOLATION " + v.String() + "\n")
+	}
+	return b.String()
+}

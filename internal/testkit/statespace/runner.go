@@ -1,0 +1,172 @@
+package statespace
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+)
+
+// The manager's timing in every sequence: short, so that a sequence takes
+// milliseconds, except where the lease's real seconds are needed.
+const (
+	LeaseDuration      = 2 * time.Second
+	RenewDeadline      = time.Second
+	RetryPeriod        = 100 * time.Millisecond
+	FenceBudget        = LeaseDuration - RenewDeadline - RetryPeriod
+	FenceTimeout       = FenceBudget * 4 / 5
+	MaxRestarts        = 3
+	RestartWindow      = 2 * time.Second
+	InitialBackoff     = 10 * time.Millisecond
+	MaxBackoff         = 80 * time.Millisecond
+	HealthInterval     = 25 * time.Millisecond
+	HealthTimeout      = 250 * time.Millisecond
+	UnhealthyThreshold = 2
+	ShutdownTimeout    = 300 * time.Millisecond
+
+	identity  = "replica"
+	thief     = "thief"
+	namespace = "ns"
+	leaseName = "statespace"
+)
+
+// Config holds the bounds of the checks.
+type Config struct {
+	// Slack is added to every bounded-time invariant's own bound (a
+	// backoff, ShutdownTimeout, the fence timeout), for a loaded machine
+	// running the race detector. Default 3s.
+	Slack time.Duration
+	// Logger is the manager's; nil discards its logs.
+	Logger *slog.Logger
+}
+
+// Run drives a fresh manager through sc and checks every invariant after
+// every step, then heals it (hung calls released, network back), shuts it
+// down and checks the end. It returns once every goroutine it started has
+// returned, or, when the manager does not stop, reports that.
+func Run(ctx context.Context, sc Scenario, cfg Config) Result {
+	if cfg.Slack <= 0 {
+		cfg.Slack = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := newRunner(sc, cfg)
+	defer r.pauses.stop()
+	begin := time.Now()
+	r.run(ctx)
+	res := Result{Scenario: sc, Steps: r.steps, Skipped: r.skipped, Took: time.Since(begin), MaxPause: r.pauses.max()}
+	r.vmu.Lock()
+	res.Violations, res.Excused = slices.Clone(r.violations), slices.Clone(r.excused)
+	r.vmu.Unlock()
+	r.mu.Lock()
+	res.Log = slices.Clone(r.log)
+	r.mu.Unlock()
+	return res
+}
+
+type runner struct {
+	sc      Scenario
+	cfg     Config
+	begin   time.Time
+	journal *Journal
+	release chan struct{}
+	srv     *leasetest.Server
+	client  *leasetest.Client
+	latency atomic.Int64
+	// faulted: a partition, Steal or slow-API step has been taken; guarded
+	// by mu.
+	faulted bool
+	m       *cm.ControllerManager
+	pauses  *pauseWatch
+
+	startCancel context.CancelFunc
+	startDone   chan error
+	background  sync.WaitGroup
+	doneWatch   chan struct{}
+
+	mu          sync.Mutex
+	children    map[string]*child
+	added       int
+	events      []cm.Event
+	phase       cm.Phase
+	phaseCh     chan struct{} // closed at each phase change
+	obligations []*obligation
+	stopReq     map[string]bool
+	shutdownReq time.Time // the first ShutdownAndWait or cancelled Start
+	exitAt      time.Time // the first moment the host would exit: Done, or a ShutdownAndWait returned
+	doneAt      time.Time
+	knobGen     map[string]int
+	log         []string
+	steps       int
+	skipped     int
+
+	vmu        sync.Mutex
+	violations []Violation
+	excused    []Violation
+	seen       map[string]bool
+}
+
+// obligation is a bounded-time invariant waiting to be met.
+type obligation struct {
+	inv      Invariant
+	child    string
+	due      time.Time
+	what     string
+	resolved func() bool // called with r.mu held
+	key      string      // deduplicates
+}
+
+func newRunner(sc Scenario, cfg Config) *runner {
+	r := &runner{
+		sc: sc, cfg: cfg, begin: time.Now(), release: make(chan struct{}),
+		children: map[string]*child{}, phase: cm.PhaseIdle, phaseCh: make(chan struct{}),
+		stopReq: map[string]bool{}, knobGen: map[string]int{}, seen: map[string]bool{},
+		startDone: make(chan error, 1), doneWatch: make(chan struct{}),
+	}
+	r.journal = NewJournal(r.violate)
+	r.pauses = newPauseWatch()
+	return r
+}
+
+func (r *runner) logf(format string, args ...any) {
+	r.mu.Lock()
+	r.logLocked(format, args...)
+	r.mu.Unlock()
+}
+
+func (r *runner) logLocked(format string, args ...any) {
+	r.log = append(r.log, fmt.Sprintf("%7.3fs ", time.Since(r.begin).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (r *runner) violate(v Violation) {
+	key := string(v.Invariant) + "/" + v.Child + "/" + v.Detail
+	r.vmu.Lock()
+	defer r.vmu.Unlock()
+	if r.seen[key] {
+		return
+	}
+	r.seen[key] = true
+	r.violations = append(r.violations, v)
+}
+
+// violateOnce reports v once per key.
+func (r *runner) violateOnce(key string, v Violation, excusable bool) {
+	r.vmu.Lock()
+	defer r.vmu.Unlock()
+	if r.seen[key] {
+		return
+	}
+	r.seen[key] = true
+	if excusable && r.pauses.max() > FenceBudget/2 {
+		r.excused = append(r.excused, v)
+		return
+	}
+	r.violations = append(r.violations, v)
+}
