@@ -27,15 +27,15 @@ type Layer struct {
 // modules bench, ctrlruntime and e2e have go.mods of their own and sit
 // above the root facade; they are not checked here.
 var Layers = []Layer{
-	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/hostloop", "hack/handlers", "internal/layering"}},
+	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/hostloop", "hack/handlers", "internal/layering", "internal/surfacegen"}},
 	{"test kits: children, the chaos and state-space harnesses", []string{"internal/testkit/chaos", "internal/testkit/statespace", "internal/testkit/testchild"}},
 	{"the root facade: managers, options, errors", []string{"."}},
-	{"probes", []string{"health"}},
+	{"probes, metrics and Kubernetes Events", []string{"health", "internal/kubeevents", "internal/metrics"}},
 	{"the live view and the admission server", []string{"liveview", "webhook"}},
 	{"the root supervisor actor", []string{"supervisor"}},
 	{"child actors and the sharded elector", []string{"actors", "lease/shard"}},
 	{"the single-lease elector and fencing", []string{"lease"}},
-	{"leaves: defaults, plain-text and JSON answers, a fake Lease API", []string{"internal/defaults", "internal/respond", "lease/leasetest"}},
+	{"leaves: defaults, plain-text and JSON answers, the start context, a fake Lease API", []string{"internal/defaults", "internal/respond", "internal/startctx", "lease/leasetest"}},
 }
 
 // Diagram is the ASCII drawing of layers, top first, for the doc.
