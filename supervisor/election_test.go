@@ -67,7 +67,10 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	h := electionHarness(t, e)
 	c := testchild.NewController("c", testchild.Behavior{})
 	started := make(chan error, 1)
-	go func() { _, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}}); started <- err }()
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
+		started <- err
+	}()
 	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
 
 	e.report(t, shard.Acquired{Shard: 0})
@@ -104,7 +107,10 @@ func TestTheLegacyLeaseMessagesTakeTheSamePath(t *testing.T) {
 	h := electionHarness(t, e)
 	c := testchild.NewController("c", testchild.Behavior{})
 	started := make(chan error, 1)
-	go func() { _, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}}); started <- err }()
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
+		started <- err
+	}()
 	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
 
 	e.report(t, lease.Elected{Identity: "me"})

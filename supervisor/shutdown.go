@@ -229,6 +229,7 @@ func (s *root) finish() {
 	} else {
 		s.become(PhaseStopped, "shut down")
 	}
+	s.flushActive() // Observed's active set is final before Done closes
 	final := s.status()
 	final.Err = cause
 	s.obs.finish(cause, final)

@@ -193,12 +193,7 @@ func (s *root) Receive(ctx actor.Context) {
 // flush tells Observed which children became active or stopped while the
 // message was handled, then publishes the message's events in order.
 func (s *root) flush() {
-	for i, rec := range s.dirty {
-		rec.activeDirty = false
-		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.active())
-		s.dirty[i] = nil
-	}
-	s.dirty = s.dirty[:0]
+	s.flushActive()
 	for i, e := range s.events {
 		s.bus.Publish(e)
 		s.events[i] = Event{}
@@ -208,6 +203,16 @@ func (s *root) flush() {
 		s.closeBus = false
 		s.bus.Close()
 	}
+}
+
+// flushActive tells Observed which children became active or stopped.
+func (s *root) flushActive() {
+	for i, rec := range s.dirty {
+		rec.activeDirty = false
+		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.active())
+		s.dirty[i] = nil
+	}
+	s.dirty = s.dirty[:0]
 }
 
 // internalError handles a panic in the supervisor's own code: the manager
