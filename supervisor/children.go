@@ -6,23 +6,72 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/actorkube/controllermanager/actors"
 )
 
+// level is one level of supervision: its children in the order they were
+// added, by name, and the policy (strategy and restart budget) that decides
+// what restarts when one of them fails. The root supervises one level;
+// restart plans refer to the level they restart in, not to the root, so
+// that a group of children with a strategy of its own can later be a level
+// of its own.
+type level struct {
+	children []*childRecord // in the order they were added
+	byName   map[string]*childRecord
+	policy   Policy
+}
+
+// childRecord is the supervisor's view of one child.
+type childRecord struct {
+	spec     actors.Spec
+	pid      *actor.PID
+	state    ChildState
+	since    time.Time
+	gen      uint64 // the incarnation the child is in (or was last in)
+	restarts int
+	failures int
+	lastErr  error
+	healthy  bool
+	message  string
+
+	unhealthy   int         // consecutive unhealthy probes
+	startedAt   time.Time   // when the current incarnation started
+	budget      []time.Time // restarts within the window
+	backoffStep int
+
+	stopRequested bool         // stopped by StopChild: not supervised until started again
+	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
+	waitBuf       [1]*barrier  // waits' first backing array
+	plan          *restartPlan // the restart plan it belongs to, if any
+	activeDirty   bool         // its activity changed during this message (flushActive)
+}
+
+// owner is an operation in flight that waits on children through a
+// barrier: a start round, a restart plan, a fencing, a stand-down, a shard
+// hand-over, a shutdown, a lifecycle request. current is the one check
+// that a child's report is still wanted: false once the operation has
+// ended, or moved on to a stage that no longer waits for b.
+type owner interface {
+	current(b *barrier) bool
+	settled(b *barrier, err error) // b has settled with err; advance
+}
+
 // barrier waits for a set of children to reach their next Started,
-// StartFailed or Stopped, then runs its continuation once. A child may be
-// waited on by several barriers (a StopChild arriving while a restart stops
-// it); its next report settles them all. A start that ends in Stopped (it was
+// StartFailed or Stopped, then tells its owner once. A child may be waited
+// on by several barriers (a StopChild arriving while a restart stops it);
+// its next report settles them all. A start that ends in Stopped (it was
 // stopped while starting) settles a barrier with errInterrupted.
 type barrier struct {
+	owner    owner
 	left     int
 	err      error
-	failFast bool // for starts: continue with the first error
+	failFast bool // for starts: settle with the first error
 	// skipStopped: for a start round, a child stopped while it started
 	// (its shard lost or handed over) is left out instead of failing it.
 	skipStopped bool
-	done        bool // the continuation has run, or the owner gave up on it
-	then        func(err error)
+	done        bool
 }
 
 var errInterrupted = errors.New("supervisor: start interrupted by a stop")
@@ -32,23 +81,34 @@ func (b *barrier) add(rec *childRecord) {
 	rec.waits = append(rec.waits, b)
 }
 
+// settle counts one child's report. A report for an owner that has ended
+// or moved on is dropped here, and only here.
 func (b *barrier) settle(err error) {
 	if b.done {
+		return
+	}
+	if !b.owner.current(b) {
+		b.done = true
 		return
 	}
 	b.left--
 	if err != nil && b.err == nil {
 		b.err = err
-		if b.failFast {
-			b.done = true
-			b.then(err)
-			return
-		}
 	}
-	if b.left <= 0 {
+	if (b.err != nil && b.failFast) || b.left <= 0 {
 		b.done = true
-		b.then(b.err)
+		b.owner.settled(b, b.err)
 	}
+}
+
+// pending returns b, or nil when it waits for nobody (every child it was
+// given had stopped already, or there were none): the owner goes on at once.
+func (b *barrier) pending() *barrier {
+	if b.left == 0 {
+		b.done = true
+		return nil
+	}
+	return b
 }
 
 // settleChild settles every barrier waiting on rec with err (a start
@@ -66,7 +126,7 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 	}
 	switch len(rec.waits) {
 	case 0:
-	case 1: // the usual case: reuse the slice, a continuation may wait again
+	case 1: // the usual case: reuse the slice, an owner may wait again
 		b := rec.waits[0]
 		rec.waits[0] = nil
 		rec.waits = rec.waits[:0]
@@ -81,20 +141,27 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 }
 
 // startAll starts recs in parallel with ctx (which carries the start
-// deadline, if any) and continues with the first error (failing fast) or nil
-// once all have started or been stopped meanwhile (a start round goes on
-// without the controllers of a shard lost or handed over while they
-// started; a round abandoned altogether is told apart by its owner).
-func (s *root) startAll(recs []*childRecord, ctx context.Context, then func(err error)) {
-	if len(recs) == 0 {
-		then(nil)
-		return
-	}
-	b := &barrier{failFast: true, skipStopped: true, then: then}
+// deadline, if any) for o: it settles with the first error (failing fast)
+// or nil once all have started or been stopped meanwhile (a start round
+// goes on without the controllers of a shard lost or handed over while
+// they started). It returns nil when there is nothing to start.
+func (s *root) startAll(o owner, recs []*childRecord, ctx context.Context) *barrier {
+	b := &barrier{owner: o, failFast: true, skipStopped: true}
 	for _, rec := range recs {
 		b.add(rec)
 		s.startChild(rec, ctx, 0)
 	}
+	return b.pending()
+}
+
+// startIncarnation starts a new incarnation of rec for o outside the
+// manager's start rounds (restarts, AddChild), on the manager's lifetime
+// context and bounded by the start timeout.
+func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
+	b := &barrier{owner: o, failFast: true}
+	b.add(rec)
+	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
+	return b
 }
 
 // startChild sends Start for a new incarnation of rec, its start call on a
@@ -113,10 +180,11 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	s.ctx.Send(rec.pid, start)
 }
 
-// stopAll shuts down every active child of recs in parallel with ctx and
-// continues once all have stopped. Children not active are stopped already.
-func (s *root) stopAll(recs []*childRecord, ctx context.Context, then func()) {
-	b := &barrier{then: func(error) { then() }}
+// stopAll shuts down every active child of recs in parallel with ctx for o,
+// which is told once all have stopped. Children not active are stopped
+// already; it returns nil when none is active.
+func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barrier {
+	b := &barrier{owner: o}
 	for _, rec := range recs {
 		if !rec.state.active() {
 			continue
@@ -127,10 +195,7 @@ func (s *root) stopAll(recs []*childRecord, ctx context.Context, then func()) {
 			s.ctx.Send(rec.pid, actors.Stop{Ctx: ctx})
 		}
 	}
-	if b.left == 0 {
-		b.done = true
-		then()
-	}
+	return b.pending()
 }
 
 func (s *root) current(name string, gen uint64) *childRecord {
@@ -161,7 +226,7 @@ func (s *root) onChildStartFailed(m actors.StartFailed) {
 	s.setState(rec, StateFailed)
 	s.recordFailure(rec, m.Err)
 	if len(rec.waits) > 0 {
-		settleChild(rec, m.Err, false) // the continuation decides: fail the start, or supervise
+		settleChild(rec, m.Err, false) // the owner decides: fail the start, or supervise
 		return
 	}
 	s.supervise(rec, m.Err)
@@ -209,4 +274,166 @@ func (s *root) logFailure(msg string, rec *childRecord, err error) {
 		return
 	}
 	s.cfg.Logger.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
+}
+
+// setState moves rec to st; Observed learns of it once the message has
+// been handled (flushActive).
+func (s *root) setState(rec *childRecord, st ChildState) {
+	rec.state = st
+	rec.since = s.now()
+	if !rec.activeDirty {
+		rec.activeDirty = true
+		s.dirty = append(s.dirty, rec)
+	}
+}
+
+// publish publishes a child event.
+func (s *root) publish(t EventType, rec *childRecord, err error) {
+	s.emit(Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+		Phase: s.phase, Restarts: rec.restarts, Err: err})
+}
+
+// emit queues e; Receive publishes the message's events, in order, once it
+// has handled it (flush).
+func (s *root) emit(e Event) { s.events = append(s.events, e) }
+
+// respond answers a request; a nil requester (a plain Send) gets nothing.
+func (s *root) respond(to *actor.PID, value any, err error) {
+	if to != nil {
+		s.ctx.Send(to, Reply{Value: value, Err: err})
+	}
+}
+
+// record finds a child by name for a lifecycle message.
+func (s *root) record(name string) (*childRecord, error) {
+	rec, ok := s.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownChild, name)
+	}
+	return rec, nil
+}
+
+// lifecycleRecord checks that a lifecycle message can act now and returns
+// the child it names: what names the request ("restart of child \"jobs\""),
+// act what it does ("restart"), for the errors.
+func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
+	if s.phase != PhaseRunning {
+		if s.phase.Ended() {
+			return nil, fmt.Errorf("%s: %w", what, ErrStopped)
+		}
+		return nil, fmt.Errorf("%s: %w (phase %s)", what, ErrNotRunning, s.phase)
+	}
+	rec, err := s.record(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", act, err) // err names the child
+	}
+	return rec, nil
+}
+
+// fencedKind reports whether the lease fences children of kind: controllers
+// and stores run only while this replica holds the lease; webhooks and plain
+// runnables run on standbys too.
+func fencedKind(kind actors.Kind) bool {
+	return kind == actors.KindController || kind == actors.KindStore
+}
+
+// leaseHeld reports whether rec may run now: election is off, rec is not
+// fenced (a webhook, a plain runnable), or this replica holds what fences
+// it and is not fencing it: a store, some shard (the single lease being
+// the one shard); a controller, its own shard.
+func (s *root) leaseHeld(rec *childRecord) bool {
+	if s.cfg.Elector == nil || !fencedKind(rec.spec.Kind) {
+		return true
+	}
+	if !s.leader || s.fencing != nil {
+		return false
+	}
+	if rec.spec.Kind != actors.KindController {
+		return true
+	}
+	sh := s.shards[0]
+	if s.sharded() {
+		sh = s.shards[rec.spec.Shard]
+	}
+	return sh.held && sh.release == nil && sh.fencing == nil
+}
+
+// shardLease names shard i's Lease.
+func (s *root) shardLease(i int) string {
+	if s.cfg.ShardLease == nil {
+		return fmt.Sprint(i)
+	}
+	return s.cfg.ShardLease(i)
+}
+
+// shardChild is the scope of a lost or released shard: its controllers.
+func shardChild(i int) func(*childRecord) bool {
+	return func(r *childRecord) bool { return r.spec.Kind == actors.KindController && r.spec.Shard == i }
+}
+
+// scope returns the children touches selects, in the order they were added.
+func (s *root) scope(touches func(*childRecord) bool) []*childRecord {
+	var recs []*childRecord
+	for _, rec := range s.children {
+		if touches(rec) {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+func (s *root) validShard(i int) bool {
+	if i < 0 || i >= len(s.shards) {
+		s.cfg.Logger.Error("supervisor: the elector named a shard out of range; ignored", "shard", i, "shards", len(s.shards))
+		return false
+	}
+	return true
+}
+
+// The decision "stop supervising what is in progress" is made in one place,
+// quiesce, for three callers that differ only in which children it touches:
+// a shutdown touches every child, a lost lease only the children the lease
+// fences, and StopChild or RemoveChild the one child they name. Whatever a
+// quiesce does not touch goes on as before: a webhook backing off when the
+// lease is lost still restarts, and a standby's webhooks are still probed.
+
+// everyChild is the scope of a shutdown.
+func everyChild(*childRecord) bool { return true }
+
+// fencedChild is the scope of a lost lease.
+func fencedChild(rec *childRecord) bool { return fencedKind(rec.spec.Kind) }
+
+// onlyChild is the scope of a lifecycle message naming rec.
+func onlyChild(rec *childRecord) func(*childRecord) bool {
+	return func(r *childRecord) bool { return r == rec }
+}
+
+// quiesce takes the children that touches selects out of every restart plan
+// and puts those backing off in StateStopped, so that nothing restarts them.
+// A plan left with no child to restart is cancelled; a plan that also
+// restarts children outside the scope (AllForOne after a webhook failed,
+// say) goes on for those alone.
+func (s *root) quiesce(touches func(*childRecord) bool) {
+	for plan := range s.plans {
+		rest := 0
+		for _, r := range plan.recs {
+			if r.plan != plan {
+				continue // restarted already, or taken out before
+			}
+			if touches(r) {
+				r.plan = nil
+				continue
+			}
+			rest++
+		}
+		if rest == 0 {
+			s.cancelPlan(plan)
+		}
+	}
+	for _, rec := range s.children {
+		if touches(rec) && rec.state == StateBackingOff {
+			rec.plan = nil
+			s.setState(rec, StateStopped)
+		}
+	}
 }

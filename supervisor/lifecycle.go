@@ -8,105 +8,62 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 )
 
-// lifecycleRecord checks that a lifecycle message can act now and returns
-// the child it names.
-func (s *root) lifecycleRecord(msg any, name string) (*childRecord, error) {
-	if s.phase != PhaseRunning {
-		if s.phase.Ended() {
-			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
-		}
-		return nil, fmt.Errorf("%s: %w (phase %s)", describe(msg), ErrNotRunning, s.phase)
-	}
-	rec, err := s.record(name)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", action(msg), err) // err names the child
-	}
-	return rec, nil
-}
-
-func (s *root) busy(rec *childRecord) bool {
-	return rec.plan != nil || rec.state == StateStarting || rec.state == StateStopping
-}
-
-func (s *root) onRestartChild(m RestartChild, replyTo *actor.PID) {
-	rec, err := s.lifecycleRecord(m, m.Name)
-	if err == nil && rec.spec.Kind == actors.KindRunnable {
-		err = fmt.Errorf("RestartChild %q: %w", m.Name, ErrNothingToStart)
-	}
-	s.restartOnRequest(rec, err, "RestartChild", replyTo)
-}
-
-func (s *root) onStartChild(m StartChild, replyTo *actor.PID) {
-	rec, err := s.lifecycleRecord(m, m.Name)
-	if err == nil && rec.state == StateRunning && !s.busy(rec) {
-		err = fmt.Errorf("StartChild %q: %w", m.Name, ErrAlreadyRunning)
-	}
-	s.restartOnRequest(rec, err, "StartChild", replyTo)
-}
-
-// restartOnRequest is RestartChild and StartChild once their own checks
-// (err) have passed: rec is shut down if it is active (a Failed child still
-// owes its Shutdown), then restarted, and op's requester is answered once
-// the start call has returned.
-func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo *actor.PID) {
-	if err == nil && s.busy(rec) {
-		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, ErrBusy, rec.state)
-	}
-	if err == nil && !s.leaseHeld(rec) {
-		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard)
-	}
-	if err != nil {
-		s.respond(replyTo, nil, err)
-		return
-	}
-	rec.stopRequested = false
-	s.stopAll([]*childRecord{rec}, s.boundedContext(), func() {
-		if s.phase != PhaseRunning {
-			s.respond(replyTo, nil, fmt.Errorf("%s %q: %w", op, rec.spec.Name, ErrShutdown))
-			return
-		}
-		if !s.leaseHeld(rec) {
-			s.respond(replyTo, nil, fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard))
-			return
-		}
-		s.restart(rec, s.answerStart(rec, replyTo, op))
-	})
-}
-
-// answerStart is the continuation of a start that a lifecycle message asked
-// for: it answers the requester once the start call has returned; a failed
-// start is then supervised like any failure.
-func (s *root) answerStart(rec *childRecord, replyTo *actor.PID, op string) func(error) {
-	return func(err error) {
-		if err != nil {
-			s.respond(replyTo, nil, fmt.Errorf("%s %q: %w", op, rec.spec.Name, err))
-			if err != errInterrupted {
-				s.supervise(rec, err)
-			}
-			return
-		}
-		s.respond(replyTo, nil, nil)
-	}
-}
-
 func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
-	rec, err := s.lifecycleRecord(m, m.Name)
+	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return
 	}
-	s.stopForGood(rec, func() { s.respond(replyTo, nil, nil) })
+	s.stopForGood(&stopRequest{s: s, rec: rec, replyTo: replyTo})
 }
 
-// stopForGood takes rec out of supervision and any restart plan, and shuts
-// it down.
-func (s *root) stopForGood(rec *childRecord, then func()) {
+// stopRequest is a StopChild or RemoveChild in progress: the child is out
+// of supervision and shutting down; once it has stopped the requester is
+// answered (a RemoveChild's child removed first).
+type stopRequest struct {
+	s       *root
+	rec     *childRecord
+	remove  bool
+	replyTo *actor.PID
+	wait    *barrier
+	done    bool
+}
+
+// stopForGood takes r's child out of supervision and any restart plan, and
+// shuts it down.
+func (s *root) stopForGood(r *stopRequest) {
+	rec := r.rec
 	rec.stopRequested = true
 	s.quiesce(onlyChild(rec))
 	if rec.state == StatePending {
 		s.setState(rec, StateStopped)
 	}
-	s.stopAll([]*childRecord{rec}, s.boundedContext(), then)
+	if r.wait = s.stopAll(r, []*childRecord{rec}, s.boundedContext()); r.wait == nil {
+		r.stopped()
+	}
+}
+
+func (r *stopRequest) current(b *barrier) bool { return !r.done && r.wait == b }
+func (r *stopRequest) settled(*barrier, error) { r.stopped() }
+
+// stopped ends the request, its child stopped.
+func (r *stopRequest) stopped() {
+	s, rec := r.s, r.rec
+	r.done, r.wait = true, nil
+	if !r.remove {
+		s.respond(r.replyTo, nil, nil)
+		return
+	}
+	if s.byName[rec.spec.Name] != rec {
+		s.respond(r.replyTo, nil, nil) // removed meanwhile by an earlier RemoveChild
+		return
+	}
+	delete(s.byName, rec.spec.Name)
+	s.children = deleteRecord(s.children, rec)
+	s.unpublishWebhook(rec)
+	s.ctx.Stop(rec.pid)
+	s.publish(ChildRemoved, rec, nil)
+	s.respond(r.replyTo, nil, nil)
 }
 
 func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
@@ -165,27 +122,17 @@ func (s *root) onChildNamed(m childNamed) {
 		s.respond(m.replyTo, nil, nil)
 		return
 	}
-	s.startIncarnation(rec, s.answerStart(rec, m.replyTo, "AddChild"))
+	r := &childRequest{s: s, stage: requestStarting, rec: rec, op: "AddChild", replyTo: m.replyTo}
+	r.wait = s.startIncarnation(r, rec)
 }
 
 func (s *root) onRemoveChild(m RemoveChild, replyTo *actor.PID) {
-	rec, err := s.lifecycleRecord(m, m.Name)
+	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return
 	}
-	s.stopForGood(rec, func() {
-		if s.byName[rec.spec.Name] != rec {
-			s.respond(replyTo, nil, nil) // removed meanwhile by an earlier RemoveChild
-			return
-		}
-		delete(s.byName, rec.spec.Name)
-		s.children = deleteRecord(s.children, rec)
-		s.unpublishWebhook(rec)
-		s.ctx.Stop(rec.pid)
-		s.publish(ChildRemoved, rec, nil)
-		s.respond(replyTo, nil, nil)
-	})
+	s.stopForGood(&stopRequest{s: s, rec: rec, remove: true, replyTo: replyTo})
 }
 
 func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {

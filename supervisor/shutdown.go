@@ -11,13 +11,27 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 )
 
-// shutdownAttempt is a shutdown in progress.
+// shutdownStage is where a shutdown is, in this order.
+type shutdownStage uint8
+
+const (
+	shutdownStopping  shutdownStage = iota // every active child's Shutdown runs, in parallel
+	shutdownReleasing                      // all have returned: the lease is being given up
+	shutdownDone                           // the manager has stopped
+)
+
+var shutdownStageNames = [...]string{"stopping", "releasing", "done"}
+
+func (st shutdownStage) String() string { return shutdownStageNames[st] }
+
+// shutdownAttempt is a shutdown in progress, the root's from its beginning
+// on.
 type shutdownAttempt struct {
+	s       *root
+	stage   shutdownStage
+	wait    *barrier
 	cause   error // why: nil when requested
 	waiters []*actor.PID
-	// releasing: every child has stopped and the lease is being given up
-	// (releaseLease).
-	releasing bool
 
 	// A shutdown that nobody asked for (an escalation, a failed start, a
 	// lost lease with Exit) is bounded: see boundFailedShutdown.
@@ -28,7 +42,8 @@ type shutdownAttempt struct {
 type (
 	// shutdownOverdue: a failure's shutdown has not finished within
 	// Timing.ShutdownTimeout.
-	shutdownOverdue struct{ attempt *shutdownAttempt }
+	// There is one shutdown in a manager's life: the root's.
+	shutdownOverdue struct{}
 	// shutdownReport: where the Shutdown calls that an overdue shutdown
 	// waits for are stuck, found off the mailbox.
 	shutdownReport struct {
@@ -64,7 +79,8 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	if s.shutdown != nil || s.phase.Ended() {
 		return
 	}
-	s.shutdown = &shutdownAttempt{cause: cause, waiters: waiters}
+	a := &shutdownAttempt{s: s, cause: cause, waiters: waiters}
+	s.shutdown = a
 	if s.start != nil {
 		err := cause
 		if err == nil {
@@ -78,13 +94,16 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		s.endLifetime()
 	}
 	s.obs.ready.Store(false)
-	s.setPhase(PhaseShuttingDown)
+	s.become(PhaseShuttingDown, "shutdown")
 	if cause != nil {
 		ctx = s.boundFailedShutdown(ctx)
 	}
 	s.watchStopping(ctx)
-	s.stopAll(s.children, ctx, s.releaseLease)
-	if s.sharded() && s.elector != nil {
+	sharded := s.sharded() && s.elector != nil
+	if a.wait = s.stopAll(a, s.children, ctx); a.wait == nil {
+		s.releaseLease()
+	}
+	if sharded && a.stage == shutdownStopping {
 		// A replica that is shutting down takes no shard: the elector
 		// leaves the membership now and hands each held shard back
 		// (onShardReleasing) as soon as that shard's controllers have
@@ -106,19 +125,18 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 func (s *root) boundFailedShutdown(ctx context.Context) context.Context {
 	a := s.shutdown
 	a.watch = actors.NewShutdownWatch()
-	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any {
-		return shutdownOverdue{attempt: a}
-	}))
+	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any { return shutdownOverdue{} }))
 	return actors.WithShutdownWatch(ctx, a.watch)
 }
 
-func (s *root) onShutdownOverdue(m shutdownOverdue) {
-	if m.attempt != s.shutdown || s.phase.Ended() {
+func (s *root) onShutdownOverdue(shutdownOverdue) {
+	a := s.shutdown
+	if a == nil || s.phase.Ended() {
 		return
 	}
-	watch := m.attempt.watch
+	watch := a.watch
 	go func() { // a dump of every goroutine's stack: not on the mailbox
-		s.sendSelf(shutdownReport{attempt: m.attempt, stuck: watch.Unstopped()})
+		s.sendSelf(shutdownReport{attempt: a, stuck: watch.Unstopped()})
 	}()
 }
 
@@ -170,12 +188,17 @@ func (s *root) watchStopping(ctx context.Context) {
 	}
 }
 
+func (a *shutdownAttempt) current(b *barrier) bool {
+	return a.s.shutdown == a && a.stage == shutdownStopping && a.wait == b
+}
+func (a *shutdownAttempt) settled(*barrier, error) { a.s.releaseLease() }
+
 // releaseLease gives the lease up, now that every child has stopped: the
-// last shard's hand-over waited for that (onShardReleasing).
+// last shard's hand-over waited for that (shardRelease).
 func (s *root) releaseLease() {
-	s.shutdown.releasing = true
-	for _, handOver := range s.lastShard {
-		handOver()
+	s.shutdown.stage, s.shutdown.wait = shutdownReleasing, nil
+	for _, r := range s.lastShard {
+		r.handOver()
 	}
 	s.lastShard = nil
 	if s.elector == nil {
@@ -192,6 +215,7 @@ func (s *root) finish() {
 		return
 	}
 	cause := s.shutdown.cause
+	s.shutdown.stage = shutdownDone
 	if s.shutdown.overdue != nil {
 		s.shutdown.overdue.Stop()
 	}
@@ -201,16 +225,17 @@ func (s *root) finish() {
 	s.countHeld()
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)
-		s.setPhase(PhaseFailed)
+		s.become(PhaseFailed, "failed")
 	} else {
-		s.setPhase(PhaseStopped)
+		s.become(PhaseStopped, "shut down")
 	}
+	s.flushActive() // Observed's active set is final before Done closes
 	final := s.status()
 	final.Err = cause
 	s.obs.finish(cause, final)
 	for _, w := range s.shutdown.waiters {
 		s.respond(w, nil, nil)
 	}
-	s.bus.Close()
+	s.closeBus = true // once the message's events are published (flush)
 	s.ctx.Stop(s.self)
 }

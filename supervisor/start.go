@@ -13,8 +13,33 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 )
 
-// startAttempt is a Start in progress.
+// startStage is where a start round is. A round goes through them in this
+// order; a round after a lost lease (Reelect) begins at startElecting.
+type startStage uint8
+
+const (
+	startPreflight   startStage = iota // Context.Start runs, off the mailbox (Initializing)
+	startWebhooks                      // webhooks start, standby or not (Initializing)
+	startElecting                      // waiting for the lease (Electing); skipped without election
+	startStores                        // stores recover, in parallel (Recovering)
+	startControllers                   // controllers start, in parallel (Starting)
+	startRunnables                     // plain runnables start; then Running
+	startDone                          // the Start call has been answered
+)
+
+var startStageNames = [...]string{"preflight", "webhooks", "electing", "stores", "controllers", "runnables", "done"}
+
+func (st startStage) String() string { return startStageNames[st] }
+
+// startAttempt is a start round in progress: the Start call's, or the next
+// round's after a lost lease (the Start call, if not answered yet, waits for
+// it). It is the root's start while in flight; a round abandoned (a
+// shutdown, a lost lease) is no longer, and its children's reports are
+// dropped by its barrier.
 type startAttempt struct {
+	s       *root
+	stage   startStage
+	wait    *barrier // the children of stage being started
 	replyTo *actor.PID
 	ctx     context.Context // the caller's, cancelled once the start has ended
 	cancel  context.CancelFunc
@@ -56,7 +81,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		err = s.validateShards(m.Children)
 	}
 	if err != nil {
-		s.setPhase(PhaseInitializing)
+		s.become(PhaseInitializing, "start")
 		s.respond(replyTo, nil, err)
 		s.beginShutdown(err, s.boundedContext())
 		return
@@ -66,7 +91,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		base = context.Background()
 	}
 	ctx, cancel := context.WithCancel(base)
-	a := &startAttempt{replyTo: replyTo, ctx: ctx, cancel: cancel, timeout: m.StartTimeout}
+	a := &startAttempt{s: s, replyTo: replyTo, ctx: ctx, cancel: cancel, timeout: m.StartTimeout}
 	s.start = a
 	s.startTimeout = m.StartTimeout
 	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
@@ -78,15 +103,8 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	for _, spec := range m.Children {
 		s.addRecord(spec)
 	}
-	s.setPhase(PhaseInitializing)
-	preflight := s.cfg.Preflight
-	go func() {
-		var err error
-		if preflight != nil {
-			err = actors.Call("context", "manager", "Start", func() error { return preflight(ctx) })
-		}
-		s.sendSelf(preflightDone{attempt: a, err: err})
-	}()
+	s.become(PhaseInitializing, "start")
+	a.step()
 }
 
 // addRecord records a child, in StatePending, and spawns its actor unless it
@@ -107,111 +125,155 @@ func (s *root) addRecord(spec actors.Spec) *childRecord {
 }
 
 func (s *root) onPreflightDone(m preflightDone) {
-	if m.attempt != s.start || s.phase != PhaseInitializing {
+	a := m.attempt
+	if a != s.start || a.stage != startPreflight {
 		return
 	}
 	if m.err != nil {
 		s.failStart(fmt.Errorf("cannot start context: %w", m.err))
 		return
 	}
-	if s.cfg.Mode != ModeWebhooks {
-		// The pre-flight is done: the manager passes readiness from here on,
-		// also as a standby waiting for the lease.
-		s.obs.ready.Store(true)
-	}
-	a := s.start
-	s.startAll(s.ofKind(actors.KindWebhook), a.ctx, func(err error) {
-		if s.start != a {
-			return // the start has ended (shut down, or timed out) meanwhile
-		}
-		if err != nil {
-			s.failStart(fmt.Errorf("cannot start webhooks: %w", err))
-			return
-		}
-		s.startProbes() // webhooks serve from now on, standby or not
-		switch s.cfg.Mode {
-		case ModeControllers:
-			s.elect()
-		default:
-			s.obs.ready.Store(true)
-			s.obs.starting.Store(true)
-			s.finishStart()
-		}
-	})
+	a.stage++
+	a.step()
 }
 
-// elect enters Electing, or goes straight on when election is off.
-func (s *root) elect() {
-	if s.cfg.Elector == nil {
-		s.recoverStores()
+// step runs the round from its stage on, top to bottom, until a stage must
+// wait: for children to start (a barrier, which calls settled), for the
+// pre-flight (preflightDone) or for the lease (acquire). Each stage begins
+// only once the one before it has ended without an error.
+func (a *startAttempt) step() {
+	s := a.s
+	for s.start == a {
+		switch a.stage {
+		case startPreflight:
+			preflight, ctx := s.cfg.Preflight, a.ctx
+			go func() {
+				var err error
+				if preflight != nil {
+					err = actors.Call("context", "manager", "Start", func() error { return preflight(ctx) })
+				}
+				s.sendSelf(preflightDone{attempt: a, err: err})
+			}()
+			return
+		case startWebhooks:
+			if s.cfg.Mode != ModeWebhooks {
+				// The pre-flight is done: the manager passes readiness from
+				// here on, also as a standby waiting for the lease.
+				s.obs.ready.Store(true)
+			}
+			if a.wait = s.startAll(a, s.ofKind(actors.KindWebhook), a.ctx); a.wait != nil {
+				return
+			}
+		case startElecting:
+			s.startProbes() // webhooks serve from now on, standby or not
+			if s.cfg.Mode != ModeControllers {
+				s.obs.ready.Store(true)
+				s.obs.starting.Store(true)
+				a.stage = startRunnables
+				continue
+			}
+			if s.cfg.Elector != nil {
+				s.become(PhaseElecting, "waiting for the lease")
+				if s.elector == nil {
+					s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
+				}
+				if !s.leader || s.fencing != nil {
+					return // acquire, or the stand-down's end, resumes the round
+				}
+			}
+		case startStores:
+			a.bound()
+			s.obs.starting.Store(true)
+			s.become(PhaseRecovering, "the lease is held")
+			if a.wait = s.startAll(a, s.toStart(actors.KindStore), a.bounded); a.wait != nil {
+				return
+			}
+		case startControllers:
+			s.become(PhaseStarting, "stores recovered")
+			if a.wait = s.startAll(a, s.toStart(actors.KindController), a.bounded); a.wait != nil {
+				return
+			}
+		case startRunnables:
+			// Plain runnables have no start call: nothing to wait for.
+			s.startAll(ignoreReports{}, s.toStart(actors.KindRunnable), a.ctx)
+			if s.cfg.Mode == ModeBase {
+				s.obs.starting.Store(true)
+			}
+			s.obs.started.Store(true)
+			s.become(PhaseRunning, "started")
+			a.stage = startDone
+			s.endStart(nil)
+			s.startProbes()
+			return
+		case startDone:
+			return
+		}
+		a.wait = nil
+		a.stage++
+	}
+}
+
+// current reports whether the round still waits for b: it is the root's
+// round and b is its stage's barrier.
+func (a *startAttempt) current(b *barrier) bool { return a.s.start == a && a.wait == b }
+
+// settled ends the stage whose children b started: the first error fails
+// the start, else the next stage begins.
+func (a *startAttempt) settled(b *barrier, err error) {
+	a.wait = nil
+	if err != nil {
+		a.s.failStart(fmt.Errorf("cannot %s: %w", a.stage.failure(), err))
 		return
 	}
-	s.setPhase(PhaseElecting)
-	if s.elector == nil {
-		s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
-	}
-	if s.leader && s.fencing == nil && s.start != nil {
-		// Sharded: the elector runs on across a fencing, and a shard
-		// acquired meanwhile waited for it to end.
-		s.recoverStores()
+	a.stage++
+	a.step()
+}
+
+// failure is what failed when stage's children failed to start.
+func (st startStage) failure() string {
+	switch st {
+	case startWebhooks:
+		return "start webhooks"
+	case startStores:
+		return "recover stores"
+	default:
+		return "start controllers"
 	}
 }
 
-// recoverStores enters Recovering; from here on the start timeout applies.
-func (s *root) recoverStores() {
-	a := s.start
-	s.obs.starting.Store(true)
-	// The round's own context, cancelled when the round ends or is
-	// abandoned (a lost lease with Reelect), so that no start call of an
-	// abandoned round runs on beside the next round's.
+// resume goes on with a round waiting for the lease, now held.
+func (a *startAttempt) resume() {
+	if a.stage == startElecting {
+		a.stage++
+		a.step()
+	}
+}
+
+// bound gives the round its own context from Recovering on, with the start
+// timeout, cancelled when the round ends or is abandoned (a lost lease with
+// Reelect), so that no start call of an abandoned round runs on beside the
+// next round's.
+func (a *startAttempt) bound() {
+	s := a.s
 	if a.timeout <= 0 {
 		a.bounded, a.cancelBounded = context.WithCancel(a.ctx)
-	} else {
-		a.bounded, a.cancelBounded = context.WithTimeout(a.ctx, a.timeout)
-		bounded := a.bounded
-		context.AfterFunc(bounded, func() {
-			if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
-				s.sendSelf(startExpired{attempt: a,
-					err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
-			}
-		})
+		return
 	}
-	s.setPhase(PhaseRecovering)
-	s.startAll(s.toStart(actors.KindStore), a.bounded, func(err error) {
-		if s.start != a {
-			return
+	a.bounded, a.cancelBounded = context.WithTimeout(a.ctx, a.timeout)
+	bounded := a.bounded
+	context.AfterFunc(bounded, func() {
+		if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
+			s.sendSelf(startExpired{attempt: a,
+				err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
 		}
-		if err != nil {
-			s.failStart(fmt.Errorf("cannot recover stores: %w", err))
-			return
-		}
-		s.setPhase(PhaseStarting)
-		s.startAll(s.toStart(actors.KindController), a.bounded, func(err error) {
-			if s.start != a {
-				return
-			}
-			if err != nil {
-				s.failStart(fmt.Errorf("cannot start controllers: %w", err))
-				return
-			}
-			s.finishStart()
-		})
 	})
 }
 
-// finishStart starts the plain runnables (there is nothing to call) and
-// enters Running.
-func (s *root) finishStart() {
-	a := s.start
-	s.startAll(s.toStart(actors.KindRunnable), a.ctx, func(error) {})
-	if s.cfg.Mode == ModeBase {
-		s.obs.starting.Store(true)
-	}
-	s.obs.started.Store(true)
-	s.setPhase(PhaseRunning)
-	s.endStart(nil)
-	s.startProbes()
-}
+// ignoreReports owns the starts nobody waits for: the plain runnables'.
+type ignoreReports struct{}
+
+func (ignoreReports) current(*barrier) bool   { return false }
+func (ignoreReports) settled(*barrier, error) {}
 
 // onStartExpired ends a start whose context ended. startTimeout passing is
 // a failure: the manager ends Failed. The caller's context ending is the
@@ -251,11 +313,26 @@ func (s *root) endStart(err error) {
 		return
 	}
 	s.start = nil
+	a.stage = startDone
 	s.respond(a.replyTo, nil, err)
 	if a.cancelBounded != nil {
 		a.cancelBounded()
 	}
 	a.cancel()
+}
+
+// toStart is what a start round starts of kind: every child of that kind
+// but those stopped by StopChild, those still running (webhooks and plain
+// runnables outlive a lost lease) and those whose shard this replica does
+// not hold.
+func (s *root) toStart(kind actors.Kind) []*childRecord {
+	var recs []*childRecord
+	for _, rec := range s.ofKind(kind) {
+		if !rec.stopRequested && !rec.state.active() && s.leaseHeld(rec) {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
 }
 
 func (s *root) ofKind(kind actors.Kind) []*childRecord {

@@ -32,7 +32,8 @@ type Handle struct {
 // top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle, byName: map[string]*childRecord{},
+	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle,
+		level:      &level{byName: map[string]*childRecord{}, policy: cfg.Policy},
 		goroutines: actors.NewGoroutines(idleGoroutines)}
 	s.initShards()
 	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
@@ -56,15 +57,18 @@ type root struct {
 	self   *actor.PID
 	system *actor.ActorSystem
 
-	phase    Phase
-	children []*childRecord // in the order they were added
-	byName   map[string]*childRecord
-	gen      uint64 // last incarnation number given to a child
+	phase  Phase
+	*level        // the children, supervised by the root's strategy and budget
+	gen    uint64 // last incarnation number given to a child
+
+	events   []Event        // published once the message has been handled (flush)
+	closeBus bool           // the manager has stopped: the bus closes after them
+	dirty    []*childRecord // whose activity Observed learns of then
 
 	start        *startAttempt
 	startTimeout time.Duration // bounds every start call, restarts included
 	shutdown     *shutdownAttempt
-	plans        map[*restartPlan]struct{}
+	plans        map[*restartPlan]struct{} // in flight, in every level
 	probe        *probeState
 
 	lifetime    context.Context // ends when the manager shuts down
@@ -79,7 +83,7 @@ type root struct {
 	shards  []*shardState // the single lease is shard 0; nil with election off
 	// lastShard holds the hand-over of the last shard held when a shutdown
 	// began, done once every child has stopped (releaseLease).
-	lastShard []func()
+	lastShard []*shardRelease
 	// fencing is the stop, replica-wide, of every controller and store in
 	// progress: after the lease (the last shard held) was lost, or once the
 	// last shard was handed over.
@@ -91,35 +95,12 @@ type root struct {
 	nowValid bool
 }
 
-// childRecord is the supervisor's view of one child.
-type childRecord struct {
-	spec     actors.Spec
-	pid      *actor.PID
-	state    ChildState
-	since    time.Time
-	gen      uint64 // the incarnation the child is in (or was last in)
-	restarts int
-	failures int
-	lastErr  error
-	healthy  bool
-	message  string
-
-	unhealthy   int         // consecutive unhealthy probes
-	startedAt   time.Time   // when the current incarnation started
-	budget      []time.Time // restarts within the window
-	backoffStep int
-
-	stopRequested bool         // stopped by StopChild: not supervised until started again
-	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
-	waitBuf       [1]*barrier  // waits' first backing array
-	plan          *restartPlan // the restart plan it belongs to, if any
-}
-
 // Receive handles one message. It never blocks: user calls run in the child
 // actors, waits in goroutines that send a message back.
 func (s *root) Receive(ctx actor.Context) {
 	s.ctx = ctx
 	s.nowValid = false
+	defer s.flush()
 	defer func() {
 		if r := recover(); r != nil {
 			s.internalError(fmt.Errorf("supervisor: internal error while handling %T: %v", ctx.Message(), r), debug.Stack())
@@ -167,20 +148,18 @@ func (s *root) Receive(ctx actor.Context) {
 	case actors.Failed:
 		s.onChildFailed(m)
 
-	case lease.Elected:
-		s.onElected(m)
-	case lease.NewLeader:
-		s.onNewLeader(m)
-	case lease.Lost:
-		s.onLeaseLost(m)
-	case lease.Released:
-		s.onLeaseReleased()
 	case shard.Acquired:
 		s.onShardAcquired(m)
+	case shard.HolderChanged:
+		s.onHolderChanged(m)
 	case shard.Releasing:
 		s.onShardReleasing(m)
 	case shard.Lost:
 		s.onShardLost(m)
+	case lease.Released:
+		s.onLeaseReleased()
+	case lease.Elected, lease.NewLeader, lease.Lost:
+		s.onLegacyLease(m)
 	case fenceOverdue:
 		s.onFenceOverdue(m)
 	case shutdownOverdue:
@@ -209,6 +188,31 @@ func (s *root) Receive(ctx actor.Context) {
 			s.respond(sender, nil, fmt.Errorf("%w: %T", ErrUnknownMessage, m))
 		}
 	}
+}
+
+// flush tells Observed which children became active or stopped while the
+// message was handled, then publishes the message's events in order.
+func (s *root) flush() {
+	s.flushActive()
+	for i, e := range s.events {
+		s.bus.Publish(e)
+		s.events[i] = Event{}
+	}
+	s.events = s.events[:0]
+	if s.closeBus {
+		s.closeBus = false
+		s.bus.Close()
+	}
+}
+
+// flushActive tells Observed which children became active or stopped.
+func (s *root) flushActive() {
+	for i, rec := range s.dirty {
+		rec.activeDirty = false
+		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.active())
+		s.dirty[i] = nil
+	}
+	s.dirty = s.dirty[:0]
 }
 
 // internalError handles a panic in the supervisor's own code: the manager
@@ -255,50 +259,12 @@ func (s *root) timerSend(msg func() any) func() {
 // send sends msg to the supervisor itself from any goroutine.
 func (s *root) sendSelf(msg any) { s.system.Root.Send(s.self, msg) }
 
-// respond answers a request; a nil requester (a plain Send) gets nothing.
-func (s *root) respond(to *actor.PID, value any, err error) {
-	if to != nil {
-		s.ctx.Send(to, Reply{Value: value, Err: err})
-	}
-}
-
-func (s *root) setPhase(p Phase) {
-	if s.phase == p {
-		return
-	}
-	s.phase = p
-	s.obs.setPhase(p)
-	s.cfg.Logger.Debug("phase changed", "phase", p)
-	s.bus.Publish(Event{Type: PhaseChanged, Time: s.now(), Phase: p})
-}
-
-// publish publishes a child event.
-func (s *root) publish(t EventType, rec *childRecord, err error) {
-	s.bus.Publish(Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
-		Phase: s.phase, Restarts: rec.restarts, Err: err})
-}
-
-func (s *root) setState(rec *childRecord, st ChildState) {
-	rec.state = st
-	rec.since = s.now()
-	s.obs.setActive(rec.spec.Name, rec.spec.Kind, st.active())
-}
-
 // boundedContext is the context for Shutdown calls the supervisor decides on
 // by itself (restarts, escalation): bounded by Timing.ShutdownTimeout.
 func (s *root) boundedContext() context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timing.ShutdownTimeout)
 	_ = cancel // released when the deadline passes; the children hold it until then
 	return ctx
-}
-
-// record finds a child by name for a lifecycle message.
-func (s *root) record(name string) (*childRecord, error) {
-	rec, ok := s.byName[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownChild, name)
-	}
-	return rec, nil
 }
 
 func (s *root) status() Status {

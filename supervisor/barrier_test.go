@@ -1,0 +1,63 @@
+package supervisor
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// recordingOwner waits on one barrier at a time and records what it is told.
+type recordingOwner struct {
+	wait *barrier
+	told []error
+}
+
+func (o *recordingOwner) current(b *barrier) bool { return o.wait == b }
+func (o *recordingOwner) settled(b *barrier, err error) {
+	o.wait = nil
+	o.told = append(o.told, err)
+}
+
+func TestABarrierTellsItsOwnerOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failFast bool
+		reports  []error
+		want     []error
+	}{
+		{"all report", false, []error{nil, nil}, []error{nil}},
+		{"the first error is kept", false, []error{errBoom, nil}, []error{errBoom}},
+		{"fail fast settles at the first error", true, []error{errBoom}, []error{errBoom}},
+		{"later reports are dropped", true, []error{errBoom, nil}, []error{errBoom}},
+		{"one report is not all", false, []error{nil}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &recordingOwner{}
+			a, b := &childRecord{}, &childRecord{}
+			bar := &barrier{owner: o, failFast: tc.failFast}
+			bar.add(a)
+			bar.add(b)
+			o.wait = bar.pending()
+			for i, err := range tc.reports {
+				settleChild([]*childRecord{a, b}[i], err, false)
+			}
+			assert.Equal(t, tc.want, o.told)
+		})
+	}
+}
+
+func TestABarrierDropsReportsItsOwnerNoLongerWaitsFor(t *testing.T) {
+	o := &recordingOwner{}
+	rec := &childRecord{}
+	old := &barrier{owner: o}
+	old.add(rec)
+	o.wait = &barrier{owner: o} // moved on to another stage
+	settleChild(rec, nil, false)
+	assert.Empty(t, o.told, "a stale report is dropped")
+	assert.True(t, old.done)
+	assert.Empty(t, rec.waits)
+}
+
+func TestAnEmptyBarrierIsNotPending(t *testing.T) {
+	assert.Nil(t, (&barrier{owner: &recordingOwner{}}).pending())
+}

@@ -1,0 +1,130 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/lease/shard"
+)
+
+// scriptedElector is an elector actor whose reports the test sends: it
+// records how often it was spawned and stopped, and answers Resign with
+// Released as both electors do.
+type scriptedElector struct {
+	spawned, stopped atomic.Int32
+	mu               sync.Mutex
+	parent           *actor.PID
+	system           *actor.ActorSystem
+}
+
+func (e *scriptedElector) props() *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			e.mu.Lock()
+			e.parent, e.system = ctx.Parent(), ctx.ActorSystem()
+			e.mu.Unlock()
+			e.spawned.Add(1)
+		case *actor.Stopping:
+			e.stopped.Add(1)
+		case lease.Resign:
+			ctx.Send(ctx.Parent(), lease.Released{})
+		}
+	})
+}
+
+// report sends msg to the supervisor as the elector last spawned.
+func (e *scriptedElector) report(t *testing.T, msg any) {
+	t.Helper()
+	require.True(t, testchild.Eventually(wait, func() bool { return e.spawned.Load() > 0 }), "no elector spawned")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.system.Root.Send(e.parent, msg)
+}
+
+func electionHarness(t *testing.T, e *scriptedElector) *harness {
+	return newHarness(t, timing(nil), func(c *Config) {
+		c.Elector = e.props()
+		c.Identity = "me"
+		c.Reelect = true
+	})
+}
+
+// With one lease the elector's shard messages drive the election, shard 0
+// being the lease: a loss fences, campaigns again through Done once the
+// controllers have stopped, and leaves the elector running.
+func TestTheSingleLeaseIsShardZero(t *testing.T) {
+	e := &scriptedElector{}
+	h := electionHarness(t, e)
+	c := testchild.NewController("c", testchild.Behavior{})
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
+		started <- err
+	}()
+	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+
+	e.report(t, shard.Acquired{Shard: 0})
+	require.NoError(t, <-started)
+	st := h.status()
+	assert.Equal(t, PhaseRunning, st.Phase)
+	assert.True(t, st.Leader)
+	assert.Equal(t, "me", st.LeaderIdentity)
+	assert.Empty(t, st.Shards, "one lease has no shards to report")
+	h.events.waitCount(t, LeaderElected, "", 1)
+
+	var reelected atomic.Int32
+	e.report(t, shard.Lost{Shard: 0, Reason: "taken by r2", Done: func() { reelected.Add(1) }})
+	h.waitFor("stood down", func(s Status) bool { return s.Phase == PhaseElecting && !s.Leader })
+	h.waitState("c", StateStopped)
+	require.True(t, testchild.Eventually(wait, func() bool { return reelected.Load() == 1 }), "Done called once the controller stopped")
+	e.report(t, shard.HolderChanged{Shard: 0, Identity: "r2"})
+	h.waitFor("the new holder", func(s Status) bool { return s.LeaderIdentity == "r2" })
+	h.events.waitCount(t, LeaderLost, "", 1)
+	assert.Equal(t, int32(1), e.spawned.Load(), "the elector runs on across a loss")
+	assert.Equal(t, int32(0), e.stopped.Load())
+
+	e.report(t, shard.Acquired{Shard: 0})
+	h.waitState("c", StateRunning)
+	assert.Equal(t, 2, runs(c), "elected again: the controller runs afresh")
+	assert.Equal(t, int32(1), reelected.Load())
+	assert.Equal(t, 0, h.events.count(ShardAcquired, "")+h.events.count(ShardLost, ""), "one lease publishes leader events only")
+}
+
+// The legacy elector's messages take the same path; its election ends with
+// a loss, so the supervisor stops it and spawns a new one once fenced.
+func TestTheLegacyLeaseMessagesTakeTheSamePath(t *testing.T) {
+	e := &scriptedElector{}
+	h := electionHarness(t, e)
+	c := testchild.NewController("c", testchild.Behavior{})
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
+		started <- err
+	}()
+	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+
+	e.report(t, lease.Elected{Identity: "me"})
+	require.NoError(t, <-started)
+	assert.Equal(t, "me", h.status().LeaderIdentity)
+
+	e.report(t, lease.Lost{Identity: "me", Reason: "not renewed"})
+	h.waitState("c", StateStopped)
+	require.True(t, testchild.Eventually(wait, func() bool { return e.spawned.Load() == 2 }), "a new elector once fenced")
+	assert.Equal(t, int32(1), e.stopped.Load(), "the old one stopped")
+	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting && s.LeaderIdentity == "" })
+
+	e.report(t, lease.Elected{Identity: "me"})
+	h.waitState("c", StateRunning)
+	h.events.waitCount(t, LeaderElected, "", 2)
+	h.events.waitCount(t, LeaderLost, "", 1)
+}

@@ -1,0 +1,250 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/lease/shard"
+)
+
+// fenceStage is where a fencing is, in this order.
+type fenceStage uint8
+
+const (
+	fenceStopping fenceStage = iota // what the lease guarded is shutting down, the fence timeout running
+	fenceDone                       // all of it has stopped, or the fence was overdue
+)
+
+var fenceStageNames = [...]string{"stopping", "done"}
+
+func (st fenceStage) String() string { return fenceStageNames[st] }
+
+// fencing is the stop of what a lost lease (or shard) guarded, within the
+// fence timeout. A replica-wide fencing is carried by a stand-down, which
+// waits for the children; a shard's fencing, or one that ends the manager
+// (no Reelect), waits for them itself.
+type fencing struct {
+	s     *root
+	stage fenceStage
+	cause error          // nil for the stand-down after the last shard was handed over
+	recs  []*childRecord // the controllers and stores being stopped
+	began time.Time
+	timer clock.Timer // fenceOverdue at Config.FenceTimeout
+	wait  *barrier
+	shard int    // the shard whose controllers it stops, or -1: the whole replica
+	then  func() // the elector's Done: campaign for the shard again, with Reelect
+}
+
+// fenceOverdue: a fencing's children have not all stopped within
+// Config.FenceTimeout.
+type fenceOverdue struct{ f *fencing }
+
+// onShardLost fences what ran under the shard: its Lease may pass to
+// another replica once the elector's fence budget has passed, so its
+// controllers (and, with the last shard held, the stores) stop now. Done,
+// when not nil, is called once they have stopped, with Reelect only, to
+// campaign for the shard again; the elector runs on.
+func (s *root) onShardLost(m shard.Lost) {
+	if !s.validShard(m.Shard) {
+		return
+	}
+	reason := m.Reason
+	if reason == "" {
+		reason = "taken by another replica or not renewed in time"
+	}
+	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), m.Done)
+}
+
+// lose records that this replica lost shard i (the single lease is shard 0)
+// and fences what ran under it. reelect, when not nil, lets the elector
+// campaign for the shard again; it is called once the shard's children have
+// stopped, with Reelect only.
+func (s *root) lose(i int, cause error, reelect func()) {
+	sh := s.shards[i]
+	wasHeld := sh.held
+	sh.held, sh.release = false, nil
+	s.countHeld()
+	if !s.sharded() && s.holder == s.cfg.Identity {
+		s.holder = "" // not us any more; the elector says who next
+	}
+	if s.sharded() {
+		s.obs.shardsLost.Add(1)
+		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shardLease(i), cause)
+		s.emit(Event{Type: ShardLost, Time: s.now(), Phase: s.phase, Shard: i, Err: cause})
+	} else if wasHeld {
+		s.emit(Event{Type: LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
+	}
+	switch {
+	case s.shutdown != nil || s.phase.Ended():
+		s.loseDuringShutdown(i, cause) // not campaigned for again
+	case s.leader:
+		s.fenceShard(i, cause, reelect) // other shards are held: only this one's controllers stop
+	default:
+		s.fence(cause, reelect)
+	}
+}
+
+// fence stops every controller and store, with Shutdown contexts that end at
+// three quarters of Config.FenceTimeout; at its end, any of them still
+// shutting down fails the manager (onFenceOverdue). Without Reelect the
+// whole manager shuts down and fails with cause; with it, the replica
+// stands down to Electing and, once all have stopped, campaigns again:
+// reelect (the elector's Done, if any) is called.
+func (s *root) fence(cause error, reelect func()) {
+	f, ctx := s.beginFencing(cause, s.scope(fencedChild), -1)
+	s.fencing = f
+	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if s.exitOnLoss(f, ctx) {
+		return
+	}
+	s.standDown(f, ctx, reelect, nil)
+}
+
+// fenceShard stops shard i's controllers after its Lease was lost while this
+// replica holds other shards, bounded by the fence timeout as fence is;
+// the other shards' children and the stores run on. Without Reelect the
+// whole manager shuts down and fails with cause; with it, reelect lets the
+// elector campaign for the shard again once they have stopped.
+func (s *root) fenceShard(i int, cause error, reelect func()) {
+	f, ctx := s.beginFencing(cause, s.scope(shardChild(i)), i)
+	s.shards[i].fencing = f
+	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if s.exitOnLoss(f, ctx) {
+		return
+	}
+	f.then = reelect
+	s.quiesce(shardChild(i))
+	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
+		f.stopped()
+	}
+}
+
+// exitOnLoss is a lost lease (or shard) without Reelect: the whole manager
+// shuts down with f's cause, its children's Shutdown bounded by ctx, and f
+// only sees its own children stop. It reports whether it did.
+func (s *root) exitOnLoss(f *fencing, ctx context.Context) bool {
+	if s.cfg.Reelect {
+		return false
+	}
+	s.beginShutdown(f.cause, ctx)
+	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
+		f.stopped()
+	}
+	return true
+}
+
+// loseDuringShutdown bounds, by the fence timeout, the children of shard i
+// (every fenced child, with one lease or the last shard) already shutting
+// down when the lease is lost during a shutdown: past it, any of them still
+// active fails the manager (onFenceOverdue), since it may run while another
+// replica leads.
+func (s *root) loseDuringShutdown(i int, cause error) {
+	if s.shutdown == nil || s.phase != PhaseShuttingDown {
+		return
+	}
+	if !s.sharded() {
+		// It may have been waiting for Released; there is nothing left to release.
+		s.maybeFinishAfterLoss()
+		if s.phase.Ended() {
+			return
+		}
+	}
+	scope, shard := fencedChild, -1
+	if s.sharded() && s.leader {
+		scope, shard = shardChild(i), i
+	}
+	active := s.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.active() })
+	if len(active) == 0 {
+		return
+	}
+	f, _ := s.beginFencing(cause, active, shard) // they are stopping with contexts of their own already
+	s.shards[i].fencing = f
+}
+
+// beginFencing starts the fencing of recs after cause: their Shutdown
+// contexts (ctx) end at three quarters of the fence timeout, and at its end
+// onFenceOverdue fails the manager if any of them is still active.
+func (s *root) beginFencing(cause error, recs []*childRecord, shard int) (*fencing, context.Context) {
+	timeout := s.fenceTimeout()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
+	_ = cancel // released at the deadline; the children hold it until then
+	f := &fencing{s: s, cause: cause, recs: recs, began: s.now(), shard: shard}
+	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
+	return f, ctx
+}
+
+func (f *fencing) current(b *barrier) bool { return f.stage == fenceStopping && f.wait == b }
+func (f *fencing) settled(*barrier, error) { f.stopped() }
+
+// stopped: every child f stops has stopped. A shard's fencing lets the
+// elector campaign for the shard again.
+func (f *fencing) stopped() {
+	s := f.s
+	f.fenced()
+	if f.shard < 0 {
+		return
+	}
+	if sh := s.shards[f.shard]; sh.fencing == f {
+		sh.fencing = nil
+	}
+	if f.then != nil && s.shutdown == nil && !s.phase.Ended() {
+		f.then()
+	}
+}
+
+// fenced ends f: its children have stopped.
+func (f *fencing) fenced() {
+	if f.stage == fenceDone {
+		return
+	}
+	f.stage, f.wait = fenceDone, nil
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	if f.cause != nil {
+		f.s.cfg.Logger.Warn("lease lost: fenced", "took", f.s.cfg.Clock.Since(f.began))
+	}
+}
+
+// onFenceOverdue fails the manager when a controller or store has not
+// returned from Shutdown within Config.FenceTimeout after a lost lease: it
+// may still be running while another replica takes the lease over. The
+// manager stops at once, without waiting for it, so that Done tells the
+// host to exit, the only fence left.
+func (s *root) onFenceOverdue(m fenceOverdue) {
+	f := m.f
+	if f.stage == fenceDone || s.phase.Ended() {
+		return
+	}
+	var stuck []string
+	for _, rec := range f.recs {
+		if rec.state.active() {
+			stuck = append(stuck, fmt.Sprintf("%s %q", rec.spec.Kind, rec.spec.Name))
+		}
+	}
+	if len(stuck) == 0 {
+		return
+	}
+	err := fmt.Errorf("%w; not fenced: %s did not return from Shutdown within %s, and may still run while another replica leads",
+		f.cause, strings.Join(stuck, ", "), s.fenceTimeout())
+	s.cfg.Logger.Error("lease lost: fencing incomplete, the process must exit", "err", err)
+	f.stage = fenceDone
+	if s.shutdown == nil {
+		s.beginShutdown(err, s.boundedContext())
+	}
+	s.shutdown.cause = err
+	s.finish()
+}
+
+// fenceTimeout is Config.FenceTimeout, or Timing.ShutdownTimeout without it.
+func (s *root) fenceTimeout() time.Duration {
+	if s.cfg.FenceTimeout > 0 {
+		return s.cfg.FenceTimeout
+	}
+	return s.cfg.Timing.ShutdownTimeout
+}

@@ -1,0 +1,135 @@
+package supervisor
+
+import "github.com/actorkube/controllermanager/lease/shard"
+
+// releaseStage is where a shard's hand-over is, in this order.
+type releaseStage uint8
+
+const (
+	releaseControllers   releaseStage = iota // the shard's controllers are shutting down
+	releaseStores                            // the last shard held: the stores stop too (a stand-down, outside a shutdown)
+	releaseAfterShutdown                     // the last shard of a shutdown: waiting for every child to stop
+	releaseDone                              // handed over (Done called)
+)
+
+var releaseStageNames = [...]string{"controllers", "stores", "after shutdown", "done"}
+
+func (st releaseStage) String() string { return releaseStageNames[st] }
+
+// shardRelease hands a shard over to another replica once nothing of it
+// runs here: the elector renews its Lease until done. The last shard held
+// is handed over only once the stores have stopped too: they run under the
+// union of the shards, so that a replica holding none runs nothing fenced.
+// Outside a shutdown that is a stand-down to Electing.
+type shardRelease struct {
+	s     *root
+	i     int
+	stage releaseStage
+	wait  *barrier
+	done  func() // the elector's: hand the Lease over
+}
+
+// onShardReleasing begins the hand-over of shard m.Shard.
+func (s *root) onShardReleasing(m shard.Releasing) {
+	if !s.validShard(m.Shard) {
+		m.Done()
+		return
+	}
+	sh := s.shards[m.Shard]
+	if !sh.held {
+		m.Done() // lost meanwhile and fenced: nothing of it runs
+		return
+	}
+	r := &shardRelease{s: s, i: m.Shard, done: m.Done}
+	sh.release = r
+	s.quiesce(shardChild(r.i))
+	s.cfg.Logger.Info("shard moving to another replica: stopping its controllers", "shard", r.i)
+	r.step()
+}
+
+// step runs the hand-over from its stage on until it must wait.
+func (r *shardRelease) step() {
+	s := r.s
+	for {
+		switch r.stage {
+		case releaseControllers:
+			if r.wait = s.stopAll(r, s.scope(shardChild(r.i)), s.boundedContext()); r.wait != nil {
+				return
+			}
+			switch {
+			case s.shards[r.i].release != r || s.holdsOtherThan(r.i):
+				r.handOver()
+				return
+			case s.shutdown != nil && s.shutdown.stage == shutdownStopping:
+				// The last shard of a shutdown goes once every child has
+				// stopped (releaseLease), as the single lease does; never,
+				// if one does not stop.
+				r.stage = releaseAfterShutdown
+				s.lastShard = append(s.lastShard, r)
+				return
+			case s.shutdown != nil:
+				r.handOver() // every child has stopped already
+				return
+			}
+		case releaseStores:
+			switch s.phase {
+			case PhaseRecovering, PhaseStarting, PhaseRunning:
+				if s.shutdown == nil && s.fencing == nil {
+					f := &fencing{s: s, recs: s.scope(fencedChild), shard: -1} // no loss: no fence timeout
+					s.standDown(f, s.boundedContext(), nil, r)
+					return
+				}
+			}
+			if r.wait = s.stopAll(r, s.scope(fencedChild), s.boundedContext()); r.wait != nil {
+				return
+			}
+			r.handOver()
+			return
+		case releaseAfterShutdown, releaseDone:
+			return
+		}
+		r.stage++
+	}
+}
+
+func (r *shardRelease) current(b *barrier) bool { return r.stage != releaseDone && r.wait == b }
+
+// settled: the controllers have stopped (the hand-over goes on), or the
+// stores have (the shard goes).
+func (r *shardRelease) settled(*barrier, error) {
+	r.wait = nil
+	if r.stage == releaseStores {
+		r.handOver()
+		return
+	}
+	r.step()
+}
+
+// handOver ends the hand-over: the shard is released, unless it was lost
+// while its children stopped (the loss fenced it), and the elector told.
+func (r *shardRelease) handOver() {
+	if r.stage == releaseDone {
+		return
+	}
+	s, sh := r.s, r.s.shards[r.i]
+	r.stage, r.wait = releaseDone, nil
+	if sh.release != r {
+		r.done() // lost while stopping; the loss fenced it
+		return
+	}
+	sh.release, sh.held = nil, false
+	s.countHeld()
+	s.obs.shardsReleased.Add(1)
+	s.emit(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
+	r.done()
+}
+
+// holdsOtherThan reports whether this replica holds a shard other than i.
+func (s *root) holdsOtherThan(i int) bool {
+	for j, sh := range s.shards {
+		if j != i && sh.held {
+			return true
+		}
+	}
+	return false
+}

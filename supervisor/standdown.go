@@ -1,0 +1,93 @@
+package supervisor
+
+import "context"
+
+// standStage is where a stand-down is, in this order.
+type standStage uint8
+
+const (
+	standStopping standStage = iota // every controller and store is shutting down; Electing
+	standDone                       // all have stopped: the replica campaigns again
+)
+
+var standStageNames = [...]string{"stopping", "done"}
+
+func (st standStage) String() string { return standStageNames[st] }
+
+// standDown takes the replica back to Electing, after a lost lease (the
+// last shard held) with Reelect, or once the last shard is to be handed
+// over: a start in progress (Recovering, Starting) is abandoned, the Start
+// call, if any, waiting for the next round; webhooks and plain runnables
+// run on (a webhook's restart in progress goes on), and their liveness
+// probes too, as on any standby. Once every controller and store has
+// stopped, the fencing ends, the elector may campaign again (reelect), the
+// shard waiting for it is handed over (release), and the next start round
+// waits for the lease.
+type standDown struct {
+	s       *root
+	stage   standStage
+	f       *fencing // the root's fencing while it lasts
+	wait    *barrier
+	reelect func()        // the lost shard's Done, if any
+	release *shardRelease // the last shard's hand-over, if that is why
+}
+
+// standDown begins a stand-down: f's children stop with ctx.
+func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), release *shardRelease) {
+	d := &standDown{s: s, f: f, reelect: reelect, release: release}
+	s.fencing = f
+	if s.start != nil {
+		s.start = s.nextRound(s.start)
+	}
+	s.quiesce(fencedChild)
+	s.obs.starting.Store(false)
+	s.obs.started.Store(false)
+	s.become(PhaseElecting, "standing down")
+	if d.wait = s.stopAll(d, f.recs, ctx); d.wait == nil {
+		d.stopped()
+	}
+}
+
+func (d *standDown) current(b *barrier) bool { return d.stage == standStopping && d.wait == b }
+func (d *standDown) settled(*barrier, error) { d.stopped() }
+
+// stopped: every controller and store has stopped.
+func (d *standDown) stopped() {
+	s, f := d.s, d.f
+	d.stage, d.wait = standDone, nil
+	f.fenced()
+	if d.reelect != nil {
+		d.reelect()
+	}
+	if d.release != nil {
+		d.release.handOver()
+	}
+	if s.fencing != f || s.shutdown != nil || s.phase.Ended() {
+		return
+	}
+	s.fencing = nil
+	if s.start == nil {
+		s.start = s.nextRound(nil)
+	}
+	s.start.step()
+}
+
+// nextRound returns the start round after a stand-down, which waits for
+// the lease (startElecting). A Start call still waiting (prev) keeps waiting
+// for it; the abandoned round is no longer the root's, so its barriers drop
+// their children's reports.
+func (s *root) nextRound(prev *startAttempt) *startAttempt {
+	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout}
+	if prev != nil {
+		if prev.cancelBounded != nil {
+			prev.cancelBounded()
+		}
+		prev.stage = startDone
+		a.replyTo, a.ctx, a.cancel = prev.replyTo, prev.ctx, prev.cancel
+	} else {
+		a.ctx, a.cancel = context.WithCancel(s.lifetimeContext())
+	}
+	ctx := a.ctx
+	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
+	return a
+}
