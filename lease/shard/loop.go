@@ -34,7 +34,9 @@ func (e *Elector) Run(ctx context.Context) {
 	wg.Go(func() { e.watchDeadlines(watchCtx) })
 	defer func() { stopWatch(); wg.Wait(); e.stopCampaigns() }()
 
-	e.renewMember()
+	if !e.cfg.SingleLease {
+		e.renewMember()
+	}
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
 	defer ticker.Stop()
 	close(e.ticking)
@@ -79,7 +81,7 @@ func (e *Elector) Run(ctx context.Context) {
 			ticked = true
 			e.absorbEarly()
 			clear(e.tried) // campaign again, on the same versions too: they may have expired
-			if !e.stopping {
+			if !e.stopping && !e.cfg.SingleLease {
 				e.renewMember()
 			}
 			e.renewAll()
