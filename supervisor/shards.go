@@ -123,7 +123,18 @@ func (s *root) onShardLost(m shard.Lost) {
 	if !s.validShard(m.Shard) {
 		return
 	}
-	s.lose(m.Shard, fmt.Errorf("%w: taken by another replica or not renewed in time", lease.ErrLost), m.Done)
+	reason := m.Reason
+	if reason == "" {
+		reason = "taken by another replica or not renewed in time"
+	}
+	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), m.Done)
+}
+
+// onHolderChanged records the single lease's holder, as the elector saw it.
+func (s *root) onHolderChanged(m shard.HolderChanged) {
+	if !s.sharded() && m.Shard == 0 {
+		s.holder = m.Identity
+	}
 }
 
 // onShardReleasing hands shard m.Shard over once its controllers have
@@ -151,8 +162,10 @@ func (s *root) onShardReleasing(m shard.Releasing) {
 		}
 		sh.releasing, sh.held = false, false
 		s.countHeld()
-		s.obs.shardsReleased.Add(1)
-		s.bus.Publish(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: i})
+		if s.sharded() {
+			s.obs.shardsReleased.Add(1)
+			s.bus.Publish(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: i})
+		}
 		m.Done()
 	}
 	s.stopAll(s.scope(shardChild(i)), s.boundedContext(), func() {
@@ -202,7 +215,7 @@ func (s *root) stopFencedThen(then func()) {
 }
 
 func (s *root) validShard(i int) bool {
-	if i < 0 || i >= len(s.shards) || !s.sharded() {
+	if i < 0 || i >= len(s.shards) {
 		s.cfg.Logger.Error("supervisor: the elector named a shard out of range; ignored", "shard", i, "shards", len(s.shards))
 		return false
 	}

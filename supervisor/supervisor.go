@@ -181,6 +181,8 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onShardReleasing(m)
 	case shard.Lost:
 		s.onShardLost(m)
+	case shard.HolderChanged:
+		s.onHolderChanged(m)
 	case fenceOverdue:
 		s.onFenceOverdue(m)
 	case shutdownOverdue:
