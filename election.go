@@ -7,7 +7,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
@@ -15,20 +19,21 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// election is a ControllerManager's leader election, ready to run.
+// election is a ControllerManager's leader election, ready to run: one
+// lease/shard Elector, of S shard Leases or, with one lease, in its
+// single-lease mode (the Lease named leaseName, shard 0), watched through
+// the clientset or polled through WithLeaseLock's lock.
 type election struct {
 	shards  int            // 1: the single lease
-	sharded *shard.Elector // with shards > 1; props spawns its actor
+	elector *shard.Elector // props spawns its actor
 
-	name              string // the Lease's name
-	identity          string // this replica's holder identity
-	props             *actor.Props
-	watchdog          *lease.Watchdog
-	leaseFence        *lease.Fence  // what the lease guards read
-	fence             lease.Config  // for its FenceTimeout
-	shardFenceTimeout time.Duration // the sharded election's FenceTimeout
-	reelect           bool
-	events            *kubeEvents // nil: no Kubernetes Events
+	name         string // the Lease's name (the group's, with shards)
+	identity     string // this replica's holder identity
+	props        *actor.Props
+	watchdog     *lease.Watchdog
+	fenceTimeout time.Duration // the Elector's FenceTimeout
+	reelect      bool
+	events       *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -52,63 +57,10 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if err != nil {
 		return nil, err
 	}
-	if c.shards > 1 {
-		return newShardedElection(client, c, o)
-	}
-	lock := o.lock
-	var events *kubeEvents
-	if lock == nil {
-		identity := o.identity
-		if identity == "" {
-			identity = lease.NewIdentity()
-		}
-		events = newKubeEvents(o, client, c.namespace, c.name, identity)
-		if lock, err = lease.NewLeaseLockWithRecorder(client, c.namespace, c.name, identity, events.lockRecorder()); err != nil {
-			return nil, err
-		}
-	} else {
-		events = newKubeEvents(o, client, c.namespace, c.name, lock.Identity())
-	}
-	// The watchdog tolerates a renew deadline past the lease's expiry: a
-	// live elector reports Lost long before.
-	watchdog := lease.NewWatchdog(c.renewDeadline)
-	fence := lease.NewFence()
-	cfg := lease.Config{
-		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"), Watchdog: watchdog, Fence: fence,
-	}
-	if o.clock != nil {
-		cfg.Clock = o.clock
-	}
-	props, err := lease.NewProps(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("leaderElection: %w", err)
-	}
-	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, leaseFence: fence, reelect: c.reelect, events: events}, nil
-}
-
-// configure sets the election part of a root supervisor's config; a nil
-// election leaves it off.
-func (e *election) configure(cfg *supervisor.Config) {
-	if e == nil {
-		return
-	}
-	cfg.Elector = e.props
-	cfg.Identity = e.identity
-	cfg.FenceTimeout = e.fence.FenceTimeout()
-	cfg.Reelect = e.reelect
-	if e.sharded != nil {
-		e.configureShards(cfg)
-		return
-	}
-	fence := e.leaseFence
-	cfg.Guards = func(actors.Spec) func() error { return fence.Guard() }
-}
-
-// newShardedElection builds the elector of S shard Leases (lease/shard): one
-// watch of the group's Leases, renewals of the held ones only.
-func newShardedElection(client kubernetes.Interface, c *electionConfig, o options) (*election, error) {
 	identity := o.identity
+	if o.lock != nil {
+		identity = o.lock.Identity()
+	}
 	if identity == "" {
 		identity = lease.NewIdentity()
 	}
@@ -120,23 +72,66 @@ func newShardedElection(client kubernetes.Interface, c *electionConfig, o option
 	if o.clock != nil {
 		scfg.Clock = o.clock
 	}
+	events := newKubeEvents(o, client, c.namespace, c.name, identity)
+	if c.shards <= 1 {
+		// The single lease: shard 0 of the Elector, on client-go's Lease
+		// record. Its "became leader" and "stopped leading" Events are
+		// the ones client-go's LeaderElector recorded through the lock
+		// (reason LeaderElection, on the Lease), as before.
+		scfg.SingleLease, scfg.Shards = true, 1
+		if o.lock != nil {
+			scfg.Lock, scfg.Client = o.lock, nil // WithLeaseLock takes precedence: polled
+			scfg.RecordEvent = o.lock.RecordEvent
+		} else if rec := events.lockRecorder(); rec != nil {
+			scfg.RecordEvent = func(message string) { recordLeaderElection(rec, c.namespace, c.name, identity, message) }
+		}
+	}
 	e, err := shard.New(scfg)
 	if err != nil {
 		return nil, fmt.Errorf("leaderElection: %w", err)
 	}
 	return &election{
-		shards: c.shards, sharded: e, name: c.name, identity: identity, props: shard.Props(e),
+		shards: scfg.Shards, elector: e, name: c.name, identity: identity, props: shard.Props(e),
+		// The watchdog tolerates a renew deadline past the lease's
+		// expiry: a live elector reports Lost long before.
 		watchdog: lease.NewWatchdogFor(c.renewDeadline, e.Check), reelect: c.reelect,
-		shardFenceTimeout: scfg.FenceTimeout(), events: newKubeEvents(o, client, c.namespace, c.name, identity),
+		fenceTimeout: scfg.FenceTimeout(), events: events,
 	}, nil
 }
 
-// configureShards sets the sharded election's part of a supervisor's config:
-// a controller's guard is its shard's, a store's passes while some shard's
-// does.
-func (e *election) configureShards(cfg *supervisor.Config) {
-	el, n, name := e.sharded, e.shards, e.name
-	cfg.FenceTimeout = e.shardFenceTimeout
+// recordLeaderElection records the Event client-go's LeaseLock.RecordEvent
+// records for its LeaderElector: reason LeaderElection, on the Lease,
+// "<identity> <message>".
+func recordLeaderElection(rec resourcelock.EventRecorder, namespace, name, identity, message string) {
+	subject := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	subject.Kind, subject.APIVersion = "Lease", coordinationv1.SchemeGroupVersion.String()
+	rec.Eventf(subject, corev1.EventTypeNormal, "LeaderElection", "%s", identity+" "+message)
+}
+
+// sharded reports whether leadership is split into shards.
+func (e *election) sharded() bool { return e.shards > 1 }
+
+// configure sets the election part of a root supervisor's config; a nil
+// election leaves it off. A controller's guard is its shard's (the single
+// lease's: shard 0), a store's passes while some shard's does.
+func (e *election) configure(cfg *supervisor.Config) {
+	if e == nil {
+		return
+	}
+	el, n, name := e.elector, e.shards, e.name
+	cfg.Elector = e.props
+	cfg.Identity = e.identity
+	cfg.FenceTimeout = e.fenceTimeout
+	cfg.Reelect = e.reelect
+	cfg.Guards = func(spec actors.Spec) func() error {
+		if spec.Kind == actors.KindController || !e.sharded() {
+			return el.Guard(spec.Shard)
+		}
+		return e.anyShard
+	}
+	if !e.sharded() {
+		return
+	}
 	cfg.Shards = n
 	cfg.ShardLease = func(i int) string { return shard.ShardLease(name, i) }
 	cfg.ShardOf = func(child string) int { return ShardOf(child, n) }
@@ -148,16 +143,11 @@ func (e *election) configureShards(cfg *supervisor.Config) {
 		}
 		return holders
 	}
-	cfg.Guards = func(spec actors.Spec) func() error {
-		if spec.Kind == actors.KindController {
-			return el.Guard(spec.Shard)
-		}
-		return e.anyShard
-	}
 }
 
-// anyShard is nil while this replica can prove it holds some shard.
-func (e *election) anyShard() error { return e.sharded.CheckAny() }
+// anyShard is nil while this replica can prove it holds some shard (the
+// single lease: the lease).
+func (e *election) anyShard() error { return e.elector.CheckAny() }
 
 // LeaseWatchdog returns the health check of this manager's leader election,
 // in the manner of client-go's HealthzAdaptor: its Check fails while this

@@ -217,6 +217,9 @@ func (e *Elector) campaigned(w *written) {
 		e.count()
 	}
 	e.cfg.Logger.Info("acquired shard", "shard", i, "from", w.previous)
+	if e.cfg.SingleLease {
+		e.cfg.Logger.Info("Successfully acquired lease", "lock", e.cfg.Namespace+"/"+e.cfg.Name)
+	}
 	e.noteHolder(i, e.cfg.Identity)
 	e.recordEvent("became leader")
 	if f := e.cfg.Callbacks.Acquired; f != nil {

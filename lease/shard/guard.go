@@ -77,5 +77,8 @@ func (e *Elector) CheckAny() error {
 			}
 		}
 	}
+	if e.cfg.SingleLease {
+		return &lease.NotHeldError{Lease: e.cfg.Namespace + "/" + e.cfg.Name, Reason: "lease not held"}
+	}
 	return &lease.NotHeldError{Lease: e.cfg.Namespace + "/" + e.cfg.Name + "-*", Reason: "no shard held"}
 }

@@ -34,7 +34,10 @@ func (e *Elector) Run(ctx context.Context) {
 	wg.Go(func() { e.watchDeadlines(watchCtx) })
 	defer func() { stopWatch(); wg.Wait(); e.stopCampaigns() }()
 
-	if !e.cfg.SingleLease {
+	if e.cfg.SingleLease {
+		// client-go's words, which operators of the previous release grep for.
+		e.cfg.Logger.Info("Attempting to acquire leader lease...", "lock", e.cfg.Namespace+"/"+e.cfg.Name)
+	} else {
 		e.renewMember()
 	}
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)

@@ -107,6 +107,10 @@ func (e *Elector) noteHolder(i int, identity string) {
 		return
 	}
 	e.holders[i] = identity
+	if e.cfg.SingleLease && identity != "" && identity != e.cfg.Identity && e.held[i] == nil {
+		// A standby says whom it waits for, once per holder.
+		e.cfg.Logger.Info("waiting for the lease held by "+identity, "lock", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity, "holder", identity)
+	}
 	if f := e.cfg.Callbacks.HolderChanged; f != nil {
 		f(i, identity)
 	}
