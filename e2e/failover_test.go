@@ -105,6 +105,7 @@ func TestHandoverOnSIGTERM(t *testing.T) {
 		// follow the new leader's election.
 		figure(t, "handover: released → new leader elected", elected.At().Sub(releaseWritten), "(bound "+bound.String()+"; a watch event and a write)")
 		figure(t, "handover: released → its controllers running", running.Sub(releaseWritten), "(the configmaps informer's sync included)")
+		figure(t, "handover: released → its ticker controller running", controllerStates(entries)["reconciler-a"].at.Sub(releaseWritten), "(no informer to sync)")
 		require.Less(t, elected.At().Sub(releaseWritten), bound,
 			"the standby took over later than a watch event and a write allow")
 		leader = next
