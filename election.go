@@ -4,36 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/actorkube/controllermanager/actors"
+	elect "github.com/actorkube/controllermanager/internal/election"
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// election is a ControllerManager's leader election, ready to run: one
-// lease/shard Elector, of S shard Leases or, with one lease, in its
-// single-lease mode (the Lease named leaseName, shard 0), watched through
-// the clientset or polled through WithLeaseLock's lock.
+// election is a ControllerManager's leader election, ready to run: the
+// wiring of internal/election (one lease/shard Elector, of S shard Leases
+// or, with one lease, shard 0 in its single-lease mode), with what the root
+// keeps of it.
 type election struct {
-	shards  int            // 1: the single lease
-	elector *shard.Elector // props spawns its actor
-
-	name         string // the Lease's name (the group's, with shards)
-	identity     string // this replica's holder identity
-	props        *actor.Props
-	watchdog     *lease.Watchdog
-	fenceTimeout time.Duration // the Elector's FenceTimeout
-	reelect      bool
-	events       *kubeEvents // nil: no Kubernetes Events
+	*elect.Election
+	name     string // the Lease's name (the group's, with shards)
+	shards   int    // 1: the single lease
+	watchdog *lease.Watchdog
+	events   *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -64,90 +52,32 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if identity == "" {
 		identity = lease.NewIdentity()
 	}
-	scfg := shard.Config{
-		Client: client, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
+	events := newKubeEvents(o, client, c.namespace, c.name, identity)
+	ecfg := elect.Config{
+		Client: client, Lock: o.lock, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
 		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"),
+		Reelect: c.reelect, ShardOf: ShardOf, Logger: o.logger.With("component", "leaderelection"),
+	}
+	if rec := events.lockRecorder(); rec != nil {
+		ecfg.Recorder = rec
 	}
 	if o.clock != nil {
-		scfg.Clock = o.clock
+		ecfg.Clock = o.clock
 	}
-	events := newKubeEvents(o, client, c.namespace, c.name, identity)
-	if c.shards <= 1 {
-		// The single lease: shard 0 of the Elector, on client-go's Lease
-		// record. Its "became leader" and "stopped leading" Events are
-		// the ones client-go's LeaderElector recorded through the lock
-		// (reason LeaderElection, on the Lease), as before.
-		scfg.SingleLease, scfg.Shards = true, 1
-		if o.lock != nil {
-			scfg.Lock, scfg.Client = o.lock, nil // WithLeaseLock takes precedence: polled
-			scfg.RecordEvent = o.lock.RecordEvent
-		} else if rec := events.lockRecorder(); rec != nil {
-			scfg.RecordEvent = func(message string) { recordLeaderElection(rec, c.namespace, c.name, identity, message) }
-		}
-	}
-	e, err := shard.New(scfg)
+	el, err := elect.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("leaderElection: %w", err)
 	}
-	return &election{
-		shards: scfg.Shards, elector: e, name: c.name, identity: identity, props: shard.Props(e),
-		// The watchdog tolerates a renew deadline past the lease's
-		// expiry: a live elector reports Lost long before.
-		watchdog: lease.NewWatchdogFor(c.renewDeadline, e.Check), reelect: c.reelect,
-		fenceTimeout: scfg.FenceTimeout(), events: events,
-	}, nil
+	return &election{Election: el, name: c.name, shards: el.Shards(), watchdog: el.Watchdog(), events: events}, nil
 }
-
-// recordLeaderElection records the Event client-go's LeaseLock.RecordEvent
-// records for its LeaderElector: reason LeaderElection, on the Lease,
-// "<identity> <message>".
-func recordLeaderElection(rec resourcelock.EventRecorder, namespace, name, identity, message string) {
-	subject := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	subject.Kind, subject.APIVersion = "Lease", coordinationv1.SchemeGroupVersion.String()
-	rec.Eventf(subject, corev1.EventTypeNormal, "LeaderElection", "%s", identity+" "+message)
-}
-
-// sharded reports whether leadership is split into shards.
-func (e *election) sharded() bool { return e.shards > 1 }
 
 // configure sets the election part of a root supervisor's config; a nil
-// election leaves it off. A controller's guard is its shard's (the single
-// lease's: shard 0), a store's passes while some shard's does.
+// election leaves it off.
 func (e *election) configure(cfg *supervisor.Config) {
-	if e == nil {
-		return
-	}
-	el, n, name := e.elector, e.shards, e.name
-	cfg.Elector = e.props
-	cfg.Identity = e.identity
-	cfg.FenceTimeout = e.fenceTimeout
-	cfg.Reelect = e.reelect
-	cfg.Guards = func(spec actors.Spec) func() error {
-		if spec.Kind == actors.KindController || !e.sharded() {
-			return el.Guard(spec.Shard)
-		}
-		return e.anyShard
-	}
-	if !e.sharded() {
-		return
-	}
-	cfg.Shards = n
-	cfg.ShardLease = func(i int) string { return shard.ShardLease(name, i) }
-	cfg.ShardOf = func(child string) int { return ShardOf(child, n) }
-	cfg.ShardHolders = func() []string {
-		st := el.Status()
-		holders := make([]string, len(st))
-		for i, s := range st {
-			holders[i] = s.Holder
-		}
-		return holders
+	if e != nil {
+		e.Configure(cfg)
 	}
 }
-
-// anyShard is nil while this replica can prove it holds some shard (the
-// single lease: the lease).
-func (e *election) anyShard() error { return e.elector.CheckAny() }
 
 // LeaseWatchdog returns the health check of this manager's leader election,
 // in the manner of client-go's HealthzAdaptor: its Check fails while this

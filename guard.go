@@ -69,7 +69,7 @@ func (m *ControllerManager) LeaseGuard() error {
 			return nil
 		}
 	}
-	return m.election.anyShard()
+	return m.election.AnyShard()
 }
 
 // ShardLeaseGuard is the lease guard of one shard's Lease, for code outside
@@ -100,7 +100,7 @@ func (m *ControllerManager) LeaseGuard() error {
 //     replica holds any of them, so it does not fence one shard's writes.
 func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 	count := 1
-	if m.election != nil && m.election.sharded() {
+	if m.election != nil && m.election.Sharded() {
 		count = m.election.shards
 	}
 	if shard < 0 || shard >= count {
@@ -110,7 +110,7 @@ func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 	if count == 1 {
 		return m.LeaseGuard()
 	}
-	return m.election.elector.Guard(shard)()
+	return m.election.Guard(shard)()
 }
 
 // GuardTransport returns a RoundTripper that sends a request that acts on
