@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
@@ -109,14 +107,14 @@ func TestSingleLeaseCrash(t *testing.T) {
 }
 
 // TestSingleLeaseThroughALock checks the polled mode (Config.Lock): a lock
-// that cannot be watched is read every RetryPeriod and written through;
-// a hand-over and a crash work as with the watch, one poll later.
+// that cannot be watched is read every RetryPeriod and written through; a
+// hand-over and a crash work as with the watch, one poll later. Real time,
+// with client-go's pair of timings (mixed_test.go): a poll is a goroutine
+// of its own, which a fake clock stepped by the test would outrun.
 func TestSingleLeaseThroughALock(t *testing.T) {
 	server := leasetest.NewServer()
-	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	j := newJournal()
 	type polled struct {
-		e      *Elector
 		client *leasetest.Client
 		cancel context.CancelFunc
 		done   chan struct{}
@@ -127,7 +125,7 @@ func TestSingleLeaseThroughALock(t *testing.T) {
 			resourcelock.ResourceLockConfig{Identity: id})
 		require.NoError(t, err)
 		e, err := New(Config{Lock: lock, SingleLease: true, Namespace: testNamespace, Name: testGroup,
-			LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk,
+			LeaseDuration: mixedLeaseDuration, RenewDeadline: mixedRenewDeadline, RetryPeriod: mixedRetryPeriod,
 			Callbacks: Callbacks{
 				Acquired: func(i int) { j.start(id, i) },
 				Release:  func(i int, done func()) { j.stop(id, i); done() },
@@ -135,63 +133,43 @@ func TestSingleLeaseThroughALock(t *testing.T) {
 			}})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
-		p := &polled{e: e, client: client, cancel: cancel, done: make(chan struct{})}
+		p := &polled{client: client, cancel: cancel, done: make(chan struct{})}
 		go func() { defer close(p.done); e.Run(ctx) }()
-		<-e.ticking
 		return p
-	}
-	// stepUntil steps the clock a retry period at a time until cond holds.
-	stepUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(wait)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), "%s: holder %q", what, server.Holder(testNamespace, testGroup))
-			clk.Step(retryPeriod / 4)
-			runtime.Gosched() // the condition is polled, with a deadline
-		}
-	}
-	stop := func(p *polled) {
-		p.cancel()
-		stepUntil("stop", func() bool {
-			select {
-			case <-p.done:
-				return true
-			default:
-				return false
-			}
-		})
 	}
 	holder := func(id string) func() bool {
 		return func() bool { return server.Holder(testNamespace, testGroup) == id }
 	}
+	stop := func(p *polled) {
+		p.cancel()
+		waitFor(t, p.done, "Run returns")
+	}
 
 	a := start("a")
-	stepUntil("a acquires", holder("a"))
+	require.Eventually(t, holder("a"), wait, poll, "a acquires")
 	b := start("b")
-	for range 3 * int(leaseDuration/retryPeriod) { // b polls, and waits
-		clk.Step(retryPeriod)
-		require.Eventually(t, func() bool { return a.e.ticks.Load() > 0 }, wait, poll)
+	require.Never(t, holder("b"), 5*mixedRetryPeriod, poll, "b takes a renewed Lease")
+	renewals := 0
+	for _, w := range server.History() {
+		if w.Client == "a" && w.Holder == "a" {
+			renewals++
+		}
 	}
-	assert.Equal(t, "a", server.Holder(testNamespace, testGroup), "a renews through its lock")
+	assert.Greater(t, renewals, 3, "a renews through its lock")
 
 	stop(a)
-	stepUntil("b takes the released Lease", holder("b"))
+	require.Eventually(t, holder("b"), 2*mixedRetryPeriod, poll, "b takes the released Lease at its next poll")
 	l, _ := server.Lease(testNamespace, testGroup)
 	assert.Equal(t, int32(1), *l.Spec.LeaseTransitions)
 
 	c := start("c")
 	b.client.Partition(true) // b crashes: its renewals stop
-	stepUntil("c takes the expired Lease", holder("c"))
+	require.Eventually(t, holder("c"), wait, poll, "c takes the expired Lease")
 	b.client.Partition(false)
-	b.cancel()
+	stop(b)
 	stop(c)
-	stepUntil("b ends", func() bool {
-		select {
-		case <-b.done:
-			return true
-		default:
-			return false
-		}
-	})
 	j.check(t)
+	for _, act := range a.client.Actions() {
+		assert.Contains(t, []string{"get", "create", "update"}, act.GetVerb(), "a lock is polled, never watched")
+	}
 }
