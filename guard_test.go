@@ -160,6 +160,13 @@ func TestLeaseGuardFailsAPausePastTheBound(t *testing.T) {
 	unstall()
 	elEventually(t, "the loss", func() bool { return events.count(cm.LeaderLost) > 0 })
 	require.ErrorIs(t, guard(), lease.ErrNotHeld)
+	select {
+	case <-m.Done():
+	case <-time.After(elWait):
+		st, err := m.Status(t.Context())
+		t.Fatalf("with Exit the manager did not stop after the loss: %+v %v; events %v", st, err, events.all())
+	}
+	require.ErrorIs(t, m.Err(), lease.ErrLost)
 }
 
 func TestLeaseGuardFailsAfterShutdown(t *testing.T) {
