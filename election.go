@@ -4,31 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/actorkube/controllermanager/actors"
+	elect "github.com/actorkube/controllermanager/internal/election"
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// election is a ControllerManager's leader election, ready to run.
+// election is a ControllerManager's leader election, ready to run: the
+// wiring of internal/election (one lease/shard Elector, of S shard Leases
+// or, with one lease, shard 0 in its single-lease mode), with what the root
+// keeps of it.
 type election struct {
-	shards  int            // 1: the single lease
-	sharded *shard.Elector // with shards > 1; props spawns its actor
-
-	name              string // the Lease's name
-	identity          string // this replica's holder identity
-	props             *actor.Props
-	watchdog          *lease.Watchdog
-	leaseFence        *lease.Fence  // what the lease guards read
-	fence             lease.Config  // for its FenceTimeout
-	shardFenceTimeout time.Duration // the sharded election's FenceTimeout
-	reelect           bool
-	events            *kubeEvents // nil: no Kubernetes Events
+	*elect.Election
+	name     string // the Lease's name (the group's, with shards)
+	shards   int    // 1: the single lease
+	watchdog *lease.Watchdog
+	events   *kubeEvents // nil: no Kubernetes Events
 }
 
 // newElection validates spec and builds the elector. It returns nil, nil
@@ -52,112 +45,39 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if err != nil {
 		return nil, err
 	}
-	if c.shards > 1 {
-		return newShardedElection(client, c, o)
+	identity := o.identity
+	if o.lock != nil {
+		identity = o.lock.Identity()
 	}
-	lock := o.lock
-	var events *kubeEvents
-	if lock == nil {
-		identity := o.identity
-		if identity == "" {
-			identity = lease.NewIdentity()
-		}
-		events = newKubeEvents(o, client, c.namespace, c.name, identity)
-		if lock, err = lease.NewLeaseLockWithRecorder(client, c.namespace, c.name, identity, events.lockRecorder()); err != nil {
-			return nil, err
-		}
-	} else {
-		events = newKubeEvents(o, client, c.namespace, c.name, lock.Identity())
+	if identity == "" {
+		identity = lease.NewIdentity()
 	}
-	// The watchdog tolerates a renew deadline past the lease's expiry: a
-	// live elector reports Lost long before.
-	watchdog := lease.NewWatchdog(c.renewDeadline)
-	fence := lease.NewFence()
-	cfg := lease.Config{
-		Lock: lock, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"), Watchdog: watchdog, Fence: fence,
+	events := newKubeEvents(o, client, c.namespace, c.name, identity)
+	ecfg := elect.Config{
+		Client: client, Lock: o.lock, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
+		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
+		Reelect: c.reelect, ShardOf: ShardOf, Logger: o.logger.With("component", "leaderelection"),
+	}
+	if rec := events.lockRecorder(); rec != nil {
+		ecfg.Recorder = rec
 	}
 	if o.clock != nil {
-		cfg.Clock = o.clock
+		ecfg.Clock = o.clock
 	}
-	props, err := lease.NewProps(cfg)
+	el, err := elect.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("leaderElection: %w", err)
 	}
-	return &election{name: c.name, identity: lock.Identity(), props: props, watchdog: watchdog, fence: cfg, leaseFence: fence, reelect: c.reelect, events: events}, nil
+	return &election{Election: el, name: c.name, shards: el.Shards(), watchdog: el.Watchdog(), events: events}, nil
 }
 
 // configure sets the election part of a root supervisor's config; a nil
 // election leaves it off.
 func (e *election) configure(cfg *supervisor.Config) {
-	if e == nil {
-		return
-	}
-	cfg.Elector = e.props
-	cfg.Identity = e.identity
-	cfg.FenceTimeout = e.fence.FenceTimeout()
-	cfg.Reelect = e.reelect
-	if e.sharded != nil {
-		e.configureShards(cfg)
-		return
-	}
-	fence := e.leaseFence
-	cfg.Guards = func(actors.Spec) func() error { return fence.Guard() }
-}
-
-// newShardedElection builds the elector of S shard Leases (lease/shard): one
-// watch of the group's Leases, renewals of the held ones only.
-func newShardedElection(client kubernetes.Interface, c *electionConfig, o options) (*election, error) {
-	identity := o.identity
-	if identity == "" {
-		identity = lease.NewIdentity()
-	}
-	scfg := shard.Config{
-		Client: client, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
-		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
-		Logger: o.logger.With("component", "leaderelection"),
-	}
-	if o.clock != nil {
-		scfg.Clock = o.clock
-	}
-	e, err := shard.New(scfg)
-	if err != nil {
-		return nil, fmt.Errorf("leaderElection: %w", err)
-	}
-	return &election{
-		shards: c.shards, sharded: e, name: c.name, identity: identity, props: shard.Props(e),
-		watchdog: lease.NewWatchdogFor(c.renewDeadline, e.Check), reelect: c.reelect,
-		shardFenceTimeout: scfg.FenceTimeout(), events: newKubeEvents(o, client, c.namespace, c.name, identity),
-	}, nil
-}
-
-// configureShards sets the sharded election's part of a supervisor's config:
-// a controller's guard is its shard's, a store's passes while some shard's
-// does.
-func (e *election) configureShards(cfg *supervisor.Config) {
-	el, n, name := e.sharded, e.shards, e.name
-	cfg.FenceTimeout = e.shardFenceTimeout
-	cfg.Shards = n
-	cfg.ShardLease = func(i int) string { return shard.ShardLease(name, i) }
-	cfg.ShardOf = func(child string) int { return ShardOf(child, n) }
-	cfg.ShardHolders = func() []string {
-		st := el.Status()
-		holders := make([]string, len(st))
-		for i, s := range st {
-			holders[i] = s.Holder
-		}
-		return holders
-	}
-	cfg.Guards = func(spec actors.Spec) func() error {
-		if spec.Kind == actors.KindController {
-			return el.Guard(spec.Shard)
-		}
-		return e.anyShard
+	if e != nil {
+		e.Configure(cfg)
 	}
 }
-
-// anyShard is nil while this replica can prove it holds some shard.
-func (e *election) anyShard() error { return e.sharded.CheckAny() }
 
 // LeaseWatchdog returns the health check of this manager's leader election,
 // in the manner of client-go's HealthzAdaptor: its Check fails while this

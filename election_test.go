@@ -349,11 +349,11 @@ type elReplica struct {
 	startedAt time.Time  // when Start returned
 }
 
-func newElReplica(t *testing.T, srv *leasetest.Server, id string, onLost cm.LeaseLostAction, activity *elActivity) *elReplica {
+func newElReplica(t *testing.T, srv *leasetest.Server, id string, onLost cm.LeaseLostAction, activity *elActivity, opts ...cm.Option) *elReplica {
 	t.Helper()
 	r := &elReplica{id: id, client: srv.Client(id), webhook: &elWebhook{}, events: &elEvents{}, started: make(chan error, 1)}
 	m, err := cm.NewControllerManager(cm.NewContext(r.client), cm.ControllerManagerConfigSpec{LeaderElection: elSpec(onLost)}, "",
-		cm.WithIdentity(id), elQuiet)
+		append([]cm.Option{cm.WithIdentity(id), elQuiet}, opts...)...)
 	require.NoError(t, err)
 	r.m = m
 	r.events.subscribe(m)

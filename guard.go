@@ -69,10 +69,7 @@ func (m *ControllerManager) LeaseGuard() error {
 			return nil
 		}
 	}
-	if m.election.sharded != nil {
-		return m.election.anyShard()
-	}
-	return m.election.leaseFence.Check()
+	return m.election.AnyShard()
 }
 
 // ShardLeaseGuard is the lease guard of one shard's Lease, for code outside
@@ -103,7 +100,7 @@ func (m *ControllerManager) LeaseGuard() error {
 //     replica holds any of them, so it does not fence one shard's writes.
 func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 	count := 1
-	if m.election != nil && m.election.sharded != nil {
+	if m.election != nil && m.election.Sharded() {
 		count = m.election.shards
 	}
 	if shard < 0 || shard >= count {
@@ -113,7 +110,7 @@ func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 	if count == 1 {
 		return m.LeaseGuard()
 	}
-	return m.election.sharded.Guard(shard)()
+	return m.election.Guard(shard)()
 }
 
 // GuardTransport returns a RoundTripper that sends a request that acts on

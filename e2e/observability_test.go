@@ -110,8 +110,24 @@ func TestEventsOnTheRealAPIServer(t *testing.T) {
 		}
 	}
 
-	// Steal the Lease: the leader cannot renew it, loses it within the renew deadline,
-	// and with Exit stops.
+	// The recorder writes through the manager's clientset, at client-go's default 5
+	// requests per second: wait for the ChildFailed Events (25 pass the spam filter) to
+	// be written, so that the loss's Events below are not still queued behind them when
+	// the manager stops and flushes within its bound. The watch-driven elector sees the
+	// steal at once, where client-go's took the renew deadline.
+	require.Eventually(t, func() bool {
+		list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=ChildFailed"})
+		if err != nil {
+			return false
+		}
+		var n int32
+		for _, e := range list.Items {
+			n += e.Count
+		}
+		return n >= 25
+	}, 30*time.Second, 50*time.Millisecond, "the ChildFailed Events were not written")
+
+	// Steal the Lease: the leader sees it taken (its watch) and with Exit stops.
 	leases := client.CoordinationV1().Leases(ns)
 	lease, err := leases.Get(ctx, "jobs-operator", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -454,7 +454,7 @@ func (g *shardGroup) add(id string) {
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
 		Callbacks: shard.Callbacks{
 			Release: func(_ int, done func()) { done() },
-			Lost: func(_ int, done func()) {
+			Lost: func(_ int, _ string, done func()) {
 				g.mu.Lock()
 				g.lost[id] = append(g.lost[id], time.Now())
 				g.mu.Unlock()

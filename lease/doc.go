@@ -1,8 +1,17 @@
-// Package lease runs leader election for a manager as an actor: the elector
-// actor wraps k8s.io/client-go/tools/leaderelection over a
-// resourcelock.Interface (a coordination.k8s.io/v1 LeaseLock by default) and
-// tells its parent, the root supervisor, what happens as messages: Elected,
-// NewLeader, Lost and, once it has given the lease up on request, Released.
+// Package lease holds what leader election shares: the Lease lock
+// constructors, the Resign and Released messages, the Fence, Term and
+// Watchdog of the lease guards, and the sentinel errors. The manager's
+// elector, for the single lease and for shards alike, is package
+// lease/shard's watch-driven Elector (the single lease is its shard 0, in
+// its single-lease mode), on client-go's Lease record and safety rules.
+//
+// NewProps is the previous release's elector, kept for compatibility and
+// unused by the manager: an actor that wraps
+// k8s.io/client-go/tools/leaderelection over a resourcelock.Interface (a
+// coordination.k8s.io/v1 LeaseLock by default) and tells its parent, the
+// root supervisor, what happens as messages: Elected, NewLeader, Lost and,
+// once it has given the lease up on request, Released. What follows is its
+// safety model, which the new elector keeps.
 //
 // The elector never decides what runs: the supervisor does. The safety model
 // is client-go's, made explicit:

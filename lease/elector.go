@@ -19,6 +19,12 @@ import (
 // not one client-go accepts or leaves no time to fence (LeaseDuration must
 // exceed RenewDeadline + RetryPeriod).
 //
+// It is the previous release's elector, client-go's polling LeaderElector,
+// kept for compatibility: the manager no longer uses it (its single lease is
+// shard 0 of lease/shard's Elector, which keeps client-go's record and
+// rules, so that both kinds of replica share one Lease safely during a
+// rolling upgrade).
+//
 // An elector campaigns as soon as it starts and reports to its parent:
 // Elected once it holds the lease, NewLeader each time it observes a new
 // holder, Lost if, having led, it could not renew the lease, and Released

@@ -42,8 +42,8 @@ type (
 )
 
 // Props returns the Props of an actor that runs e for its parent: on start
-// it runs e with Callbacks that send Acquired, Releasing and Lost to the
-// parent (whatever e's Config had); on lease.Resign it ends e's Run, which
+// it runs e with Callbacks that send Acquired, Releasing, Lost and
+// HolderChanged to the parent (whatever e's Config had); on lease.Resign it ends e's Run, which
 // hands every held shard back (Releasing for each), and answers
 // lease.Released once Run has returned; when stopped without Resign it
 // abandons the shards (Abandon: nothing is released, the Leases expire).
@@ -70,7 +70,10 @@ func (a *electorActor) Receive(ctx actor.Context) {
 		a.e.cfg.Callbacks = Callbacks{
 			Acquired: func(i int) { send(Acquired{Shard: i}) },
 			Release:  func(i int, done func()) { send(Releasing{Shard: i, Done: done}) },
-			Lost:     func(i int, done func()) { send(Lost{Shard: i, Done: done}) },
+			Lost:     func(i int, reason string, done func()) { send(Lost{Shard: i, Done: done, Reason: reason}) },
+			HolderChanged: func(i int, identity string) {
+				send(HolderChanged{Shard: i, Identity: identity})
+			},
 		}
 		runCtx, cancel := context.WithCancel(context.Background())
 		a.cancel, a.done = cancel, make(chan struct{})

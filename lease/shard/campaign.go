@@ -73,7 +73,9 @@ func (e *Elector) reconcile() {
 	views := make([]shardView, len(a))
 	for i := range views {
 		h := e.held[i]
-		views[i] = shardView{assigned: a[i], held: h != nil, releasing: h != nil && h.releasing, fencing: e.fencing[i], campaigning: e.campaigning[i]}
+		o := e.observed[e.leaseName(i)]
+		views[i] = shardView{assigned: a[i], held: h != nil, releasing: h != nil && h.releasing, fencing: e.fencing[i], campaigning: e.campaigning[i],
+			heldElsewhere: e.live(o) && holderOf(o.lease) != e.cfg.Identity}
 	}
 	for i, d := range decide(e.cfg.Identity, e.stopRequested(), e.campaignLimit(), views) {
 		switch d {
@@ -107,6 +109,9 @@ func (e *Elector) campaignLimit() int {
 // one (a clientset made from a rest.Config); fakes have none.
 func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 	return func() (float64, bool) {
+		if client == nil {
+			return 0, false // a lock's (Config.Lock): not known
+		}
 		rc := client.CoordinationV1().RESTClient()
 		if rc == nil {
 			return 0, false
@@ -125,7 +130,7 @@ func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 // watch brings their version. The write goes out on its own goroutine;
 // campaigned takes its answer.
 func (e *Elector) campaign(i int) {
-	name := ShardLease(e.cfg.Name, i)
+	name := e.leaseName(i)
 	o := e.observed[name]
 	version := ""
 	if o != nil {
@@ -141,19 +146,23 @@ func (e *Elector) campaign(i int) {
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity
-	leases := e.leases()
+	leases := e.store
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
 	e.campaigning[i] = true
 	if o == nil {
+		labels := map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}
+		if e.cfg.SingleLease {
+			labels = nil // as client-go's LeaseLock creates it
+		}
 		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: labels},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now,
 				LeaseTransitions: new(int32)},
 		}
 		w.sent = w.term.Elapsed()
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-			return leases.Create(ctx, l, metav1.CreateOptions{})
+			return leases.Create(ctx, l)
 		})
 		return
 	}
@@ -170,7 +179,7 @@ func (e *Elector) campaign(i int) {
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
 	w.sent = w.term.Elapsed()
 	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l, metav1.UpdateOptions{})
+		return leases.Update(ctx, l)
 	})
 }
 
@@ -208,6 +217,11 @@ func (e *Elector) campaigned(w *written) {
 		e.count()
 	}
 	e.cfg.Logger.Info("acquired shard", "shard", i, "from", w.previous)
+	if e.cfg.SingleLease {
+		e.cfg.Logger.Info("Successfully acquired lease", "lock", e.cfg.Namespace+"/"+e.cfg.Name)
+	}
+	e.noteHolder(i, e.cfg.Identity)
+	e.recordEvent("became leader")
 	if f := e.cfg.Callbacks.Acquired; f != nil {
 		f(i)
 	}

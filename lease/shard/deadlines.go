@@ -54,7 +54,9 @@ func (e *Elector) checkDeadlines() {
 	e.mu.Unlock()
 	slices.Sort(due)
 	for _, i := range due {
-		e.cfg.Logger.Warn("shard lost", "shard", i, "why", fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline))
+		why := fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline)
+		e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
+		e.recordEvent("stopped leading")
 		var once sync.Once
 		done := func() {
 			once.Do(func() {
@@ -67,7 +69,7 @@ func (e *Elector) checkDeadlines() {
 			})
 		}
 		if f := e.cfg.Callbacks.Lost; f != nil {
-			f(i, done)
+			f(i, why, done)
 		} else {
 			done()
 		}

@@ -14,6 +14,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/lease"
@@ -63,6 +64,35 @@ type Config struct {
 	MaxCampaigns int
 	// Callbacks are how the Elector hands shards to its user.
 	Callbacks Callbacks
+
+	// SingleLease makes the group one Lease, the single lease of a manager
+	// that is not sharded, seen as shard 0: the Lease is named exactly Name
+	// (not "<Name>-0"), carries no labels and is selected by name (a field
+	// selector metadata.name=Name, since client-go's LeaseLock writes no
+	// labels); there is no member Lease and no assignment: every replica
+	// campaigns for shard 0 whenever its Lease is free (released: an empty
+	// holderIdentity) or expired by the local-observation rule. The Lease
+	// record and its rules are client-go's (resourcelock.LeaseLock and
+	// leaderelection.LeaderElector's), so that a replica running client-go's
+	// LeaderElector and one running this Elector never hold it at once:
+	// during a rolling upgrade from a release that used client-go's elector,
+	// both kinds of replica campaign for the same Lease safely. Shards must
+	// be 0 or 1 (0 means 1). Default false.
+	SingleLease bool
+	// Lock, in single-lease mode only, is a client-go lock to read and write
+	// the Lease through instead of Client (which may then be nil): one that
+	// cannot be watched, so the Elector reads the record through Lock.Get
+	// every RetryPeriod (polling, as client-go's LeaderElector does) and
+	// writes it through Lock.Create and Lock.Update, each write preceded by
+	// a Get that checks the record is still the one it decided on. Identity
+	// defaults to Lock.Identity(). Default nil: the Lease is watched through
+	// Client.
+	Lock resourcelock.Interface
+	// RecordEvent, in single-lease mode, is called with client-go's words
+	// "became leader" and "stopped leading" when this replica acquires the
+	// Lease and when it stops leading (a release or a loss), as client-go's
+	// LeaderElector calls Lock.RecordEvent. Default nil: no events.
+	RecordEvent func(message string)
 }
 
 // Callbacks are called on the Elector's goroutine, one at a time, and must
@@ -80,17 +110,27 @@ type Callbacks struct {
 	// Lease is renewed until then and released right after.
 	Release func(shard int, done func())
 	// Lost: shard's Lease was taken by another replica, or could not be
-	// renewed for RenewDeadline. Its children must stop at once: another
-	// replica may take it LeaseDuration − RenewDeadline − RetryPeriod after
-	// the last renewal. The shard is not campaigned for again until done is
-	// called (never, to give it up for good).
-	Lost func(shard int, done func())
+	// renewed for RenewDeadline; reason says which, in the words the
+	// Elector logs. Its children must stop at once: another replica may
+	// take it LeaseDuration − RenewDeadline − RetryPeriod after the last
+	// renewal. The shard is not campaigned for again until done is called
+	// (never, to give it up for good).
+	Lost func(shard int, reason string, done func())
+	// HolderChanged: the holder of shard's Lease, as observed, changed
+	// (this replica included); identity is "" once it has been released.
+	HolderChanged func(shard int, identity string)
 }
 
 func (c *Config) validate() error {
 	var errs []error
-	if c.Client == nil {
+	switch {
+	case c.Lock != nil && !c.SingleLease:
+		errs = append(errs, errors.New("shard: a lock serves the single lease only (SingleLease)"))
+	case c.Client == nil && c.Lock == nil:
 		errs = append(errs, errors.New("shard: no client"))
+	}
+	if c.SingleLease && c.Shards > 1 {
+		errs = append(errs, fmt.Errorf("shard: the single lease is one shard, got %d", c.Shards))
 	}
 	if c.Name == "" || c.Namespace == "" || c.Identity == "" {
 		errs = append(errs, errors.New("shard: name, namespace and identity are required"))
@@ -119,6 +159,15 @@ func (c *Config) validate() error {
 
 // ShardLease is the name of shard i's Lease in group name.
 func ShardLease(name string, i int) string { return name + "-" + strconv.Itoa(i) }
+
+// leaseName is the name of shard i's Lease: Name itself for the single
+// lease.
+func (e *Elector) leaseName(i int) string {
+	if e.cfg.SingleLease {
+		return e.cfg.Name
+	}
+	return ShardLease(e.cfg.Name, i)
+}
 
 // MemberLease is the name of identity's member Lease in group name.
 func MemberLease(name, identity string) string {
@@ -154,6 +203,7 @@ const DefaultMaxCampaigns = 16
 // (what the children's guards read).
 type Elector struct {
 	cfg    Config
+	store  leaseStore    // where the Leases are read and written
 	events chan any      // from the watch goroutine
 	wake   chan struct{} // 1-buffered: acks has grown
 
@@ -185,6 +235,7 @@ type Elector struct {
 	// seenWhileWriting is, per shard with a write in flight, the versions of
 	// its Lease the watch showed meanwhile, in order (replaySeen).
 	seenWhileWriting map[int][]*coordinationv1.Lease
+	holders          map[int]string // each shard's holder as last told (HolderChanged)
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
 	stopping         bool
@@ -220,6 +271,12 @@ type held struct {
 
 // New validates cfg and returns an Elector.
 func New(cfg Config) (*Elector, error) {
+	if cfg.SingleLease && cfg.Shards == 0 {
+		cfg.Shards = 1
+	}
+	if cfg.Lock != nil && cfg.Identity == "" {
+		cfg.Identity = cfg.Lock.Identity()
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -236,11 +293,12 @@ func New(cfg Config) (*Elector, error) {
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
-		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client)}
+		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
+	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {
-		e.status[i] = Status{Index: i, Lease: ShardLease(cfg.Name, i)}
+		e.status[i] = Status{Index: i, Lease: e.leaseName(i)}
 	}
 	return e, nil
 }

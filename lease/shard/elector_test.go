@@ -71,6 +71,7 @@ func (j *journal) check(t *testing.T) {
 type group struct {
 	t        *testing.T
 	shards   int
+	single   bool // Config.SingleLease
 	server   *leasetest.Server
 	clock    *clocktesting.FakeClock
 	journal  *journal
@@ -84,6 +85,16 @@ type replica struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	lost   chan int
+
+	mu      sync.Mutex
+	holders []string // HolderChanged's identities, in order
+	reasons []string // Lost's reasons, in order
+}
+
+func (r *replica) seenHolders() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.holders)
 }
 
 func newGroup(t *testing.T, shards int) *group {
@@ -121,11 +132,23 @@ func (g *group) waitDone(r *replica) {
 func (g *group) start(id string) *replica {
 	r := &replica{id: id, client: g.server.Client(id), done: make(chan struct{}), lost: make(chan int, 64)}
 	e, err := New(Config{Client: r.client, Namespace: testNamespace, Name: testGroup, Identity: id, Shards: g.shards,
-		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: g.clock,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: g.clock, SingleLease: g.single,
 		Callbacks: Callbacks{
 			Acquired: func(i int) { g.journal.start(id, i) },
 			Release:  func(i int, done func()) { g.journal.stop(id, i); done() },
-			Lost:     func(i int, done func()) { g.journal.stop(id, i); r.lost <- i; done() },
+			Lost: func(i int, reason string, done func()) {
+				g.journal.stop(id, i)
+				r.mu.Lock()
+				r.reasons = append(r.reasons, reason)
+				r.mu.Unlock()
+				r.lost <- i
+				done()
+			},
+			HolderChanged: func(_ int, identity string) {
+				r.mu.Lock()
+				r.holders = append(r.holders, identity)
+				r.mu.Unlock()
+			},
 		}})
 	require.NoError(g.t, err)
 	r.e = e
@@ -174,7 +197,11 @@ func (g *group) step() {
 func (g *group) holders() []string {
 	out := make([]string, g.shards)
 	for i := range out {
-		out[i] = g.server.Holder(testNamespace, ShardLease(testGroup, i))
+		name := ShardLease(testGroup, i)
+		if g.single {
+			name = testGroup
+		}
+		out[i] = g.server.Holder(testNamespace, name)
 	}
 	return out
 }
@@ -502,7 +529,7 @@ func TestAStopCutsTheCampaignsShort(t *testing.T) {
 		Callbacks: Callbacks{
 			Acquired: func(i int) { g.journal.start("a", i) },
 			Release:  func(i int, done func()) { g.journal.stop("a", i); done() },
-			Lost:     func(i int, done func()) { g.journal.stop("a", i); done() },
+			Lost:     func(i int, _ string, done func()) { g.journal.stop("a", i); done() },
 		}})
 	require.NoError(t, err)
 	r.e = e

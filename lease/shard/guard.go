@@ -29,7 +29,7 @@ func (e *Elector) Guard(i int) func() error {
 	t := e.terms[i]
 	e.mu.Unlock()
 	if t == nil {
-		name := e.cfg.Namespace + "/" + ShardLease(e.cfg.Name, i)
+		name := e.cfg.Namespace + "/" + e.leaseName(i)
 		return func() error { return &lease.NotHeldError{Lease: name, Reason: "shard not held"} }
 	}
 	return t.Guard()
@@ -45,7 +45,7 @@ func (e *Elector) Check(grace time.Duration) error {
 	defer e.mu.Unlock()
 	for _, i := range slices.Sorted(maps.Keys(e.renewed)) {
 		if late := now.Sub(e.renewed[i]); late > e.cfg.LeaseDuration+grace {
-			return fmt.Errorf("shard %d (Lease %s/%s) held but not renewed for %s", i, e.cfg.Namespace, ShardLease(e.cfg.Name, i), late.Round(time.Millisecond))
+			return fmt.Errorf("shard %d (Lease %s/%s) held but not renewed for %s", i, e.cfg.Namespace, e.leaseName(i), late.Round(time.Millisecond))
 		}
 	}
 	return nil
@@ -76,6 +76,9 @@ func (e *Elector) CheckAny() error {
 				return nil
 			}
 		}
+	}
+	if e.cfg.SingleLease {
+		return &lease.NotHeldError{Lease: e.cfg.Namespace + "/" + e.cfg.Name, Reason: "lease not held"}
 	}
 	return &lease.NotHeldError{Lease: e.cfg.Namespace + "/" + e.cfg.Name + "-*", Reason: "no shard held"}
 }

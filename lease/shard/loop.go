@@ -34,7 +34,12 @@ func (e *Elector) Run(ctx context.Context) {
 	wg.Go(func() { e.watchDeadlines(watchCtx) })
 	defer func() { stopWatch(); wg.Wait(); e.stopCampaigns() }()
 
-	e.renewMember()
+	if e.cfg.SingleLease {
+		// client-go's words, which operators of the previous release grep for.
+		e.cfg.Logger.Info("Attempting to acquire leader lease...", "lock", e.cfg.Namespace+"/"+e.cfg.Name)
+	} else {
+		e.renewMember()
+	}
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
 	defer ticker.Stop()
 	close(e.ticking)
@@ -44,45 +49,53 @@ func (e *Elector) Run(ctx context.Context) {
 		// A stop comes before anything else that is ready: select would
 		// pick among them at random, and each other case may send writes
 		// (campaigns, renewals) that a stopping replica has no use for.
+		// A stop taken here goes straight to the reconcile below: the
+		// select would wait for something else to wake the loop (with the
+		// single lease no member Lease write follows the stop), and the
+		// held Lease would be handed back only at the next tick.
+		stopped := false
 		if done != nil {
 			select {
 			case <-done:
 				done = nil
 				e.beginStop()
+				stopped = true
 			default:
 			}
 		}
 		ticked := false
-		select {
-		case <-done:
-			done = nil
-			e.beginStop()
-		case <-e.abandon:
-			e.abandonAll()
-			return
-		case ev := <-e.events:
-			e.handle(ev)
-			// Take what else the watch has queued before reconciling once:
-			// with S shards renewed every retry period by R replicas the
-			// watch brings S·R/RetryPeriod events a second.
-			e.drainEvents()
-		case <-e.wake:
-			e.mu.Lock()
-			acks := e.acks
-			e.acks = nil
-			e.mu.Unlock()
-			for _, ack := range acks {
-				e.handle(ack)
+		if !stopped {
+			select {
+			case <-done:
+				done = nil
+				e.beginStop()
+			case <-e.abandon:
+				e.abandonAll()
+				return
+			case ev := <-e.events:
+				e.handle(ev)
+				// Take what else the watch has queued before reconciling once:
+				// with S shards renewed every retry period by R replicas the
+				// watch brings S·R/RetryPeriod events a second.
+				e.drainEvents()
+			case <-e.wake:
+				e.mu.Lock()
+				acks := e.acks
+				e.acks = nil
+				e.mu.Unlock()
+				for _, ack := range acks {
+					e.handle(ack)
+				}
+			case <-ticker.C():
+				e.tick.begin(&e.ticks)
+				ticked = true
+				e.absorbEarly()
+				clear(e.tried) // campaign again, on the same versions too: they may have expired
+				if !e.stopping && !e.cfg.SingleLease {
+					e.renewMember()
+				}
+				e.renewAll()
 			}
-		case <-ticker.C():
-			e.tick.begin(&e.ticks)
-			ticked = true
-			e.absorbEarly()
-			clear(e.tried) // campaign again, on the same versions too: they may have expired
-			if !e.stopping {
-				e.renewMember()
-			}
-			e.renewAll()
 		}
 		e.absorbEarly()
 		e.reconcile()

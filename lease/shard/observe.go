@@ -22,6 +22,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	if !ok {
 		return
 	}
+	e.noteHolder(i, holderOf(l))
 	h := e.held[i]
 	if e.campaigning[i] || h != nil && h.writing {
 		// The write's answer and the watch race: keep what the watch shows
@@ -40,6 +41,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 			e.forget(i)
 			e.count()
 			e.cfg.Logger.Info("released shard", "shard", i)
+			e.recordEvent("stopped leading")
 		}
 	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && renewedAfter(l, h.lease):
 		// A renewal whose answer we missed (it timed out here, and was
@@ -98,7 +100,26 @@ func renewedAfter(l, base *coordinationv1.Lease) bool {
 	return l.Spec.RenewTime.After(base.Spec.RenewTime.Time)
 }
 
+// noteHolder tells the user (HolderChanged) when shard i's holder, as
+// observed, is not the one last told.
+func (e *Elector) noteHolder(i int, identity string) {
+	if last, told := e.holders[i]; told && last == identity {
+		return
+	}
+	e.holders[i] = identity
+	if e.cfg.SingleLease && identity != "" && identity != e.cfg.Identity && e.held[i] == nil {
+		// A standby says whom it waits for, once per holder.
+		e.cfg.Logger.Info("waiting for the lease held by "+identity, "lock", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity, "holder", identity)
+	}
+	if f := e.cfg.Callbacks.HolderChanged; f != nil {
+		f(i, identity)
+	}
+}
+
 func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
+	if e.cfg.SingleLease {
+		return 0, l.Name == e.cfg.Name
+	}
 	if l.Labels[LabelRole] != RoleShard {
 		return 0, false
 	}
@@ -136,11 +157,16 @@ func (e *Elector) live(o *observed) bool {
 }
 
 // assignment computes the rule over what this replica sees. A stopping
-// replica is no member: every shard goes to the others.
+// replica is no member: every shard goes to the others. The single lease
+// has no members but this replica: it is always assigned to it, so that it
+// campaigns whenever the Lease is free or expired.
 func (e *Elector) assignment() []string {
 	members := []string{}
 	if !e.stopping {
 		members = append(members, e.cfg.Identity)
+	}
+	if e.cfg.SingleLease {
+		return Assign(e.cfg.Shards, members, nil)
 	}
 	for _, o := range e.observed {
 		if o.lease.Labels[LabelRole] == RoleMember && e.live(o) && holderOf(o.lease) != e.cfg.Identity {
@@ -151,7 +177,7 @@ func (e *Elector) assignment() []string {
 	for i := range holders {
 		if e.held[i] != nil {
 			holders[i] = e.cfg.Identity
-		} else if o := e.observed[ShardLease(e.cfg.Name, i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+		} else if o := e.observed[e.leaseName(i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
 			holders[i] = holderOf(o.lease)
 		}
 	}
@@ -183,12 +209,20 @@ func (e *Elector) publish() {
 	}
 }
 
-// watch lists and watches the group's Leases, forwarding them to the loop,
-// until ctx ends. After an error or a closed watch it waits RetryPeriod and
-// lists again (from scratch: a list is the whole truth).
+// watch lists and watches the group's Leases (the single lease: by name),
+// forwarding them to the loop, until ctx ends. After an error or a closed
+// watch it waits RetryPeriod and lists again (from scratch: a list is the
+// whole truth). A lock (Config.Lock) cannot be watched: it is polled.
 func (e *Elector) watch(ctx context.Context) {
+	if e.cfg.Lock != nil {
+		e.poll(ctx)
+		return
+	}
 	leases := e.leases()
-	selector := LabelGroup + "=" + e.cfg.Name
+	opts := metav1.ListOptions{LabelSelector: LabelGroup + "=" + e.cfg.Name}
+	if e.cfg.SingleLease {
+		opts = metav1.ListOptions{FieldSelector: "metadata.name=" + e.cfg.Name}
+	}
 	forward := func(m any) bool {
 		select {
 		case e.events <- m:
@@ -198,10 +232,12 @@ func (e *Elector) watch(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		if list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+		if list, err := leases.List(ctx, opts); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 		} else if forward(listed{leases: list.Items}) {
-			if w, err := leases.Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion}); err != nil {
+			wopts := opts
+			wopts.ResourceVersion = list.ResourceVersion
+			if w, err := leases.Watch(ctx, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
 				e.forwardWatch(ctx, w, forward)

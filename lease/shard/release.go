@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,15 +25,32 @@ func (e *Elector) release(i int) {
 		return
 	}
 	h.term.End(false) // nothing of the shard runs any more: no write may pass its guard
-	l := h.lease.DeepCopy()
-	empty, one := "", int32(1)
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &empty, &one, &now
+	l := released(h.lease, e.cfg.Clock.Now())
 	h.writing = true
-	leases := e.leases()
+	leases := e.store
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l, metav1.UpdateOptions{})
+		return leases.Update(ctx, l)
 	})
+}
+
+// released is l given up as client-go's LeaderElector gives a Lease up
+// (leaderelection.go, tryRelease): no holder, a lease duration of one
+// second, renewed and acquired now, the transitions kept. A replica of
+// either kind takes it at once (an empty holder is free), and one of the
+// previous release that has not seen the release yet judges it expired one
+// second after it does.
+func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+	l = l.DeepCopy()
+	empty, one, at := "", int32(1), metav1.NewMicroTime(now)
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &empty, &one, &at, &at
+	return l
+}
+
+// recordEvent passes message to Config.RecordEvent in single-lease mode.
+func (e *Elector) recordEvent(message string) {
+	if e.cfg.SingleLease && e.cfg.RecordEvent != nil {
+		e.cfg.RecordEvent(message)
+	}
 }
 
 // releasedShard takes a release's answer.
@@ -57,6 +75,10 @@ func (e *Elector) releasedShard(w *written) {
 	e.forget(i)
 	e.count()
 	e.cfg.Logger.Info("released shard", "shard", i)
+	e.recordEvent("stopped leading")
+	if w.err == nil {
+		e.noteHolder(i, "")
+	}
 }
 
 // lose drops shard i and tells the user to fence it.
@@ -74,11 +96,12 @@ func (e *Elector) lose(i int, why string) {
 	if h.released {
 		return // its children had stopped already
 	}
+	e.recordEvent("stopped leading")
 	e.fencing[i] = true
 	var once sync.Once
 	done := func() { once.Do(func() { e.send(fenceDone{shard: i}) }) }
 	if f := e.cfg.Callbacks.Lost; f != nil {
-		f(i, done)
+		f(i, why, done)
 	} else {
 		done()
 	}

@@ -22,7 +22,7 @@ import (
 // another's.
 func (e *Elector) renewAll() {
 	e.loseOverdue()
-	leases := e.leases()
+	leases := e.store
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
 		h := e.held[i]
 		if h.writing {
@@ -39,7 +39,7 @@ func (e *Elector) renewAll() {
 		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
 		unsure, term := h.unsure, h.term
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-			got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+			got, err := leases.Update(ctx, l)
 			if apierrors.IsConflict(err) && unsure {
 				if adopted, ok := e.adoptOwnWrite(ctx, l, term); ok {
 					w.adopted, w.sent = true, adopted.sent
@@ -100,15 +100,15 @@ type ownWrite struct {
 // so the version is the lost renewal's), renews from that version at once.
 // It reports whether it did; if not, the shard is lost.
 func (e *Elector) adoptOwnWrite(ctx context.Context, l *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
-	leases := e.leases()
-	cur, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+	leases := e.store
+	cur, err := leases.Get(ctx, l.Name)
 	if err != nil || holderOf(cur) != e.cfg.Identity {
 		return ownWrite{}, false
 	}
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	cur.Spec.RenewTime = &now
 	sent := term.Elapsed()
-	got, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+	got, err := leases.Update(ctx, cur)
 	if err != nil {
 		return ownWrite{}, false
 	}
@@ -125,7 +125,7 @@ func (e *Elector) renewMember() {
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity
 	name := MemberLease(e.cfg.Name, id)
-	leases := e.leases()
+	leases := e.store
 	if e.member == nil {
 		if o := e.observed[name]; o != nil {
 			e.member = o.lease.DeepCopy()
@@ -136,7 +136,7 @@ func (e *Elector) renewMember() {
 			}
 			e.memberWriting = true
 			e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-				return leases.Create(ctx, l, metav1.CreateOptions{})
+				return leases.Create(ctx, l)
 			})
 			return
 		}
@@ -145,7 +145,7 @@ func (e *Elector) renewMember() {
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
 	e.memberWriting = true
 	e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l, metav1.UpdateOptions{})
+		return leases.Update(ctx, l)
 	})
 }
 
@@ -161,9 +161,9 @@ func (e *Elector) releaseMember() {
 	}
 	l := vacated(e.member)
 	e.memberWriting = true
-	leases := e.leases()
+	leases := e.store
 	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l, metav1.UpdateOptions{})
+		return leases.Update(ctx, l)
 	})
 }
 
@@ -175,7 +175,7 @@ func (e *Elector) releaseMemberNow() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RetryPeriod)
 	defer cancel()
-	if _, err := e.leases().Update(ctx, vacated(e.member), metav1.UpdateOptions{}); err != nil {
+	if _, err := e.store.Update(ctx, vacated(e.member)); err != nil {
 		e.cfg.Logger.Warn("cannot release the member lease", "err", err)
 	}
 	e.member = nil

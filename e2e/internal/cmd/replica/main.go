@@ -7,7 +7,12 @@
 //	replica --kubeconfig=... --lease-namespace=ns --lease-name=controllers --identity=a \
 //	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
 //	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...] \
-//	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms] [--shards=12]
+//	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms] [--shards=12] \
+//	  [--elector=client-go]
+//
+// With --elector=client-go the replica is one of the previous release: client-go's
+// LeaderElector on a LeaseLock, run directly (previous.go), for the mixed-version
+// scenario of a rolling upgrade.
 //
 // With --shards=S > 1 the Lease is split into S shard Leases and the replica runs
 // the controllers of sharded.go instead of its three: 3·S of them, spread over the
@@ -60,6 +65,7 @@ type config struct {
 	writerGuard    bool
 	writerEvery    time.Duration
 	shards         int
+	elector        string
 }
 
 func main() {
@@ -83,6 +89,7 @@ func main() {
 	flag.BoolVar(&cfg.writerGuard, "writer-guard", true, "fence the writer's clientset with GuardTransport and its lease guard")
 	flag.DurationVar(&cfg.writerEvery, "writer-every", 20*time.Millisecond, "how often the writer writes")
 	flag.IntVar(&cfg.shards, "shards", 0, "leaderElection.shards; > 1 runs the sharded controllers (sharded.go); default: the single Lease")
+	flag.StringVar(&cfg.elector, "elector", "manager", "manager: the runtime's election; client-go: the previous release's, client-go's LeaderElector on a LeaseLock, run directly (previous.go)")
 	flag.Parse()
 
 	out := os.Stdout
@@ -135,6 +142,9 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 		return err
 	}
 
+	if cfg.elector == "client-go" {
+		return runPrevious(ctx, cfg, rec, client, logger)
+	}
 	yes := true
 	spec := cm.ControllerManagerConfigSpec{
 		LeaderElection: &cm.LeaderElectionSpec{
