@@ -10,8 +10,7 @@ import (
 // shard.HolderChanged, shard.Releasing and shard.Lost, the single lease
 // being shard 0 of the same messages, and lease.Released after Resign; this
 // file is what the supervisor does with them, one handler each, whether
-// there is one lease or many. (legacylease.go translates the messages of
-// package lease's own elector into these.)
+// there is one lease or many.
 //
 // On Lost the supervisor fences (fence.go): every controller and store the
 // lease guards is shut down within Config.FenceTimeout, before another

@@ -99,32 +99,3 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	assert.Equal(t, int32(1), reelected.Load())
 	assert.Equal(t, 0, h.events.count(ShardAcquired, "")+h.events.count(ShardLost, ""), "one lease publishes leader events only")
 }
-
-// The legacy elector's messages take the same path; its election ends with
-// a loss, so the supervisor stops it and spawns a new one once fenced.
-func TestTheLegacyLeaseMessagesTakeTheSamePath(t *testing.T) {
-	e := &scriptedElector{}
-	h := electionHarness(t, e)
-	c := testchild.NewController("c", testchild.Behavior{})
-	started := make(chan error, 1)
-	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
-		started <- err
-	}()
-	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
-
-	e.report(t, lease.Elected{Identity: "me"})
-	require.NoError(t, <-started)
-	assert.Equal(t, "me", h.status().LeaderIdentity)
-
-	e.report(t, lease.Lost{Identity: "me", Reason: "not renewed"})
-	h.waitState("c", StateStopped)
-	require.True(t, testchild.Eventually(wait, func() bool { return e.spawned.Load() == 2 }), "a new elector once fenced")
-	assert.Equal(t, int32(1), e.stopped.Load(), "the old one stopped")
-	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting && s.LeaderIdentity == "" })
-
-	e.report(t, lease.Elected{Identity: "me"})
-	h.waitState("c", StateRunning)
-	h.events.waitCount(t, LeaderElected, "", 2)
-	h.events.waitCount(t, LeaderLost, "", 1)
-}

@@ -119,8 +119,10 @@ func (r *shardRelease) handOver() {
 	}
 	sh.release, sh.held = nil, false
 	s.countHeld()
-	s.obs.shardsReleased.Add(1)
-	s.emit(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
+	if s.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
+		s.obs.shardsReleased.Add(1)
+		s.emit(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
+	}
 	r.done()
 }
 

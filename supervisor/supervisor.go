@@ -158,8 +158,6 @@ func (s *root) Receive(ctx actor.Context) {
 		s.onShardLost(m)
 	case lease.Released:
 		s.onLeaseReleased()
-	case lease.Elected, lease.NewLeader, lease.Lost:
-		s.onLegacyLease(m)
 	case fenceOverdue:
 		s.onFenceOverdue(m)
 	case shutdownOverdue:

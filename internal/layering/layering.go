@@ -30,7 +30,7 @@ var Layers = []Layer{
 	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/hostloop", "hack/handlers", "internal/layering", "internal/surfacegen"}},
 	{"test kits: children, the chaos and state-space harnesses", []string{"internal/testkit/chaos", "internal/testkit/statespace", "internal/testkit/testchild"}},
 	{"the root facade: managers, options, errors", []string{"."}},
-	{"probes, metrics and Kubernetes Events", []string{"health", "internal/kubeevents", "internal/metrics"}},
+	{"probes, metrics, Kubernetes Events and the election wiring", []string{"health", "internal/election", "internal/kubeevents", "internal/metrics"}},
 	{"the live view and the admission server", []string{"liveview", "webhook"}},
 	{"the root supervisor actor", []string{"supervisor"}},
 	{"child actors and the sharded elector", []string{"actors", "lease/shard"}},
