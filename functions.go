@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // The seed's free functions, for hosts that run components without a
@@ -20,7 +21,7 @@ import (
 func RecoverStores(ctx context.Context, stores []Store) error {
 	return runAll(len(stores), func(i int) error {
 		name := fmt.Sprintf("#%d", i)
-		return actors.Call(actors.KindStore, name, "Recover", func() error {
+		return childactor.Call(actors.KindStore, name, "Recover", func() error {
 			return stores[i].Recover(ctx)
 		})
 	})
@@ -31,7 +32,7 @@ func RecoverStores(ctx context.Context, stores []Store) error {
 // controllers); one controller's error does not cancel the others.
 func RunControllers(ctx context.Context, controllers []Controller) error {
 	return runAll(len(controllers), func(i int) error {
-		return actors.Call(actors.KindController, fmt.Sprintf("#%d", i), "Run", func() error {
+		return childactor.Call(actors.KindController, fmt.Sprintf("#%d", i), "Run", func() error {
 			return controllers[i].Run(ctx)
 		})
 	})
@@ -42,7 +43,7 @@ func RunControllers(ctx context.Context, controllers []Controller) error {
 // slog.Default and does not stop the others.
 func ShutdownRunnables(ctx context.Context, controllers []Runnable) {
 	_ = runAll(len(controllers), func(i int) error {
-		err := actors.Call(actors.KindRunnable, fmt.Sprintf("#%d", i), "Shutdown", func() error {
+		err := childactor.Call(actors.KindRunnable, fmt.Sprintf("#%d", i), "Shutdown", func() error {
 			controllers[i].Shutdown(ctx)
 			return nil
 		})
@@ -62,7 +63,7 @@ func StartWebhooksAndWait(ctx context.Context, webhooks []Webhook) error {
 	var once sync.Once
 	var first error
 	_ = runAll(len(webhooks), func(i int) error {
-		err := actors.Call(actors.KindWebhook, fmt.Sprintf("#%d", i), "Start", func() error {
+		err := childactor.Call(actors.KindWebhook, fmt.Sprintf("#%d", i), "Start", func() error {
 			return webhooks[i].Start(ctx)
 		})
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/metrics"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -284,7 +285,7 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	clk := m.opts.clockOrReal()
 	defer m.metrics.ObserveProbe(clk, clk.Now())
 	system := m.handle.System
-	sweep := actors.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *actors.HealthCollector) {
+	sweep := childactor.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *childactor.HealthCollector) {
 		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
 	})
 	sweep.Wait(obs.Terminated())

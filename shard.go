@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -119,13 +120,13 @@ func buildShard(build func(Shard) Controller, s Shard) (c Controller, err error)
 // specs classifies, names and validates what was added (supervisor.Specs),
 // AddSharded's controllers as they were named and pinned, and pins every
 // other controller to ShardOf(its name, S).
-func (m *BaseManager) specs(added []any) ([]actors.Spec, error) {
+func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 	shards := m.shardCount()
 	vals := make([]any, len(added))
 	for i, v := range added {
 		switch p := v.(type) {
 		case pinned:
-			vals[i] = actors.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
+			vals[i] = childactor.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
 		case shardBuildError:
 			vals[i] = supervisor.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
 		default:

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -35,9 +35,9 @@ const ChildUnstopped = supervisor.ChildUnstopped
 // 20ms plus 3µs per goroutine before it): the dump stops the world for
 // about 1.5ms per thousand goroutines, and taken at the deadline it would
 // make ShutdownAndWait late by as much. disarm cancels the early dump.
-func watchShutdown(ctx context.Context) (watched context.Context, watch *actors.ShutdownWatch, disarm func()) {
-	watch = actors.NewShutdownWatch()
-	watched = actors.WithShutdownWatch(ctx, watch)
+func watchShutdown(ctx context.Context) (watched context.Context, watch *childactor.ShutdownWatch, disarm func()) {
+	watch = childactor.NewShutdownWatch()
+	watched = childactor.WithShutdownWatch(ctx, watch)
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return watched, watch, func() {}
@@ -64,7 +64,7 @@ func watchShutdown(ctx context.Context) (watched context.Context, watch *actors.
 // shutdown has overrun all the same. So Err is an *UnstoppedError whenever
 // a child had not returned from Shutdown when ShutdownAndWait gave up,
 // whatever the scheduling.
-func (m *BaseManager) reportUnstopped(watch *actors.ShutdownWatch, cause error) {
+func (m *BaseManager) reportUnstopped(watch *childactor.ShutdownWatch, cause error) {
 	select {
 	case <-m.Done():
 		return // stopped as ctx ended: nothing overran

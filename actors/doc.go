@@ -1,38 +1,20 @@
-// Package actors hosts each managed component (controller, store, webhook or
-// plain runnable) in an actor of its own on protoactor-go.
+// Package actors is what a component the manager hosts implements and
+// calls: the interfaces of a controller, a store, a webhook and a plain
+// runnable (Controller, Store, Webhook, Runnable, Namer), the health it
+// reports (HealthStatus), the functions it calls from the context of its
+// start call (FailureReporter, ReportFailure, LeaseGuard), and the errors a
+// failed user call becomes (PanicError, CallError) or is matched with.
 //
-// A child actor never runs user code inside Receive. Every user call (Run,
-// Recover, Start, Shutdown, GetHealth, Ready, Handle) runs in a goroutine the
-// actor starts for it, under its own recover; the result comes back to the
-// actor as a message, and the actor reports to its parent, the root
-// supervisor. Because the mailbox never blocks, a user call that hangs never
-// stops the actor from answering a health query or a stop, and a panic in user
-// code becomes a *PanicError that names the child and carries the stack; it
-// never crashes the process.
+// Each component runs in an actor of its own on protoactor-go. A child actor
+// never runs user code inside Receive: every user call (Run, Recover, Start,
+// Shutdown, GetHealth, Ready, Handle) runs in a goroutine the actor starts
+// for it, under its own recover, and its result comes back to the actor as a
+// message. A user call that hangs never stops the actor from answering a
+// health query or a stop, and a panic in user code becomes a *PanicError that
+// names the child and carries the stack; it never crashes the process.
 //
-// The parent drives a child with Start and Stop messages, each tagged with a
-// generation (the child's incarnation). The child answers with Started,
-// StartFailed, Stopped and Failed, tagged with the same generation, so the
-// parent can tell a report of the current incarnation from a late one.
-//
-// Health is gathered by sending HealthQuery messages to the children with a
-// HealthCollector (a one-shot protoactor Process) as the reply target. A child
-// runs at most one GetHealth call at a time: queries that arrive while one is
-// running wait for its answer, so a hung GetHealth costs one goroutine, not one
-// per probe, and the collector's own deadline decides when silence counts as
-// unhealthy.
-//
-// # Supervisor plumbing
-//
-// Users reach this package through the root package, which re-exports what
-// they need under its own names (Controller, Store, Webhook, Runnable,
-// HealthStatus, PanicError, FailureReporter, ReportFailure, LeaseGuard).
-// The other exported names are the protocol between the root supervisor
-// (package supervisor), the facade, package webhook and the child actors,
-// exported only because those live in other packages: Spec, Kind, Config,
-// Spawner, NewSpawner, NewProps, Goroutines, the messages above (Start,
-// Started, StartFailed, Stop, Stopped, Failed, HealthQuery, HealthAnswer),
-// HealthCollector, AdmissionCall, AdmissionResult, AdmissionPolicy, Guards,
-// ShutdownWatch and its context functions, NameOf, ResolveName,
-// ResolveNames and Call. They may change between releases.
+// The root package re-exports these names under its own (Controller, Store,
+// Webhook, Runnable, HealthStatus, PanicError, FailureReporter,
+// ReportFailure, LeaseGuard). The child actor itself and its protocol with
+// the root supervisor live in internal/childactor.
 package actors

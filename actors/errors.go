@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 )
 
 // PanicError is a panic in a user call, recovered by the child actor that
@@ -49,18 +48,3 @@ func (e *CallError) Unwrap() error { return e.Err }
 // ErrReported is wrapped by the failure a child reports through the function
 // of ReportFailure when it is called with a nil error.
 var ErrReported = errors.New("actors: failure reported by the child's background work")
-
-// Call runs fn as the user call op of a child, turning a panic into a
-// *PanicError and a returned error into a *CallError. It is how every user
-// call in this package runs, and what the root package's free functions use.
-func Call(kind Kind, child, op string, fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Child: child, Kind: kind, Op: op, Value: r, Stack: debug.Stack()}
-		}
-	}()
-	if e := fn(); e != nil {
-		return &CallError{Child: child, Kind: kind, Op: op, Err: e}
-	}
-	return nil
-}

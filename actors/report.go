@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/actorkube/controllermanager/internal/startctx"
 )
@@ -35,8 +34,4 @@ func ReportFailure(ctx context.Context, err error) bool {
 		report(err)
 	}
 	return ok
-}
-
-func reportedError(kind Kind, child string, err error) error {
-	return fmt.Errorf("%s %q: failure reported by its background work: %w", kind, child, err)
 }

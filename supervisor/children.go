@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // level is one level of supervision: its children in the order they were
@@ -25,7 +26,7 @@ type level struct {
 
 // childRecord is the supervisor's view of one child.
 type childRecord struct {
-	spec     actors.Spec
+	spec     childactor.Spec
 	pid      *actor.PID
 	state    ChildState
 	since    time.Time
@@ -172,7 +173,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
 	s.setState(rec, StateStarting)
-	start := actors.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
+	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	if rec.pid == nil {
 		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
 		return
@@ -192,7 +193,7 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 		b.add(rec)
 		if rec.state != StateStopping {
 			s.setState(rec, StateStopping)
-			s.ctx.Send(rec.pid, actors.Stop{Ctx: ctx})
+			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}
 	}
 	return b.pending()
@@ -206,7 +207,7 @@ func (s *root) current(name string, gen uint64) *childRecord {
 	return rec
 }
 
-func (s *root) onChildStarted(m actors.Started) {
+func (s *root) onChildStarted(m childactor.Started) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != StateStarting {
 		return
@@ -218,7 +219,7 @@ func (s *root) onChildStarted(m actors.Started) {
 	settleChild(rec, nil, false)
 }
 
-func (s *root) onChildStartFailed(m actors.StartFailed) {
+func (s *root) onChildStartFailed(m childactor.StartFailed) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != StateStarting {
 		return
@@ -232,7 +233,7 @@ func (s *root) onChildStartFailed(m actors.StartFailed) {
 	s.supervise(rec, m.Err)
 }
 
-func (s *root) onChildStopped(m actors.Stopped) {
+func (s *root) onChildStopped(m childactor.Stopped) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != StateStopping {
 		return
@@ -245,7 +246,7 @@ func (s *root) onChildStopped(m actors.Stopped) {
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
 }
 
-func (s *root) onChildFailed(m actors.Failed) {
+func (s *root) onChildFailed(m childactor.Failed) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != StateRunning {
 		return

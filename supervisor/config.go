@@ -9,7 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/defaults"
 )
 
@@ -149,7 +149,7 @@ type Config struct {
 	FenceTimeout time.Duration
 	// Guards gives each controller and store incarnation the check behind
 	// its lease guard (actors.LeaseGuard); nil with election off.
-	Guards actors.Guards
+	Guards childactor.Guards
 	// Reelect sets what a lost lease does once fenced: false stops the
 	// manager, which fails with an error wrapping lease.ErrLost; true sends
 	// it back to Electing (webhooks and plain runnables keep running), and

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
@@ -68,7 +68,7 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	c := testchild.NewController("c", testchild.Behavior{})
 	started := make(chan error, 1)
 	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{controllerSpec(c)}})
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{controllerSpec(c)}})
 		started <- err
 	}()
 	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })

@@ -13,6 +13,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -85,7 +86,7 @@ func (h *harness) ask(msg any) (any, error) {
 	return Ask(ctx, h.handle.System, h.handle.PID, h.handle.Observed.Terminated(), msg)
 }
 
-func (h *harness) start(specs ...actors.Spec) {
+func (h *harness) start(specs ...childactor.Spec) {
 	h.t.Helper()
 	_, err := h.ask(StartManager{Ctx: context.Background(), Children: specs})
 	require.NoError(h.t, err)
@@ -138,8 +139,8 @@ func (h *harness) settleProbe() {
 	h.status()
 }
 
-func controllerSpec(c *testchild.Controller) actors.Spec {
-	return actors.Spec{Name: c.Name(), Kind: actors.KindController, Impl: c}
+func controllerSpec(c *testchild.Controller) childactor.Spec {
+	return childactor.Spec{Name: c.Name(), Kind: actors.KindController, Impl: c}
 }
 
 // eventLog records events.

@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // probeState is the supervisor's liveness probing: one sweep at a time,
@@ -23,7 +24,7 @@ type (
 	probeTick struct{}
 	// probeDone: a liveness sweep has every answer, or its deadline passed.
 	probeDone struct {
-		sweep *actors.HealthSweep
+		sweep *childactor.HealthSweep
 		recs  []*childRecord
 		gens  []uint64
 		began time.Time
@@ -58,32 +59,32 @@ func (s *root) onGatherHealth(m GatherHealth) {
 // standing is where rec stands as the supervisor knows it, and the failure
 // that put it there; answers is true instead when rec is to be asked (its
 // actor is pending, starting or running).
-func (rec *childRecord) standing() (standing actors.Standing, cause error, answers bool) {
+func (rec *childRecord) standing() (standing childactor.Standing, cause error, answers bool) {
 	if rec.pid == nil { // not spawned yet: its first start is to come
-		return actors.StandingNotStarted, nil, false
+		return childactor.StandingNotStarted, nil, false
 	}
 	switch rec.state {
 	case StateStopped:
 		if rec.stopRequested {
-			return actors.StandingStoppedOnRequest, nil, false
+			return childactor.StandingStoppedOnRequest, nil, false
 		}
-		return actors.StandingStopped, nil, false
+		return childactor.StandingStopped, nil, false
 	case StateBackingOff:
-		return actors.StandingBackingOff, rec.lastErr, false
+		return childactor.StandingBackingOff, rec.lastErr, false
 	case StateFailed:
-		return actors.StandingStartFailed, rec.lastErr, false
+		return childactor.StandingStartFailed, rec.lastErr, false
 	case StateStopping:
-		return actors.StandingStopping, nil, false
+		return childactor.StandingStopping, nil, false
 	}
 	return 0, nil, true
 }
 
 // queryHealth has col expect statuses, then asks recs[i] for each pending
 // index i: the one way a sweep, a GetHealth's or a probe's, is sent.
-func (s *root) queryHealth(col *actors.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
+func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
 	for _, i := range pending {
-		s.ctx.Send(recs[i].pid, actors.HealthQuery{Index: i, ReplyTo: col.PID()})
+		s.ctx.Send(recs[i].pid, childactor.HealthQuery{Index: i, ReplyTo: col.PID()})
 	}
 }
 
@@ -139,7 +140,7 @@ func (s *root) onProbeTick() {
 		pending[i] = i
 		gens[i] = rec.gen
 	}
-	sweep := actors.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *actors.HealthCollector) {
+	sweep := childactor.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *childactor.HealthCollector) {
 		s.queryHealth(col, recs, statuses, pending)
 	})
 	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.now()}

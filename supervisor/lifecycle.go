@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
@@ -81,7 +82,7 @@ func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
 		if err == nil {
 			spec.Name = m.Name
 			if spec.Name == "" {
-				spec.Name, err = actors.ResolveName(m.Runnable, timeout)
+				spec.Name, err = childactor.ResolveName(m.Runnable, timeout)
 			}
 			if err == nil && spec.Name == "" {
 				err = fmt.Errorf("%s %T has no name: give AddChild a Name", spec.Kind, m.Runnable)
@@ -96,7 +97,7 @@ func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
 
 // childNamed: an AddChild's child has been named (or could not be).
 type childNamed struct {
-	spec    actors.Spec
+	spec    childactor.Spec
 	err     error
 	replyTo *actor.PID
 }
@@ -148,9 +149,9 @@ func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {
 // no name yet. A ControllerManager hosts Controllers, Webhooks and Stores; a
 // WebhookManager hosts Webhooks; anything else that is a Runnable is a plain
 // runnable, only shut down.
-func classify(mode Mode, v any) (actors.Spec, error) {
+func classify(mode Mode, v any) (childactor.Spec, error) {
 	if v == nil {
-		return actors.Spec{}, fmt.Errorf("child is nil")
+		return childactor.Spec{}, fmt.Errorf("child is nil")
 	}
 	kind := actors.KindRunnable
 	switch {
@@ -162,10 +163,10 @@ func classify(mode Mode, v any) (actors.Spec, error) {
 		kind = actors.KindStore
 	default:
 		if _, ok := v.(actors.Runnable); !ok {
-			return actors.Spec{}, fmt.Errorf("%T is neither a Controller, a Webhook, a Store nor a Runnable", v)
+			return childactor.Spec{}, fmt.Errorf("%T is neither a Controller, a Webhook, a Store nor a Runnable", v)
 		}
 	}
-	return actors.Spec{Kind: kind, Impl: v}, nil
+	return childactor.Spec{Kind: kind, Impl: v}, nil
 }
 
 func isController(v any) bool { _, ok := v.(actors.Controller); return ok }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -18,7 +19,7 @@ func TestLifecycleMessages(t *testing.T) {
 	a := testchild.NewController("a", testchild.Behavior{})
 	b := testchild.NewController("b", testchild.Behavior{})
 	plain := testchild.NewRunnable(nil)
-	h.start(controllerSpec(a), controllerSpec(b), actors.Spec{Name: "plain", Kind: actors.KindRunnable, Impl: plain})
+	h.start(controllerSpec(a), controllerSpec(b), childactor.Spec{Name: "plain", Kind: actors.KindRunnable, Impl: plain})
 
 	// StopChild: stopped, not a failure, not restarted, and a report from
 	// its stopped incarnation is ignored.
@@ -110,7 +111,7 @@ func TestAddAndRemoveChildWhileRunning(t *testing.T) {
 	assert.Equal(t, 2, shutdowns(added))
 	h.events.waitCount(t, ChildRemoved, "added", 1)
 
-	col := actors.NewHealthCollector(h.handle.System)
+	col := childactor.NewHealthCollector(h.handle.System)
 	h.handle.System.Root.Send(h.handle.PID, GatherHealth{Collector: col})
 	<-col.Done()
 	statuses, _ := col.Close("silent")

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -57,7 +57,7 @@ func TestUnhealthyThresholdRestartsTheController(t *testing.T) {
 			// A healthy sibling, except with silence: the fake clock can pass
 			// the deadline before a healthy answer arrives in real time.
 			b := testchild.NewController("b", testchild.Behavior{})
-			specs := []actors.Spec{controllerSpec(a)}
+			specs := []childactor.Spec{controllerSpec(a)}
 			if !tt.silent {
 				specs = append(specs, controllerSpec(b))
 			}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // Lifecycle messages: sent to the root supervisor with Ask (or a manager's
@@ -60,7 +60,7 @@ type Reply struct {
 type StartManager struct {
 	Ctx          context.Context
 	StartTimeout time.Duration
-	Children     []actors.Spec
+	Children     []childactor.Spec
 	// Err, when set, is why the start cannot begin (children that could not
 	// be named): the manager fails with it.
 	Err error
@@ -77,5 +77,5 @@ type ShutdownManager struct {
 // Collector: it calls Collector.Expect, then sends the queries. Before the
 // manager is starting it expects nothing (health is empty until then).
 type GatherHealth struct {
-	Collector *actors.HealthCollector
+	Collector *childactor.HealthCollector
 }

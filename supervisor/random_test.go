@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -47,7 +47,7 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 	chaos := true
 	inChaos := func() bool { calm.RLock(); defer calm.RUnlock(); return chaos }
 	ctrls := make([]*testchild.Controller, n)
-	specs := make([]actors.Spec, n)
+	specs := make([]childactor.Spec, n)
 	for i := range ctrls {
 		ctrls[i] = testchild.NewController(fmt.Sprintf("c%03d", i), testchild.Behavior{
 			Run: func(_ context.Context, run int) error {

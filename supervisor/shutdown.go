@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
-
-	"github.com/actorkube/controllermanager/actors"
 )
 
 // shutdownStage is where a shutdown is, in this order.
@@ -35,7 +34,7 @@ type shutdownAttempt struct {
 
 	// A shutdown that nobody asked for (an escalation, a failed start, a
 	// lost lease with Exit) is bounded: see boundFailedShutdown.
-	watch   *actors.ShutdownWatch
+	watch   *childactor.ShutdownWatch
 	overdue clock.Timer
 }
 
@@ -124,9 +123,9 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 // the watch of those Shutdown calls.
 func (s *root) boundFailedShutdown(ctx context.Context) context.Context {
 	a := s.shutdown
-	a.watch = actors.NewShutdownWatch()
+	a.watch = childactor.NewShutdownWatch()
 	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any { return shutdownOverdue{} }))
-	return actors.WithShutdownWatch(ctx, a.watch)
+	return childactor.WithShutdownWatch(ctx, a.watch)
 }
 
 func (s *root) onShutdownOverdue(shutdownOverdue) {
@@ -178,12 +177,12 @@ func (s *root) onShutdownReport(m shutdownReport) {
 // one to its watch, so that a ShutdownAndWait that gives up can name every
 // child that has not stopped.
 func (s *root) watchStopping(ctx context.Context) {
-	if actors.ShutdownWatchFrom(ctx) == nil {
+	if childactor.ShutdownWatchFrom(ctx) == nil {
 		return
 	}
 	for _, rec := range s.children {
 		if rec.state == StateStopping {
-			s.ctx.Send(rec.pid, actors.Stop{Ctx: ctx})
+			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // Facade plumbing: Specs classifies and names what was added to a manager
@@ -15,13 +16,13 @@ import (
 //
 // An actors.Spec among added is taken as given (a controller the facade
 // named and pinned itself); an Invalid is reported as that child's problem.
-func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]actors.Spec, error) {
-	specs := make([]actors.Spec, len(added))
+func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec, error) {
+	specs := make([]childactor.Spec, len(added))
 	errs := make([]error, len(added))
 	var byHealth []int // controllers named by GetHealth().Name
 	for i, v := range added {
 		switch given := v.(type) {
-		case actors.Spec: // named and classified by the facade already
+		case childactor.Spec: // named and classified by the facade already
 			specs[i] = given
 			continue
 		case Invalid:
@@ -36,7 +37,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]actors.Spec, er
 		specs[i] = spec
 		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
 			// Name() is a getter: call it here, panics recovered.
-			specs[i].Name, errs[i] = actors.NameOf(v)
+			specs[i].Name, errs[i] = childactor.NameOf(v)
 			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
 				specs[i].Name = fmt.Sprintf("runnable-%d", i)
 			}
@@ -50,7 +51,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]actors.Spec, er
 		for j, i := range byHealth {
 			vals[j] = added[i]
 		}
-		names, nerrs := actors.ResolveNames(vals, nameTimeout)
+		names, nerrs := childactor.ResolveNames(vals, nameTimeout)
 		for j, i := range byHealth {
 			specs[i].Name, errs[i] = names[j], nerrs[j]
 		}

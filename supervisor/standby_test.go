@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -40,7 +41,7 @@ func TestAStandbysWebhooksAreSupervised(t *testing.T) {
 	c := testchild.NewController("c", testchild.Behavior{})
 	started := make(chan error, 1)
 	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
 			{Name: "wh", Kind: actors.KindWebhook, Impl: wh}, controllerSpec(c),
 		}})
 		started <- err
@@ -89,7 +90,7 @@ func TestCancellingAStandbysStartIsARequestedStop(t *testing.T) {
 		started := make(chan error, 1)
 		go func() {
 			_, err := Ask(ctx, h.handle.System, h.handle.PID, h.handle.Observed.Terminated(),
-				StartManager{Ctx: ctx, Children: []actors.Spec{controllerSpec(c)}})
+				StartManager{Ctx: ctx, Children: []childactor.Spec{controllerSpec(c)}})
 			started <- err
 		}()
 		h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
@@ -125,13 +126,13 @@ func TestControllersAreHealthyUntilTheirFirstStart(t *testing.T) {
 	c := testchild.NewController("c", testchild.Behavior{})
 	started := make(chan error, 1)
 	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []actors.Spec{
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
 			{Name: "s", Kind: actors.KindStore, Impl: store}, controllerSpec(c),
 		}})
 		started <- err
 	}()
 	h.waitFor("recovering", func(s Status) bool { return s.Phase == PhaseRecovering })
-	col := actors.NewHealthCollector(h.handle.System)
+	col := childactor.NewHealthCollector(h.handle.System)
 	h.handle.System.Root.Send(h.handle.PID, GatherHealth{Collector: col})
 	<-col.Done()
 	statuses, ok := col.Close("silent")

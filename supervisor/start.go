@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // startStage is where a start round is. A round goes through them in this
@@ -109,7 +110,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 
 // addRecord records a child, in StatePending, and spawns its actor unless it
 // is a controller.
-func (s *root) addRecord(spec actors.Spec) *childRecord {
+func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true}
 	rec.waits = rec.waitBuf[:0]
 	if spec.Kind != actors.KindController {
@@ -150,7 +151,7 @@ func (a *startAttempt) step() {
 			go func() {
 				var err error
 				if preflight != nil {
-					err = actors.Call("context", "manager", "Start", func() error { return preflight(ctx) })
+					err = childactor.Call("context", "manager", "Start", func() error { return preflight(ctx) })
 				}
 				s.sendSelf(preflightDone{attempt: a, err: err})
 			}()
@@ -350,7 +351,7 @@ func (s *root) ofKind(kind actors.Kind) []*childRecord {
 // why each child could not be classified or named (namingErrs[i], when
 // non-nil), every nil value, empty name and duplicate name, each naming the
 // child by its position.
-func validateSpecs(specs []actors.Spec, namingErrs []error) error {
+func validateSpecs(specs []childactor.Spec, namingErrs []error) error {
 	var errs []error
 	seen := make(map[string]int, len(specs))
 	for i, spec := range specs {
@@ -379,7 +380,7 @@ func validateSpecs(specs []actors.Spec, namingErrs []error) error {
 }
 
 // validateShards reports a controller pinned to a shard that does not exist.
-func (s *root) validateShards(specs []actors.Spec) error {
+func (s *root) validateShards(specs []childactor.Spec) error {
 	n := max(len(s.shards), 1)
 	var errs []error
 	for i, spec := range specs {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
 )
@@ -34,9 +34,9 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle,
 		level:      &level{byName: map[string]*childRecord{}, policy: cfg.Policy},
-		goroutines: actors.NewGoroutines(idleGoroutines)}
+		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.initShards()
-	s.spawner = actors.NewSpawner(actors.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
+	s.spawner = childactor.NewSpawner(childactor.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
 	// root's own code, and a child's Receive runs no user code that could
 	// panic. Should one crash anyway, it is stopped, and the root fails.
@@ -74,8 +74,8 @@ type root struct {
 	lifetime    context.Context // ends when the manager shuts down
 	endLifetime context.CancelFunc
 
-	goroutines *actors.Goroutines // lent to the children's user calls
-	spawner    *actors.Spawner
+	goroutines *childactor.Goroutines // lent to the children's user calls
+	spawner    *childactor.Spawner
 
 	elector *actor.PID
 	leader  bool          // this replica holds the lease (with shards: some shard)
@@ -139,13 +139,13 @@ func (s *root) Receive(ctx actor.Context) {
 	case childNamed:
 		s.onChildNamed(m)
 
-	case actors.Started:
+	case childactor.Started:
 		s.onChildStarted(m)
-	case actors.StartFailed:
+	case childactor.StartFailed:
 		s.onChildStartFailed(m)
-	case actors.Stopped:
+	case childactor.Stopped:
 		s.onChildStopped(m)
-	case actors.Failed:
+	case childactor.Failed:
 		s.onChildFailed(m)
 
 	case shard.Acquired:

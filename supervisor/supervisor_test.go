@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -165,7 +166,7 @@ func TestStrategies(t *testing.T) {
 			var mu sync.Mutex
 			var order []string
 			ctrls := map[string]*testchild.Controller{}
-			var specs []actors.Spec
+			var specs []childactor.Spec
 			for _, name := range []string{"a", "b", "c"} {
 				c := testchild.NewController(name, testchild.Behavior{Run: func(_ context.Context, n int) error {
 					if n > 1 {
@@ -180,7 +181,7 @@ func TestStrategies(t *testing.T) {
 			}
 			// A store never restarts with its siblings.
 			store := testchild.NewStore("s", nil)
-			specs = append(specs, actors.Spec{Name: "s", Kind: actors.KindStore, Impl: store})
+			specs = append(specs, childactor.Spec{Name: "s", Kind: actors.KindStore, Impl: store})
 			h.start(specs...)
 
 			ctrls["b"].Fail(errBoom)
@@ -268,7 +269,7 @@ func TestPanicInGetHealthIsAFailure(t *testing.T) {
 	h := newHarness(t, timing(nil))
 	a := testchild.NewController("a", testchild.Behavior{Health: func() (bool, string) { panic("health bug") }})
 	h.start(controllerSpec(a))
-	col := actors.NewHealthCollector(h.handle.System)
+	col := childactor.NewHealthCollector(h.handle.System)
 	h.handle.System.Root.Send(h.handle.PID, GatherHealth{Collector: col})
 	<-col.Done()
 	statuses, ok := col.Close("silent")

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -174,7 +175,7 @@ func NewHandler(host Host, cfg Config, logger *slog.Logger, metrics *Metrics) ht
 		host:    host,
 		logger:  logger,
 		metrics: metrics,
-		policy: actors.AdmissionPolicy{
+		policy: childactor.AdmissionPolicy{
 			MaxInFlight: cfg.MaxInFlight, ReadyTimeout: cfg.ReadyTimeout, FailureThreshold: cfg.FailureThreshold,
 		},
 	}
@@ -186,7 +187,7 @@ type admissionHandler struct {
 	host    Host
 	logger  *slog.Logger
 	metrics *Metrics // nil: none
-	policy  actors.AdmissionPolicy
+	policy  childactor.AdmissionPolicy
 	reads   chan struct{} // a slot per body being read and decoded; nil: no bound
 
 	routesMu sync.Mutex                 // serialises rebuilding routes
@@ -286,10 +287,10 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 	answerBy := timeout - min(timeout/10, time.Second)
 	ctx, cancel := context.WithTimeout(r.Context(), answerBy)
 	defer cancel()
-	reply := make(chan actors.AdmissionResult, 1)
-	h.host.Send(route.PID, &actors.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply})
+	reply := make(chan childactor.AdmissionResult, 1)
+	h.host.Send(route.PID, &childactor.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply})
 
-	var res actors.AdmissionResult
+	var res childactor.AdmissionResult
 	select {
 	case res = <-reply:
 	case <-ctx.Done():
@@ -374,7 +375,7 @@ func (h *admissionHandler) pathOf(rt supervisor.WebhookRoute) string {
 	done := make(chan string, 1)
 	go func() {
 		var path string
-		err := actors.Call(actors.KindWebhook, rt.Name, "Path", func() error { path = rt.Webhook.Path(); return nil })
+		err := childactor.Call(actors.KindWebhook, rt.Name, "Path", func() error { path = rt.Webhook.Path(); return nil })
 		if err != nil {
 			h.logger.Error("cannot serve a webhook: its Path panicked", "child", rt.Name, "err", err)
 			path = ""

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -135,7 +136,7 @@ func (e *Election) Configure(cfg *supervisor.Config) {
 	cfg.Identity = e.cfg.Identity
 	cfg.FenceTimeout = e.fenceTimeout
 	cfg.Reelect = e.cfg.Reelect
-	cfg.Guards = func(spec actors.Spec) func() error {
+	cfg.Guards = func(spec childactor.Spec) func() error {
 		if spec.Kind == actors.KindController || !e.Sharded() {
 			return el.Guard(spec.Shard)
 		}

@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
-
 
 func base(shards int) Config {
 	return Config{Namespace: "ns", Name: "ctl", Identity: "a", Shards: shards,
@@ -50,7 +50,7 @@ func TestConfigure(t *testing.T) {
 			assert.Positive(t, cfg.FenceTimeout)
 			require.NotNil(t, cfg.Guards)
 			for _, kind := range []actors.Kind{actors.KindController, actors.KindStore} {
-				assert.ErrorIs(t, cfg.Guards(actors.Spec{Kind: kind})(), lease.ErrNotHeld, "%s: nothing is held yet", kind)
+				assert.ErrorIs(t, cfg.Guards(childactor.Spec{Kind: kind})(), lease.ErrNotHeld, "%s: nothing is held yet", kind)
 			}
 			assert.ErrorIs(t, e.AnyShard(), lease.ErrNotHeld)
 			if tc.shards > 1 {

@@ -1,9 +1,10 @@
-package actors
+package childactor
 
 import (
 	"context"
 	"time"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/asynkron/protoactor-go/actor"
 )
 
@@ -37,7 +38,7 @@ type HealthQuery struct {
 // HealthAnswer is a child's answer to a HealthQuery.
 type HealthAnswer struct {
 	Index  int
-	Status HealthStatus
+	Status actors.HealthStatus
 }
 
 // Started is sent to the parent when the start call of incarnation Gen has

@@ -1,4 +1,4 @@
-package actors_test
+package childactor_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // orderedController records the order of its calls; its Run blocks until
@@ -64,16 +65,16 @@ func TestStopWhileStartingShutsDownAfterTheStartCall(t *testing.T) {
 	close(released)
 	for round := range 50 {
 		c := &orderedController{release: released}
-		f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-		f.send(actors.Start{Gen: 1, Ctx: context.Background()})
-		f.send(actors.Stop{Ctx: context.Background()})
+		f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+		f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
+		f.send(childactor.Stop{Ctx: context.Background()})
 		// Run may return before the Stop arrives (the start goroutine can
 		// be scheduled between the two sends): then Started comes first.
 		report := f.next()
-		if _, ok := report.(actors.Started); ok {
+		if _, ok := report.(childactor.Started); ok {
 			report = f.next()
 		}
-		require.IsType(t, actors.Stopped{}, report, "round %d: Stop answers Stopped", round)
+		require.IsType(t, childactor.Stopped{}, report, "round %d: Stop answers Stopped", round)
 		calls := c.recorded()
 		require.NotEmpty(t, calls, "round %d", round)
 		assert.Equal(t, "Shutdown", calls[len(calls)-1], "round %d: Shutdown comes last: %v", round, calls)
@@ -86,14 +87,14 @@ func TestStopWhileStartingShutsDownAfterTheStartCall(t *testing.T) {
 func TestStopWhileStartingWaitsForTheStartCall(t *testing.T) {
 	release := make(chan struct{})
 	c := &orderedController{release: release, entered: make(chan struct{})}
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 1, Ctx: context.Background()})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
 	<-c.entered
-	watch := actors.NewShutdownWatch()
-	f.send(actors.Stop{Ctx: actors.WithShutdownWatch(context.Background(), watch)})
+	watch := childactor.NewShutdownWatch()
+	f.send(childactor.Stop{Ctx: childactor.WithShutdownWatch(context.Background(), watch)})
 
 	// c's Run returns once its context ends, which the Stop did.
-	require.IsType(t, actors.Stopped{}, f.next())
+	require.IsType(t, childactor.Stopped{}, f.next())
 	assert.Equal(t, []string{"Run", "Run saw its context end", "Run returned", "Shutdown"}, c.recorded())
 	assert.Empty(t, watch.Unstopped())
 	close(release)
@@ -104,11 +105,11 @@ func TestStopWhileStartingWaitsForTheStartCall(t *testing.T) {
 func TestStopWhileStartingReportsARunThatIgnoresItsContext(t *testing.T) {
 	release := make(chan struct{})
 	c := &stubbornController{orderedController{release: release, entered: make(chan struct{})}}
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 1, Ctx: context.Background()})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
 	<-c.entered
-	watch := actors.NewShutdownWatch()
-	f.send(actors.Stop{Ctx: actors.WithShutdownWatch(context.Background(), watch)})
+	watch := childactor.NewShutdownWatch()
+	f.send(childactor.Stop{Ctx: childactor.WithShutdownWatch(context.Background(), watch)})
 
 	stuck := watch.Unstopped()
 	require.Len(t, stuck, 1)
@@ -118,7 +119,7 @@ func TestStopWhileStartingReportsARunThatIgnoresItsContext(t *testing.T) {
 	assert.Equal(t, []string{"Run"}, c.recorded(), "no Shutdown while Run runs")
 
 	close(release)
-	require.IsType(t, actors.Stopped{}, f.next())
+	require.IsType(t, childactor.Stopped{}, f.next())
 	assert.Equal(t, []string{"Run", "Run returned", "Shutdown"}, c.recorded())
 	assert.Empty(t, watch.Unstopped())
 }

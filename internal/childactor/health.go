@@ -1,8 +1,10 @@
-package actors
+package childactor
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // healthCall is the one GetHealth (or Ready) call a child runs at a time, and
@@ -60,16 +62,16 @@ func (c *child) queryHealth(q HealthQuery) {
 
 // callHealth runs the kind's health call. The answer always carries the
 // child's name, whatever the controller put in it.
-func (c *child) callHealth() (status HealthStatus, err error) {
+func (c *child) callHealth() (status actors.HealthStatus, err error) {
 	switch c.spec.Kind {
-	case KindController:
-		ctrl := c.spec.Impl.(Controller)
+	case actors.KindController:
+		ctrl := c.spec.Impl.(actors.Controller)
 		err = Call(c.spec.Kind, c.spec.Name, "GetHealth", func() error {
 			status = ctrl.GetHealth()
 			return nil
 		})
-	case KindWebhook:
-		wh := c.spec.Impl.(Webhook)
+	case actors.KindWebhook:
+		wh := c.spec.Impl.(actors.Webhook)
 		err = Call(c.spec.Kind, c.spec.Name, "Ready", func() error {
 			status.Healthy = wh.Ready()
 			if !status.Healthy {

@@ -1,10 +1,12 @@
-package actors
+package childactor
 
 import (
 	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // ResolveName finds the name of v in a goroutine of its own, so that a name
@@ -68,9 +70,9 @@ func ResolveNames(vals []any, timeout time.Duration) (names []string, errs []err
 func resolveNameNow(v any) (name string, err error) {
 	op := nameOp(v)
 	switch x := v.(type) {
-	case Namer:
+	case actors.Namer:
 		name, err = NameOf(v)
-	case Controller:
+	case actors.Controller:
 		err = callNamed(v, op, func() { name = x.GetHealth().Name })
 	}
 	if err != nil {
@@ -83,7 +85,7 @@ func resolveNameNow(v any) (name string, err error) {
 // a *PanicError: for a getter that is called where a goroutine per value
 // would cost more than it guards against. A value without one has no name.
 func NameOf(v any) (name string, err error) {
-	n, ok := v.(Namer)
+	n, ok := v.(actors.Namer)
 	if !ok {
 		return "", nil
 	}
@@ -96,7 +98,7 @@ func NameOf(v any) (name string, err error) {
 func callNamed(v any, op string, fn func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Child: fmt.Sprintf("%T", v), Kind: "child", Op: op, Value: r, Stack: debug.Stack()}
+			err = &actors.PanicError{Child: fmt.Sprintf("%T", v), Kind: "child", Op: op, Value: r, Stack: debug.Stack()}
 		}
 	}()
 	fn()
@@ -104,7 +106,7 @@ func callNamed(v any, op string, fn func()) (err error) {
 }
 
 func nameOp(v any) string {
-	if _, ok := v.(Namer); ok {
+	if _, ok := v.(actors.Namer); ok {
 		return "Name"
 	}
 	return "GetHealth"

@@ -1,4 +1,4 @@
-package actors_test
+package childactor_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 )
 
@@ -24,7 +25,7 @@ const wait = 10 * time.Second
 
 // parent spawns one child and records what it reports.
 type parent struct {
-	spec  actors.Spec
+	spec  childactor.Spec
 	child *actor.PID
 	ready chan struct{}
 
@@ -36,9 +37,9 @@ type parent struct {
 func (p *parent) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		p.child = ctx.Spawn(actors.NewProps(p.spec, actors.Config{}))
+		p.child = ctx.Spawn(childactor.NewProps(p.spec, childactor.Config{}))
 		close(p.ready)
-	case actors.Started, actors.StartFailed, actors.Stopped, actors.Failed:
+	case childactor.Started, childactor.StartFailed, childactor.Stopped, childactor.Failed:
 		p.mu.Lock()
 		p.msgs = append(p.msgs, m)
 		p.mu.Unlock()
@@ -52,7 +53,7 @@ type fixture struct {
 	p      *parent
 }
 
-func newFixture(t *testing.T, spec actors.Spec) *fixture {
+func newFixture(t *testing.T, spec childactor.Spec) *fixture {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}), actor.WithDeadLetterThrottleInterval(10*time.Millisecond))
@@ -92,16 +93,16 @@ func (f *fixture) none() {
 func TestStartAndStop(t *testing.T) {
 	release := make(chan struct{})
 	c := testchild.NewController("c", testchild.Behavior{Shutdown: func(context.Context, int) { <-release }})
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 7, Ctx: context.Background()})
-	assert.Equal(t, "c", f.next().(actors.Started).Name)
-	f.send(actors.Stop{Ctx: context.Background()})
-	f.send(actors.Stop{Ctx: context.Background()}) // while Shutdown runs: answered by the same Stopped
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 7, Ctx: context.Background()})
+	assert.Equal(t, "c", f.next().(childactor.Started).Name)
+	f.send(childactor.Stop{Ctx: context.Background()})
+	f.send(childactor.Stop{Ctx: context.Background()}) // while Shutdown runs: answered by the same Stopped
 	close(release)
-	st := f.next().(actors.Stopped)
+	st := f.next().(childactor.Stopped)
 	assert.Equal(t, uint64(7), st.Gen)
-	f.send(actors.Stop{Ctx: context.Background()}) // stopped already: answered at once
-	assert.IsType(t, actors.Stopped{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background()}) // stopped already: answered at once
+	assert.IsType(t, childactor.Stopped{}, f.next())
 	f.none()
 	runs, shutdowns, _ := c.Counts()
 	assert.Equal(t, 1, runs)
@@ -145,11 +146,11 @@ func TestStartFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testchild.NewController("c", testchild.Behavior{Run: tt.run})
-			f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-			f.send(actors.Start{Gen: 1, Ctx: context.Background(), Timeout: tt.timeout})
-			tt.check(t, f.next().(actors.StartFailed).Err)
+			f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+			f.send(childactor.Start{Gen: 1, Ctx: context.Background(), Timeout: tt.timeout})
+			tt.check(t, f.next().(childactor.StartFailed).Err)
 			// A failed start still owes its Shutdown.
-			f.send(actors.Stop{Ctx: context.Background()})
+			f.send(childactor.Stop{Ctx: context.Background()})
 			f.next()
 			_, shutdowns, _ := c.Counts()
 			assert.Equal(t, 1, shutdowns)
@@ -166,11 +167,11 @@ func TestStopWhileStartingCancelsTheStart(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}})
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 1, Ctx: context.Background()})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
 	<-entered
-	f.send(actors.Stop{Ctx: context.Background()})
-	st := f.next().(actors.Stopped) // not StartFailed: the stop reports the outcome
+	f.send(childactor.Stop{Ctx: context.Background()})
+	st := f.next().(childactor.Stopped) // not StartFailed: the stop reports the outcome
 	assert.Equal(t, uint64(1), st.Gen)
 	assert.ErrorIs(t, (*runCtx.Load()).Err(), context.Canceled)
 	f.none()
@@ -192,27 +193,27 @@ func TestReportedFailures(t *testing.T) {
 		}
 		return nil
 	}})
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 1, Ctx: context.Background()})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
 	close(release)
-	assert.IsType(t, actors.Started{}, f.next())
-	failed := f.next().(actors.Failed)
+	assert.IsType(t, childactor.Started{}, f.next())
+	failed := f.next().(childactor.Failed)
 	assert.Contains(t, failed.Err.Error(), "while starting")
 	mu.Lock()
 	r := report
 	mu.Unlock()
 	r(nil) // a second report of the same incarnation is not a second failure
-	f.send(actors.Stop{Ctx: context.Background()})
-	assert.IsType(t, actors.Stopped{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.IsType(t, childactor.Stopped{}, f.next())
 
-	f.send(actors.Start{Gen: 2, Ctx: context.Background()})
-	assert.IsType(t, actors.Started{}, f.next())
+	f.send(childactor.Start{Gen: 2, Ctx: context.Background()})
+	assert.IsType(t, childactor.Started{}, f.next())
 	r(errors.New("stale")) // the reporter of incarnation 1
 	mu.Lock()
 	current := report
 	mu.Unlock()
 	current(nil)
-	failed = f.next().(actors.Failed)
+	failed = f.next().(childactor.Failed)
 	assert.Equal(t, uint64(2), failed.Gen)
 	assert.ErrorIs(t, failed.Err, actors.ErrReported, "a nil report is ErrReported")
 	f.none()
@@ -228,20 +229,20 @@ func TestHealthQueries(t *testing.T) {
 		<-release
 		return false, "degraded"
 	}})
-	f := newFixture(t, actors.Spec{Name: "c", Kind: actors.KindController, Impl: c})
-	f.send(actors.Start{Gen: 1, Ctx: context.Background()})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
 	f.next()
 
-	cols := make([]*actors.HealthCollector, 3)
+	cols := make([]*childactor.HealthCollector, 3)
 	for i := range cols {
-		cols[i] = actors.NewHealthCollector(f.system)
+		cols[i] = childactor.NewHealthCollector(f.system)
 		cols[i].Expect([]actors.HealthStatus{{Name: "c"}}, []int{0})
-		f.send(actors.HealthQuery{Index: 0, ReplyTo: cols[i].PID()})
+		f.send(childactor.HealthQuery{Index: 0, ReplyTo: cols[i].PID()})
 	}
 	// The mailbox is FIFO: once a Stop sent after the queries is answered,
 	// the child has taken all three while the first GetHealth is blocked.
-	f.send(actors.Stop{Ctx: context.Background()})
-	assert.IsType(t, actors.Stopped{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.IsType(t, childactor.Stopped{}, f.next())
 	select {
 	case <-cols[0].Done():
 		t.Fatal("answered before GetHealth returned")
@@ -261,11 +262,11 @@ func TestHealthCollectorMarksSilence(t *testing.T) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}))
-	col := actors.NewHealthCollector(system)
+	col := childactor.NewHealthCollector(system)
 	col.Expect([]actors.HealthStatus{{Name: "a"}, {Name: "b", Healthy: true, Message: "stopped"}, {Name: "c"}}, []int{0, 2})
-	system.Root.Send(col.PID(), actors.HealthAnswer{Index: 2, Status: actors.HealthStatus{Name: "ignored", Healthy: true}})
-	system.Root.Send(col.PID(), actors.HealthAnswer{Index: 2, Status: actors.HealthStatus{Healthy: false}}) // answered twice: ignored
-	system.Root.Send(col.PID(), actors.HealthAnswer{Index: 9})                                              // out of range: ignored
+	system.Root.Send(col.PID(), childactor.HealthAnswer{Index: 2, Status: actors.HealthStatus{Name: "ignored", Healthy: true}})
+	system.Root.Send(col.PID(), childactor.HealthAnswer{Index: 2, Status: actors.HealthStatus{Healthy: false}}) // answered twice: ignored
+	system.Root.Send(col.PID(), childactor.HealthAnswer{Index: 9})                                              // out of range: ignored
 	st, ok := col.Close("no answer")
 	require.True(t, ok)
 	assert.Equal(t, []actors.HealthStatus{
@@ -274,7 +275,7 @@ func TestHealthCollectorMarksSilence(t *testing.T) {
 		{Name: "c", Healthy: true},
 	}, st)
 
-	empty := actors.NewHealthCollector(system)
+	empty := childactor.NewHealthCollector(system)
 	_, ok = empty.Close("x")
 	assert.False(t, ok, "never expected: the supervisor did not take the request")
 }
@@ -291,14 +292,14 @@ type healthNamed struct{ named }
 func TestResolveName(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
-	n, err := actors.ResolveName(named{name: func() string { return "x" }}, time.Second)
+	n, err := childactor.ResolveName(named{name: func() string { return "x" }}, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, "x", n)
-	_, err = actors.ResolveName(named{name: func() string { <-hang; return "" }}, 20*time.Millisecond)
+	_, err = childactor.ResolveName(named{name: func() string { <-hang; return "" }}, 20*time.Millisecond)
 	assert.ErrorContains(t, err, "Name did not return within 20ms")
-	_, err = actors.ResolveName(named{name: func() string { panic("no") }}, time.Second)
+	_, err = childactor.ResolveName(named{name: func() string { panic("no") }}, time.Second)
 	assert.ErrorContains(t, err, "panic in Name: no")
-	n, err = actors.ResolveName(testchild.NewRunnable(nil), time.Second)
+	n, err = childactor.ResolveName(testchild.NewRunnable(nil), time.Second)
 	require.NoError(t, err)
 	assert.Empty(t, n, "a plain runnable has no name")
 }

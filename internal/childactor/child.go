@@ -1,9 +1,10 @@
-package actors
+package childactor
 
 import (
 	"context"
 	"log/slog"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
 )
@@ -12,7 +13,7 @@ import (
 // (a Controller, Store, Webhook or Runnable, as Kind says).
 type Spec struct {
 	Name string
-	Kind Kind
+	Kind actors.Kind
 	Impl any
 	// Shard is the shard a controller is pinned to, with sharded leadership
 	// (0 otherwise, and for every other kind): it runs only while this
@@ -310,7 +311,7 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 	// Shutdown's own goroutine: not only once the actor has heard of it, so
 	// that no write of a worker Shutdown left behind passes in between.
 	guard := c.inc
-	shutdown, ok := c.spec.Impl.(Runnable)
+	shutdown, ok := c.spec.Impl.(actors.Runnable)
 	if !ok { // a store that is not a Runnable has nothing to shut down
 		call.exit()
 		guard.end()
@@ -374,12 +375,12 @@ func (c *child) fail(ctx actorContext, err error) {
 // function when there is nothing to start.
 func (c *child) startCall() (op string, fn func(context.Context) error) {
 	switch c.spec.Kind {
-	case KindController:
-		return "Run", c.spec.Impl.(Controller).Run
-	case KindStore:
-		return "Recover", c.spec.Impl.(Store).Recover
-	case KindWebhook:
-		return "Start", c.spec.Impl.(Webhook).Start
+	case actors.KindController:
+		return "Run", c.spec.Impl.(actors.Controller).Run
+	case actors.KindStore:
+		return "Recover", c.spec.Impl.(actors.Store).Recover
+	case actors.KindWebhook:
+		return "Start", c.spec.Impl.(actors.Webhook).Start
 	}
 	return "", nil
 }

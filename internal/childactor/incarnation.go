@@ -1,10 +1,11 @@
-package actors
+package childactor
 
 import (
 	"context"
 	"fmt"
 	"sync/atomic"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/startctx"
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -36,7 +37,7 @@ func newIncarnation(c *child, gen uint64, guards Guards) *incarnation {
 // Guarded reports whether the incarnation runs under the lease: a
 // controller or a store, whose context has a lease guard.
 func (inc *incarnation) Guarded() bool {
-	return inc.c.spec.Kind == KindController || inc.c.spec.Kind == KindStore
+	return inc.c.spec.Kind == actors.KindController || inc.c.spec.Kind == actors.KindStore
 }
 
 // Report reports err as a failure of this incarnation to its child, which

@@ -1,4 +1,4 @@
-package actors_test
+package childactor_test
 
 import (
 	"log/slog"
@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 )
 
 // A sweep's deadline runs on the clock it is given: a silent entry holds it
@@ -26,9 +27,9 @@ func TestHealthSweepDeadlineIsOnItsClock(t *testing.T) {
 	}{{name: "deadline"}, {name: "abort", abort: true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Now())
-			sweep := actors.StartHealthSweep(system, clk, time.Second, func(col *actors.HealthCollector) {
+			sweep := childactor.StartHealthSweep(system, clk, time.Second, func(col *childactor.HealthCollector) {
 				col.Expect([]actors.HealthStatus{{Name: "answers"}, {Name: "silent"}}, []int{0, 1})
-				system.Root.Send(col.PID(), actors.HealthAnswer{Index: 0, Status: actors.HealthStatus{Healthy: true}})
+				system.Root.Send(col.PID(), childactor.HealthAnswer{Index: 0, Status: actors.HealthStatus{Healthy: true}})
 			})
 			abort := make(chan struct{})
 			waited := make(chan struct{})

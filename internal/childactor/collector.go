@@ -1,10 +1,11 @@
-package actors
+package childactor
 
 import (
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
 )
@@ -23,7 +24,7 @@ type HealthCollector struct {
 	pid    *actor.PID
 
 	mu        sync.Mutex
-	statuses  []HealthStatus
+	statuses  []actors.HealthStatus
 	pending   []bool
 	remaining int
 	expected  bool
@@ -46,7 +47,7 @@ func (c *HealthCollector) PID() *actor.PID { return c.pid }
 // Expect sets the sweep's entries: statuses holds one entry per child in the
 // order they are reported, and pending the indexes of those still to be
 // answered by a HealthQuery; the others are final already. It is called once.
-func (c *HealthCollector) Expect(statuses []HealthStatus, pending []int) {
+func (c *HealthCollector) Expect(statuses []actors.HealthStatus, pending []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.expected || c.closed {
@@ -73,7 +74,7 @@ func (c *HealthCollector) Done() <-chan struct{} { return c.done }
 // dead letters) and returns the entries, with unanswered ones marked
 // unhealthy with the message silent. ok is false when Expect was never
 // called (the supervisor did not take the request).
-func (c *HealthCollector) Close(silent string) (statuses []HealthStatus, ok bool) {
+func (c *HealthCollector) Close(silent string) (statuses []actors.HealthStatus, ok bool) {
 	c.system.ProcessRegistry.Remove(c.pid)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,7 +152,7 @@ func (s *HealthSweep) Wait(abort <-chan struct{}) {
 
 // Close ends the sweep, as HealthCollector.Close does: the entries still
 // unanswered are unhealthy, with "no health answer within" the timeout.
-func (s *HealthSweep) Close() (statuses []HealthStatus, ok bool) {
+func (s *HealthSweep) Close() (statuses []actors.HealthStatus, ok bool) {
 	s.deadline.Stop()
 	return s.col.Close(fmt.Sprintf("no health answer within %s", s.timeout))
 }

@@ -1,4 +1,6 @@
-package actors
+package childactor
+
+import "github.com/actorkube/controllermanager/actors"
 
 // Standing is where a child stands in its life when it cannot answer for
 // itself: a health query, or an admission call, that finds it not running.
@@ -56,8 +58,8 @@ func (s Standing) String() string {
 
 // Status is the health of the child named name in standing s. cause, when
 // not nil, is the failure that put it there; it ends the message.
-func (s Standing) Status(name string, cause error) HealthStatus {
-	st := HealthStatus{Name: name, Message: s.String()}
+func (s Standing) Status(name string, cause error) actors.HealthStatus {
+	st := actors.HealthStatus{Name: name, Message: s.String()}
 	if int(s) < len(standings) {
 		st.Healthy = standings[s].healthy
 	}

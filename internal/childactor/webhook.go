@@ -1,0 +1,246 @@
+package childactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// AdmissionCall is sent to a webhook's child actor, by an admission handler,
+// to run the webhook's Handle for one request. The actor never runs Handle in
+// its Receive: it starts a goroutine of the child's own for the call (under
+// recover) and goes on with its mailbox, so requests run concurrently and a
+// slow Handle delays nothing else. The goroutine sends the AdmissionResult to
+// Reply directly, without a mailbox hop back, as health answers go to their
+// collector.
+//
+// Every AdmissionCall is answered exactly once: with a refusal, sent from
+// Receive, when Handle cannot run now (see AdmissionResult.Refused); else with
+// the outcome of Ready and Handle.
+type AdmissionCall struct {
+	// Ctx is the request's context, passed to Handle. Its deadline is the
+	// request's: the caller stops waiting for the answer then, and Handle
+	// still running at that point is counted as a failed call.
+	Ctx     context.Context
+	Request *admissionv1.AdmissionRequest
+	Policy  AdmissionPolicy
+	// Reply receives the result. It must be buffered (capacity 1 is
+	// enough): the child never blocks on it, and drops a result Reply has
+	// no room for.
+	Reply chan<- AdmissionResult
+}
+
+// AdmissionPolicy is how a webhook's child serves an AdmissionCall. Admission
+// handlers fill it in from their configuration; its zero value means no
+// bound on requests in flight, no wait for Ready (a Ready that does not
+// answer at once refuses the call), and errors that never fail the webhook.
+type AdmissionPolicy struct {
+	// MaxInFlight > 0 bounds the Handle calls of the webhook running at once
+	// (those that outlived their request included): a call past it is
+	// refused with ErrTooManyRequests.
+	MaxInFlight int
+	// ReadyTimeout is how long a call waits for the webhook's Ready before
+	// it is refused with ErrWebhookNotReady.
+	ReadyTimeout time.Duration
+	// FailureThreshold > 0 is how many failed Handle calls in a row (an
+	// error, no response, or still running at the request's deadline) fail
+	// the webhook's incarnation, so that its supervisor restarts it. A panic
+	// fails it at once, whatever the threshold.
+	FailureThreshold int
+}
+
+// AdmissionResult answers an AdmissionCall.
+type AdmissionResult struct {
+	// Refused, when set, says why Handle did not run; it wraps
+	// ErrWebhookUnavailable, ErrWebhookNotReady or ErrTooManyRequests.
+	Refused error
+	// Response is Handle's answer when Refused and Err are nil. It is the
+	// webhook's own value: copy it before changing it.
+	Response *admissionv1.AdmissionResponse
+	// Err is Handle's failure: a *CallError (it returned an error, or
+	// neither a response nor an error: ErrNoResponse) or a *PanicError.
+	Err error
+}
+
+// admissionState is a webhook child's bookkeeping of its admission requests.
+type admissionState struct {
+	inFlight atomic.Int64 // Handle calls running, across incarnations: only Receive adds
+	ready    readyGate
+
+	// Owned by Receive: the failure count of the current incarnation.
+	gen  uint64
+	runs *admissionRuns
+}
+
+// admissionRuns counts the failed Handle calls in a row of one incarnation.
+type admissionRuns struct {
+	failures atomic.Int64
+}
+
+// admit answers m with a refusal, or starts the goroutine that serves it.
+func (c *child) admit(m *AdmissionCall) {
+	wh, ok := c.spec.Impl.(actors.Webhook)
+	switch {
+	case !ok || c.spec.Kind != actors.KindWebhook:
+		refuse(m, fmt.Errorf("%w: %s %q is not a webhook", actors.ErrWebhookUnavailable, c.spec.Kind, c.spec.Name))
+		return
+	case c.state != stateRunning:
+		refuse(m, fmt.Errorf("%w: webhook %q is %s", actors.ErrWebhookUnavailable, c.spec.Name, c.standing()))
+		return
+	}
+	a := &c.admission
+	if limit := m.Policy.MaxInFlight; limit > 0 && a.inFlight.Load() >= int64(limit) {
+		refuse(m, fmt.Errorf("%w: webhook %q already serves %d", actors.ErrTooManyRequests, c.spec.Name, limit))
+		return
+	}
+	a.inFlight.Add(1)
+	if a.runs == nil || a.gen != c.gen {
+		a.gen, a.runs = c.gen, &admissionRuns{}
+	}
+	gen, runs := c.gen, a.runs
+	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
+}
+
+func refuse(m *AdmissionCall, err error) {
+	select {
+	case m.Reply <- AdmissionResult{Refused: err}:
+	default:
+	}
+}
+
+// serveAdmission runs Ready, then Handle, for one call, in a goroutine of
+// the child's; it accounts for the outcome before it answers, so that a
+// failure reaches the actor before the caller can send another request.
+func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, runs *admissionRuns) {
+	a := &c.admission
+	defer a.inFlight.Add(-1)
+	name := c.spec.Name
+	ctx := m.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+
+	if err := a.ready.wait(ctx, m.Policy.ReadyTimeout, func() (ready bool, err error) {
+		err = Call(actors.KindWebhook, name, "Ready", func() error { ready = wh.Ready(); return nil })
+		if err != nil {
+			c.system.Root.Send(c.self, callFailed{gen: gen, err: err})
+		}
+		return ready, err
+	}); err != nil {
+		refuse(m, fmt.Errorf("%w: webhook %q: %w", actors.ErrWebhookNotReady, name, err))
+		return
+	}
+
+	// outcome: 0 while Handle runs; then 1 once it has returned, or 2 once
+	// the request's deadline passed first. Whichever comes first counts.
+	var outcome atomic.Int32
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outcome.CompareAndSwap(0, 2) {
+			c.accountAdmission(gen, runs, m.Policy, fmt.Errorf("webhook %q: Handle did not return before the request's deadline: %w", name, context.DeadlineExceeded))
+		}
+	})
+	var resp *admissionv1.AdmissionResponse
+	err := Call(actors.KindWebhook, name, "Handle", func() error {
+		var err error
+		resp, err = wh.Handle(ctx, m.Request)
+		if err == nil && resp == nil {
+			err = actors.ErrNoResponse
+		}
+		return err
+	})
+	stop()
+	// A request its client gave up on says nothing about the webhook.
+	if outcome.CompareAndSwap(0, 1) && !errors.Is(ctx.Err(), context.Canceled) {
+		c.accountAdmission(gen, runs, m.Policy, err)
+	}
+	if err != nil {
+		resp = nil
+	}
+	select {
+	case m.Reply <- AdmissionResult{Response: resp, Err: err}:
+	default:
+	}
+}
+
+// accountAdmission counts one call's outcome; a panic, or FailureThreshold
+// failures in a row, fail the incarnation gen.
+func (c *child) accountAdmission(gen uint64, runs *admissionRuns, p AdmissionPolicy, err error) {
+	if err == nil {
+		if runs.failures.Load() != 0 { // read first: no shared write on the fast path
+			runs.failures.Store(0)
+		}
+		return
+	}
+	c.cfg.Logger.Warn("webhook call failed", "child", c.spec.Name, "err", err)
+	if _, panicked := errors.AsType[*actors.PanicError](err); panicked {
+		c.system.Root.Send(c.self, callFailed{gen: gen, err: err})
+		return
+	}
+	n := runs.failures.Add(1)
+	if p.FailureThreshold > 0 && n >= int64(p.FailureThreshold) {
+		runs.failures.Store(0)
+		c.system.Root.Send(c.self, callFailed{gen: gen, err: fmt.Errorf(
+			"webhook %q: %d admission calls in a row failed, the last: %w", c.spec.Name, n, err)})
+	}
+}
+
+// readyGate runs at most one Ready call at a time for a webhook's admission
+// requests: requests that arrive while one runs wait for its answer, each up
+// to its own timeout, so a Ready that hangs costs one goroutine, not one per
+// request, and no request waits longer than its ReadyTimeout.
+type readyGate struct {
+	mu   sync.Mutex
+	call *readyCall
+}
+
+type readyCall struct {
+	done  chan struct{}
+	ready bool
+	err   error
+}
+
+// wait returns nil once a Ready call that began no earlier than wait was
+// called (or one in flight) answers true; else why not.
+func (g *readyGate) wait(ctx context.Context, timeout time.Duration, ready func() (bool, error)) error {
+	g.mu.Lock()
+	call := g.call
+	if call == nil {
+		call = &readyCall{done: make(chan struct{})}
+		g.call = call
+		go func() {
+			call.ready, call.err = ready()
+			g.mu.Lock()
+			g.call = nil
+			g.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	g.mu.Unlock()
+
+	select {
+	case <-call.done:
+	default:
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		select {
+		case <-call.done:
+		case <-timer.C:
+			return fmt.Errorf("Ready did not answer within %s", timeout)
+		case <-ctx.Done():
+			return fmt.Errorf("Ready did not answer before the request ended: %w", ctx.Err())
+		}
+	}
+	switch {
+	case call.err != nil:
+		return call.err
+	case !call.ready:
+		return errors.New("Ready returned false")
+	}
+	return nil
+}
