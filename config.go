@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -148,7 +149,7 @@ type electionConfig struct {
 // supervision fills the defaults of spec and validates it; every problem is
 // reported, each naming its field.
 func (spec *SupervisionSpec) supervision() (supervision, error) {
-	p, t := supervisor.DefaultPolicy(), supervisor.DefaultTiming()
+	p, t := supervise.DefaultPolicy(), supervise.DefaultTiming()
 	if spec == nil {
 		return supervision{p, t}, nil
 	}
@@ -199,13 +200,13 @@ func (spec *SupervisionSpec) supervision() (supervision, error) {
 // supervision is a SupervisionSpec with its defaults filled in: the
 // supervisor's Policy and Timing.
 type supervision struct {
-	policy supervisor.Policy
-	timing supervisor.Timing
+	policy supervise.Policy
+	timing supervise.Timing
 }
 
 // defaultSupervision is the supervision of a zero SupervisionSpec.
 func defaultSupervision() supervision {
-	return supervision{supervisor.DefaultPolicy(), supervisor.DefaultTiming()}
+	return supervision{supervise.DefaultPolicy(), supervise.DefaultTiming()}
 }
 
 // election fills the defaults of spec and validates it, reporting every

@@ -8,8 +8,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	elect "github.com/actorkube/controllermanager/internal/election"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // election is a ControllerManager's leader election, ready to run: the
@@ -73,7 +73,7 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 
 // configure sets the election part of a root supervisor's config; a nil
 // election leaves it off.
-func (e *election) configure(cfg *supervisor.Config) {
+func (e *election) configure(cfg *supervise.Config) {
 	if e != nil {
 		e.Configure(cfg)
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
-	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 )
 
 // Option configures a manager beyond its seed arguments. Constructors take
@@ -21,7 +21,7 @@ type Option func(*options)
 
 type options struct {
 	logger      *slog.Logger
-	clock       supervisor.Clock
+	clock       supervise.Clock
 	identity    string
 	lock        resourcelock.Interface
 	eventBuffer int
@@ -53,7 +53,7 @@ func (o options) subscriberDrain() time.Duration {
 }
 
 // clockOrReal is the clock of WithClock, or the real one.
-func (o options) clockOrReal() supervisor.Clock {
+func (o options) clockOrReal() supervise.Clock {
 	if o.clock != nil {
 		return o.clock
 	}
@@ -75,7 +75,7 @@ func WithLogger(logger *slog.Logger) Option {
 // stays on the real clock, and so do the HTTP servers' deadlines and the
 // timings measured for logs. Tests pass
 // k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
-func WithClock(clock supervisor.Clock) Option {
+func WithClock(clock supervise.Clock) Option {
 	return func(o *options) { o.clock = clock }
 }
 

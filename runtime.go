@@ -29,6 +29,7 @@ import (
 	"github.com/actorkube/controllermanager/health"
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/metrics"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -72,10 +73,10 @@ var ErrNotReady = errors.New("controllermanager: not ready")
 // added to it are shut down by ShutdownAndWait.
 type BaseManager struct {
 	ctrlContext Context
-	mode        supervisor.Mode
+	mode        supervise.Mode
 	opts        options
-	timing      supervisor.Timing
-	handle      *supervisor.Handle
+	timing      supervise.Timing
+	handle      *supervise.Handle
 	metrics     *metrics.Manager
 	election    *election   // nil when election is off
 	events      *kubeEvents // nil when no Kubernetes Events are recorded
@@ -138,7 +139,7 @@ var (
 
 // NewBaseManager returns a manager whose Start runs the pre-flight only.
 func NewBaseManager(ctrlContext Context, opts ...Option) *BaseManager {
-	return newBaseManager(ctrlContext, supervisor.ModeBase, defaultSupervision(), nil, collectOptions(opts))
+	return newBaseManager(ctrlContext, supervise.ModeBase, defaultSupervision(), nil, collectOptions(opts))
 }
 
 // NewControllerManager returns a manager for controllers and stores,
@@ -154,23 +155,23 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 	if election != nil {
 		o.leaseName = election.name
 	}
-	base := newBaseManager(ctrlContext, supervisor.ModeControllers, sup, election, o)
+	base := newBaseManager(ctrlContext, supervise.ModeControllers, sup, election, o)
 	return &ControllerManager{BaseManager: base}, nil
 }
 
 // NewWebhookManager returns a manager for webhooks.
 func NewWebhookManager(ctrlContext Context, opts ...Option) *WebhookManager {
-	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervisor.ModeWebhooks, defaultSupervision(), nil, collectOptions(opts))}
+	return &WebhookManager{BaseManager: newBaseManager(ctrlContext, supervise.ModeWebhooks, defaultSupervision(), nil, collectOptions(opts))}
 }
 
-func newBaseManager(ctrlContext Context, mode supervisor.Mode, sup supervision, el *election, o options) *BaseManager {
+func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, el *election, o options) *BaseManager {
 	if ctrlContext == nil {
 		ctrlContext = NewContext(nil)
 	}
 	m := &BaseManager{ctrlContext: ctrlContext, mode: mode, opts: o, timing: sup.timing, election: el}
 	system := newActorSystem(o.logger)
-	bus := supervisor.NewBus(o.eventBuffer, o.logger)
-	cfg := supervisor.Config{
+	bus := supervise.NewBus(o.eventBuffer, o.logger)
+	cfg := supervise.Config{
 		Mode:      mode,
 		Preflight: ctrlContext.Start,
 		Policy:    sup.policy,
@@ -178,11 +179,11 @@ func newBaseManager(ctrlContext Context, mode supervisor.Mode, sup supervision, 
 		Logger:    o.logger,
 		Clock:     o.clock,
 		Bus:       bus,
-		Observed:  supervisor.NewObserved(),
+		Observed:  supervise.NewObserved(),
 	}
 	el.configure(&cfg)
 	identity := cfg.Identity
-	handle, err := supervisor.Spawn(system, "manager", cfg)
+	handle, err := supervise.Spawn(system, "manager", cfg)
 	if err != nil { // a fresh actor system has no actor of that name: cannot happen
 		panic(err)
 	}
@@ -235,7 +236,7 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	m.mu.Unlock()
 	m.observe()
 
-	msg := supervisor.StartManager{Ctx: ctx, StartTimeout: startTimeout}
+	msg := supervise.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)
 	var controllers []string
 	for _, spec := range msg.Children {
@@ -286,7 +287,7 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 	defer m.metrics.ObserveProbe(clk, clk.Now())
 	system := m.handle.System
 	sweep := childactor.StartHealthSweep(system, clk, m.timing.HealthTimeout, func(col *childactor.HealthCollector) {
-		system.Root.Send(m.handle.PID, supervisor.GatherHealth{Collector: col})
+		system.Root.Send(m.handle.PID, supervise.GatherHealth{Collector: col})
 	})
 	sweep.Wait(obs.Terminated())
 	statuses, ok := sweep.Close()
@@ -570,7 +571,7 @@ func (m *BaseManager) StartChild(ctx context.Context, name string) error {
 func (m *BaseManager) PID() *actor.PID { return m.handle.PID }
 
 func (m *BaseManager) ask(ctx context.Context, msg any) (any, error) {
-	return supervisor.Ask(ctx, m.handle.System, m.handle.PID, m.handle.Observed.Terminated(), msg)
+	return supervise.Ask(ctx, m.handle.System, m.handle.PID, m.handle.Observed.Terminated(), msg)
 }
 
 // Add adds runnables: Controllers are run, Webhooks started (before

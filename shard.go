@@ -8,7 +8,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
-	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 )
 
 // MaxShards is the most shard Leases LeaderElectionSpec.Shards may ask for.
@@ -128,12 +128,12 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 		case pinned:
 			vals[i] = childactor.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
 		case shardBuildError:
-			vals[i] = supervisor.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
+			vals[i] = supervise.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
 		default:
 			vals[i] = v
 		}
 	}
-	specs, err := supervisor.Specs(m.mode, vals, m.timing.HealthTimeout)
+	specs, err := supervise.Specs(m.mode, vals, m.timing.HealthTimeout)
 	if err != nil {
 		return nil, err
 	}

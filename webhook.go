@@ -5,7 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/actorkube/controllermanager/supervisor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/webhook"
 )
 
@@ -55,7 +55,7 @@ func (m *BaseManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 
 // webhookHost is the manager as webhook.NewHandler sees it.
 type webhookHost struct {
-	*supervisor.Observed
+	*supervise.Observed
 	system *actor.ActorSystem
 }
 

@@ -1,7 +1,5 @@
 package supervisor
 
-import "fmt"
-
 // Phase is where a manager is in its life.
 type Phase string
 
@@ -44,55 +42,8 @@ const (
 	StateStopped    ChildState = "Stopped"    // shut down (by StopChild, or with the manager)
 )
 
-// active reports whether a child in state s may hold resources that only its
+// Active reports whether a child in state s may hold resources that only its
 // Shutdown releases.
-func (s ChildState) active() bool {
+func (s ChildState) Active() bool {
 	return s == StateStarting || s == StateRunning || s == StateFailed || s == StateStopping
-}
-
-// legalMoves is every move of the manager's phase, from → the phases it may
-// go to. The start round goes down the first column in order (Initializing
-// skips Electing without election, and goes straight to Running for a
-// webhook or base manager); a lost lease, or the last shard handed over,
-// takes a replica that has begun recovering back to Electing; every phase
-// but the final ones may shut down.
-var legalMoves = map[Phase][]Phase{
-	PhaseIdle:         {PhaseInitializing, PhaseShuttingDown},
-	PhaseInitializing: {PhaseElecting, PhaseRecovering, PhaseRunning, PhaseShuttingDown},
-	PhaseElecting:     {PhaseRecovering, PhaseShuttingDown},
-	PhaseRecovering:   {PhaseStarting, PhaseElecting, PhaseShuttingDown},
-	PhaseStarting:     {PhaseRunning, PhaseElecting, PhaseShuttingDown},
-	PhaseRunning:      {PhaseElecting, PhaseShuttingDown},
-	PhaseShuttingDown: {PhaseStopped, PhaseFailed},
-	PhaseStopped:      nil,
-	PhaseFailed:       nil,
-}
-
-// legalMove reports whether the phase may go from from to to.
-func legalMove(from, to Phase) bool {
-	for _, p := range legalMoves[from] {
-		if p == to {
-			return true
-		}
-	}
-	return false
-}
-
-// become is the one way the manager's phase moves: to the phase it is in
-// already is nothing; a move that legalMoves does not list is a bug of this
-// package and panics, naming both phases, which Receive turns into an
-// internal error (the manager fails, the stack logged). why says what moved
-// it, for the log.
-func (s *root) become(to Phase, why string) {
-	from := s.phase
-	if from == to {
-		return
-	}
-	if !legalMove(from, to) {
-		panic(fmt.Sprintf("supervisor: illegal phase move %s → %s (%s)", from, to, why))
-	}
-	s.phase = to
-	s.obs.setPhase(to)
-	s.cfg.Logger.Debug("phase changed", "from", from, "phase", to, "why", why)
-	s.emit(Event{Type: PhaseChanged, Time: s.now(), Phase: to})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/defaults"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -122,7 +123,7 @@ type Host interface {
 	Phase() supervisor.Phase
 	// Webhooks is the table of the webhooks the manager runs, as last
 	// published by its supervisor; nil before it has published one.
-	Webhooks() *supervisor.WebhookTable
+	Webhooks() *supervise.WebhookTable
 	// Terminated is closed once the manager's actors are gone: a request
 	// waiting for one is then answered 503.
 	Terminated() <-chan struct{}
@@ -196,8 +197,8 @@ type admissionHandler struct {
 
 // pathRoutes maps paths to webhooks for one published WebhookTable.
 type pathRoutes struct {
-	table  *supervisor.WebhookTable
-	byPath map[string]supervisor.WebhookRoute
+	table  *supervise.WebhookTable
+	byPath map[string]supervise.WebhookRoute
 	paths  map[*actor.PID]string // each webhook's Path(), asked once; "" when it could not be had
 }
 
@@ -283,7 +284,7 @@ func (h *admissionHandler) readReview(w http.ResponseWriter, r *http.Request, re
 
 // admit sends the request to the webhook's actor and answers with its
 // result, or with a denial once the request's deadline has passed.
-func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route supervisor.WebhookRoute, review *admissionv1.AdmissionReview, timeout time.Duration) {
+func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route supervise.WebhookRoute, review *admissionv1.AdmissionReview, timeout time.Duration) {
 	answerBy := timeout - min(timeout/10, time.Second)
 	ctx, cancel := context.WithTimeout(r.Context(), answerBy)
 	defer cancel()
@@ -321,7 +322,7 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 }
 
 // route finds the webhook served at path.
-func (h *admissionHandler) route(path string) (supervisor.WebhookRoute, bool) {
+func (h *admissionHandler) route(path string) (supervise.WebhookRoute, bool) {
 	table := h.host.Webhooks()
 	routes := h.routes.Load()
 	if routes == nil || routes.table != table {
@@ -333,14 +334,14 @@ func (h *admissionHandler) route(path string) (supervisor.WebhookRoute, bool) {
 
 // rebuildRoutes maps paths to the webhooks of table, asking each webhook not
 // seen before for its Path().
-func (h *admissionHandler) rebuildRoutes(table *supervisor.WebhookTable) *pathRoutes {
+func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable) *pathRoutes {
 	h.routesMu.Lock()
 	defer h.routesMu.Unlock()
 	old := h.routes.Load()
 	if old != nil && old.table == table {
 		return old
 	}
-	next := &pathRoutes{table: table, byPath: map[string]supervisor.WebhookRoute{}, paths: map[*actor.PID]string{}}
+	next := &pathRoutes{table: table, byPath: map[string]supervise.WebhookRoute{}, paths: map[*actor.PID]string{}}
 	if table != nil {
 		for _, rt := range table.Routes {
 			path, known := "", false
@@ -371,7 +372,7 @@ func (h *admissionHandler) rebuildRoutes(table *supervisor.WebhookTable) *pathRo
 // pathOf asks a webhook for its Path(), in a goroutine of its own so that a
 // Path that hangs or panics cannot hang or crash a request; "" when it could
 // not be had (the webhook is then not served, and the failure is logged).
-func (h *admissionHandler) pathOf(rt supervisor.WebhookRoute) string {
+func (h *admissionHandler) pathOf(rt supervise.WebhookRoute) string {
 	done := make(chan string, 1)
 	go func() {
 		var path string

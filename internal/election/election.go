@@ -23,9 +23,9 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
-	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Config is a validated election: every field but Client or Lock (one of
@@ -130,7 +130,7 @@ func (e *Election) Watchdog() *lease.Watchdog { return e.watchdog }
 // Configure sets the election part of a root supervisor's config. A
 // controller's guard is its shard's (the single lease's: shard 0), a
 // store's passes while some shard's does.
-func (e *Election) Configure(cfg *supervisor.Config) {
+func (e *Election) Configure(cfg *supervise.Config) {
 	el, n, name := e.elector, e.cfg.Shards, e.cfg.Name
 	cfg.Elector = e.props
 	cfg.Identity = e.cfg.Identity

@@ -9,9 +9,9 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
-	"github.com/actorkube/controllermanager/supervisor"
 )
 
 func base(shards int) Config {
@@ -41,7 +41,7 @@ func TestConfigure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := New(tc.cfg())
 			require.NoError(t, err)
-			var cfg supervisor.Config
+			var cfg supervise.Config
 			e.Configure(&cfg)
 			assert.NotNil(t, cfg.Elector)
 			assert.Equal(t, tc.identity, cfg.Identity)

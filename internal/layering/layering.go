@@ -32,9 +32,11 @@ var Layers = []Layer{
 	{"the root facade: managers, options, errors", []string{"."}},
 	{"probes, metrics, Kubernetes Events and the election wiring", []string{"health", "internal/election", "internal/kubeevents", "internal/metrics"}},
 	{"the live view and the admission server", []string{"liveview", "webhook"}},
-	{"the root supervisor actor", []string{"supervisor"}},
-	{"child actors and the sharded elector", []string{"actors", "lease/shard"}},
-	{"the single-lease elector and fencing", []string{"lease"}},
+	{"the root supervisor actor", []string{"internal/supervise"}},
+	{"the child actor and the shard elector", []string{"internal/childactor", "lease/shard"}},
+	{"the vocabulary of supervision: lifecycle messages, Status, Event, Phase, errors", []string{"supervisor"}},
+	{"what a hosted component implements and calls", []string{"actors"}},
+	{"leases: errors, guards, fences, the previous release's elector", []string{"lease"}},
 	{"leaves: defaults, plain-text and JSON answers, the start context, a fake Lease API", []string{"internal/defaults", "internal/respond", "internal/startctx", "lease/leasetest"}},
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/actorkube/controllermanager/webhook"
 )
@@ -99,7 +100,7 @@ type Source struct {
 	// Observed is what the facade observes of the supervisor: the phase,
 	// leadership and shard moves, for a scrape the supervisor does not
 	// answer.
-	Observed *supervisor.Observed
+	Observed *supervise.Observed
 	// HealthTimeout bounds a scrape's wait for Status.
 	HealthTimeout time.Duration
 	// Lease is the Lease's name; empty with election off.

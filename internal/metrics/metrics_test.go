@@ -12,12 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
 func source(status func(context.Context) (supervisor.Status, error)) Source {
 	return Source{
-		Status: status, Observed: supervisor.NewObserved(), HealthTimeout: time.Second,
+		Status: status, Observed: supervise.NewObserved(), HealthTimeout: time.Second,
 		Lease: "lease", Identity: "a", Shards: 1, Logger: slog.New(slog.DiscardHandler),
 	}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // A restart, followed from its message: RestartChild or StartChild (here)
@@ -68,8 +69,8 @@ func (p *restartPlan) step() {
 			p.overdue.Stop()
 		case planBackingOff:
 			for _, r := range p.recs {
-				if r.plan == p && r.state == StateStopped {
-					s.setState(r, StateBackingOff)
+				if r.plan == p && r.state == supervisor.StateStopped {
+					s.setState(r, supervisor.StateBackingOff)
 				}
 			}
 			if wait := p.due.Sub(s.now()); wait > 0 {
@@ -105,7 +106,7 @@ func (p *restartPlan) nextChild() *childRecord {
 		if r.plan != p {
 			continue // taken out of the plan (StopChild, RemoveChild, a lost lease)
 		}
-		if r.state != StateBackingOff && r.state != StateStopped {
+		if r.state != supervisor.StateBackingOff && r.state != supervisor.StateStopped {
 			// Started meanwhile by another decision (a RestartChild or
 			// StartChild that was already stopping it when the plan took it
 			// in): it is running again, and a second start would run two
@@ -119,8 +120,8 @@ func (p *restartPlan) nextChild() *childRecord {
 			// enforces the invariant where it would break (starting r would
 			// run it without the lease).
 			r.plan = nil
-			if r.state == StateBackingOff {
-				s.setState(r, StateStopped)
+			if r.state == supervisor.StateBackingOff {
+				s.setState(r, supervisor.StateStopped)
 			}
 			continue
 		}
@@ -168,7 +169,7 @@ func (s *root) onStopOverdue(m stopOverdue) {
 		return
 	}
 	for _, r := range m.plan.recs {
-		if r.plan == m.plan && r.state == StateStopping {
+		if r.plan == m.plan && r.state == supervisor.StateStopping {
 			err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, s.cfg.Timing.ShutdownTimeout)
 			s.escalate(r, err)
 			return
@@ -250,14 +251,14 @@ func (s *root) supervise(rec *childRecord, err error) {
 func (s *root) restart(o owner, rec *childRecord) *barrier {
 	rec.restarts++
 	b := s.startIncarnation(o, rec)
-	s.publish(ChildRestarted, rec, nil)
+	s.publish(supervisor.ChildRestarted, rec, nil)
 	return b
 }
 
 // group is what lvl's strategy restarts when rec fails. Stores restart
 // alone; controllers and webhooks stopped by StopChild are left alone.
 func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
-	if lvl.policy.Strategy == OneForOne || rec.spec.Kind == actors.KindStore {
+	if lvl.policy.Strategy == supervisor.OneForOne || rec.spec.Kind == actors.KindStore {
 		return []*childRecord{rec}
 	}
 	group := []*childRecord{rec}
@@ -273,7 +274,7 @@ func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
 		if !s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
-		if lvl.policy.Strategy == AllForOne || after {
+		if lvl.policy.Strategy == supervisor.AllForOne || after {
 			group = append(group, r)
 		}
 	}
@@ -313,9 +314,9 @@ func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
 
 // escalate stops the manager because rec failed past its budget.
 func (s *root) escalate(rec *childRecord, err error) {
-	e := &EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: s.cfg.Policy.RestartWindow, Err: err}
+	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: s.cfg.Policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
-	s.emit(Event{Type: Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+	s.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts, Err: e})
 	s.beginShutdown(e, s.boundedContext())
 }
@@ -332,30 +333,30 @@ func (s *root) lifetimeContext() context.Context {
 // supervising reports whether failures are handled: from the start until
 // the shutdown begins.
 func (s *root) supervising() bool {
-	return s.shutdown == nil && s.phase != PhaseIdle && !s.phase.Ended()
+	return s.shutdown == nil && s.phase != supervisor.PhaseIdle && !s.phase.Ended()
 }
 
 // Restarts on request.
 
-func (s *root) onRestartChild(m RestartChild, replyTo *actor.PID) {
+func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("restart of child %q", m.Name), "restart", m.Name)
 	if err == nil && rec.spec.Kind == actors.KindRunnable {
-		err = fmt.Errorf("RestartChild %q: %w", m.Name, ErrNothingToStart)
+		err = fmt.Errorf("RestartChild %q: %w", m.Name, supervisor.ErrNothingToStart)
 	}
 	s.restartOnRequest(rec, err, "RestartChild", replyTo)
 }
 
-func (s *root) onStartChild(m StartChild, replyTo *actor.PID) {
+func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.state == StateRunning && !busy(rec) {
-		err = fmt.Errorf("StartChild %q: %w", m.Name, ErrAlreadyRunning)
+	if err == nil && rec.state == supervisor.StateRunning && !busy(rec) {
+		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	s.restartOnRequest(rec, err, "StartChild", replyTo)
 }
 
 // busy reports whether a decision is in progress on rec.
 func busy(rec *childRecord) bool {
-	return rec.plan != nil || rec.state == StateStarting || rec.state == StateStopping
+	return rec.plan != nil || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
 }
 
 // requestStage is where a childRequest is, in this order.
@@ -388,10 +389,10 @@ type childRequest struct {
 // (err) have passed.
 func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo *actor.PID) {
 	if err == nil && busy(rec) {
-		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, ErrBusy, rec.state)
+		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, supervisor.ErrBusy, rec.state)
 	}
 	if err == nil && !s.leaseHeld(rec) {
-		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard)
+		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard)
 	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
@@ -414,10 +415,10 @@ func (r *childRequest) step() {
 			}
 		case requestStarting:
 			switch {
-			case s.phase != PhaseRunning:
-				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, ErrShutdown))
+			case s.phase != supervisor.PhaseRunning:
+				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
 			case !s.leaseHeld(rec):
-				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, ErrShardNotHeld, rec.spec.Shard))
+				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
 			default:
 				r.wait = s.restart(r, rec)
 			}

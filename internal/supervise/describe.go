@@ -1,6 +1,10 @@
-package supervisor
+package supervise
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
 
 // describe names a request to the root supervisor in words, for the errors
 // that say which request failed: "start", `restart of child "jobs"`. A
@@ -9,21 +13,21 @@ func describe(msg any) string {
 	switch m := msg.(type) {
 	case StartManager:
 		return "start"
-	case ShutdownManager:
+	case supervisor.ShutdownManager:
 		return "shutdown"
-	case GetStatus:
+	case supervisor.GetStatus:
 		return "status request"
 	case GatherHealth:
 		return "health request"
-	case RestartChild:
+	case supervisor.RestartChild:
 		return fmt.Sprintf("restart of child %q", m.Name)
-	case StopChild:
+	case supervisor.StopChild:
 		return fmt.Sprintf("stop of child %q", m.Name)
-	case StartChild:
+	case supervisor.StartChild:
 		return fmt.Sprintf("start of child %q", m.Name)
-	case RemoveChild:
+	case supervisor.RemoveChild:
 		return fmt.Sprintf("removal of child %q", m.Name)
-	case AddChild:
+	case supervisor.AddChild:
 		if m.Name != "" {
 			return fmt.Sprintf("addition of child %q", m.Name)
 		}
@@ -38,15 +42,15 @@ func describe(msg any) string {
 // child "jobs"`.
 func action(msg any) string {
 	switch msg.(type) {
-	case RestartChild:
+	case supervisor.RestartChild:
 		return "restart"
-	case StopChild:
+	case supervisor.StopChild:
 		return "stop"
-	case StartChild:
+	case supervisor.StartChild:
 		return "start"
-	case RemoveChild:
+	case supervisor.RemoveChild:
 		return "removal"
-	case AddChild:
+	case supervisor.AddChild:
 		return "addition"
 	default:
 		return describe(msg)

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // TestRandomFailuresKeepTheBooks fails 100 children at random for a while,
@@ -40,7 +41,7 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 		HealthInterval: 2 * time.Millisecond, HealthTimeout: 20 * time.Millisecond, UnhealthyThreshold: 2,
 		ShutdownTimeout: wait,
 	}, withRealClock(), withPolicy(func(p *Policy) {
-		*p = Policy{Strategy: OneForOne, MaxRestarts: 1 << 30, RestartWindow: time.Minute}
+		*p = Policy{Strategy: supervisor.OneForOne, MaxRestarts: 1 << 30, RestartWindow: time.Minute}
 	}))
 
 	var calm sync.RWMutex // held for writing once the chaos is over
@@ -79,11 +80,11 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 		case r < 80:
 			c.Fail(errors.New("background failure"))
 		case r < 88:
-			_, _ = h.ask(RestartChild{Name: c.Name()}) // busy children refuse: fine
+			_, _ = h.ask(supervisor.RestartChild{Name: c.Name()}) // busy children refuse: fine
 		case r < 94:
-			_, _ = h.ask(StopChild{Name: c.Name()})
+			_, _ = h.ask(supervisor.StopChild{Name: c.Name()})
 		default:
-			_, _ = h.ask(StartChild{Name: c.Name()})
+			_, _ = h.ask(supervisor.StartChild{Name: c.Name()})
 		}
 	}
 
@@ -95,9 +96,9 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 		settled := true
 		for _, c := range h.status().Children {
 			switch c.State {
-			case StateRunning:
-			case StateStopped:
-				_, _ = h.ask(StartChild{Name: c.Name})
+			case supervisor.StateRunning:
+			case supervisor.StateStopped:
+				_, _ = h.ask(supervisor.StartChild{Name: c.Name})
 				settled = false
 			default:
 				settled = false
@@ -105,9 +106,9 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 		}
 		return settled
 	}), "the tree did not settle")
-	assert.Equal(t, PhaseRunning, h.status().Phase, "nothing escalated")
+	assert.Equal(t, supervisor.PhaseRunning, h.status().Phase, "nothing escalated")
 
-	_, err := h.ask(ShutdownManager{Ctx: context.Background()})
+	_, err := h.ask(supervisor.ShutdownManager{Ctx: context.Background()})
 	require.NoError(t, err)
 	<-h.handle.Observed.Terminated()
 	<-h.handle.Bus.Drained()
@@ -120,8 +121,8 @@ func TestRandomFailuresKeepTheBooks(t *testing.T) {
 		require.True(t, ok)
 		r, s, _ := c.Counts()
 		assert.Equal(t, r-1, st.Restarts, "%s: status restarts vs. its own runs", c.Name())
-		assert.Equal(t, st.Restarts, h.events.count(ChildRestarted, c.Name()), "%s: restarts in events vs. status", c.Name())
-		assert.Equal(t, st.Failures, h.events.count(ChildFailed, c.Name()), "%s: failures in events vs. status", c.Name())
+		assert.Equal(t, st.Restarts, h.events.count(supervisor.ChildRestarted, c.Name()), "%s: restarts in events vs. status", c.Name())
+		assert.Equal(t, st.Failures, h.events.count(supervisor.ChildFailed, c.Name()), "%s: failures in events vs. status", c.Name())
 		assert.Equal(t, r, s, "%s: every Run is followed by exactly one Shutdown", c.Name())
 		active := c.Active()
 		for i := 1; i < len(active); i++ {

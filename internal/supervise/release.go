@@ -1,6 +1,9 @@
-package supervisor
+package supervise
 
-import "github.com/actorkube/controllermanager/lease/shard"
+import (
+	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/supervisor"
+)
 
 // releaseStage is where a shard's hand-over is, in this order.
 type releaseStage uint8
@@ -73,7 +76,7 @@ func (r *shardRelease) step() {
 			}
 		case releaseStores:
 			switch s.phase {
-			case PhaseRecovering, PhaseStarting, PhaseRunning:
+			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning:
 				if s.shutdown == nil && s.fencing == nil {
 					f := &fencing{s: s, recs: s.scope(fencedChild), shard: -1} // no loss: no fence timeout
 					s.standDown(f, s.boundedContext(), nil, r)
@@ -121,7 +124,7 @@ func (r *shardRelease) handOver() {
 	s.countHeld()
 	if s.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
 		s.obs.shardsReleased.Add(1)
-		s.emit(Event{Type: ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
+		s.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
 	}
 	r.done()
 }

@@ -1,6 +1,10 @@
-package supervisor
+package supervise
 
-import "context"
+import (
+	"context"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
 
 // standStage is where a stand-down is, in this order.
 type standStage uint8
@@ -42,7 +46,7 @@ func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), releas
 	s.quiesce(fencedChild)
 	s.obs.starting.Store(false)
 	s.obs.started.Store(false)
-	s.become(PhaseElecting, "standing down")
+	s.become(supervisor.PhaseElecting, "standing down")
 	if d.wait = s.stopAll(d, f.recs, ctx); d.wait == nil {
 		d.stopped()
 	}

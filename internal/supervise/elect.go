@@ -1,8 +1,9 @@
-package supervisor
+package supervise
 
 import (
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Leadership is a phase of the tree: nothing in Recovering, Starting or
@@ -56,19 +57,19 @@ func (s *root) acquire(i int) {
 	s.countHeld()
 	if s.sharded() {
 		s.obs.shardsAcquired.Add(1)
-		s.emit(Event{Type: ShardAcquired, Time: s.now(), Phase: s.phase, Shard: i})
+		s.emit(supervisor.Event{Type: supervisor.ShardAcquired, Time: s.now(), Phase: s.phase, Shard: i})
 	} else {
-		s.emit(Event{Type: LeaderElected, Time: s.now(), Phase: s.phase})
+		s.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.now(), Phase: s.phase})
 	}
 	if s.shutdown != nil || s.phase.Ended() || s.fencing != nil {
 		return // a stand-down in progress resumes the round when it is done
 	}
 	switch s.phase {
-	case PhaseElecting:
+	case supervisor.PhaseElecting:
 		if s.start != nil {
 			s.start.resume()
 		}
-	case PhaseStarting, PhaseRunning:
+	case supervisor.PhaseStarting, supervisor.PhaseRunning:
 		s.startShard(i) // a start round in Recovering picks them up itself
 	}
 }
@@ -78,7 +79,7 @@ func (s *root) acquire(i int) {
 // failure.
 func (s *root) startShard(i int) {
 	for _, rec := range s.scope(shardChild(i)) {
-		if rec.stopRequested || rec.state.active() || rec.plan != nil || !s.leaseHeld(rec) {
+		if rec.stopRequested || rec.state.Active() || rec.plan != nil || !s.leaseHeld(rec) {
 			continue
 		}
 		s.startIncarnation(shardStart{s: s, rec: rec}, rec)
@@ -116,7 +117,7 @@ func (s *root) maybeFinishAfterLoss() {
 		return
 	}
 	for _, rec := range s.children {
-		if rec.state.active() {
+		if rec.state.Active() {
 			return // releaseLease runs when they have stopped
 		}
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"fmt"
@@ -7,9 +7,10 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
-func (s *root) onStopChild(m StopChild, replyTo *actor.PID) {
+func (s *root) onStopChild(m supervisor.StopChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
 	if err != nil {
 		s.respond(replyTo, nil, err)
@@ -36,8 +37,8 @@ func (s *root) stopForGood(r *stopRequest) {
 	rec := r.rec
 	rec.stopRequested = true
 	s.quiesce(onlyChild(rec))
-	if rec.state == StatePending {
-		s.setState(rec, StateStopped)
+	if rec.state == supervisor.StatePending {
+		s.setState(rec, supervisor.StateStopped)
 	}
 	if r.wait = s.stopAll(r, []*childRecord{rec}, s.boundedContext()); r.wait == nil {
 		r.stopped()
@@ -63,13 +64,13 @@ func (r *stopRequest) stopped() {
 	s.children = deleteRecord(s.children, rec)
 	s.unpublishWebhook(rec)
 	s.ctx.Stop(rec.pid)
-	s.publish(ChildRemoved, rec, nil)
+	s.publish(supervisor.ChildRemoved, rec, nil)
 	s.respond(r.replyTo, nil, nil)
 }
 
-func (s *root) onAddChild(m AddChild, replyTo *actor.PID) {
-	if s.phase != PhaseRunning {
-		s.respond(replyTo, nil, fmt.Errorf("AddChild: %w (phase %s)", ErrNotRunning, s.phase))
+func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
+	if s.phase != supervisor.PhaseRunning {
+		s.respond(replyTo, nil, fmt.Errorf("AddChild: %w (phase %s)", supervisor.ErrNotRunning, s.phase))
 		return
 	}
 	// Naming may call user code (Name, GetHealth): do it off the mailbox.
@@ -104,12 +105,12 @@ type childNamed struct {
 
 func (s *root) onChildNamed(m childNamed) {
 	err := m.err
-	if err == nil && s.phase != PhaseRunning {
-		err = fmt.Errorf("%w (phase %s)", ErrNotRunning, s.phase)
+	if err == nil && s.phase != supervisor.PhaseRunning {
+		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, s.phase)
 	}
 	if err == nil {
 		if _, dup := s.byName[m.spec.Name]; dup {
-			err = fmt.Errorf("%w: a child named %q already exists", ErrDuplicateChild, m.spec.Name)
+			err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, m.spec.Name)
 		}
 	}
 	if err != nil {
@@ -127,7 +128,7 @@ func (s *root) onChildNamed(m childNamed) {
 	r.wait = s.startIncarnation(r, rec)
 }
 
-func (s *root) onRemoveChild(m RemoveChild, replyTo *actor.PID) {
+func (s *root) onRemoveChild(m supervisor.RemoveChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
 	if err != nil {
 		s.respond(replyTo, nil, err)

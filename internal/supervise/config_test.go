@@ -1,16 +1,17 @@
-package supervisor
+package supervise
 
 import (
 	"testing"
 	"time"
 
+	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/stretchr/testify/assert"
 )
 
 // TestDefaultsKeepTheDesignValues: DESIGN.md fixes the defaults of
 // SupervisionSpec; the table in internal/defaults must keep them.
 func TestDefaultsKeepTheDesignValues(t *testing.T) {
-	assert.Equal(t, Policy{Strategy: OneForOne, MaxRestarts: 5, RestartWindow: time.Minute}, DefaultPolicy())
+	assert.Equal(t, Policy{Strategy: supervisor.OneForOne, MaxRestarts: 5, RestartWindow: time.Minute}, DefaultPolicy())
 	assert.Equal(t, Timing{
 		InitialBackoff:     100 * time.Millisecond,
 		MaxBackoff:         30 * time.Second,
@@ -29,7 +30,7 @@ func TestConfigFillsEachZeroField(t *testing.T) {
 		set  func(*Policy, *Timing)
 	}{
 		{"nothing", func(*Policy, *Timing) {}},
-		{"strategy", func(p *Policy, _ *Timing) { p.Strategy = RestForOne }},
+		{"strategy", func(p *Policy, _ *Timing) { p.Strategy = supervisor.RestForOne }},
 		{"maxRestarts", func(p *Policy, _ *Timing) { p.MaxRestarts = 1 }},
 		{"restartWindow", func(p *Policy, _ *Timing) { p.RestartWindow = time.Hour }},
 		{"initialBackoff", func(_ *Policy, t *Timing) { t.InitialBackoff = time.Millisecond }},

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // probeState is the supervisor's liveness probing: one sweep at a time,
@@ -64,16 +65,16 @@ func (rec *childRecord) standing() (standing childactor.Standing, cause error, a
 		return childactor.StandingNotStarted, nil, false
 	}
 	switch rec.state {
-	case StateStopped:
+	case supervisor.StateStopped:
 		if rec.stopRequested {
 			return childactor.StandingStoppedOnRequest, nil, false
 		}
 		return childactor.StandingStopped, nil, false
-	case StateBackingOff:
+	case supervisor.StateBackingOff:
 		return childactor.StandingBackingOff, rec.lastErr, false
-	case StateFailed:
+	case supervisor.StateFailed:
 		return childactor.StandingStartFailed, rec.lastErr, false
-	case StateStopping:
+	case supervisor.StateStopping:
 		return childactor.StandingStopping, nil, false
 	}
 	return 0, nil, true
@@ -124,7 +125,7 @@ func (s *root) onProbeTick() {
 	// stays not ready after its Start returned is stuck, not warming up).
 	var recs []*childRecord
 	for _, rec := range s.children {
-		if (rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook) && rec.state == StateRunning {
+		if (rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook) && rec.state == supervisor.StateRunning {
 			recs = append(recs, rec)
 		}
 	}
@@ -161,7 +162,7 @@ func (s *root) onProbeDone(m probeDone) {
 		return
 	}
 	for i, rec := range m.recs {
-		if rec.gen != m.gens[i] || rec.state != StateRunning || s.byName[rec.spec.Name] != rec {
+		if rec.gen != m.gens[i] || rec.state != supervisor.StateRunning || s.byName[rec.spec.Name] != rec {
 			continue // restarted, stopped or removed since the sweep began
 		}
 		st := statuses[i]
@@ -172,8 +173,8 @@ func (s *root) onProbeDone(m probeDone) {
 		}
 		rec.healthy = false
 		rec.unhealthy++
-		err := fmt.Errorf("%w: %s", ErrUnhealthy, st.Message)
-		s.publish(ChildUnhealthy, rec, err)
+		err := fmt.Errorf("%w: %s", supervisor.ErrUnhealthy, st.Message)
+		s.publish(supervisor.ChildUnhealthy, rec, err)
 		if rec.unhealthy >= s.cfg.Timing.UnhealthyThreshold {
 			err = fmt.Errorf("%s %q: unhealthy in %d health probes in a row: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy, err)
 			s.recordFailure(rec, err)

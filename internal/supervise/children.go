@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // level is one level of supervision: its children in the order they were
@@ -28,7 +29,7 @@ type level struct {
 type childRecord struct {
 	spec     childactor.Spec
 	pid      *actor.PID
-	state    ChildState
+	state    supervisor.ChildState
 	since    time.Time
 	gen      uint64 // the incarnation the child is in (or was last in)
 	restarts int
@@ -172,7 +173,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	rec.gen = s.gen
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
-	s.setState(rec, StateStarting)
+	s.setState(rec, supervisor.StateStarting)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	if rec.pid == nil {
 		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
@@ -187,12 +188,12 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barrier {
 	b := &barrier{owner: o}
 	for _, rec := range recs {
-		if !rec.state.active() {
+		if !rec.state.Active() {
 			continue
 		}
 		b.add(rec)
-		if rec.state != StateStopping {
-			s.setState(rec, StateStopping)
+		if rec.state != supervisor.StateStopping {
+			s.setState(rec, supervisor.StateStopping)
 			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}
 	}
@@ -209,22 +210,22 @@ func (s *root) current(name string, gen uint64) *childRecord {
 
 func (s *root) onChildStarted(m childactor.Started) {
 	rec := s.current(m.Name, m.Gen)
-	if rec == nil || rec.state != StateStarting {
+	if rec == nil || rec.state != supervisor.StateStarting {
 		return
 	}
-	s.setState(rec, StateRunning)
+	s.setState(rec, supervisor.StateRunning)
 	rec.startedAt = s.now()
 	rec.healthy, rec.message = true, ""
-	s.publish(ChildStarted, rec, nil)
+	s.publish(supervisor.ChildStarted, rec, nil)
 	settleChild(rec, nil, false)
 }
 
 func (s *root) onChildStartFailed(m childactor.StartFailed) {
 	rec := s.current(m.Name, m.Gen)
-	if rec == nil || rec.state != StateStarting {
+	if rec == nil || rec.state != supervisor.StateStarting {
 		return
 	}
-	s.setState(rec, StateFailed)
+	s.setState(rec, supervisor.StateFailed)
 	s.recordFailure(rec, m.Err)
 	if len(rec.waits) > 0 {
 		settleChild(rec, m.Err, false) // the owner decides: fail the start, or supervise
@@ -235,20 +236,20 @@ func (s *root) onChildStartFailed(m childactor.StartFailed) {
 
 func (s *root) onChildStopped(m childactor.Stopped) {
 	rec := s.current(m.Name, m.Gen)
-	if rec == nil || rec.state != StateStopping {
+	if rec == nil || rec.state != supervisor.StateStopping {
 		return
 	}
-	s.setState(rec, StateStopped)
+	s.setState(rec, supervisor.StateStopped)
 	if m.Err != nil {
 		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
-	s.publish(ChildStopped, rec, m.Err)
+	s.publish(supervisor.ChildStopped, rec, m.Err)
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
 }
 
 func (s *root) onChildFailed(m childactor.Failed) {
 	rec := s.current(m.Name, m.Gen)
-	if rec == nil || rec.state != StateRunning {
+	if rec == nil || rec.state != supervisor.StateRunning {
 		return
 	}
 	s.recordFailure(rec, m.Err)
@@ -262,7 +263,7 @@ func (s *root) recordFailure(rec *childRecord, err error) {
 	rec.healthy = false
 	rec.message = err.Error()
 	s.logFailure("child failed", rec, err)
-	s.publish(ChildFailed, rec, err)
+	s.publish(supervisor.ChildFailed, rec, err)
 }
 
 // logFailure logs a failure of rec once; a panic with its stack, as klog
@@ -279,7 +280,7 @@ func (s *root) logFailure(msg string, rec *childRecord, err error) {
 
 // setState moves rec to st; Observed learns of it once the message has
 // been handled (flushActive).
-func (s *root) setState(rec *childRecord, st ChildState) {
+func (s *root) setState(rec *childRecord, st supervisor.ChildState) {
 	rec.state = st
 	rec.since = s.now()
 	if !rec.activeDirty {
@@ -289,19 +290,19 @@ func (s *root) setState(rec *childRecord, st ChildState) {
 }
 
 // publish publishes a child event.
-func (s *root) publish(t EventType, rec *childRecord, err error) {
-	s.emit(Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+func (s *root) publish(t supervisor.EventType, rec *childRecord, err error) {
+	s.emit(supervisor.Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts, Err: err})
 }
 
 // emit queues e; Receive publishes the message's events, in order, once it
 // has handled it (flush).
-func (s *root) emit(e Event) { s.events = append(s.events, e) }
+func (s *root) emit(e supervisor.Event) { s.events = append(s.events, e) }
 
 // respond answers a request; a nil requester (a plain Send) gets nothing.
 func (s *root) respond(to *actor.PID, value any, err error) {
 	if to != nil {
-		s.ctx.Send(to, Reply{Value: value, Err: err})
+		s.ctx.Send(to, supervisor.Reply{Value: value, Err: err})
 	}
 }
 
@@ -309,7 +310,7 @@ func (s *root) respond(to *actor.PID, value any, err error) {
 func (s *root) record(name string) (*childRecord, error) {
 	rec, ok := s.byName[name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownChild, name)
+		return nil, fmt.Errorf("%w %q", supervisor.ErrUnknownChild, name)
 	}
 	return rec, nil
 }
@@ -318,11 +319,11 @@ func (s *root) record(name string) (*childRecord, error) {
 // the child it names: what names the request ("restart of child \"jobs\""),
 // act what it does ("restart"), for the errors.
 func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
-	if s.phase != PhaseRunning {
+	if s.phase != supervisor.PhaseRunning {
 		if s.phase.Ended() {
-			return nil, fmt.Errorf("%s: %w", what, ErrStopped)
+			return nil, fmt.Errorf("%s: %w", what, supervisor.ErrStopped)
 		}
-		return nil, fmt.Errorf("%s: %w (phase %s)", what, ErrNotRunning, s.phase)
+		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, s.phase)
 	}
 	rec, err := s.record(name)
 	if err != nil {
@@ -432,9 +433,9 @@ func (s *root) quiesce(touches func(*childRecord) bool) {
 		}
 	}
 	for _, rec := range s.children {
-		if touches(rec) && rec.state == StateBackingOff {
+		if touches(rec) && rec.state == supervisor.StateBackingOff {
 			rec.plan = nil
-			s.setState(rec, StateStopped)
+			s.setState(rec, supervisor.StateStopped)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"sync/atomic"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 func TestUnhealthyThresholdRestartsTheController(t *testing.T) {
@@ -72,22 +73,22 @@ func TestUnhealthyThresholdRestartsTheController(t *testing.T) {
 				if tt.silent {
 					h.step(time.Second) // its deadline
 				}
-				h.events.waitCount(t, ChildUnhealthy, "a", i)
+				h.events.waitCount(t, supervisor.ChildUnhealthy, "a", i)
 				if i < 3 {
 					h.settleProbe()
 				}
 			}
-			h.events.waitCount(t, ChildFailed, "a", 1)
+			h.events.waitCount(t, supervisor.ChildFailed, "a", 1)
 			sick.Store(false)
-			h.waitState("a", StateBackingOff)
+			h.waitState("a", supervisor.StateBackingOff)
 			c := h.child("a")
-			assert.ErrorIs(t, c.LastError, ErrUnhealthy)
+			assert.ErrorIs(t, c.LastError, supervisor.ErrUnhealthy)
 			assert.Contains(t, c.LastError.Error(), tt.want)
 			assert.Contains(t, c.LastError.Error(), "unhealthy in 3 health probes in a row")
 			h.step(100 * time.Millisecond)
-			h.waitState("a", StateRunning)
+			h.waitState("a", supervisor.StateRunning)
 			if !tt.silent {
-				assert.Zero(t, h.events.count(ChildUnhealthy, "b"))
+				assert.Zero(t, h.events.count(supervisor.ChildUnhealthy, "b"))
 				assert.Equal(t, 1, runs(b))
 			}
 		})
@@ -109,6 +110,6 @@ func TestAHealthyAnswerResetsTheCount(t *testing.T) {
 		h.settleProbe()
 	}
 	h.status()
-	assert.Zero(t, h.events.count(ChildFailed, "a"), "never two unhealthy probes in a row")
-	assert.Equal(t, StateRunning, h.child("a").State)
+	assert.Zero(t, h.events.count(supervisor.ChildFailed, "a"), "never two unhealthy probes in a row")
+	assert.Equal(t, supervisor.StateRunning, h.child("a").State)
 }

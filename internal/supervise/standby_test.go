@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/lease"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // neverElected is an elector that campaigns forever: the manager stays a
@@ -46,37 +47,37 @@ func TestAStandbysWebhooksAreSupervised(t *testing.T) {
 		}})
 		started <- err
 	}()
-	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
 
 	// A failure reported by the webhook's background work: restarted.
 	mu.Lock()
 	r := report
 	mu.Unlock()
 	r(errBoom)
-	h.waitState("wh", StateBackingOff)
+	h.waitState("wh", supervisor.StateBackingOff)
 	h.step(100 * time.Millisecond)
-	h.waitState("wh", StateRunning)
+	h.waitState("wh", supervisor.StateRunning)
 	starts, _, _ := wh.Counts()
 	assert.Equal(t, 2, starts)
 
 	// A webhook that stays not ready is probed and restarted too.
 	wh.Shutdown(context.Background()) // makes Ready() false without the supervisor knowing
 	h.step(time.Second)
-	h.events.waitCount(t, ChildUnhealthy, "wh", 1)
+	h.events.waitCount(t, supervisor.ChildUnhealthy, "wh", 1)
 	h.settleProbe()
 	h.step(time.Second)
-	h.events.waitCount(t, ChildUnhealthy, "wh", 2)
-	h.waitState("wh", StateBackingOff)
+	h.events.waitCount(t, supervisor.ChildUnhealthy, "wh", 2)
+	h.waitState("wh", supervisor.StateBackingOff)
 	assert.ErrorContains(t, h.child("wh").LastError, "webhook not ready")
 	h.step(200 * time.Millisecond)
-	h.waitState("wh", StateRunning)
+	h.waitState("wh", supervisor.StateRunning)
 	assert.True(t, wh.Ready())
 
-	assert.Equal(t, PhaseElecting, h.status().Phase)
+	assert.Equal(t, supervisor.PhaseElecting, h.status().Phase)
 	assert.Zero(t, runs(c), "no controller runs without the lease")
-	_, err := h.ask(ShutdownManager{Ctx: context.Background()})
+	_, err := h.ask(supervisor.ShutdownManager{Ctx: context.Background()})
 	require.NoError(t, err)
-	require.ErrorIs(t, <-started, ErrShutdown)
+	require.ErrorIs(t, <-started, supervisor.ErrShutdown)
 }
 
 // A host stops a standby by cancelling Start's context and then calling
@@ -93,19 +94,19 @@ func TestCancellingAStandbysStartIsARequestedStop(t *testing.T) {
 				StartManager{Ctx: ctx, Children: []childactor.Spec{controllerSpec(c)}})
 			started <- err
 		}()
-		h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+		h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
 		cancel()
 		if i%2 == 0 { // the other half: ShutdownAndWait right after, racing the cancellation
 			require.ErrorIs(t, <-started, context.Canceled)
 		}
-		if _, err := h.ask(ShutdownManager{Ctx: context.Background()}); err != nil {
-			require.ErrorIs(t, err, ErrStopped, "stopped already by the cancellation")
+		if _, err := h.ask(supervisor.ShutdownManager{Ctx: context.Background()}); err != nil {
+			require.ErrorIs(t, err, supervisor.ErrStopped, "stopped already by the cancellation")
 		}
 		<-h.handle.Observed.Done()
 		if i%2 == 1 {
 			require.Error(t, <-started)
 		}
-		require.Equal(t, PhaseStopped, h.handle.Observed.Phase(), "run %d", i)
+		require.Equal(t, supervisor.PhaseStopped, h.handle.Observed.Phase(), "run %d", i)
 		require.NoError(t, h.handle.Observed.Err(), "run %d", i)
 	}
 }
@@ -131,7 +132,7 @@ func TestControllersAreHealthyUntilTheirFirstStart(t *testing.T) {
 		}})
 		started <- err
 	}()
-	h.waitFor("recovering", func(s Status) bool { return s.Phase == PhaseRecovering })
+	h.waitFor("recovering", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseRecovering })
 	col := childactor.NewHealthCollector(h.handle.System)
 	h.handle.System.Root.Send(h.handle.PID, GatherHealth{Collector: col})
 	<-col.Done()
@@ -142,5 +143,5 @@ func TestControllersAreHealthyUntilTheirFirstStart(t *testing.T) {
 	assert.Zero(t, healthCalls)
 	close(release)
 	require.NoError(t, <-started)
-	assert.Equal(t, StateRunning, h.child("c").State)
+	assert.Equal(t, supervisor.StateRunning, h.child("c").State)
 }

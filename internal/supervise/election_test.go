@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // scriptedElector is an elector actor whose reports the test sends: it
@@ -71,31 +72,31 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{controllerSpec(c)}})
 		started <- err
 	}()
-	h.waitFor("electing", func(s Status) bool { return s.Phase == PhaseElecting })
+	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
 
 	e.report(t, shard.Acquired{Shard: 0})
 	require.NoError(t, <-started)
 	st := h.status()
-	assert.Equal(t, PhaseRunning, st.Phase)
+	assert.Equal(t, supervisor.PhaseRunning, st.Phase)
 	assert.True(t, st.Leader)
 	assert.Equal(t, "me", st.LeaderIdentity)
 	assert.Empty(t, st.Shards, "one lease has no shards to report")
-	h.events.waitCount(t, LeaderElected, "", 1)
+	h.events.waitCount(t, supervisor.LeaderElected, "", 1)
 
 	var reelected atomic.Int32
 	e.report(t, shard.Lost{Shard: 0, Reason: "taken by r2", Done: func() { reelected.Add(1) }})
-	h.waitFor("stood down", func(s Status) bool { return s.Phase == PhaseElecting && !s.Leader })
-	h.waitState("c", StateStopped)
+	h.waitFor("stood down", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting && !s.Leader })
+	h.waitState("c", supervisor.StateStopped)
 	require.True(t, testchild.Eventually(wait, func() bool { return reelected.Load() == 1 }), "Done called once the controller stopped")
 	e.report(t, shard.HolderChanged{Shard: 0, Identity: "r2"})
-	h.waitFor("the new holder", func(s Status) bool { return s.LeaderIdentity == "r2" })
-	h.events.waitCount(t, LeaderLost, "", 1)
+	h.waitFor("the new holder", func(s supervisor.Status) bool { return s.LeaderIdentity == "r2" })
+	h.events.waitCount(t, supervisor.LeaderLost, "", 1)
 	assert.Equal(t, int32(1), e.spawned.Load(), "the elector runs on across a loss")
 	assert.Equal(t, int32(0), e.stopped.Load())
 
 	e.report(t, shard.Acquired{Shard: 0})
-	h.waitState("c", StateRunning)
+	h.waitState("c", supervisor.StateRunning)
 	assert.Equal(t, 2, runs(c), "elected again: the controller runs afresh")
 	assert.Equal(t, int32(1), reelected.Load())
-	assert.Equal(t, 0, h.events.count(ShardAcquired, "")+h.events.count(ShardLost, ""), "one lease publishes leader events only")
+	assert.Equal(t, 0, h.events.count(supervisor.ShardAcquired, "")+h.events.count(supervisor.ShardLost, ""), "one lease publishes leader events only")
 }

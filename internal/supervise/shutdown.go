@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
 )
@@ -47,11 +48,11 @@ type (
 	// waits for are stuck, found off the mailbox.
 	shutdownReport struct {
 		attempt *shutdownAttempt
-		stuck   []Unstopped
+		stuck   []supervisor.Unstopped
 	}
 )
 
-func (s *root) onShutdownManager(m ShutdownManager, replyTo *actor.PID) {
+func (s *root) onShutdownManager(m supervisor.ShutdownManager, replyTo *actor.PID) {
 	switch {
 	case s.phase.Ended():
 		s.respond(replyTo, nil, nil)
@@ -83,7 +84,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	if s.start != nil {
 		err := cause
 		if err == nil {
-			err = fmt.Errorf("%w: %w", ErrShutdown, context.Canceled)
+			err = fmt.Errorf("%w: %w", supervisor.ErrShutdown, context.Canceled)
 		}
 		s.endStart(err)
 	}
@@ -93,7 +94,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		s.endLifetime()
 	}
 	s.obs.ready.Store(false)
-	s.become(PhaseShuttingDown, "shutdown")
+	s.become(supervisor.PhaseShuttingDown, "shutdown")
 	if cause != nil {
 		ctx = s.boundFailedShutdown(ctx)
 	}
@@ -145,7 +146,7 @@ func (s *root) onShutdownReport(m shutdownReport) {
 	}
 	var active []string
 	for _, rec := range s.children {
-		if rec.state.active() {
+		if rec.state.Active() {
 			active = append(active, fmt.Sprintf("%s %q", rec.spec.Kind, rec.spec.Name))
 		}
 	}
@@ -155,12 +156,12 @@ func (s *root) onShutdownReport(m shutdownReport) {
 	stuck := m.stuck
 	if len(stuck) == 0 { // returned between the dump and now, or not watched: name them at least
 		for _, rec := range s.children {
-			if rec.state.active() {
-				stuck = append(stuck, Unstopped{Name: rec.spec.Name, Kind: rec.spec.Kind, Call: "Shutdown"})
+			if rec.state.Active() {
+				stuck = append(stuck, supervisor.Unstopped{Name: rec.spec.Name, Kind: rec.spec.Kind, Call: "Shutdown"})
 			}
 		}
 	}
-	uerr := &UnstoppedError{Children: stuck}
+	uerr := &supervisor.UnstoppedError{Children: stuck}
 	s.cfg.Logger.Error("shutdown after a failure did not complete: the manager fails without giving the lease up",
 		"cause", m.attempt.cause, "timeout", s.cfg.Timing.ShutdownTimeout, "err", uerr)
 	for _, u := range stuck {
@@ -181,7 +182,7 @@ func (s *root) watchStopping(ctx context.Context) {
 		return
 	}
 	for _, rec := range s.children {
-		if rec.state == StateStopping {
+		if rec.state == supervisor.StateStopping {
 			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}
 	}
@@ -224,9 +225,9 @@ func (s *root) finish() {
 	s.countHeld()
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)
-		s.become(PhaseFailed, "failed")
+		s.become(supervisor.PhaseFailed, "failed")
 	} else {
-		s.become(PhaseStopped, "shut down")
+		s.become(supervisor.PhaseStopped, "shut down")
 	}
 	s.flushActive() // Observed's active set is final before Done closes
 	final := s.status()

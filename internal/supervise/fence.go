@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // fenceStage is where a fencing is, in this order.
@@ -75,9 +76,9 @@ func (s *root) lose(i int, cause error, reelect func()) {
 	if s.sharded() {
 		s.obs.shardsLost.Add(1)
 		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shardLease(i), cause)
-		s.emit(Event{Type: ShardLost, Time: s.now(), Phase: s.phase, Shard: i, Err: cause})
+		s.emit(supervisor.Event{Type: supervisor.ShardLost, Time: s.now(), Phase: s.phase, Shard: i, Err: cause})
 	} else if wasHeld {
-		s.emit(Event{Type: LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
+		s.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
 	}
 	switch {
 	case s.shutdown != nil || s.phase.Ended():
@@ -144,7 +145,7 @@ func (s *root) exitOnLoss(f *fencing, ctx context.Context) bool {
 // active fails the manager (onFenceOverdue), since it may run while another
 // replica leads.
 func (s *root) loseDuringShutdown(i int, cause error) {
-	if s.shutdown == nil || s.phase != PhaseShuttingDown {
+	if s.shutdown == nil || s.phase != supervisor.PhaseShuttingDown {
 		return
 	}
 	if !s.sharded() {
@@ -158,7 +159,7 @@ func (s *root) loseDuringShutdown(i int, cause error) {
 	if s.sharded() && s.leader {
 		scope, shard = shardChild(i), i
 	}
-	active := s.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.active() })
+	active := s.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.Active() })
 	if len(active) == 0 {
 		return
 	}
@@ -223,7 +224,7 @@ func (s *root) onFenceOverdue(m fenceOverdue) {
 	}
 	var stuck []string
 	for _, rec := range f.recs {
-		if rec.state.active() {
+		if rec.state.Active() {
 			stuck = append(stuck, fmt.Sprintf("%s %q", rec.spec.Kind, rec.spec.Name))
 		}
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"slices"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Facade plumbing: Observed is the state a manager's facade reads without a
@@ -14,7 +15,7 @@ import (
 // root supervisor writes it, anyone may read it. It is a published copy; the
 // supervisor's own state is the truth.
 type Observed struct {
-	phase    atomic.Pointer[Phase]
+	phase    atomic.Pointer[supervisor.Phase]
 	ready    atomic.Bool
 	starting atomic.Bool
 	started  atomic.Bool
@@ -31,7 +32,7 @@ type Observed struct {
 
 	mu    sync.Mutex
 	err   error
-	final *Status
+	final *supervisor.Status
 
 	// active is the children that have not stopped (Starting, Running,
 	// Failed, Stopping), with their kind: see Active.
@@ -78,13 +79,13 @@ func (o *Observed) setActive(name string, kind actors.Kind, active bool) {
 // Facade plumbing: NewObserved returns the state of a manager in phase Idle.
 func NewObserved() *Observed {
 	o := &Observed{done: make(chan struct{}), terminated: make(chan struct{})}
-	idle := PhaseIdle
+	idle := supervisor.PhaseIdle
 	o.phase.Store(&idle)
 	return o
 }
 
 // Phase is the manager's phase.
-func (o *Observed) Phase() Phase { return *o.phase.Load() }
+func (o *Observed) Phase() supervisor.Phase { return *o.phase.Load() }
 
 // Ready reports whether the pre-flight is done (for a webhook manager: every
 // webhook started) and the manager has not stopped.
@@ -121,18 +122,18 @@ func (o *Observed) Err() error {
 }
 
 // Final is the manager's last Status, once it has stopped.
-func (o *Observed) Final() (Status, bool) {
+func (o *Observed) Final() (supervisor.Status, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.final == nil {
-		return Status{}, false
+		return supervisor.Status{}, false
 	}
 	return *o.final, true
 }
 
-func (o *Observed) setPhase(p Phase) { o.phase.Store(&p) }
+func (o *Observed) setPhase(p supervisor.Phase) { o.phase.Store(&p) }
 
-func (o *Observed) finish(err error, final Status) {
+func (o *Observed) finish(err error, final supervisor.Status) {
 	o.mu.Lock()
 	o.err = err
 	o.final = &final

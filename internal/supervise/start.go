@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // startStage is where a start round is. A round goes through them in this
@@ -66,10 +67,10 @@ type (
 )
 
 func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
-	if s.phase != PhaseIdle {
-		err := ErrStartTwice
+	if s.phase != supervisor.PhaseIdle {
+		err := supervisor.ErrStartTwice
 		if s.phase.Ended() {
-			err = fmt.Errorf("%w: it has stopped (%s)", ErrStartTwice, s.phase)
+			err = fmt.Errorf("%w: it has stopped (%s)", supervisor.ErrStartTwice, s.phase)
 		}
 		s.respond(replyTo, nil, err)
 		return
@@ -82,7 +83,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		err = s.validateShards(m.Children)
 	}
 	if err != nil {
-		s.become(PhaseInitializing, "start")
+		s.become(supervisor.PhaseInitializing, "start")
 		s.respond(replyTo, nil, err)
 		s.beginShutdown(err, s.boundedContext())
 		return
@@ -104,7 +105,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	for _, spec := range m.Children {
 		s.addRecord(spec)
 	}
-	s.become(PhaseInitializing, "start")
+	s.become(supervisor.PhaseInitializing, "start")
 	a.step()
 }
 
@@ -118,7 +119,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		// one message less per controller, and a standby hosts none.
 		rec.pid = s.spawner.Spawn(s.ctx, spec, nil)
 	}
-	s.setState(rec, StatePending)
+	s.setState(rec, supervisor.StatePending)
 	s.children = append(s.children, rec)
 	s.byName[spec.Name] = rec
 	s.publishWebhook(rec)
@@ -174,7 +175,7 @@ func (a *startAttempt) step() {
 				continue
 			}
 			if s.cfg.Elector != nil {
-				s.become(PhaseElecting, "waiting for the lease")
+				s.become(supervisor.PhaseElecting, "waiting for the lease")
 				if s.elector == nil {
 					s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
 				}
@@ -185,12 +186,12 @@ func (a *startAttempt) step() {
 		case startStores:
 			a.bound()
 			s.obs.starting.Store(true)
-			s.become(PhaseRecovering, "the lease is held")
+			s.become(supervisor.PhaseRecovering, "the lease is held")
 			if a.wait = s.startAll(a, s.toStart(actors.KindStore), a.bounded); a.wait != nil {
 				return
 			}
 		case startControllers:
-			s.become(PhaseStarting, "stores recovered")
+			s.become(supervisor.PhaseStarting, "stores recovered")
 			if a.wait = s.startAll(a, s.toStart(actors.KindController), a.bounded); a.wait != nil {
 				return
 			}
@@ -201,7 +202,7 @@ func (a *startAttempt) step() {
 				s.obs.starting.Store(true)
 			}
 			s.obs.started.Store(true)
-			s.become(PhaseRunning, "started")
+			s.become(supervisor.PhaseRunning, "started")
 			a.stage = startDone
 			s.endStart(nil)
 			s.startProbes()
@@ -288,7 +289,7 @@ func (s *root) onStartExpired(m startExpired) {
 		return
 	}
 	switch s.phase {
-	case PhaseInitializing, PhaseElecting, PhaseRecovering, PhaseStarting:
+	case supervisor.PhaseInitializing, supervisor.PhaseElecting, supervisor.PhaseRecovering, supervisor.PhaseStarting:
 		s.failStart(m.err)
 	}
 }
@@ -329,7 +330,7 @@ func (s *root) endStart(err error) {
 func (s *root) toStart(kind actors.Kind) []*childRecord {
 	var recs []*childRecord
 	for _, rec := range s.ofKind(kind) {
-		if !rec.stopRequested && !rec.state.active() && s.leaseHeld(rec) {
+		if !rec.stopRequested && !rec.state.Active() && s.leaseHeld(rec) {
 			recs = append(recs, rec)
 		}
 	}

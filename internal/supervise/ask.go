@@ -1,9 +1,10 @@
-package supervisor
+package supervise
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/asynkron/protoactor-go/actor"
 )
 
@@ -11,23 +12,23 @@ import (
 // one Ask. Unlike an actor.Future it has no timer of its own: Ask waits on
 // the caller's context.
 type replyProcess struct {
-	ch chan Reply
+	ch chan supervisor.Reply
 }
 
 func (p *replyProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 	if env, ok := message.(*actor.MessageEnvelope); ok {
 		message = env.Message
 	}
-	var r Reply
+	var r supervisor.Reply
 	switch m := message.(type) {
-	case Reply:
+	case supervisor.Reply:
 		r = m
 	case *actor.DeadLetterResponse:
 		// The request reached no actor: the supervisor had already stopped
 		// (its PID left the registry before Terminated was closed).
-		r = Reply{Err: ErrStopped}
+		r = supervisor.Reply{Err: supervisor.ErrStopped}
 	default:
-		r = Reply{Value: m}
+		r = supervisor.Reply{Value: m}
 	}
 	select {
 	case p.ch <- r:
@@ -46,18 +47,18 @@ func (p *replyProcess) Stop(*actor.PID)                           {}
 func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, terminated <-chan struct{}, msg any) (any, error) {
 	select {
 	case <-terminated:
-		return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
+		return nil, fmt.Errorf("%s: %w", describe(msg), supervisor.ErrStopped)
 	default:
 	}
-	p := &replyProcess{ch: make(chan Reply, 1)}
+	p := &replyProcess{ch: make(chan supervisor.Reply, 1)}
 	reg := system.ProcessRegistry
 	self, _ := reg.Add(p, "ask"+reg.NextId())
 	defer reg.Remove(self)
 	system.Root.RequestWithCustomSender(pid, msg, self)
 	select {
 	case r := <-p.ch:
-		if r.Err == ErrStopped { // a dead letter: name the request, as below
-			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
+		if r.Err == supervisor.ErrStopped { // a dead letter: name the request, as below
+			return nil, fmt.Errorf("%s: %w", describe(msg), supervisor.ErrStopped)
 		}
 		return r.Value, r.Err
 	case <-ctx.Done():
@@ -68,7 +69,7 @@ func Ask(ctx context.Context, system *actor.ActorSystem, pid *actor.PID, termina
 		case r := <-p.ch:
 			return r.Value, r.Err
 		default:
-			return nil, fmt.Errorf("%s: %w", describe(msg), ErrStopped)
+			return nil, fmt.Errorf("%s: %w", describe(msg), supervisor.ErrStopped)
 		}
 	}
 }

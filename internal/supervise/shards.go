@@ -1,7 +1,8 @@
-package supervisor
+package supervise
 
 import (
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Sharded leadership. With Config.Shards = S > 1 the elector (lease/shard's,
@@ -61,7 +62,7 @@ func (s *root) countHeld() {
 }
 
 // shardStatus is Status.Shards.
-func (s *root) shardStatus() []ShardStatus {
+func (s *root) shardStatus() []supervisor.ShardStatus {
 	if !s.sharded() {
 		return nil
 	}
@@ -69,9 +70,9 @@ func (s *root) shardStatus() []ShardStatus {
 	if s.cfg.ShardHolders != nil {
 		holders = s.cfg.ShardHolders()
 	}
-	st := make([]ShardStatus, len(s.shards))
+	st := make([]supervisor.ShardStatus, len(s.shards))
 	for i, sh := range s.shards {
-		st[i] = ShardStatus{Index: i, Lease: s.shardLease(i), Held: sh.held}
+		st[i] = supervisor.ShardStatus{Index: i, Lease: s.shardLease(i), Held: sh.held}
 		if i < len(holders) {
 			st[i].Holder = holders[i]
 		}

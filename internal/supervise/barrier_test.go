@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 var errBoom = errors.New("boom")
@@ -33,14 +34,14 @@ func TestOneForOneRestartsOnlyTheFailedChildAfterBackoff(t *testing.T) {
 	h.start(controllerSpec(a), controllerSpec(b))
 
 	a.Fail(errBoom)
-	h.waitState("a", StateBackingOff)
+	h.waitState("a", supervisor.StateBackingOff)
 	assert.Equal(t, 1, shutdowns(a), "the failed child is shut down at once")
 	assert.Equal(t, 1, runs(a), "and waits for its backoff")
 
 	h.step(99 * time.Millisecond)
-	assert.Equal(t, StateBackingOff, h.child("a").State)
+	assert.Equal(t, supervisor.StateBackingOff, h.child("a").State)
 	h.step(time.Millisecond)
-	h.waitState("a", StateRunning)
+	h.waitState("a", supervisor.StateRunning)
 	assert.Equal(t, 2, runs(a))
 	assert.Equal(t, 1, runs(b), "OneForOne leaves the others alone")
 	assert.Equal(t, 0, shutdowns(b))
@@ -50,9 +51,9 @@ func TestOneForOneRestartsOnlyTheFailedChildAfterBackoff(t *testing.T) {
 	assert.Equal(t, 1, ca.Failures)
 	assert.ErrorIs(t, ca.LastError, errBoom)
 	assert.Contains(t, ca.LastError.Error(), `controller "a": failure reported by its background work`)
-	h.events.waitCount(t, ChildFailed, "a", 1)
-	h.events.waitCount(t, ChildRestarted, "a", 1)
-	assert.Equal(t, 1, h.events.count(ChildFailed, "a"))
+	h.events.waitCount(t, supervisor.ChildFailed, "a", 1)
+	h.events.waitCount(t, supervisor.ChildRestarted, "a", 1)
+	assert.Equal(t, 1, h.events.count(supervisor.ChildFailed, "a"))
 }
 
 func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
@@ -69,18 +70,18 @@ func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
 	for i, want := range []time.Duration{100, 200, 350, 350} {
 		want *= time.Millisecond
 		a.Fail(errBoom)
-		h.waitState("a", StateBackingOff)
+		h.waitState("a", supervisor.StateBackingOff)
 		h.step(want - time.Millisecond)
-		require.Equal(t, StateBackingOff, h.child("a").State, "failure %d: restarted before %s", i+1, want)
+		require.Equal(t, supervisor.StateBackingOff, h.child("a").State, "failure %d: restarted before %s", i+1, want)
 		h.step(time.Millisecond)
-		h.waitState("a", StateRunning)
+		h.waitState("a", supervisor.StateRunning)
 	}
 	// Having run for the RestartWindow, the child starts over at InitialBackoff.
 	h.step(10 * time.Second)
 	a.Fail(errBoom)
-	h.waitState("a", StateBackingOff)
+	h.waitState("a", supervisor.StateBackingOff)
 	h.step(100 * time.Millisecond)
-	h.waitState("a", StateRunning)
+	h.waitState("a", supervisor.StateRunning)
 	assert.Equal(t, 6, runs(a))
 }
 
@@ -109,9 +110,9 @@ func TestRestartBudgetEscalates(t *testing.T) {
 
 	for i := range 2 {
 		a.Fail(fmt.Errorf("failure %d", i))
-		h.waitState("a", StateBackingOff)
+		h.waitState("a", supervisor.StateBackingOff)
 		h.step(time.Millisecond)
-		h.waitState("a", StateRunning)
+		h.waitState("a", supervisor.StateRunning)
 	}
 	a.Fail(errors.New("the last straw"))
 	select {
@@ -120,14 +121,14 @@ func TestRestartBudgetEscalates(t *testing.T) {
 		t.Fatal("the manager did not stop after the escalation")
 	}
 	err := h.handle.Observed.Err()
-	var esc *EscalationError
+	var esc *supervisor.EscalationError
 	require.ErrorAs(t, err, &esc)
 	assert.Equal(t, "a", esc.Child)
 	assert.Equal(t, actors.KindController, esc.Kind)
 	assert.Contains(t, err.Error(), "the last straw")
 	assert.Contains(t, err.Error(), `controller "a" failed 3 times within 1m0s`)
-	assert.Equal(t, PhaseFailed, h.handle.Observed.Phase())
-	h.events.waitCount(t, Escalated, "a", 1)
+	assert.Equal(t, supervisor.PhaseFailed, h.handle.Observed.Phase())
+	h.events.waitCount(t, supervisor.Escalated, "a", 1)
 	assert.Equal(t, 3, shutdowns(a))
 	assert.Equal(t, 1, shutdowns(b), "escalation shuts everything down")
 }
@@ -141,24 +142,24 @@ func TestRestartBudgetForgetsOldRestarts(t *testing.T) {
 	h.start(controllerSpec(a))
 	for range 3 { // one restart per window is within budget, forever
 		a.Fail(errBoom)
-		h.waitState("a", StateBackingOff)
+		h.waitState("a", supervisor.StateBackingOff)
 		h.step(time.Millisecond)
-		h.waitState("a", StateRunning)
+		h.waitState("a", supervisor.StateRunning)
 		h.step(time.Second)
 	}
-	assert.Equal(t, PhaseRunning, h.status().Phase)
+	assert.Equal(t, supervisor.PhaseRunning, h.status().Phase)
 	assert.Equal(t, 3, h.child("a").Restarts)
 }
 
 func TestStrategies(t *testing.T) {
 	tests := []struct {
-		strategy  Strategy
+		strategy  supervisor.Strategy
 		wantRuns  []int // per child a, b, c after b fails
 		wantOrder []string
 	}{
-		{OneForOne, []int{1, 2, 1}, []string{"b"}},
-		{AllForOne, []int{2, 2, 2}, []string{"a", "b", "c"}},
-		{RestForOne, []int{1, 2, 2}, []string{"b", "c"}},
+		{supervisor.OneForOne, []int{1, 2, 1}, []string{"b"}},
+		{supervisor.AllForOne, []int{2, 2, 2}, []string{"a", "b", "c"}},
+		{supervisor.RestForOne, []int{1, 2, 2}, []string{"b", "c"}},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.strategy), func(t *testing.T) {
@@ -185,11 +186,11 @@ func TestStrategies(t *testing.T) {
 			h.start(specs...)
 
 			ctrls["b"].Fail(errBoom)
-			h.waitState("b", StateBackingOff)
+			h.waitState("b", supervisor.StateBackingOff)
 			h.step(100 * time.Millisecond)
-			h.waitFor("all running", func(s Status) bool {
+			h.waitFor("all running", func(s supervisor.Status) bool {
 				for _, c := range s.Children {
-					if c.State != StateRunning {
+					if c.State != supervisor.StateRunning {
 						return false
 					}
 				}
@@ -205,8 +206,8 @@ func TestStrategies(t *testing.T) {
 			mu.Unlock()
 			recovers, _ := store.Counts()
 			assert.Equal(t, 1, recovers)
-			h.events.waitCount(t, ChildFailed, "b", 1)
-			assert.Equal(t, 1, h.events.count(ChildFailed, ""), "only b failed")
+			h.events.waitCount(t, supervisor.ChildFailed, "b", 1)
+			assert.Equal(t, 1, h.events.count(supervisor.ChildFailed, ""), "only b failed")
 		})
 	}
 }
@@ -224,15 +225,15 @@ func TestFailedRestartIsAFailureToo(t *testing.T) {
 	}})
 	h.start(controllerSpec(a))
 	a.Fail(errBoom)
-	h.waitState("a", StateBackingOff)
+	h.waitState("a", supervisor.StateBackingOff)
 	h.step(10 * time.Millisecond) // run 2 fails: backoff 20ms
-	h.events.waitCount(t, ChildFailed, "a", 2)
-	h.waitState("a", StateBackingOff)
+	h.events.waitCount(t, supervisor.ChildFailed, "a", 2)
+	h.waitState("a", supervisor.StateBackingOff)
 	h.step(20 * time.Millisecond) // run 3 panics: backoff 40ms
-	h.events.waitCount(t, ChildFailed, "a", 3)
-	h.waitState("a", StateBackingOff)
+	h.events.waitCount(t, supervisor.ChildFailed, "a", 3)
+	h.waitState("a", supervisor.StateBackingOff)
 	h.step(40 * time.Millisecond)
-	h.waitState("a", StateRunning)
+	h.waitState("a", supervisor.StateRunning)
 	assert.Equal(t, 4, runs(a))
 	assert.Equal(t, 3, shutdowns(a), "a failed Run is still followed by its Shutdown")
 	var pe *actors.PanicError
@@ -253,7 +254,7 @@ func TestReportsOfAnOldIncarnationAreIgnored(t *testing.T) {
 		return nil
 	}})
 	h.start(controllerSpec(a))
-	_, err := h.ask(RestartChild{Name: "a"})
+	_, err := h.ask(supervisor.RestartChild{Name: "a"})
 	require.NoError(t, err)
 	mu.Lock()
 	old := reporters[0]
@@ -261,8 +262,8 @@ func TestReportsOfAnOldIncarnationAreIgnored(t *testing.T) {
 	old(errBoom)
 	old(errBoom)
 	h.status() // the reports are handled before this answer
-	assert.Equal(t, StateRunning, h.child("a").State)
-	assert.Zero(t, h.events.count(ChildFailed, "a"))
+	assert.Equal(t, supervisor.StateRunning, h.child("a").State)
+	assert.Zero(t, h.events.count(supervisor.ChildFailed, "a"))
 }
 
 func TestPanicInGetHealthIsAFailure(t *testing.T) {
@@ -277,6 +278,6 @@ func TestPanicInGetHealthIsAFailure(t *testing.T) {
 	require.Len(t, statuses, 1)
 	assert.False(t, statuses[0].Healthy)
 	assert.Contains(t, statuses[0].Message, "panic in GetHealth: health bug")
-	h.events.waitCount(t, ChildFailed, "a", 1)
-	h.waitState("a", StateBackingOff)
+	h.events.waitCount(t, supervisor.ChildFailed, "a", 1)
+	h.waitState("a", supervisor.StateBackingOff)
 }

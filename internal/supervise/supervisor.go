@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // idleGoroutines is how many goroutines the children's user calls leave
@@ -32,7 +33,7 @@ type Handle struct {
 // top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: PhaseIdle,
+	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: supervisor.PhaseIdle,
 		level:      &level{byName: map[string]*childRecord{}, policy: cfg.Policy},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.initShards()
@@ -57,13 +58,13 @@ type root struct {
 	self   *actor.PID
 	system *actor.ActorSystem
 
-	phase  Phase
+	phase  supervisor.Phase
 	*level        // the children, supervised by the root's strategy and budget
 	gen    uint64 // last incarnation number given to a child
 
-	events   []Event        // published once the message has been handled (flush)
-	closeBus bool           // the manager has stopped: the bus closes after them
-	dirty    []*childRecord // whose activity Observed learns of then
+	events   []supervisor.Event // published once the message has been handled (flush)
+	closeBus bool               // the manager has stopped: the bus closes after them
+	dirty    []*childRecord     // whose activity Observed learns of then
 
 	start        *startAttempt
 	startTimeout time.Duration // bounds every start call, restarts included
@@ -120,21 +121,21 @@ func (s *root) Receive(ctx actor.Context) {
 
 	case StartManager:
 		s.onStartManager(m, ctx.Sender())
-	case ShutdownManager:
+	case supervisor.ShutdownManager:
 		s.onShutdownManager(m, ctx.Sender())
 	case GatherHealth:
 		s.onGatherHealth(m)
-	case GetStatus:
+	case supervisor.GetStatus:
 		s.respond(ctx.Sender(), s.status(), nil)
-	case RestartChild:
+	case supervisor.RestartChild:
 		s.onRestartChild(m, ctx.Sender())
-	case StopChild:
+	case supervisor.StopChild:
 		s.onStopChild(m, ctx.Sender())
-	case StartChild:
+	case supervisor.StartChild:
 		s.onStartChild(m, ctx.Sender())
-	case AddChild:
+	case supervisor.AddChild:
 		s.onAddChild(m, ctx.Sender())
-	case RemoveChild:
+	case supervisor.RemoveChild:
 		s.onRemoveChild(m, ctx.Sender())
 	case childNamed:
 		s.onChildNamed(m)
@@ -183,7 +184,7 @@ func (s *root) Receive(ctx actor.Context) {
 		// A request the supervisor does not know (a pointer to a lifecycle
 		// message, say) is answered, so that its sender does not wait in vain.
 		if sender := ctx.Sender(); sender != nil {
-			s.respond(sender, nil, fmt.Errorf("%w: %T", ErrUnknownMessage, m))
+			s.respond(sender, nil, fmt.Errorf("%w: %T", supervisor.ErrUnknownMessage, m))
 		}
 	}
 }
@@ -194,7 +195,7 @@ func (s *root) flush() {
 	s.flushActive()
 	for i, e := range s.events {
 		s.bus.Publish(e)
-		s.events[i] = Event{}
+		s.events[i] = supervisor.Event{}
 	}
 	s.events = s.events[:0]
 	if s.closeBus {
@@ -207,7 +208,7 @@ func (s *root) flush() {
 func (s *root) flushActive() {
 	for i, rec := range s.dirty {
 		rec.activeDirty = false
-		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.active())
+		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.Active())
 		s.dirty[i] = nil
 	}
 	s.dirty = s.dirty[:0]
@@ -265,15 +266,15 @@ func (s *root) boundedContext() context.Context {
 	return ctx
 }
 
-func (s *root) status() Status {
+func (s *root) status() supervisor.Status {
 	if final, ok := s.obs.Final(); ok {
 		return final
 	}
-	st := Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
+	st := supervisor.Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
 	st.Shards = s.shardStatus()
-	st.Children = make([]ChildStatus, 0, len(s.children))
+	st.Children = make([]supervisor.ChildStatus, 0, len(s.children))
 	for _, rec := range s.children {
-		st.Children = append(st.Children, ChildStatus{
+		st.Children = append(st.Children, supervisor.ChildStatus{
 			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts,
 			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
 		})

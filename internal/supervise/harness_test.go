@@ -1,4 +1,4 @@
-package supervisor
+package supervise
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 func TestMain(m *testing.M) {
@@ -69,7 +70,7 @@ func newHarness(t *testing.T, timing Timing, opts ...harnessOption) *harness {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		_, _ = hs.ask(ShutdownManager{Ctx: ctx})
+		_, _ = hs.ask(supervisor.ShutdownManager{Ctx: ctx})
 		select {
 		case <-h.Observed.Terminated():
 		case <-ctx.Done():
@@ -92,14 +93,14 @@ func (h *harness) start(specs ...childactor.Spec) {
 	require.NoError(h.t, err)
 }
 
-func (h *harness) status() Status {
+func (h *harness) status() supervisor.Status {
 	h.t.Helper()
-	v, err := h.ask(GetStatus{})
+	v, err := h.ask(supervisor.GetStatus{})
 	require.NoError(h.t, err)
-	return v.(Status)
+	return v.(supervisor.Status)
 }
 
-func (h *harness) child(name string) ChildStatus {
+func (h *harness) child(name string) supervisor.ChildStatus {
 	h.t.Helper()
 	c, ok := h.status().Child(name)
 	require.True(h.t, ok, "no child %q", name)
@@ -107,16 +108,16 @@ func (h *harness) child(name string) ChildStatus {
 }
 
 // waitFor polls the status until cond holds.
-func (h *harness) waitFor(what string, cond func(Status) bool) {
+func (h *harness) waitFor(what string, cond func(supervisor.Status) bool) {
 	h.t.Helper()
-	var last Status
+	var last supervisor.Status
 	ok := testchild.Eventually(wait, func() bool { last = h.status(); return cond(last) })
 	require.True(h.t, ok, "timed out waiting for %s; last status: %+v", what, last)
 }
 
-func (h *harness) waitState(name string, state ChildState) {
+func (h *harness) waitState(name string, state supervisor.ChildState) {
 	h.t.Helper()
-	h.waitFor(name+" "+string(state), func(s Status) bool {
+	h.waitFor(name+" "+string(state), func(s supervisor.Status) bool {
 		c, _ := s.Child(name)
 		return c.State == state
 	})
@@ -146,22 +147,22 @@ func controllerSpec(c *testchild.Controller) childactor.Spec {
 // eventLog records events.
 type eventLog struct {
 	mu     sync.Mutex
-	events []Event
+	events []supervisor.Event
 }
 
-func (l *eventLog) add(e Event) {
+func (l *eventLog) add(e supervisor.Event) {
 	l.mu.Lock()
 	l.events = append(l.events, e)
 	l.mu.Unlock()
 }
 
-func (l *eventLog) all() []Event {
+func (l *eventLog) all() []supervisor.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Event(nil), l.events...)
+	return append([]supervisor.Event(nil), l.events...)
 }
 
-func (l *eventLog) count(t EventType, child string) int {
+func (l *eventLog) count(t supervisor.EventType, child string) int {
 	n := 0
 	for _, e := range l.all() {
 		if e.Type == t && (child == "" || e.Child == child) {
@@ -171,7 +172,7 @@ func (l *eventLog) count(t EventType, child string) int {
 	return n
 }
 
-func (l *eventLog) waitCount(t *testing.T, typ EventType, child string, n int) {
+func (l *eventLog) waitCount(t *testing.T, typ supervisor.EventType, child string, n int) {
 	t.Helper()
 	require.True(t, testchild.Eventually(wait, func() bool { return l.count(typ, child) >= n }),
 		"timed out waiting for %d %s events of %q; have %d", n, typ, child, l.count(typ, child))
