@@ -1,11 +1,11 @@
 package handlers
 
 import (
-	"bytes"
 	"flag"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/actorkube/controllermanager/internal/testkit/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated tables of docs/architecture.md from the actors' code")
@@ -23,30 +23,8 @@ func TestDocsTableEveryHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(docsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, rest, ok := bytes.Cut(doc, []byte(begin))
-	if !ok {
-		t.Fatalf("%s: no line %q", docsFile, strings.TrimSpace(begin))
-	}
-	have, tail, ok := bytes.Cut(rest, []byte(end))
-	if !ok {
-		t.Fatalf("%s: no line %q after the begin line", docsFile, strings.TrimSpace(end))
-	}
-	if string(have) == want {
-		return
-	}
-	if *update {
-		out := append(append(append(append(head, begin...), want...), end...), tail...)
-		if err := os.WriteFile(docsFile, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote %s", docsFile)
-		return
-	}
-	t.Errorf("%s is out of date with the actors' code; run go test ./hack/handlers -update\nhave:\n%s\nwant:\n%s", docsFile, have, want)
+	docsection.Check(t, docsection.Section{File: docsFile, Begin: begin, End: end,
+		Source: "the actors' code", Update: "go test ./hack/handlers -update"}, want, *update)
 }
 
 // TestFindsHandlersByReading renders a package whose Receive delegates to a

@@ -1,7 +1,6 @@
 package defaults
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -11,10 +10,11 @@ import (
 	"go/token"
 	"go/types"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/actorkube/controllermanager/internal/testkit/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated list of docs/defaults.md from defaults.go")
@@ -33,30 +33,8 @@ func TestDocsListEveryDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(docsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, rest, ok := bytes.Cut(doc, []byte(begin))
-	if !ok {
-		t.Fatalf("%s: no line %q", docsFile, strings.TrimSpace(begin))
-	}
-	have, tail, ok := bytes.Cut(rest, []byte(end))
-	if !ok {
-		t.Fatalf("%s: no line %q after the begin line", docsFile, strings.TrimSpace(end))
-	}
-	if string(have) == want {
-		return
-	}
-	if *update {
-		out := append(append(append(append(head, begin...), want...), end...), tail...)
-		if err := os.WriteFile(docsFile, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote %s", docsFile)
-		return
-	}
-	t.Errorf("%s is out of date with defaults.go; run go test ./internal/defaults -update\nhave:\n%s\nwant:\n%s", docsFile, have, want)
+	docsection.Check(t, docsection.Section{File: docsFile, Begin: begin, End: end,
+		Source: "defaults.go", Update: "go test ./internal/defaults -update"}, want, *update)
 }
 
 // render is the Markdown list of the constants of file: a section per const

@@ -1,7 +1,6 @@
 package layering
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/parser"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/actorkube/controllermanager/internal/testkit/docsection"
 )
 
 var update = flag.Bool("update", false, "rewrite the layer diagram of docs/architecture.md from Layers")
@@ -166,28 +167,6 @@ func TestCheckFindsBreaches(t *testing.T) {
 // Layers; -update rewrites the drawing.
 func TestDocsDrawLayers(t *testing.T) {
 	want := Diagram(Layers)
-	doc, err := os.ReadFile(docsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, rest, ok := bytes.Cut(doc, []byte(begin))
-	if !ok {
-		t.Fatalf("%s: no line %q", docsFile, strings.TrimSpace(begin))
-	}
-	have, tail, ok := bytes.Cut(rest, []byte(end))
-	if !ok {
-		t.Fatalf("%s: no line %q after the begin line", docsFile, strings.TrimSpace(end))
-	}
-	if string(have) == want {
-		return
-	}
-	if *update {
-		out := append(append(append(append(head, begin...), want...), end...), tail...)
-		if err := os.WriteFile(docsFile, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("rewrote %s", docsFile)
-		return
-	}
-	t.Errorf("%s is out of date with Layers; run go test ./internal/layering -update\nhave:\n%s\nwant:\n%s", docsFile, have, want)
+	docsection.Check(t, docsection.Section{File: docsFile, Begin: begin, End: end,
+		Source: "Layers", Update: "go test ./internal/layering -update"}, want, *update)
 }
