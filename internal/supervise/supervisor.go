@@ -197,7 +197,7 @@ func (s *root) flush() {
 		s.bus.Publish(e)
 		s.events[i] = supervisor.Event{}
 	}
-	s.events = s.events[:0]
+	s.events = trimmed(s.events)
 	if s.closeBus {
 		s.closeBus = false
 		s.bus.Close()
@@ -211,7 +211,21 @@ func (s *root) flushActive() {
 		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.Active())
 		s.dirty[i] = nil
 	}
-	s.dirty = s.dirty[:0]
+	s.dirty = trimmed(s.dirty)
+}
+
+// keptQueue is the largest queue (events, dirty records) kept for the next
+// message: a message that touches every child (a start round, a shutdown)
+// queues one entry per child, and keeping that array would cost every idle
+// child a pointer or an Event for as long as the manager runs.
+const keptQueue = 64
+
+// trimmed empties q for the next message, keeping its array only if small.
+func trimmed[T any](q []T) []T {
+	if cap(q) > keptQueue {
+		return nil
+	}
+	return q[:0]
 }
 
 // internalError handles a panic in the supervisor's own code: the manager
