@@ -487,6 +487,9 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // others. Its name comes from its Name method or, for a controller, from
 // GetHealth().Name.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
+	if _, ok := child.(*Group); ok {
+		return errors.New("controllermanager: AddChild: adding a group to a running manager is not supported; Add it before Start")
+	}
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }
