@@ -558,3 +558,34 @@ func TestGroupLostLeaseFencesEveryGroup(t *testing.T) {
 	require.False(t, released.IsZero(), "the lease was released")
 	assert.False(t, released.Before(lastStop), "released %s before the last Shutdown returned %s", released, lastStop)
 }
+
+// Failures go up one level at a time: an inner group whose budget is
+// spent is restarted by its outer group, once, and the outer group's own
+// standing (its failures, its restarts) and its other children are
+// untouched.
+func TestGroupNestedEscalationStopsAtTheParent(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	rec := record(m)
+	crash, sib := newGController(log, "outer/inner/crash"), newGController(log, "outer/sib")
+	crash.set(func(c *gChild) { c.failFrom, c.failTo = 2, 2 })
+	m.Add(cm.NewGroup("outer", cm.SupervisionSpec{},
+		cm.NewGroup("inner", cm.SupervisionSpec{MaxRestarts: 1}, crash), sib))
+	gStart(t, m)
+
+	crash.fail()
+	gEventually(t, "inner restarted by outer", func() bool {
+		return crash.runCount() == 3 && gState(t, m, "outer/inner") == supervisor.StateRunning
+	})
+	rec.gWait(t, 1, cm.ChildFailed, "outer/inner")
+	rec.gWait(t, 1, cm.ChildRestarted, "outer/inner")
+	st := mustStatus(t, m)
+	inner, _ := st.Child("outer/inner")
+	assert.Equal(t, 1, inner.Restarts)
+	outer, _ := st.Child("outer")
+	assert.Zero(t, outer.Failures)
+	assert.Zero(t, outer.Restarts)
+	assert.Equal(t, 1, sib.runCount())
+	assert.Equal(t, cm.PhaseRunning, st.Phase)
+	assert.Zero(t, rec.gCount(cm.ChildFailed, "outer"))
+}
