@@ -456,6 +456,11 @@ func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, ms
 // GetStatus answers the final Status and other messages
 // supervisor.ErrStopped.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
+	if add, ok := msg.(supervisor.AddChild); ok {
+		if _, isGroup := add.Runnable.(*Group); isGroup {
+			return nil, errors.New("controllermanager: AddChild: adding a group to a running manager is not supported; Add it before Start")
+		}
+	}
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
@@ -487,9 +492,6 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // others. Its name comes from its Name method or, for a controller, from
 // GetHealth().Name.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
-	if _, ok := child.(*Group); ok {
-		return errors.New("controllermanager: AddChild: adding a group to a running manager is not supported; Add it before Start")
-	}
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }
