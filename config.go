@@ -111,7 +111,29 @@ type SupervisionSpec struct {
 	// (restarts, escalation); a restart whose Shutdown has not returned by
 	// then escalates rather than run two incarnations at once. Default 30s.
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
+	// OnExhausted is what a group (NewGroup) does once a child has spent
+	// its restart budget: "Escalate" (default) fails the group, which its
+	// parent handles as the failure of one child; "Stop" stops the group,
+	// which stays stopped (its siblings run on) until StartChild starts it
+	// again. Only a group's spec reads it: the manager's own budget spent
+	// always escalates.
+	OnExhausted ExhaustedAction `json:"onExhausted,omitempty"`
 }
+
+// ExhaustedAction is what a group does once a child of it has spent its
+// restart budget (SupervisionSpec.OnExhausted).
+type ExhaustedAction string
+
+// The ExhaustedActions.
+const (
+	// ExhaustedEscalate: the group has failed; its parent handles that as
+	// the failure of one child (at the root, as a child's spent budget).
+	ExhaustedEscalate ExhaustedAction = "Escalate"
+	// ExhaustedStop: the group stops and stays stopped, reported by a
+	// ChildFailed and a ChildStopped event naming it and in Status; its
+	// siblings run on; StartChild starts it again.
+	ExhaustedStop ExhaustedAction = "Stop"
+)
 
 // Defaults of LeaderElectionSpec (docs/defaults.md lists every default).
 // With them, a leader that loses its lease has 10s (LeaseDuration −

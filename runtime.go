@@ -456,6 +456,11 @@ func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, ms
 // GetStatus answers the final Status and other messages
 // supervisor.ErrStopped.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
+	if add, ok := msg.(supervisor.AddChild); ok {
+		if _, isGroup := add.Runnable.(*Group); isGroup {
+			return nil, errors.New("controllermanager: AddChild: adding a group to a running manager is not supported; Add it before Start")
+		}
+	}
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil

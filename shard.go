@@ -133,12 +133,13 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 			vals[i] = v
 		}
 	}
-	specs, err := supervise.Specs(m.mode, vals, m.timing.HealthTimeout)
+	grouped := flattenGroups(vals)
+	specs, err := supervise.Specs(m.mode, grouped, m.timing.HealthTimeout)
 	if err != nil {
 		return nil, err
 	}
 	for i := range specs {
-		if _, isPinned := added[i].(pinned); !isPinned && specs[i].Kind == actors.KindController {
+		if _, isPinned := grouped[i].(childactor.Spec); !isPinned && specs[i].Kind == actors.KindController {
 			specs[i].Shard = ShardOf(specs[i].Name, shards)
 		}
 	}

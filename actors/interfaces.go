@@ -73,4 +73,7 @@ const (
 	// KindRunnable is a Runnable that is neither a Controller nor a Webhook:
 	// it is not started, only shut down with the rest.
 	KindRunnable Kind = "runnable"
+	// KindGroup is a group of children with a strategy and a restart budget
+	// of its own (controllermanager.NewGroup): it hosts no component itself.
+	KindGroup Kind = "group"
 )

@@ -32,6 +32,9 @@ type StartChild struct{ Name string }
 type AddChild struct {
 	Name     string
 	Runnable any
+	// Parent is the path of the group to add the child to; empty: the root.
+	// The child's own path is then Parent + "/" + its name.
+	Parent string
 }
 
 // RemoveChild shuts the named child down and removes it: it is gone from

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"strings"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -39,13 +40,24 @@ type ChildStatus struct {
 	Message   string    // the last probe's message, if any
 	LastError error     // the last failure, or nil
 	Since     time.Time // when it entered State
+	// Children are a group's children, in start order (Kind "group");
+	// nil for every other kind.
+	Children []ChildStatus
 }
 
-// Child returns the status of the named child.
+// Child returns the status of the named child at any depth: name is a
+// child's path ("tenant-a/store" for a child of group "tenant-a").
 func (s Status) Child(name string) (ChildStatus, bool) {
-	for _, c := range s.Children {
+	return findChild(s.Children, name)
+}
+
+func findChild(children []ChildStatus, name string) (ChildStatus, bool) {
+	for _, c := range children {
 		if c.Name == name {
 			return c, true
+		}
+		if c.Kind == actors.KindGroup && strings.HasPrefix(name, c.Name+"/") {
+			return findChild(c.Children, name)
 		}
 	}
 	return ChildStatus{}, false

@@ -14,15 +14,19 @@ import (
 )
 
 // level is one level of supervision: its children in the order they were
-// added, by name, and the policy (strategy and restart budget) that decides
-// what restarts when one of them fails. The root supervises one level;
-// restart plans refer to the level they restart in, not to the root, so
-// that a group of children with a strategy of its own can later be a level
-// of its own.
+// added and the policy (strategy, restart budget, backoff) that decides
+// what restarts when one of them fails. The root supervises one level; a
+// group (GroupDecl) is one more, a child of its parent's level. Restart
+// plans refer to the level they restart in, not to the root.
 type level struct {
-	children []*childRecord // in the order they were added
-	byName   map[string]*childRecord
+	children []*childRecord // in the order they were added; a group's record stands for it
 	policy   Policy
+	// initialBackoff and maxBackoff are the level's backoff.
+	initialBackoff, maxBackoff time.Duration
+	group                      *childRecord // the group this level is; nil at the root
+	parent                     *level       // nil at the root
+	depth                      int          // 0 at the root
+	stopOnExhausted            bool         // ExhaustedStop: a spent budget stops the group
 }
 
 // childRecord is the supervisor's view of one child.
@@ -48,6 +52,9 @@ type childRecord struct {
 	waitBuf       [1]*barrier  // waits' first backing array
 	plan          *restartPlan // the restart plan it belongs to, if any
 	activeDirty   bool         // its activity changed during this message (flushActive)
+
+	lvl *level // the level it is a child of
+	sub *level // a group's own level; nil for a hosted component
 }
 
 // owner is an operation in flight that waits on children through a
@@ -200,6 +207,7 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 	return b.pending()
 }
 
+// current finds the hosted child that reported, in incarnation gen.
 func (s *root) current(name string, gen uint64) *childRecord {
 	rec, ok := s.byName[name]
 	if !ok || rec.gen != gen {
@@ -306,9 +314,13 @@ func (s *root) respond(to *actor.PID, value any, err error) {
 	}
 }
 
-// record finds a child by name for a lifecycle message.
+// record finds a child by name (its path) for a lifecycle message: a
+// hosted child or a group.
 func (s *root) record(name string) (*childRecord, error) {
 	rec, ok := s.byName[name]
+	if !ok {
+		rec, ok = s.groups[name]
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w %q", supervisor.ErrUnknownChild, name)
 	}

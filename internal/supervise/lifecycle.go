@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -31,16 +32,25 @@ type stopRequest struct {
 	done    bool
 }
 
-// stopForGood takes r's child out of supervision and any restart plan, and
-// shuts it down.
+// stopForGood takes r's child (every child of a group) out of supervision
+// and any restart plan, and shuts it down.
 func (s *root) stopForGood(r *stopRequest) {
 	rec := r.rec
-	rec.stopRequested = true
-	s.quiesce(onlyChild(rec))
-	if rec.state == supervisor.StatePending {
-		s.setState(rec, supervisor.StateStopped)
+	for _, x := range subtree(rec) {
+		x.stopRequested = true
 	}
-	if r.wait = s.stopAll(r, []*childRecord{rec}, s.boundedContext()); r.wait == nil {
+	if rec.sub == nil {
+		s.quiesce(onlyChild(rec))
+	} else {
+		s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
+	}
+	recs := hosted(rec)
+	for _, x := range recs {
+		if x.state == supervisor.StatePending {
+			s.setState(x, supervisor.StateStopped)
+		}
+	}
+	if r.wait = s.stopAll(r, recs, s.boundedContext()); r.wait == nil {
 		r.stopped()
 	}
 }
@@ -52,6 +62,10 @@ func (r *stopRequest) settled(*barrier, error) { r.stopped() }
 func (r *stopRequest) stopped() {
 	s, rec := r.s, r.rec
 	r.done, r.wait = true, nil
+	if rec.sub != nil {
+		rec.since = s.now()
+		s.publish(supervisor.ChildStopped, rec, nil)
+	}
 	if !r.remove {
 		s.respond(r.replyTo, nil, nil)
 		return
@@ -62,6 +76,7 @@ func (r *stopRequest) stopped() {
 	}
 	delete(s.byName, rec.spec.Name)
 	s.children = deleteRecord(s.children, rec)
+	rec.lvl.children = deleteRecord(rec.lvl.children, rec)
 	s.unpublishWebhook(rec)
 	s.ctx.Stop(rec.pid)
 	s.publish(supervisor.ChildRemoved, rec, nil)
@@ -92,7 +107,13 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 				spec.Shard = shardOf(spec.Name)
 			}
 		}
-		s.sendSelf(childNamed{spec: spec, err: err, replyTo: replyTo})
+		if err == nil && m.Parent != "" {
+			if strings.Contains(spec.Name, "/") {
+				err = fmt.Errorf("%s %q: \"/\" is not allowed in a name", spec.Kind, spec.Name)
+			}
+			spec.Name = m.Parent + "/" + spec.Name
+		}
+		s.sendSelf(childNamed{spec: spec, err: err, parent: m.Parent, replyTo: replyTo})
 	}()
 }
 
@@ -100,6 +121,7 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 type childNamed struct {
 	spec    childactor.Spec
 	err     error
+	parent  string
 	replyTo *actor.PID
 }
 
@@ -108,8 +130,16 @@ func (s *root) onChildNamed(m childNamed) {
 	if err == nil && s.phase != supervisor.PhaseRunning {
 		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, s.phase)
 	}
+	if err == nil && m.parent != "" {
+		if g := s.groups[m.parent]; g == nil {
+			err = fmt.Errorf("%w: no group %q", supervisor.ErrUnknownChild, m.parent)
+		} else if g.stopRequested {
+			err = fmt.Errorf("group %q is stopped", m.parent)
+		}
+	}
 	if err == nil {
-		if _, dup := s.byName[m.spec.Name]; dup {
+		_, group := s.groups[m.spec.Name]
+		if _, dup := s.byName[m.spec.Name]; dup || group {
 			err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, m.spec.Name)
 		}
 	}
@@ -124,12 +154,15 @@ func (s *root) onChildNamed(m childNamed) {
 		s.respond(m.replyTo, nil, nil)
 		return
 	}
-	r := &childRequest{s: s, stage: requestStarting, rec: rec, op: "AddChild", replyTo: m.replyTo}
+	r := &childRequest{s: s, stage: requestStarting, rec: rec, recs: []*childRecord{rec}, next: 1, op: "AddChild", replyTo: m.replyTo}
 	r.wait = s.startIncarnation(r, rec)
 }
 
 func (s *root) onRemoveChild(m supervisor.RemoveChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
+	if err == nil && rec.sub != nil {
+		err = fmt.Errorf("RemoveChild %q: removing a group is not supported; StopChild stops it", m.Name)
+	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return

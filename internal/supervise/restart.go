@@ -196,16 +196,33 @@ func (s *root) supervise(rec *childRecord, err error) {
 	if !s.supervising() || rec.stopRequested {
 		return
 	}
-	lvl := s.level
+	s.failIn(rec, err)
+}
+
+// failIn handles one failure of member (a hosted child, or a group that
+// has failed) with the strategy and budget of the level it is a child of.
+func (s *root) failIn(member *childRecord, err error) {
+	lvl := member.lvl
 	now := s.now()
-	if !lvl.allowRestart(rec, now) {
-		s.escalate(rec, err)
+	if !lvl.allowRestart(member, now) {
+		s.exhausted(lvl, member, err)
 		return
 	}
-	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(s.backoff(rec, now))}
+	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(s.backoff(member, now))}
 	members := map[*childRecord]bool{}
-	for _, r := range s.group(lvl, rec) {
-		members[r] = true
+	for _, m := range s.group(lvl, member) {
+		if m.sub != nil { // a group restarts whole, counted once; it starts over
+			m.restarts++
+			m.startedAt = now
+			resetBudgets(m)
+			s.publish(supervisor.ChildRestarted, m, nil)
+		}
+		for _, r := range s.leaves(m) {
+			members[r] = true
+		}
+	}
+	if member.sub == nil {
+		members[member] = true
 	}
 	// A child already in a plan (a restart in progress) joins this one, and
 	// so do the rest of that plan's children still waiting to start.
@@ -219,16 +236,17 @@ func (s *root) supervise(rec *childRecord, err error) {
 			}
 		}
 	}
-	if len(members) == 1 { // OneForOne: no need to walk every child for the order
-		plan.recs = []*childRecord{rec}
-		rec.plan = plan
+	if len(members) == 1 && member.sub == nil { // OneForOne: no need to walk every child for the order
+		plan.recs = []*childRecord{member}
+		member.plan = plan
 	} else {
-		for _, r := range lvl.children {
-			if members[r] {
-				plan.recs = append(plan.recs, r)
-				r.plan = plan
-			}
+		plan.recs = s.inOrder(lvl, members)
+		for _, r := range plan.recs {
+			r.plan = plan
 		}
+	}
+	if len(plan.recs) == 0 {
+		return // a group with nothing to start
 	}
 	if s.plans == nil {
 		s.plans = map[*restartPlan]struct{}{}
@@ -244,6 +262,55 @@ func (s *root) supervise(rec *childRecord, err error) {
 	plan.step()
 }
 
+// inOrder is members in the order a plan of lvl starts them again: lvl's
+// children in the order they were added (in a group, its stores first),
+// a group's in the order leaves gives; then any other (joined from an
+// earlier plan) in the order they were added.
+func (s *root) inOrder(lvl *level, members map[*childRecord]bool) []*childRecord {
+	out := make([]*childRecord, 0, len(members))
+	seen := make(map[*childRecord]bool, len(members))
+	take := func(r *childRecord) {
+		if members[r] && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	for _, storesFirst := range []bool{true, false} {
+		if !storesFirst && lvl.group == nil {
+			continue
+		}
+		for _, c := range lvl.children {
+			if lvl.group != nil && (c.spec.Kind == actors.KindStore) != storesFirst {
+				continue
+			}
+			for _, r := range s.orderedUnder(c) {
+				take(r)
+			}
+		}
+	}
+	for _, r := range s.children {
+		take(r)
+	}
+	return out
+}
+
+// orderedUnder is every hosted child under c (c itself when hosted), at
+// each group level its stores first.
+func (s *root) orderedUnder(c *childRecord) []*childRecord {
+	if c.sub == nil {
+		return []*childRecord{c}
+	}
+	var out []*childRecord
+	for _, storesFirst := range []bool{true, false} {
+		for _, cc := range c.sub.children {
+			if (cc.spec.Kind == actors.KindStore) == storesFirst {
+				out = append(out, s.orderedUnder(cc)...)
+			}
+		}
+	}
+	return out
+}
+
 // restart is the one way a child starts again, whatever decided it (a
 // restart plan, RestartChild, StartChild): every start call after a child's
 // first counts as a restart and publishes ChildRestarted. o is told the
@@ -255,10 +322,11 @@ func (s *root) restart(o owner, rec *childRecord) *barrier {
 	return b
 }
 
-// group is what lvl's strategy restarts when rec fails. Stores restart
-// alone; controllers and webhooks stopped by StopChild are left alone.
+// group is what lvl's strategy restarts when rec fails. At the root stores
+// restart alone; a group's strategy names its stores too. Children stopped
+// by StopChild are left alone, and so are plain runnables.
 func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
-	if lvl.policy.Strategy == supervisor.OneForOne || rec.spec.Kind == actors.KindStore {
+	if lvl.policy.Strategy == supervisor.OneForOne || (lvl.group == nil && rec.spec.Kind == actors.KindStore) {
 		return []*childRecord{rec}
 	}
 	group := []*childRecord{rec}
@@ -268,10 +336,19 @@ func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
 			after = true
 			continue
 		}
-		if r.stopRequested || (r.spec.Kind != actors.KindController && r.spec.Kind != actors.KindWebhook) {
+		switch r.spec.Kind {
+		case actors.KindController, actors.KindWebhook, actors.KindGroup:
+		case actors.KindStore:
+			if lvl.group == nil {
+				continue
+			}
+		default:
 			continue
 		}
-		if !s.leaseHeld(r) {
+		if r.stopRequested {
+			continue
+		}
+		if r.sub == nil && !s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
 		if lvl.policy.Strategy == supervisor.AllForOne || after {
@@ -293,28 +370,21 @@ func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 	return true
 }
 
-// backoff is how long rec waits before it starts again: InitialBackoff,
-// doubling with each failure, capped at MaxBackoff, minus up to 20% of
-// jitter; it starts from InitialBackoff again once the child has run for
-// RestartWindow without failing.
+// backoff is how long rec waits before it starts again (level.backoffFor):
+// InitialBackoff, doubling with each failure, capped at MaxBackoff, minus
+// up to 20% of jitter; it starts from InitialBackoff again once the child
+// has run for RestartWindow without failing.
 func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
+	if lvl := rec.lvl; lvl != nil && lvl.group != nil {
+		return backoffFor(rec, now, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
+	}
 	t := s.cfg.Timing
-	if !rec.startedAt.IsZero() && now.Sub(rec.startedAt) >= s.cfg.Policy.RestartWindow {
-		rec.backoffStep = 0
-	}
-	d := t.MaxBackoff
-	if rec.backoffStep < 62 {
-		if exp := t.InitialBackoff << rec.backoffStep; exp > 0 && exp < t.MaxBackoff && exp>>rec.backoffStep == t.InitialBackoff {
-			d = exp
-		}
-	}
-	rec.backoffStep++
-	return d - time.Duration(float64(d)*0.2*s.cfg.Jitter())
+	return backoffFor(rec, now, s.cfg.Policy.RestartWindow, t.InitialBackoff, t.MaxBackoff, s.cfg.Jitter())
 }
 
 // escalate stops the manager because rec failed past its budget.
 func (s *root) escalate(rec *childRecord, err error) {
-	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: s.cfg.Policy.RestartWindow, Err: err}
+	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: rec.lvl.policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
 	s.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts, Err: e})
@@ -348,14 +418,26 @@ func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 
 func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.state == supervisor.StateRunning && !busy(rec) {
+	if err == nil && rec.sub != nil && !rec.stopRequested && groupState(rec) == supervisor.StateRunning && !busy(rec) {
+		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
+	}
+	if err == nil && rec.sub == nil && rec.state == supervisor.StateRunning && !busy(rec) {
 		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	s.restartOnRequest(rec, err, "StartChild", replyTo)
 }
 
-// busy reports whether a decision is in progress on rec.
+// busy reports whether a decision is in progress on rec (on any child of
+// a group).
 func busy(rec *childRecord) bool {
+	if rec.sub != nil {
+		for _, r := range hosted(rec) {
+			if busy(r) {
+				return true
+			}
+		}
+		return false
+	}
 	return rec.plan != nil || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
 }
 
@@ -377,10 +459,14 @@ func (st requestStage) String() string { return requestStageNames[st] }
 // Shutdown), then started, and the requester answered once its start call
 // has returned; a failed start is then supervised like any failure.
 type childRequest struct {
-	s       *root
-	stage   requestStage
-	wait    *barrier
-	rec     *childRecord
+	s     *root
+	stage requestStage
+	wait  *barrier
+	rec   *childRecord // the child named: a hosted child or a group
+	// recs are the hosted children it restarts, in order (rec alone unless
+	// rec is a group); next is the index of the next to start.
+	recs    []*childRecord
+	next    int
 	op      string // the message, for the errors
 	replyTo *actor.PID
 }
@@ -391,15 +477,28 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	if err == nil && busy(rec) {
 		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, supervisor.ErrBusy, rec.state)
 	}
-	if err == nil && !s.leaseHeld(rec) {
+	if err == nil && rec.sub == nil && !s.leaseHeld(rec) {
 		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard)
 	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return
 	}
-	rec.stopRequested = false
 	r := &childRequest{s: s, rec: rec, op: op, replyTo: replyTo}
+	if rec.sub == nil {
+		rec.stopRequested = false
+		r.recs = []*childRecord{rec}
+	} else {
+		if rec.stopRequested || op == "StartChild" {
+			resetBudgets(rec)
+		}
+		for _, x := range subtree(rec) {
+			x.stopRequested = false
+		}
+		r.recs = s.leaves(rec)
+		rec.restarts++
+		s.publish(supervisor.ChildRestarted, rec, nil)
+	}
 	r.step()
 }
 
@@ -410,17 +509,28 @@ func (r *childRequest) step() {
 	for {
 		switch r.stage {
 		case requestStopping:
-			if r.wait = s.stopAll(r, []*childRecord{rec}, s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, r.recs, s.boundedContext()); r.wait != nil {
 				return
 			}
 		case requestStarting:
+			if r.next >= len(r.recs) {
+				r.answer(nil)
+				return
+			}
+			next := r.recs[r.next]
+			r.next++
 			switch {
 			case s.phase != supervisor.PhaseRunning:
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
-			case !s.leaseHeld(rec):
+			case next.stopRequested && rec.sub != nil:
+				continue // stopped meanwhile by a StopChild of its own
+			case !s.leaseHeld(next):
+				if rec.sub != nil {
+					continue
+				}
 				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
 			default:
-				r.wait = s.restart(r, rec)
+				r.wait = s.restart(r, next)
 			}
 			return
 		case requestDone:
@@ -451,9 +561,9 @@ func (r *childRequest) settled(b *barrier, err error) {
 	if err != nil {
 		r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, err))
 		if err != errInterrupted {
-			r.s.supervise(r.rec, err)
+			r.s.supervise(r.recs[r.next-1], err)
 		}
 		return
 	}
-	r.answer(nil)
+	r.step() // the next child, or the answer
 }

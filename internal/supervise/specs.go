@@ -2,6 +2,8 @@ package supervise
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -18,8 +20,16 @@ import (
 // named and pinned itself); an Invalid is reported as that child's problem.
 func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec, error) {
 	specs := make([]childactor.Spec, len(added))
+	groups := false
+	for _, v := range added {
+		if _, ok := v.(GroupDecl); ok {
+			groups = true
+		}
+	}
 	errs := make([]error, len(added))
 	var byHealth []int // controllers named by GetHealth().Name
+	prefix := make([]string, len(added))
+	added = slices.Clone(added)
 	for i, v := range added {
 		switch given := v.(type) {
 		case childactor.Spec: // named and classified by the facade already
@@ -28,6 +38,18 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 		case Invalid:
 			errs[i] = given.Err
 			continue
+		case GroupDecl:
+			if given.Err != nil {
+				errs[i] = given.Err
+				continue
+			}
+			decl := given
+			specs[i] = childactor.Spec{Name: given.Path, Kind: actors.KindGroup, Impl: &decl}
+			continue
+		case InGroup:
+			prefix[i] = given.Parent + "/"
+			v = given.Value
+			added[i] = v
 		}
 		spec, err := classify(mode, v)
 		if err != nil {
@@ -56,6 +78,16 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 			specs[i].Name, errs[i] = names[j], nerrs[j]
 		}
 	}
+	for i := range specs {
+		if errs[i] != nil || specs[i].Kind == actors.KindGroup {
+			continue
+		}
+		if strings.Contains(specs[i].Name, "/") && (prefix[i] != "" || groups) {
+			errs[i] = fmt.Errorf("%s %q: \"/\" is not allowed in a name", specs[i].Kind, specs[i].Name)
+			continue
+		}
+		specs[i].Name = prefix[i] + specs[i].Name
+	}
 	if err := validateSpecs(specs, errs); err != nil {
 		return nil, err
 	}
@@ -66,3 +98,27 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 // facade could not even build; Err says why, and Specs reports it by the
 // child's position.
 type Invalid struct{ Err error }
+
+// Facade plumbing: GroupDecl, among the values given to Specs, declares a
+// group (controllermanager.NewGroup) at Path; the values that follow it
+// wrapped in an InGroup naming it are its children. Its Policy's and its
+// backoff's zero fields inherit the parent's.
+type GroupDecl struct {
+	Path           string
+	Policy         Policy
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// StopOnExhausted: when its budget is spent the group stops and stays
+	// stopped, instead of failing to its parent.
+	StopOnExhausted bool
+	// Err, when set, is why the group could not be built (Specs reports it
+	// by its position).
+	Err error
+}
+
+// Facade plumbing: InGroup, among the values given to Specs, is Value, a
+// child of the group at path Parent: its name becomes Parent + "/" + name.
+type InGroup struct {
+	Parent string
+	Value  any
+}

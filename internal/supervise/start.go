@@ -43,6 +43,10 @@ type startAttempt struct {
 	stage   startStage
 	wait    *barrier // the children of stage being started
 	replyTo *actor.PID
+	// depth is the level whose stores recover now (startStores): the
+	// root's first, then each group's after its parent's, deeper levels
+	// after shallower ones.
+	depth   int
 	ctx     context.Context // the caller's, cancelled once the start has ended
 	cancel  context.CancelFunc
 	timeout time.Duration
@@ -110,9 +114,20 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 }
 
 // addRecord records a child, in StatePending, and spawns its actor unless it
-// is a controller.
+// is a controller or a group. A child inside a group (its name a path) joins
+// its group's level; the group is recorded before its children.
 func (s *root) addRecord(spec childactor.Spec) *childRecord {
-	rec := &childRecord{spec: spec, healthy: true}
+	rec := &childRecord{spec: spec, healthy: true, lvl: s.tree}
+	if i := strings.LastIndexByte(spec.Name, '/'); i >= 0 {
+		if g := s.groups[spec.Name[:i]]; g != nil {
+			rec.lvl = g.sub
+		}
+	}
+	rec.lvl.children = append(rec.lvl.children, rec)
+	if spec.Kind == actors.KindGroup {
+		s.addGroup(rec, spec.Impl.(*GroupDecl))
+		return rec
+	}
 	rec.waits = rec.waitBuf[:0]
 	if spec.Kind != actors.KindController {
 		// A controller's actor is spawned by its first start (startChild):
@@ -187,8 +202,12 @@ func (a *startAttempt) step() {
 			a.bound()
 			s.obs.starting.Store(true)
 			s.become(supervisor.PhaseRecovering, "the lease is held")
-			if a.wait = s.startAll(a, s.toStart(actors.KindStore), a.bounded); a.wait != nil {
+			if a.wait = s.startAll(a, s.storesAt(a.depth), a.bounded); a.wait != nil {
 				return
+			}
+			if a.depth < s.maxDepth() {
+				a.depth++
+				continue
 			}
 		case startControllers:
 			s.become(supervisor.PhaseStarting, "stores recovered")
@@ -227,7 +246,11 @@ func (a *startAttempt) settled(b *barrier, err error) {
 		a.s.failStart(fmt.Errorf("cannot %s: %w", a.stage.failure(), err))
 		return
 	}
-	a.stage++
+	if a.stage == startStores && a.depth < a.s.maxDepth() {
+		a.depth++ // the stores of the next level down
+	} else {
+		a.stage++
+	}
 	a.step()
 }
 
@@ -335,6 +358,25 @@ func (s *root) toStart(kind actors.Kind) []*childRecord {
 		}
 	}
 	return recs
+}
+
+// storesAt is what a start round recovers of the stores at depth (0: the
+// root's own).
+func (s *root) storesAt(depth int) []*childRecord {
+	recs := s.toStart(actors.KindStore)
+	if s.groups == nil {
+		return recs
+	}
+	return slices.DeleteFunc(recs, func(r *childRecord) bool { return r.lvl.depth != depth })
+}
+
+// maxDepth is the depth of the deepest group (0 without groups).
+func (s *root) maxDepth() int {
+	d := 0
+	for _, g := range s.groups {
+		d = max(d, g.sub.depth)
+	}
+	return d
 }
 
 func (s *root) ofKind(kind actors.Kind) []*childRecord {

@@ -34,7 +34,8 @@ type Handle struct {
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: supervisor.PhaseIdle,
-		level:      &level{byName: map[string]*childRecord{}, policy: cfg.Policy},
+		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff},
+		byName:     map[string]*childRecord{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.initShards()
 	s.spawner = childactor.NewSpawner(childactor.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
@@ -58,9 +59,14 @@ type root struct {
 	self   *actor.PID
 	system *actor.ActorSystem
 
-	phase  supervisor.Phase
-	*level        // the children, supervised by the root's strategy and budget
-	gen    uint64 // last incarnation number given to a child
+	phase supervisor.Phase
+	tree  *level // the root's level: its children, its strategy and budget
+	// children are the hosted children of every level, depth first in the
+	// order they were added; byName finds them by path, groups the groups.
+	children []*childRecord
+	byName   map[string]*childRecord
+	groups   map[string]*childRecord
+	gen      uint64 // last incarnation number given to a child
 
 	events   []supervisor.Event // published once the message has been handled (flush)
 	closeBus bool               // the manager has stopped: the bus closes after them
@@ -286,13 +292,7 @@ func (s *root) status() supervisor.Status {
 	}
 	st := supervisor.Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
 	st.Shards = s.shardStatus()
-	st.Children = make([]supervisor.ChildStatus, 0, len(s.children))
-	for _, rec := range s.children {
-		st.Children = append(st.Children, supervisor.ChildStatus{
-			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts,
-			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
-		})
-	}
+	st.Children = s.levelStatus(s.tree)
 	return st
 }
 

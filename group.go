@@ -1,0 +1,126 @@
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/actorkube/controllermanager/internal/supervise"
+)
+
+// Group is a child that supervises children of its own (NewGroup): a
+// supervision tree's inner node. It goes wherever a child goes (Add,
+// inside another group) and is a Runnable only so that it does: the
+// manager never calls its Shutdown, it shuts its children down.
+type Group struct {
+	name     string
+	spec     SupervisionSpec
+	children []Runnable
+}
+
+// NewGroup returns a group named name (no "/" in it; unique among its
+// siblings) that supervises children with spec's strategy, restart budget
+// and backoff; each zero field inherits the parent's (the manager's for a
+// group added to the manager). spec's OnExhausted says what the group does
+// once a child has spent its budget. Its other fields (health probes,
+// ShutdownTimeout) are the manager's and are not read here.
+//
+// Inside the group the root's rules hold: at start its stores recover
+// first, then its other children start, each phase in parallel; a stop
+// shuts its children down together; a restart starts the children it names
+// again one after another in the order they were added, stores first.
+// Unlike the root's, a group's strategy names its stores too. A child's
+// name in a group is its path, "tenant-a/store".
+func NewGroup(name string, spec SupervisionSpec, children ...Runnable) *Group {
+	return &Group{name: name, spec: spec, children: children}
+}
+
+// Name is the group's name.
+func (g *Group) Name() string { return g.name }
+
+// Shutdown does nothing: the manager shuts a group's children down itself.
+func (g *Group) Shutdown(context.Context) {}
+
+// flattenGroups replaces every Group among vals by its declaration and its
+// children (each wrapped in supervise.InGroup), depth first, for
+// supervise.Specs.
+func flattenGroups(vals []any) []any {
+	has := false
+	for _, v := range vals {
+		if _, ok := v.(*Group); ok {
+			has = true
+		}
+	}
+	if !has {
+		return vals
+	}
+	out := make([]any, 0, len(vals))
+	var walk func(parent string, v any)
+	walk = func(parent string, v any) {
+		g, ok := v.(*Group)
+		if !ok || g == nil {
+			if parent != "" {
+				v = supervise.InGroup{Parent: parent, Value: v}
+			}
+			out = append(out, v)
+			return
+		}
+		path := g.name
+		if parent != "" {
+			path = parent + "/" + g.name
+		}
+		decl := g.decl(path)
+		out = append(out, decl)
+		if decl.Err != nil {
+			return
+		}
+		for _, c := range g.children {
+			var cv any
+			if c != nil {
+				cv = c
+			}
+			walk(path, cv)
+		}
+	}
+	for _, v := range vals {
+		walk("", v)
+	}
+	return out
+}
+
+// decl is g's declaration at path, its spec validated.
+func (g *Group) decl(path string) supervise.GroupDecl {
+	d := supervise.GroupDecl{Path: path}
+	var errs []error
+	switch {
+	case strings.TrimSpace(g.name) == "":
+		errs = append(errs, errors.New("a group has an empty name"))
+	case strings.Contains(g.name, "/"):
+		errs = append(errs, fmt.Errorf("group %q: \"/\" is not allowed in a name", g.name))
+	}
+	spec := g.spec
+	checked := spec // the backoffs are checked against each other once inherited
+	checked.InitialBackoff, checked.MaxBackoff = metav1.Duration{}, metav1.Duration{}
+	if _, err := checked.supervision(); err != nil {
+		errs = append(errs, err)
+	}
+	if spec.InitialBackoff.Duration < 0 || spec.MaxBackoff.Duration < 0 {
+		errs = append(errs, errors.New("supervision: initialBackoff and maxBackoff must not be negative"))
+	}
+	switch spec.OnExhausted {
+	case "", ExhaustedEscalate:
+	case ExhaustedStop:
+		d.StopOnExhausted = true
+	default:
+		errs = append(errs, fmt.Errorf("supervision.onExhausted: %q is not one of Escalate, Stop", spec.OnExhausted))
+	}
+	d.Policy = supervise.Policy{Strategy: spec.Strategy, MaxRestarts: int(spec.MaxRestarts), RestartWindow: spec.RestartWindow.Duration}
+	d.InitialBackoff, d.MaxBackoff = spec.InitialBackoff.Duration, spec.MaxBackoff.Duration
+	if err := errors.Join(errs...); err != nil {
+		d.Err = fmt.Errorf("group %q: %w", path, err)
+	}
+	return d
+}

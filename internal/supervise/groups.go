@@ -1,0 +1,210 @@
+package supervise
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Groups. A group is a child whose record (Kind "group") stands for a level
+// of its own: its children, supervised by its policy. Only hosted children
+// have actors and incarnations; a group's state is read from theirs. Every
+// operation on a group (its start, stop and restart) is the root's own
+// state machine (start.go, restart.go, lifecycle.go) over the group's
+// hosted children, in the order leaves gives.
+
+// addGroup gives rec, a group's record, its level: the decl's zero fields
+// inherit the parent level's.
+func (s *root) addGroup(rec *childRecord, decl *GroupDecl) {
+	parent := rec.lvl
+	lvl := &level{policy: decl.Policy, initialBackoff: decl.InitialBackoff, maxBackoff: decl.MaxBackoff,
+		group: rec, parent: parent, depth: parent.depth + 1, stopOnExhausted: decl.StopOnExhausted}
+	if lvl.policy.Strategy == "" {
+		lvl.policy.Strategy = parent.policy.Strategy
+	}
+	if lvl.policy.MaxRestarts == 0 {
+		lvl.policy.MaxRestarts = parent.policy.MaxRestarts
+	}
+	if lvl.policy.RestartWindow == 0 {
+		lvl.policy.RestartWindow = parent.policy.RestartWindow
+	}
+	if lvl.initialBackoff == 0 {
+		lvl.initialBackoff = parent.initialBackoff
+	}
+	if lvl.maxBackoff == 0 {
+		lvl.maxBackoff = parent.maxBackoff
+	}
+	rec.sub = lvl
+	rec.state, rec.since = supervisor.StatePending, s.now()
+	if s.groups == nil {
+		s.groups = map[string]*childRecord{}
+	}
+	s.groups[rec.spec.Name] = rec
+}
+
+// leaves is the hosted children that starting rec (a hosted child or a
+// group) starts, in the order a group starts them again: at each level its
+// stores first, then the others, each in the order they were added. Plain
+// runnables (never started), children stopped by StopChild and those whose
+// lease this replica does not hold are left out.
+func (s *root) leaves(rec *childRecord) []*childRecord {
+	var out []*childRecord
+	var walk func(r *childRecord)
+	walk = func(r *childRecord) {
+		if r.sub == nil {
+			if !r.stopRequested && r.spec.Kind != actors.KindRunnable && s.leaseHeld(r) {
+				out = append(out, r)
+			}
+			return
+		}
+		if r.stopRequested {
+			return
+		}
+		for _, storesFirst := range []bool{true, false} {
+			for _, c := range r.sub.children {
+				if (c.spec.Kind == actors.KindStore) == storesFirst {
+					walk(c)
+				}
+			}
+		}
+	}
+	walk(rec)
+	return out
+}
+
+// hosted is every hosted child under rec (rec itself when it is one), in
+// the order they were added, whatever their state.
+func hosted(rec *childRecord) []*childRecord {
+	if rec.sub == nil {
+		return []*childRecord{rec}
+	}
+	var out []*childRecord
+	for _, c := range rec.sub.children {
+		out = append(out, hosted(c)...)
+	}
+	return out
+}
+
+// subtree is every record under rec, groups included, rec first.
+func subtree(rec *childRecord) []*childRecord {
+	out := []*childRecord{rec}
+	if rec.sub != nil {
+		for _, c := range rec.sub.children {
+			out = append(out, subtree(c)...)
+		}
+	}
+	return out
+}
+
+// inside reports whether rec is under g (or is g).
+func inside(rec, g *childRecord) bool {
+	for l := rec.lvl; ; l = l.parent {
+		if rec == g {
+			return true
+		}
+		if l == nil || l.group == nil {
+			return false
+		}
+		rec = l.group
+	}
+}
+
+// groupState is a group's state, read from its hosted children's: Stopped
+// once stopped by StopChild or a spent budget (Stopping while they stop),
+// else the least advanced of its children's.
+func groupState(g *childRecord) supervisor.ChildState {
+	counts := map[supervisor.ChildState]int{}
+	n := 0
+	for _, r := range hosted(g) {
+		counts[r.state]++
+		n++
+	}
+	switch {
+	case g.stopRequested && counts[supervisor.StateStopping] > 0:
+		return supervisor.StateStopping
+	case g.stopRequested:
+		return supervisor.StateStopped
+	case n == 0:
+		return supervisor.StateRunning
+	case counts[supervisor.StateStopping] > 0:
+		return supervisor.StateStopping
+	case counts[supervisor.StateBackingOff]+counts[supervisor.StateFailed] > 0:
+		return supervisor.StateBackingOff
+	case counts[supervisor.StateStarting] > 0:
+		return supervisor.StateStarting
+	case counts[supervisor.StatePending] == n:
+		return supervisor.StatePending
+	case counts[supervisor.StateRunning] > 0:
+		return supervisor.StateRunning
+	default:
+		return supervisor.StateStopped
+	}
+}
+
+// levelStatus is the status of lvl's children, a group's with its own.
+func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
+	out := make([]supervisor.ChildStatus, 0, len(lvl.children))
+	for _, rec := range lvl.children {
+		cs := supervisor.ChildStatus{
+			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts,
+			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
+		}
+		if rec.sub != nil {
+			cs.State = groupState(rec)
+			cs.Children = s.levelStatus(rec.sub)
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// exhausted handles a spent budget of member, a child of lvl: at the root
+// the manager escalates; in a group the group has failed, and either stops
+// (ExhaustedStop) or fails to its parent as one child (ExhaustedEscalate).
+func (s *root) exhausted(lvl *level, member *childRecord, err error) {
+	g := lvl.group
+	if g == nil {
+		s.escalate(member, err)
+		return
+	}
+	gerr := fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
+		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err)
+	g.failures++
+	g.lastErr = gerr
+	g.healthy, g.message = false, gerr.Error()
+	s.cfg.Logger.Error("group failed", "child", g.spec.Name, "err", gerr)
+	s.publish(supervisor.ChildFailed, g, gerr)
+	if lvl.stopOnExhausted {
+		s.stopForGood(&stopRequest{s: s, rec: g})
+		return
+	}
+	s.failIn(g, gerr)
+}
+
+// resetBudgets gives every child under g a fresh budget and backoff: the
+// group starts over, as an OTP supervisor restarted by its parent does.
+func resetBudgets(g *childRecord) {
+	for _, r := range subtree(g) {
+		if r != g {
+			r.budget, r.backoffStep = nil, 0
+		}
+	}
+}
+
+// backoffFor is how long rec waits before it starts again on a level
+// whose restart window and backoff these are (restart.go's backoff).
+func backoffFor(rec *childRecord, now time.Time, window, initial, maxBackoff time.Duration, jitter float64) time.Duration {
+	if !rec.startedAt.IsZero() && now.Sub(rec.startedAt) >= window {
+		rec.backoffStep = 0
+	}
+	d := maxBackoff
+	if rec.backoffStep < 62 {
+		if exp := initial << rec.backoffStep; exp > 0 && exp < maxBackoff && exp>>rec.backoffStep == initial {
+			d = exp
+		}
+	}
+	rec.backoffStep++
+	return d - time.Duration(float64(d)*0.2*jitter)
+}
