@@ -183,6 +183,12 @@ func (spec *SupervisionSpec) supervision() (supervision, error) {
 	default:
 		errs = append(errs, fmt.Errorf("supervision.strategy: %q is not one of OneForOne, AllForOne, RestForOne", spec.Strategy))
 	}
+	switch spec.OnExhausted {
+	case "", ExhaustedEscalate, ExhaustedStop:
+		// Only a group reads it; the manager's own spent budget escalates.
+	default:
+		errs = append(errs, fmt.Errorf("supervision.onExhausted: %q is not one of Escalate, Stop", spec.OnExhausted))
+	}
 	count := func(field string, v int32, into *int) {
 		switch {
 		case v < 0:

@@ -69,6 +69,9 @@ func TestConfigFromJSON(t *testing.T) {
 		{name: "strategy RestForOne", doc: `{"supervision":{"strategy":"RestForOne"}}`},
 		{name: "strategy in the wrong case", doc: `{"supervision":{"strategy":"oneforone"}}`, want: []string{"supervision.strategy", `"oneforone"`}},
 		{name: "strategy not a string", doc: `{"supervision":{"strategy":1}}`, wantDecode: []string{"supervision.strategy"}},
+		{name: "onExhausted Stop", doc: `{"supervision":{"onExhausted":"Stop"}}`},
+		{name: "onExhausted Escalate", doc: `{"supervision":{"onExhausted":"Escalate"}}`},
+		{name: "onExhausted unknown", doc: `{"supervision":{"onExhausted":"Restart"}}`, want: []string{"supervision.onExhausted", `"Restart"`}},
 
 		{name: "maxRestarts negative", doc: `{"supervision":{"maxRestarts":-1}}`, want: []string{"supervision.maxRestarts", "-1"}},
 		{name: "maxRestarts zero is the default", doc: `{"supervision":{"maxRestarts":0}}`},
