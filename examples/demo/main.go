@@ -176,6 +176,13 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- addrs) err
 		newWorker("reporter", 5*time.Second, 0),
 		&denyPrivileged{},
 	)
+	// A tenant's store and the worker that reads it, supervised together as
+	// one group: RestForOne restarts the worker when its store fails, and a
+	// tenant that spends its own budget stops (ExhaustedStop) instead of
+	// stopping the manager. Its children are "tenant-a/inventory" and
+	// "tenant-a/reconciler" in the events, Status and the metrics.
+	m.Add(cm.NewGroup("tenant-a", cm.SupervisionSpec{Strategy: cm.RestForOne, OnExhausted: cm.ExhaustedStop},
+		&inventory{}, newWorker("reconciler", time.Second, 0)))
 
 	mux := http.NewServeMux()
 	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry))) // /healthz, /livez, /readyz, /metrics
@@ -288,6 +295,10 @@ func (w *worker) GetHealth() cm.HealthStatus {
 type inventory struct{}
 
 func (*inventory) Name() string { return "inventory" }
+
+// Shutdown has nothing to release. A store needs none at the root
+// (AddStore); a group's children are Runnables, so this one has it.
+func (*inventory) Shutdown(context.Context) {}
 
 func (*inventory) Recover(ctx context.Context) error {
 	select { // as if listing what was there before the restart
