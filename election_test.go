@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/internal/testkit/pausewatch"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
@@ -63,35 +64,15 @@ func elSpec(onLost cm.LeaseLostAction) *cm.LeaderElectionSpec {
 // docs/leader-election.md sets out, which no lease can fence. An overlap
 // that such a pause explains is logged, not failed.
 type elActivity struct {
-	mu       sync.Mutex
-	spans    []*elSpan
-	maxPause time.Duration
+	mu     sync.Mutex
+	spans  []*elSpan
+	pauses *pausewatch.Watch
 }
 
 // newElActivity returns an activity log whose pause watch ends with t.
 func newElActivity(t *testing.T) *elActivity {
-	a := &elActivity{}
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		const period = 10 * time.Millisecond
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		last := time.Now()
-		for {
-			select {
-			case now := <-tick.C:
-				a.mu.Lock()
-				a.maxPause = max(a.maxPause, now.Sub(last)-period)
-				a.mu.Unlock()
-				last = now
-			case <-done:
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { close(done); <-exited })
+	a := &elActivity{pauses: pausewatch.Start()}
+	t.Cleanup(a.pauses.Stop)
 	return a
 }
 
@@ -128,9 +109,7 @@ func (a *elActivity) snapshot() []elSpan {
 // pause of the process longer than half the fence budget excuses them.
 func (a *elActivity) assertNoOverlap(t *testing.T) {
 	t.Helper()
-	a.mu.Lock()
-	pause := a.maxPause
-	a.mu.Unlock()
+	pause := a.pauses.Longest()
 	report := t.Errorf
 	if pause > elFenceBudget/2 {
 		t.Logf("the test process was paused for %s (fence budget %s): overlaps are logged, not failed", pause, elFenceBudget)

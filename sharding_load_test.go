@@ -91,9 +91,7 @@ func (r *loadReplica) held(t *testing.T) []int {
 // no elector can help (the paused-process limit of docs/leader-election.md).
 func assertKept(t *testing.T, activity *elActivity, what string, wantLost, lost, wantFenced, fenced int) {
 	t.Helper()
-	activity.mu.Lock()
-	pause := activity.maxPause
-	activity.mu.Unlock()
+	pause := activity.pauses.Longest()
 	if (lost != wantLost || fenced != wantFenced) && pause > elRenewDeadline/2 {
 		t.Logf("%s: %d shards lost, %d controllers fenced, excused: the test process stalled for %s", what, lost-wantLost, fenced-wantFenced, pause)
 		return

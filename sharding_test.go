@@ -58,9 +58,7 @@ type shScenario struct {
 // unless the test process stalled for more than half the renew deadline,
 // when renewals may have missed it through no fault of the elector's.
 func (s *shScenario) movesReport() func(format string, args ...any) {
-	s.activity.mu.Lock()
-	pause := s.activity.maxPause
-	s.activity.mu.Unlock()
+	pause := s.activity.pauses.Longest()
 	if pause > elRenewDeadline/2 {
 		return func(format string, args ...any) {
 			s.t.Logf("excused, the test process stalled for %s: "+format, append([]any{pause}, args...)...)
@@ -247,9 +245,7 @@ func (s *shScenario) checkJournal() {
 		}
 		byChild[sp.child] = append(byChild[sp.child], sp)
 	}
-	s.activity.mu.Lock()
-	pause := s.activity.maxPause
-	s.activity.mu.Unlock()
+	pause := s.activity.pauses.Longest()
 	report := t.Errorf
 	if pause > elFenceBudget/2 {
 		// As in election_test.go: a pause of the whole process stops the

@@ -37,7 +37,7 @@ var Layers = []Layer{
 	{"the vocabulary of supervision: lifecycle messages, Status, Event, Phase, errors", []string{"supervisor"}},
 	{"what a hosted component implements and calls", []string{"actors"}},
 	{"leases: errors, guards, fences, the previous release's elector", []string{"lease"}},
-	{"leaves: defaults, plain-text and JSON answers, the start context, a fake Lease API", []string{"internal/defaults", "internal/respond", "internal/startctx", "lease/leasetest"}},
+	{"leaves: defaults, plain-text and JSON answers, the start context, a fake Lease API", []string{"internal/defaults", "internal/respond", "internal/startctx", "internal/testkit/pausewatch", "lease/leasetest"}},
 }
 
 // Diagram is the ASCII drawing of layers, top first, for the doc.

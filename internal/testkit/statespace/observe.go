@@ -2,7 +2,6 @@ package statespace
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
@@ -100,43 +99,3 @@ func (r *runner) eventSince(at time.Time, match func(cm.Event) bool) bool {
 	}
 	return false
 }
-
-// pauseWatch measures the longest pause of the whole process: a ticker
-// that did not tick.
-type pauseWatch struct {
-	mu      sync.Mutex
-	longest time.Duration
-	done    chan struct{}
-	exited  chan struct{}
-}
-
-func newPauseWatch() *pauseWatch {
-	p := &pauseWatch{done: make(chan struct{}), exited: make(chan struct{})}
-	go func() {
-		defer close(p.exited)
-		const period = 10 * time.Millisecond
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		last := time.Now()
-		for {
-			select {
-			case now := <-tick.C:
-				p.mu.Lock()
-				p.longest = max(p.longest, now.Sub(last)-period)
-				p.mu.Unlock()
-				last = now
-			case <-p.done:
-				return
-			}
-		}
-	}()
-	return p
-}
-
-func (p *pauseWatch) max() time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.longest
-}
-
-func (p *pauseWatch) stop() { close(p.done); <-p.exited }

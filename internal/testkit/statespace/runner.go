@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/internal/testkit/pausewatch"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -58,10 +59,10 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := newRunner(sc, cfg)
-	defer r.pauses.stop()
+	defer r.pauses.Stop()
 	begin := time.Now()
 	r.run(ctx)
-	res := Result{Scenario: sc, Steps: r.steps, Skipped: r.skipped, Took: time.Since(begin), MaxPause: r.pauses.max()}
+	res := Result{Scenario: sc, Steps: r.steps, Skipped: r.skipped, Took: time.Since(begin), MaxPause: r.pauses.Longest()}
 	r.vmu.Lock()
 	res.Violations, res.Excused = slices.Clone(r.violations), slices.Clone(r.excused)
 	r.vmu.Unlock()
@@ -84,7 +85,7 @@ type runner struct {
 	// by mu.
 	faulted bool
 	m       *cm.ControllerManager
-	pauses  *pauseWatch
+	pauses  *pausewatch.Watch
 
 	startCancel context.CancelFunc
 	startDone   chan error
@@ -131,7 +132,7 @@ func newRunner(sc Scenario, cfg Config) *runner {
 		startDone: make(chan error, 1), doneWatch: make(chan struct{}),
 	}
 	r.journal = NewJournal(r.violate)
-	r.pauses = newPauseWatch()
+	r.pauses = pausewatch.Start()
 	return r
 }
 
@@ -164,7 +165,7 @@ func (r *runner) violateOnce(key string, v Violation, excusable bool) {
 		return
 	}
 	r.seen[key] = true
-	if excusable && r.pauses.max() > FenceBudget/2 {
+	if excusable && r.pauses.Longest() > FenceBudget/2 {
 		r.excused = append(r.excused, v)
 		return
 	}
