@@ -285,6 +285,10 @@ func TestGroupExhaustedStopStopsTheGroupAlone(t *testing.T) {
 	flaky, _ := st.Child("flaky")
 	assert.Equal(t, supervisor.StateStopped, flaky.State)
 	assert.Error(t, flaky.LastError)
+	require.NotNil(t, flaky.Group)
+	assert.Equal(t, supervisor.GroupStatus{Strategy: cm.OneForOne, MaxRestarts: 2, RestartWindow: flaky.Group.RestartWindow,
+		StopOnExhausted: true, Exhausted: true, Spent: 2}, *flaky.Group)
+	assert.Positive(t, flaky.Group.RestartWindow, "inherited from the manager")
 	mateSt, _ := st.Child("flaky/mate")
 	assert.Equal(t, supervisor.StateStopped, mateSt.State)
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "steady/ctrl"))
@@ -305,6 +309,10 @@ func TestGroupExhaustedStopStopsTheGroupAlone(t *testing.T) {
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "flaky/crash"))
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "flaky/mate"))
 	assert.Equal(t, 2, mate.runCount())
+	flaky, _ = mustStatus(t, m).Child("flaky")
+	require.NotNil(t, flaky.Group)
+	assert.False(t, flaky.Group.Exhausted, "started again")
+	assert.Zero(t, flaky.Group.Spent, "with a fresh budget")
 }
 
 // With ExhaustedEscalate a group whose budget is spent has failed, and its

@@ -43,6 +43,28 @@ type ChildStatus struct {
 	// Children are a group's children, in start order (Kind "group");
 	// nil for every other kind.
 	Children []ChildStatus
+	// Group is a group's own supervision (Kind "group"); nil for every
+	// other kind.
+	Group *GroupStatus
+}
+
+// GroupStatus is the supervision a group applies to its children, its
+// zero fields inherited from its parent's, and how much of its budget
+// they have spent.
+type GroupStatus struct {
+	Strategy      Strategy
+	MaxRestarts   int           // restarts allowed within RestartWindow, per child
+	RestartWindow time.Duration // the budget's window
+	// StopOnExhausted: once a child spends the budget the group stops
+	// (controllermanager.ExhaustedStop) rather than fail to its parent.
+	StopOnExhausted bool
+	// Exhausted: the group is stopped because a child spent its budget
+	// (not by StopChild); StartChild starts it again.
+	Exhausted bool
+	// Spent is the most restarts any one of its children has within the
+	// window now: the budget is spent once a failure finds it at
+	// MaxRestarts.
+	Spent int
 }
 
 // Child returns the status of the named child at any depth: name is a

@@ -48,6 +48,7 @@ type childRecord struct {
 	backoffStep int
 
 	stopRequested bool         // stopped by StopChild: not supervised until started again
+	exhausted     bool         // a group stopped by its spent budget (ExhaustedStop)
 	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
 	waitBuf       [1]*barrier  // waits' first backing array
 	plan          *restartPlan // the restart plan it belongs to, if any

@@ -154,10 +154,30 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 		if rec.sub != nil {
 			cs.State = groupState(rec)
 			cs.Children = s.levelStatus(rec.sub)
+			cs.Group = s.groupStatus(rec)
 		}
 		out = append(out, cs)
 	}
 	return out
+}
+
+// groupStatus is g's own supervision and the budget its children have
+// spent within the window, now.
+func (s *root) groupStatus(g *childRecord) *supervisor.GroupStatus {
+	lvl := g.sub
+	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
+		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: g.exhausted && g.stopRequested}
+	cutoff := s.now().Add(-lvl.policy.RestartWindow)
+	for _, c := range lvl.children {
+		n := 0
+		for _, at := range c.budget {
+			if at.After(cutoff) {
+				n++
+			}
+		}
+		gs.Spent = max(gs.Spent, n)
+	}
+	return gs
 }
 
 // exhausted handles a spent budget of member, a child of lvl: at the root
@@ -177,6 +197,7 @@ func (s *root) exhausted(lvl *level, member *childRecord, err error) {
 	s.cfg.Logger.Error("group failed", "child", g.spec.Name, "err", gerr)
 	s.publish(supervisor.ChildFailed, g, gerr)
 	if lvl.stopOnExhausted {
+		g.exhausted = true
 		s.stopForGood(&stopRequest{s: s, rec: g})
 		return
 	}

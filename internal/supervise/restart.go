@@ -493,7 +493,7 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 			resetBudgets(rec)
 		}
 		for _, x := range subtree(rec) {
-			x.stopRequested = false
+			x.stopRequested, x.exhausted = false, false
 		}
 		r.recs = s.leaves(rec)
 		rec.restarts++
