@@ -293,3 +293,27 @@ func TestAddShardedGroupBuildErrorsNameTheGroup(t *testing.T) {
 	assert.Contains(t, err.Error(), `group "empty-0" of AddShardedGroup: build returned no children`)
 	assert.Contains(t, err.Error(), `group "boom-0" of AddShardedGroup: build panicked: no tenants today`)
 }
+
+// While the start round still recovers another group's store, a group
+// whose store has recovered and whose controller has not started yet is
+// Starting, not Running.
+func TestGroupIsStartingUntilItsControllersStart(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	release := make(chan struct{})
+	slow := newGStore(log, "b/store")
+	slow.set(func(c *gChild) { c.hangRun = release })
+	m.Add(cm.NewGroup("a", cm.SupervisionSpec{}, newGStore(log, "a/store"), newGController(log, "a/ctrl")),
+		cm.NewGroup("b", cm.SupervisionSpec{}, slow))
+	started := make(chan error, 1)
+	go func() { started <- m.Start(gCtx(t), 0) }()
+	gEventually(t, "a's store recovered, b's recovering", func() bool {
+		return log.count("start b/store") == 1 && gState(t, m, "a/store") == supervisor.StateRunning
+	})
+	assert.Equal(t, supervisor.StatePending, gState(t, m, "a/ctrl"))
+	assert.Equal(t, supervisor.StateStarting, gState(t, m, "a"))
+	close(release)
+	require.NoError(t, <-started)
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "a"))
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "b"))
+}

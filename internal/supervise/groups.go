@@ -113,11 +113,18 @@ func inside(rec, g *childRecord) bool {
 
 // groupState is a group's state, read from its hosted children's: Stopped
 // once stopped by StopChild or a spent budget (Stopping while they stop),
-// else the least advanced of its children's.
-func groupState(g *childRecord) supervisor.ChildState {
+// else the least advanced of the children this replica runs now: Pending
+// children whose lease it does not hold (a standby's, another shard's) are
+// not counted, and Pending ones beside started ones (a start round still
+// recovering the stores) make the group Starting.
+func (s *root) groupState(g *childRecord) supervisor.ChildState {
 	counts := map[supervisor.ChildState]int{}
-	n := 0
+	n, all := 0, 0
 	for _, r := range hosted(g) {
+		all++
+		if r.state == supervisor.StatePending && !s.leaseHeld(r) {
+			continue
+		}
 		counts[r.state]++
 		n++
 	}
@@ -126,8 +133,10 @@ func groupState(g *childRecord) supervisor.ChildState {
 		return supervisor.StateStopping
 	case g.stopRequested:
 		return supervisor.StateStopped
+	case all == 0:
+		return supervisor.StateRunning // an empty group
 	case n == 0:
-		return supervisor.StateRunning
+		return supervisor.StatePending // nothing of it runs here now
 	case counts[supervisor.StateStopping] > 0:
 		return supervisor.StateStopping
 	case counts[supervisor.StateBackingOff]+counts[supervisor.StateFailed] > 0:
@@ -136,6 +145,8 @@ func groupState(g *childRecord) supervisor.ChildState {
 		return supervisor.StateStarting
 	case counts[supervisor.StatePending] == n:
 		return supervisor.StatePending
+	case counts[supervisor.StatePending] > 0:
+		return supervisor.StateStarting
 	case counts[supervisor.StateRunning] > 0:
 		return supervisor.StateRunning
 	default:
@@ -152,7 +163,7 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
 		}
 		if rec.sub != nil {
-			cs.State = groupState(rec)
+			cs.State = s.groupState(rec)
 			cs.Children = s.levelStatus(rec.sub)
 			cs.Group = s.groupStatus(rec)
 		}
