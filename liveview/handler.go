@@ -259,7 +259,7 @@ func (h *View) status(r *http.Request) (Status, error) {
 		out.Leadership.LeaderSince = &rec.leaderSince
 	}
 	for i, c := range st.Children {
-		out.Children[i] = newChild(c, rec.failures[c.Name])
+		out.Children[i] = newChild(c, rec.failures)
 	}
 	return out, nil
 }
