@@ -92,10 +92,11 @@ func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
 		return
 	}
-	// The Status tells a malformed path from the name of a child that has
-	// one (in a manager without groups "/" may be in a name), and what the
-	// manager has where an unknown path points. Without it the path is
-	// checked alone, and the supervisor still has the last word.
+	// A name the manager's Status has is sent as it is (without groups "/"
+	// may be in a name, even "a//b"); another must be a well-formed path.
+	// The Status also says what is where an unknown path points. When it
+	// fails the path is checked alone; either way the supervisor has the
+	// last word.
 	st, stErr := h.statusForControl(r)
 	if _, known := st.Child(name); !known {
 		if err := checkPath(name); err != nil {
