@@ -317,3 +317,47 @@ func TestGroupIsStartingUntilItsControllersStart(t *testing.T) {
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "a"))
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "b"))
 }
+
+// GetHealth lists every controller by its path, then each group's own
+// line; a group stopped on its spent budget is healthy (a failing probe
+// would restart the process) and says why it stopped, in GetHealth and
+// in Status alike.
+func TestGroupHealthLines(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	crash := newGController(log, "flaky/crash")
+	crash.set(func(c *gChild) { c.failFrom, c.failTo = 2, 1<<30 })
+	m.Add(newGController(log, "solo"),
+		cm.NewGroup("flaky", cm.SupervisionSpec{MaxRestarts: 1, OnExhausted: cm.ExhaustedStop}, crash),
+		cm.NewGroup("steady", cm.SupervisionSpec{}, cm.NewGroup("inner", cm.SupervisionSpec{}, newGController(log, "steady/inner/ctrl"))))
+	gStart(t, m)
+	names := func() []string {
+		var out []string
+		for _, h := range m.GetHealth() {
+			out = append(out, h.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"solo", "flaky/crash", "steady/inner/ctrl", "flaky", "steady", "steady/inner"}, names())
+	for _, h := range m.GetHealth() {
+		assert.True(t, h.Healthy, "%s: %s", h.Name, h.Message)
+	}
+
+	crash.fail()
+	gEventually(t, "flaky stopped on its budget", func() bool {
+		cs, _ := mustStatus(t, m).Child("flaky")
+		return cs.Group != nil && cs.Group.Exhausted
+	})
+	var line cm.HealthStatus
+	for _, h := range m.GetHealth() {
+		if h.Name == "flaky" {
+			line = h
+		}
+	}
+	assert.True(t, line.Healthy, "an exhausted group does not fail the probes")
+	assert.Contains(t, line.Message, "stopped: ")
+	assert.Contains(t, line.Message, "spent its restart budget")
+	cs, _ := mustStatus(t, m).Child("flaky")
+	assert.True(t, cs.Healthy)
+	assert.Equal(t, line.Message, cs.Message)
+}

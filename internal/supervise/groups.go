@@ -166,9 +166,59 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 			cs.State = s.groupState(rec)
 			cs.Children = s.levelStatus(rec.sub)
 			cs.Group = s.groupStatus(rec)
+			cs.Healthy, cs.Message = groupHealth(rec)
 		}
 		out = append(out, cs)
 	}
+	return out
+}
+
+// groupHealth is a group's own health, read from its children's records:
+// healthy while every child under it is; the message names the first
+// unhealthy one. A group stopped on its spent budget is healthy, and says
+// so: a failing probe would have the kubelet restart the process, the
+// escalation ExhaustedStop is there to avoid.
+func groupHealth(g *childRecord) (bool, string) {
+	if g.exhausted && g.stopRequested {
+		return true, "stopped: " + g.message
+	}
+	for _, c := range g.sub.children {
+		healthy, msg := c.healthy, c.message
+		if c.sub != nil {
+			healthy, msg = groupHealth(c)
+		}
+		if !healthy {
+			out := c.spec.Name + " is unhealthy"
+			if msg != "" {
+				out += ": " + msg
+			}
+			return false, out
+		}
+	}
+	return true, ""
+}
+
+// groupLines are the groups' own lines of GetHealth, in tree order, after
+// the controllers': each group's health as groupHealth reads it from the
+// supervisor's records (its controllers' last probes).
+func (s *root) groupLines() []actors.HealthStatus {
+	if len(s.groups) == 0 {
+		return nil
+	}
+	var out []actors.HealthStatus
+	var walk func(lvl *level)
+	walk = func(lvl *level) {
+		for _, rec := range lvl.children {
+			if rec.sub == nil {
+				continue
+			}
+			st := actors.HealthStatus{Name: rec.spec.Name}
+			st.Healthy, st.Message = groupHealth(rec)
+			out = append(out, st)
+			walk(rec.sub)
+		}
+	}
+	walk(s.tree)
 	return out
 }
 
