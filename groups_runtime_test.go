@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -360,4 +361,36 @@ func TestGroupHealthLines(t *testing.T) {
 	cs, _ := mustStatus(t, m).Child("flaky")
 	assert.True(t, cs.Healthy)
 	assert.Equal(t, line.Message, cs.Message)
+}
+
+// plainStore is a furiko Store: a name and Recover, no Shutdown.
+type plainStore struct {
+	name      string
+	recovered chan struct{}
+}
+
+func (s *plainStore) Name() string { return s.name }
+func (s *plainStore) Recover(context.Context) error {
+	close(s.recovered)
+	return nil
+}
+
+// StoreChild puts a Store without a Shutdown into a group; it is
+// recovered as a store, before the group's controllers run.
+func TestStoreChildInAGroup(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	st := &plainStore{name: "cache", recovered: make(chan struct{})}
+	ctrl := newGController(log, "t/ctrl")
+	m.Add(cm.NewGroup("t", cm.SupervisionSpec{}, ctrl, cm.StoreChild(st)))
+	gStart(t, m)
+	<-st.recovered
+	cs, ok := mustStatus(t, m).Child("t/cache")
+	require.True(t, ok)
+	assert.Equal(t, actors.KindStore, cs.Kind)
+	assert.Equal(t, supervisor.StateRunning, cs.State)
+	// A Store that has a Shutdown is itself.
+	withShutdown := newGStore(log, "x")
+	assert.Equal(t, cm.Runnable(withShutdown), cm.StoreChild(withShutdown))
+	require.NoError(t, m.RemoveChild(gCtx(t), "t"))
 }
