@@ -421,7 +421,7 @@ func TestGroupDepthThreePaths(t *testing.T) {
 	for _, h := range m.GetHealth() {
 		names = append(names, h.Name)
 	}
-	assert.ElementsMatch(t, []string{"a/ctrl", "a/b/c/ctrl"}, names)
+	assert.Equal(t, []string{"a/ctrl", "a/b/c/ctrl", "a", "a/b", "a/b/c"}, names, "the controllers, then each group's own line")
 
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

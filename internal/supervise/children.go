@@ -47,12 +47,13 @@ type childRecord struct {
 	budget      []time.Time // restarts within the window
 	backoffStep int
 
-	stopRequested bool         // stopped by StopChild: not supervised until started again
-	exhausted     bool         // a group stopped by its spent budget (ExhaustedStop)
-	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
-	waitBuf       [1]*barrier  // waits' first backing array
-	plan          *restartPlan // the restart plan it belongs to, if any
-	activeDirty   bool         // its activity changed during this message (flushActive)
+	stopRequested bool          // stopped by StopChild: not supervised until started again
+	exhausted     bool          // a group stopped by its spent budget (ExhaustedStop)
+	waits         []*barrier    // waiting for this child's next Started/StartFailed/Stopped
+	waitBuf       [1]*barrier   // waits' first backing array
+	plan          *restartPlan  // the restart plan it belongs to, if any
+	queued        *childRequest // a group's request that has still to start it (busy meanwhile)
+	activeDirty   bool          // its activity changed during this message (flushActive)
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component

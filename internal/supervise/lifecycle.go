@@ -228,6 +228,7 @@ func (s *root) startTree(m childNamed) {
 		}
 	}
 	r := &childRequest{s: s, stage: requestStarting, rec: top, recs: s.leaves(top), first: true, op: "AddChild", replyTo: m.replyTo}
+	r.queue()
 	r.step()
 }
 

@@ -438,7 +438,7 @@ func busy(rec *childRecord) bool {
 		}
 		return false
 	}
-	return rec.plan != nil || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
+	return rec.plan != nil || (rec.queued != nil && rec.queued.stage != requestDone) || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
 }
 
 // requestStage is where a childRequest is, in this order.
@@ -497,10 +497,27 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 			x.stopRequested, x.exhausted = false, false
 		}
 		r.recs = s.leaves(rec)
+		r.queue()
 		rec.restarts++
 		s.publish(supervisor.ChildRestarted, rec, nil)
 	}
 	r.step()
+}
+
+// queue marks the children a group's request is to start one after
+// another as busy until their turn: a lifecycle request on one of them
+// meanwhile is refused (ErrBusy) rather than start it twice.
+func (r *childRequest) queue() {
+	for _, x := range r.recs {
+		x.queued = r
+	}
+}
+
+// unqueue: x's turn has come, or the request has ended.
+func (r *childRequest) unqueue(x *childRecord) {
+	if x.queued == r {
+		x.queued = nil
+	}
 }
 
 // step runs the request from its stage on until it must wait for the
@@ -520,6 +537,7 @@ func (r *childRequest) step() {
 			}
 			next := r.recs[r.next]
 			r.next++
+			r.unqueue(next)
 			switch {
 			case s.phase != supervisor.PhaseRunning:
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
@@ -546,6 +564,9 @@ func (r *childRequest) step() {
 // answer ends the request.
 func (r *childRequest) answer(err error) {
 	r.stage = requestDone
+	for _, x := range r.recs[min(r.next, len(r.recs)):] {
+		r.unqueue(x)
+	}
 	r.s.respond(r.replyTo, nil, err)
 }
 

@@ -1,0 +1,66 @@
+package controllermanager_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// alternates fails unless path's start and stop entries alternate: one
+// incarnation at a time.
+func alternates(t *testing.T, log *gLog, path string) {
+	t.Helper()
+	last := "stop"
+	for _, e := range log.snapshot() {
+		what, name, _ := strings.Cut(e, " ")
+		if name != path {
+			continue
+		}
+		require.NotEqual(t, last, what, "%s: %s twice in a row: %v", path, what, log.snapshot())
+		last = what
+	}
+}
+
+// A child whose group's restart (or AddChild) has still to start it is
+// busy: a RestartChild or StartChild on it meanwhile is refused with
+// ErrBusy, rather than start it a second time.
+func TestGroupChildRestartedDuringItsGroupsRestartIsBusy(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	store, ctrl := newGStore(log, "g/store"), newGController(log, "g/ctrl")
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, store, ctrl))
+	gStart(t, m)
+	release := make(chan struct{})
+	store.set(func(c *gChild) { c.hangRun = release })
+	done := make(chan error, 1)
+	go func() { done <- m.RestartChild(gCtx(t), "g") }()
+	gEventually(t, "store restarting", func() bool { return log.count("start g/store") == 2 })
+	err := m.RestartChild(gCtx(t), "g/ctrl")
+	require.ErrorIs(t, err, cm.ErrBusy, "its group's restart has still to start it")
+	close(release)
+	require.NoError(t, <-done)
+	alternates(t, log, "g/ctrl")
+	assert.Equal(t, 2, ctrl.runCount(), "started once by the group's restart")
+}
+
+func TestGroupChildStartedDuringItsGroupsAddIsBusy(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	gStart(t, m)
+	release := make(chan struct{})
+	store, ctrl := newGStore(log, "g/store"), newGController(log, "g/ctrl")
+	store.set(func(c *gChild) { c.hangRun = release })
+	done := make(chan error, 1)
+	go func() { done <- m.AddChild(gCtx(t), cm.NewGroup("g", cm.SupervisionSpec{}, store, ctrl)) }()
+	gEventually(t, "store starting", func() bool { return log.count("start g/store") == 1 })
+	err := m.StartChild(gCtx(t), "g/ctrl")
+	require.ErrorIs(t, err, cm.ErrBusy, "its group's AddChild has still to start it")
+	close(release)
+	require.NoError(t, <-done)
+	alternates(t, log, "g/ctrl")
+	assert.Equal(t, 1, ctrl.runCount())
+}
