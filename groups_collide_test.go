@@ -1,6 +1,9 @@
 package controllermanager_test
 
 import (
+	"context"
+	"time"
+
 	"strings"
 	"testing"
 
@@ -8,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // alternates fails unless path's start and stop entries alternate: one
@@ -63,4 +67,34 @@ func TestGroupChildStartedDuringItsGroupsAddIsBusy(t *testing.T) {
 	require.NoError(t, <-done)
 	alternates(t, log, "g/ctrl")
 	assert.Equal(t, 1, ctrl.runCount())
+}
+
+// RemoveChild of a group whose controller's Shutdown hangs, ignoring its
+// context: the call returns with its context's error, the group stays
+// (its child Stopping, the name taken) until the Shutdown returns, then
+// it is removed; nothing else waits on it.
+func TestGroupRemovedWithAHangingShutdown(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	other := newGController(log, "other")
+	stuck := newGController(log, "g/stuck")
+	m.Add(other, cm.NewGroup("g", cm.SupervisionSpec{}, newGStore(log, "g/store"), stuck))
+	gStart(t, m)
+	release := make(chan struct{})
+	stuck.set(func(c *gChild) { c.hangShutdown = release })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.RemoveChild(ctx, "g"), context.DeadlineExceeded)
+	assert.Equal(t, supervisor.StateStopping, gState(t, m, "g/stuck"))
+	err := m.AddChild(gCtx(t), cm.NewGroup("g", cm.SupervisionSpec{}))
+	require.ErrorIs(t, err, cm.ErrDuplicateChild, "the name stays taken until the group is gone")
+	require.NoError(t, m.RestartChild(gCtx(t), "other"), "the rest of the manager is not held up")
+
+	close(release)
+	gEventually(t, "g removed once its Shutdown returned", func() bool {
+		_, ok := mustStatus(t, m).Child("g")
+		return !ok
+	})
+	assert.Equal(t, 1, log.count("stop g/store"))
 }
