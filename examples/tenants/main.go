@@ -56,7 +56,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, config{viewAddr: *viewAddr, duration: *duration}, os.Stdout, nil); err != nil {
+	if err := run(ctx, config{viewAddr: *viewAddr, duration: *duration, log: os.Stderr}, os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "tenants:", err)
 		os.Exit(1)
 	}
@@ -66,6 +66,7 @@ func main() {
 type config struct {
 	viewAddr string        // the live view
 	duration time.Duration // the whole run; 0: until ctx ends
+	log      io.Writer     // the manager's log (warnings and errors); nil: discarded
 }
 
 // tenantSupervision is every tenant group's: a failed store restarts its
@@ -117,9 +118,12 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 	}
 	defer viewLn.Close()
 
+	if cfg.log == nil {
+		cfg.log = io.Discard
+	}
 	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{
 		Supervision: &cm.SupervisionSpec{HealthInterval: metav1.Duration{Duration: 200 * time.Millisecond}},
-	}, "tenants", cm.WithLogger(slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}, "tenants", cm.WithLogger(slog.New(slog.NewTextHandler(cfg.log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return err
 	}
@@ -240,16 +244,14 @@ func (s story) tell(ctx context.Context) error {
 		return err
 	}
 
-	step, cancel := context.WithTimeout(ctx, stepTimeout)
-	defer cancel()
-	if err := s.m.AddChild(step, s.tenants["tenant-d"].group()); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return s.m.AddChild(ctx, s.tenants["tenant-d"].group()) }); err != nil {
 		return fmt.Errorf("onboarding tenant-d: %w", err)
 	}
 	if err := s.printTree(ctx, "2. tenant-d onboarded at run time: its store recovered, then its reconciler started"); err != nil {
 		return err
 	}
 
-	if err := s.m.RemoveChild(step, "tenant-b"); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return s.m.RemoveChild(ctx, "tenant-b") }); err != nil {
 		return fmt.Errorf("offboarding tenant-b: %w", err)
 	}
 	b := s.tenants["tenant-b"].reconciler
@@ -263,25 +265,35 @@ func (s story) tell(ctx context.Context) error {
 		return err
 	}
 	s.tenants["tenant-c"].store.breakDown(errors.New("lost its database: connection refused"))
-	select {
-	case <-s.cStopped:
-	case <-step.Done():
-		return fmt.Errorf("waiting for tenant-c to stop: %w", step.Err())
+	err = within(ctx, func(ctx context.Context) error {
+		select {
+		case <-s.cStopped:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for tenant-c to stop: %w", err)
 	}
 	// The others keep reconciling: wait until each counter has moved on.
 	var after map[string]int64
-	for {
-		if after, err = s.reconciles(ctx); err != nil {
-			return err
+	err = within(ctx, func(ctx context.Context) error {
+		for {
+			var err error
+			if after, err = s.reconciles(ctx); err != nil {
+				return err
+			}
+			if after["tenant-a/reconciler"] > before["tenant-a/reconciler"] && after["tenant-d/reconciler"] > before["tenant-d/reconciler"] {
+				return nil
+			}
+			if err := pause(ctx, reconcileEvery); err != nil {
+				return err
+			}
 		}
-		if after["tenant-a/reconciler"] > before["tenant-a/reconciler"] && after["tenant-d/reconciler"] > before["tenant-d/reconciler"] {
-			break
-		}
-		select {
-		case <-time.After(reconcileEvery):
-		case <-step.Done():
-			return fmt.Errorf("waiting for tenants a and d to reconcile: %w", step.Err())
-		}
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for tenants a and d to reconcile: %w", err)
 	}
 	if err := s.printTree(ctx, "4. tenant-c's store crash-looped: the group spent its budget and stopped; the others reconcile on"); err != nil {
 		return err
@@ -290,6 +302,13 @@ func (s story) tell(ctx context.Context) error {
 		s.printf("%s: %d reconciles when tenant-c's store broke, %d now\n", name, before[name], after[name])
 	}
 	return nil
+}
+
+// within runs step with ctx bounded by stepTimeout.
+func within(ctx context.Context, step func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	return step(ctx)
 }
 
 // reconciles are the running reconcilers' counters, by path, as their
@@ -319,9 +338,11 @@ func parseReconciles(message string) (int64, bool) {
 
 // printTree prints the manager's supervision tree under a heading.
 func (s story) printTree(ctx context.Context, heading string) error {
-	step, cancel := context.WithTimeout(ctx, stepTimeout)
-	defer cancel()
-	st, err := s.m.Status(step)
+	var st cm.Status
+	err := within(ctx, func(ctx context.Context) (err error) {
+		st, err = s.m.Status(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
