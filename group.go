@@ -19,6 +19,7 @@ type Group struct {
 	name     string
 	spec     SupervisionSpec
 	children []Runnable
+	shard    int // AddShardedGroup's shard + 1: its controllers are pinned to it; 0: none
 }
 
 // NewGroup returns a group named name (no "/" in it; unique among its
@@ -47,26 +48,43 @@ func (g *Group) Shutdown(context.Context) {}
 // flattenGroups replaces every Group among vals by its declaration and its
 // children (each wrapped in supervise.InGroup), depth first, for
 // supervise.Specs.
-func flattenGroups(vals []any) []any {
+func flattenGroups(vals []any) []any { return flattenGroupsAt("", vals) }
+
+// groupTree is supervise.Config.Tree: v's values for supervise.Specs at
+// path parent when v is a Group.
+func groupTree(parent string, v any) ([]any, bool) {
+	g, ok := v.(*Group)
+	if !ok || g == nil {
+		return nil, false
+	}
+	return flattenGroupsAt(parent, []any{g}), true
+}
+
+// flattenGroupsAt is flattenGroups for values added under the group at
+// path parent (empty: the root).
+func flattenGroupsAt(parent string, vals []any) []any {
 	has := false
 	for _, v := range vals {
 		if _, ok := v.(*Group); ok {
 			has = true
 		}
 	}
-	if !has {
+	if !has && parent == "" {
 		return vals
 	}
 	out := make([]any, 0, len(vals))
-	var walk func(parent string, v any)
-	walk = func(parent string, v any) {
+	var walk func(parent string, shard int, v any)
+	walk = func(parent string, shard int, v any) {
 		g, ok := v.(*Group)
 		if !ok || g == nil {
 			if parent != "" {
-				v = supervise.InGroup{Parent: parent, Value: v}
+				v = supervise.InGroup{Parent: parent, Value: v, Shard: shard}
 			}
 			out = append(out, v)
 			return
+		}
+		if g.shard > 0 {
+			shard = g.shard
 		}
 		path := g.name
 		if parent != "" {
@@ -82,11 +100,11 @@ func flattenGroups(vals []any) []any {
 			if c != nil {
 				cv = c
 			}
-			walk(path, cv)
+			walk(path, shard, cv)
 		}
 	}
 	for _, v := range vals {
-		walk("", v)
+		walk(parent, 0, v)
 	}
 	return out
 }

@@ -451,7 +451,8 @@ func TestGroupDepthThreePaths(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "a/b/added"))
 	rec.gWait(t, 1, cm.ChildStarted, "a/b/added")
-	assert.ErrorContains(t, m.AddChild(ctx, cm.NewGroup("late", cm.SupervisionSpec{})), "not supported")
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("late", cm.SupervisionSpec{})), "an empty group, added while running")
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "late"))
 }
 
 // "/" is not allowed in a name once groups are used; names are unique

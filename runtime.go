@@ -180,6 +180,7 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 		Clock:     o.clock,
 		Bus:       bus,
 		Observed:  supervise.NewObserved(),
+		Tree:      groupTree,
 	}
 	el.configure(&cfg)
 	identity := cfg.Identity
@@ -456,11 +457,6 @@ func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, ms
 // GetStatus answers the final Status and other messages
 // supervisor.ErrStopped.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
-	if add, ok := msg.(supervisor.AddChild); ok {
-		if _, isGroup := add.Runnable.(*Group); isGroup {
-			return nil, errors.New("controllermanager: AddChild: adding a group to a running manager is not supported; Add it before Start")
-		}
-	}
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
@@ -490,14 +486,18 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // AddChild adds a controller, webhook, store or runnable to the running
 // manager and waits until it has started; it is then supervised like the
 // others. Its name comes from its Name method or, for a controller, from
-// GetHealth().Name.
+// GetHealth().Name. A group (NewGroup) is added whole, at the root: its
+// children start one after another, at each level its stores first, and
+// AddChild returns once they have (supervisor.AddChild's Parent adds a
+// child or a group under a group).
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }
 
 // RemoveChild shuts the named child down and removes it from the manager:
-// it is gone from health and status.
+// it is gone from health and status. A group goes whole: its children shut
+// down together, then everything under it is removed.
 func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
 	return err

@@ -98,11 +98,56 @@ func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller
 	m.add(vals)
 }
 
+// AddShardedGroup is AddSharded with a group as each shard's unit: with
+// LeaderElectionSpec.Shards = S it calls build(Shard{i, S}) for i =
+// 0…S-1 and adds the group "<name>-<i>" (NewGroup(…, spec, children...))
+// whose controllers, at any depth, are pinned to shard i: they run only
+// on the replica that holds shard i's Lease, and stop when it is lost.
+// Its stores and webhooks follow the root's rule (stores run while this
+// replica holds at least one shard; webhooks always), so a group's store
+// is a cache its shard's controllers read, not fenced by that shard alone.
+// With a single lease or election off, S is 1: one group "<name>-0".
+//
+// Like AddSharded it has no effect after Start and cannot fail: build
+// panicking or returning no children makes Start fail naming the group.
+func (m *ControllerManager) AddShardedGroup(name string, spec SupervisionSpec, build func(Shard) []Runnable) {
+	n := m.shardCount()
+	vals := make([]any, n)
+	for i := range n {
+		group := fmt.Sprintf("%s-%d", name, i)
+		children, err := buildShardGroup(build, Shard{Index: i, Count: n})
+		switch {
+		case err != nil:
+			vals[i] = shardBuildError{name: group, err: err, group: true}
+		case len(children) == 0:
+			vals[i] = shardBuildError{name: group, err: errors.New("build returned no children"), group: true}
+		default:
+			g := NewGroup(group, spec, children...)
+			g.shard = i + 1
+			vals[i] = g
+		}
+	}
+	m.add(vals)
+}
+
+func buildShardGroup(build func(Shard) []Runnable, s Shard) (children []Runnable, err error) {
+	if build == nil {
+		return nil, errors.New("AddShardedGroup: build is nil")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("build panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return build(s), nil
+}
+
 // shardBuildError is an AddSharded child that could not be built; Start
 // fails naming it.
 type shardBuildError struct {
-	name string
-	err  error
+	name  string
+	err   error
+	group bool // of AddShardedGroup
 }
 
 func buildShard(build func(Shard) Controller, s Shard) (c Controller, err error) {
@@ -128,6 +173,10 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 		case pinned:
 			vals[i] = childactor.Spec{Name: p.name, Kind: actors.KindController, Impl: p.c, Shard: p.shard}
 		case shardBuildError:
+			if p.group {
+				vals[i] = supervise.Invalid{Err: fmt.Errorf("group %q of AddShardedGroup: %w", p.name, p.err)}
+				continue
+			}
 			vals[i] = supervise.Invalid{Err: fmt.Errorf("controller %q of AddSharded: %w", p.name, p.err)}
 		default:
 			vals[i] = v
@@ -139,7 +188,18 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 		return nil, err
 	}
 	for i := range specs {
-		if _, isPinned := grouped[i].(childactor.Spec); !isPinned && specs[i].Kind == actors.KindController {
+		if specs[i].Kind != actors.KindController {
+			continue
+		}
+		switch v := grouped[i].(type) {
+		case childactor.Spec: // AddSharded's, pinned already
+		case supervise.InGroup:
+			if v.Shard > 0 { // in a group of AddShardedGroup
+				specs[i].Shard = v.Shard - 1
+				continue
+			}
+			specs[i].Shard = ShardOf(specs[i].Name, shards)
+		default:
 			specs[i].Shard = ShardOf(specs[i].Name, shards)
 		}
 	}

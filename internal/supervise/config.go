@@ -126,6 +126,11 @@ type Config struct {
 	// ShardOf is the shard of the controller named name, for AddChild; with
 	// Shards > 1.
 	ShardOf func(name string) int
+	// Tree, for AddChild, reports whether v is a group
+	// (controllermanager.NewGroup) and gives its values for Specs, at path
+	// parent: its GroupDecl first, then its children in InGroups, depth
+	// first. nil: no value is a group.
+	Tree func(parent string, v any) ([]any, bool)
 	// FenceTimeout is how long after a lost lease every controller and
 	// store must have returned from Shutdown: the time left before another
 	// replica may take the lease over, less a margin (lease.Config's

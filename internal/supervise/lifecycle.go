@@ -3,6 +3,7 @@ package supervise
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -70,17 +71,36 @@ func (r *stopRequest) stopped() {
 		s.respond(r.replyTo, nil, nil)
 		return
 	}
-	if s.byName[rec.spec.Name] != rec {
+	if !s.known(rec) {
 		s.respond(r.replyTo, nil, nil) // removed meanwhile by an earlier RemoveChild
 		return
 	}
-	delete(s.byName, rec.spec.Name)
-	s.children = deleteRecord(s.children, rec)
 	rec.lvl.children = deleteRecord(rec.lvl.children, rec)
-	s.unpublishWebhook(rec)
-	s.ctx.Stop(rec.pid)
-	s.publish(supervisor.ChildRemoved, rec, nil)
+	// A group goes with everything under it, its children before it.
+	under := subtree(rec)
+	for i := len(under) - 1; i >= 0; i-- {
+		x := under[i]
+		if x.sub != nil {
+			delete(s.groups, x.spec.Name)
+		} else {
+			delete(s.byName, x.spec.Name)
+			s.children = deleteRecord(s.children, x)
+			s.unpublishWebhook(x)
+			if x.pid != nil {
+				s.ctx.Stop(x.pid)
+			}
+		}
+		s.publish(supervisor.ChildRemoved, x, nil)
+	}
 	s.respond(r.replyTo, nil, nil)
+}
+
+// known reports whether rec is still the manager's (not removed).
+func (s *root) known(rec *childRecord) bool {
+	if rec.sub != nil {
+		return s.groups[rec.spec.Name] == rec
+	}
+	return s.byName[rec.spec.Name] == rec
 }
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
@@ -92,6 +112,12 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	mode, timeout, shardOf := s.cfg.Mode, s.cfg.Timing.HealthTimeout, s.cfg.ShardOf
 	if !s.sharded() {
 		shardOf = nil
+	}
+	if s.cfg.Tree != nil {
+		if vals, ok := s.cfg.Tree(m.Parent, m.Runnable); ok {
+			s.addTree(m, vals, mode, timeout, shardOf, replyTo)
+			return
+		}
 	}
 	go func() {
 		spec, err := classify(mode, m.Runnable)
@@ -117,9 +143,36 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	}()
 }
 
-// childNamed: an AddChild's child has been named (or could not be).
+// addTree is an AddChild of a group: vals (a GroupDecl, then its
+// children) are classified and named off the mailbox, as one child is.
+func (s *root) addTree(m supervisor.AddChild, vals []any, mode Mode, timeout time.Duration, shardOf func(string) int, replyTo *actor.PID) {
+	if m.Name != "" {
+		s.respond(replyTo, nil, fmt.Errorf("AddChild: a group is named by NewGroup, not by AddChild's Name (%q)", m.Name))
+		return
+	}
+	go func() {
+		specs, err := Specs(mode, vals, timeout)
+		if err == nil && shardOf != nil {
+			for i := range specs {
+				if specs[i].Kind == actors.KindController {
+					specs[i].Shard = shardOf(specs[i].Name)
+				}
+			}
+		}
+		named := childNamed{err: err, parent: m.Parent, tree: specs, replyTo: replyTo}
+		if len(specs) > 0 {
+			named.spec = specs[0]
+		}
+		s.sendSelf(named)
+	}()
+}
+
+// childNamed: an AddChild's child has been named (or could not be). For a
+// group, tree is the group's spec and those under it, depth first, and
+// spec is tree[0].
 type childNamed struct {
 	spec    childactor.Spec
+	tree    []childactor.Spec
 	err     error
 	parent  string
 	replyTo *actor.PID
@@ -147,6 +200,10 @@ func (s *root) onChildNamed(m childNamed) {
 		s.respond(m.replyTo, nil, fmt.Errorf("AddChild: %w", err))
 		return
 	}
+	if m.tree != nil {
+		s.startTree(m)
+		return
+	}
 	rec := s.addRecord(m.spec)
 	if !s.leaseHeld(rec) {
 		// Pinned to a shard this replica does not hold: it starts when the
@@ -158,11 +215,24 @@ func (s *root) onChildNamed(m childNamed) {
 	r.wait = s.startIncarnation(r, rec)
 }
 
+// startTree adds a group and everything under it, then starts its
+// children one after another in the order a group starts again: at each
+// level its stores first (leaves). Those pinned to a shard this replica
+// does not hold start when it is acquired.
+func (s *root) startTree(m childNamed) {
+	var top *childRecord
+	for i, spec := range m.tree {
+		rec := s.addRecord(spec)
+		if i == 0 {
+			top = rec
+		}
+	}
+	r := &childRequest{s: s, stage: requestStarting, rec: top, recs: s.leaves(top), first: true, op: "AddChild", replyTo: m.replyTo}
+	r.step()
+}
+
 func (s *root) onRemoveChild(m supervisor.RemoveChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(describe(m), action(m), m.Name)
-	if err == nil && rec.sub != nil {
-		err = fmt.Errorf("RemoveChild %q: removing a group is not supported; StopChild stops it", m.Name)
-	}
 	if err != nil {
 		s.respond(replyTo, nil, err)
 		return

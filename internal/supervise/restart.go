@@ -467,6 +467,7 @@ type childRequest struct {
 	// rec is a group); next is the index of the next to start.
 	recs    []*childRecord
 	next    int
+	first   bool   // the children's first start (an AddChild of a group), not a restart
 	op      string // the message, for the errors
 	replyTo *actor.PID
 }
@@ -529,6 +530,8 @@ func (r *childRequest) step() {
 					continue
 				}
 				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
+			case r.first:
+				r.wait = s.startIncarnation(r, next)
 			default:
 				r.wait = s.restart(r, next)
 			}

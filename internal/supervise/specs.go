@@ -121,4 +121,7 @@ type GroupDecl struct {
 type InGroup struct {
 	Parent string
 	Value  any
+	// Shard, when positive, pins Value (a controller) to shard Shard-1: it
+	// is in a group of AddShardedGroup. The facade reads it; Specs does not.
+	Shard int
 }
