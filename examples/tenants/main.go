@@ -13,8 +13,9 @@
 //     its budget and stops (ExhaustedStop), while tenants a and d keep
 //     reconciling: their counters advance.
 //
-// It then runs until -duration has passed, or until SIGINT or SIGTERM, and
-// shuts down cleanly (exit status 0). The live view of the tree is served
+// It then prints the reconcilers' counters every second until -duration
+// has passed, or until SIGINT or SIGTERM, and shuts down cleanly (exit
+// status 0). The live view of the tree is served
 // on -view-addr, on loopback:
 //
 //	go run ./examples/tenants
@@ -195,6 +196,7 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 			if obs.told != nil {
 				obs.told()
 			}
+			s.watch(runCtx)
 		case runCtx.Err() != nil:
 			printf("the story was cut short: %v\n", err)
 			err = nil
@@ -208,6 +210,9 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 	// SIGINT, SIGTERM, a failed story) or for the manager to stop by
 	// itself, then ShutdownAndWait within 10s.
 	serveErr := m.Serve(runCtx, 30*time.Second, 10*time.Second)
+	// A manager that failed to start, or stopped by itself, ends the story
+	// too (it may still wait for the manager to run).
+	stopRun(errors.New("the manager stopped"))
 	storyErr := <-storyDone
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -216,11 +221,11 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	if storyErr != nil {
-		return storyErr
-	}
 	if serveErr != nil {
 		return fmt.Errorf("manager failed: %w", serveErr)
+	}
+	if storyErr != nil {
+		return storyErr
 	}
 	printf("stopped cleanly\n")
 	return nil
@@ -309,6 +314,32 @@ func within(ctx context.Context, step func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	return step(ctx)
+}
+
+// watch prints every second, until ctx ends, what the story left behind:
+// tenants a and d reconciling on, tenant-c stopped.
+func (s story) watch(ctx context.Context) {
+	begin := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		counts, err := s.reconciles(ctx)
+		if err != nil {
+			return
+		}
+		st, err := s.m.Status(ctx)
+		if err != nil {
+			return
+		}
+		c, _ := st.Child("tenant-c")
+		s.printf("+%s: tenant-a/reconciler %d reconciles, tenant-d/reconciler %d; tenant-c %s\n",
+			time.Since(begin).Round(time.Second), counts["tenant-a/reconciler"], counts["tenant-d/reconciler"], c.State)
+	}
 }
 
 // reconciles are the running reconcilers' counters, by path, as their
