@@ -139,14 +139,10 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 
 	running := make(chan struct{})
 	var runningOnce sync.Once
-	cStopped := make(chan struct{}) // the group tenant-c has stopped
-	var cStoppedOnce sync.Once
+	seen := newEventLog()
 	m.Subscribe(func(e cm.Event) {
-		switch {
-		case e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning:
+		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning {
 			runningOnce.Do(func() { close(running) })
-		case e.Type == cm.ChildStopped && e.Child == "tenant-c":
-			cStoppedOnce.Do(func() { close(cStopped) })
 		}
 		// The phases, and what happens to the children while the manager
 		// runs (not their start and shutdown with the manager's).
@@ -156,6 +152,7 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 		case e.Phase == cm.PhaseRunning:
 			printf("  event: %s\n", describe(e))
 		}
+		seen.record(e) // once printed: the story prints its tree after
 	})
 
 	view := http.NewServeMux()
@@ -188,7 +185,7 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 		if obs.started != nil {
 			obs.started(m, viewLn.Addr().String())
 		}
-		s := story{m: m, tenants: tenants, cStopped: cStopped, printf: printf}
+		s := story{m: m, tenants: tenants, seen: seen, printf: printf}
 		err := s.tell(runCtx)
 		switch {
 		case err == nil:
@@ -235,10 +232,10 @@ func run(ctx context.Context, cfg config, out io.Writer, obs *observer) error {
 // offboards tenant-b and breaks tenant-c's store, printing the tree after
 // each step.
 type story struct {
-	m        *cm.ControllerManager
-	tenants  map[string]*tenant
-	cStopped <-chan struct{}
-	printf   func(format string, args ...any)
+	m       *cm.ControllerManager
+	tenants map[string]*tenant
+	seen    *eventLog
+	printf  func(format string, args ...any)
 }
 
 // stepTimeout bounds each request of the story.
@@ -252,12 +249,18 @@ func (s story) tell(ctx context.Context) error {
 	if err := within(ctx, func(ctx context.Context) error { return s.m.AddChild(ctx, s.tenants["tenant-d"].group()) }); err != nil {
 		return fmt.Errorf("onboarding tenant-d: %w", err)
 	}
+	if err := within(ctx, func(ctx context.Context) error { return s.seen.wait(ctx, cm.ChildStarted, "tenant-d/reconciler") }); err != nil {
+		return fmt.Errorf("waiting for tenant-d's reconciler to start: %w", err)
+	}
 	if err := s.printTree(ctx, "2. tenant-d onboarded at run time: its store recovered, then its reconciler started"); err != nil {
 		return err
 	}
 
 	if err := within(ctx, func(ctx context.Context) error { return s.m.RemoveChild(ctx, "tenant-b") }); err != nil {
 		return fmt.Errorf("offboarding tenant-b: %w", err)
+	}
+	if err := within(ctx, func(ctx context.Context) error { return s.seen.wait(ctx, cm.ChildRemoved, "tenant-b") }); err != nil {
+		return fmt.Errorf("waiting for tenant-b's removal: %w", err)
 	}
 	b := s.tenants["tenant-b"].reconciler
 	s.printf("tenant-b's reconciler shut down after %d reconciles (running: %t)\n", b.reconciles.Load(), b.running())
@@ -270,15 +273,7 @@ func (s story) tell(ctx context.Context) error {
 		return err
 	}
 	s.tenants["tenant-c"].store.breakDown(errors.New("lost its database: connection refused"))
-	err = within(ctx, func(ctx context.Context) error {
-		select {
-		case <-s.cStopped:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
-	if err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return s.seen.wait(ctx, cm.ChildStopped, "tenant-c") }); err != nil {
 		return fmt.Errorf("waiting for tenant-c to stop: %w", err)
 	}
 	// The others keep reconciling: wait until each counter has moved on.
@@ -447,6 +442,49 @@ func describe(e cm.Event) string {
 		s += ": " + e.Err.Error()
 	}
 	return s
+}
+
+// eventLog is which events the program has printed, for the story to wait
+// on one before it prints the tree that follows.
+type eventLog struct {
+	mu      sync.Mutex
+	seen    map[eventKey]bool
+	changed chan struct{} // closed and replaced at each event
+}
+
+type eventKey struct {
+	typ   cm.EventType
+	child string
+}
+
+func newEventLog() *eventLog {
+	return &eventLog{seen: map[eventKey]bool{}, changed: make(chan struct{})}
+}
+
+func (l *eventLog) record(e cm.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen[eventKey{e.Type, e.Child}] = true
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// wait returns once an event of typ naming child has been recorded, or
+// ctx's error.
+func (l *eventLog) wait(ctx context.Context, typ cm.EventType, child string) error {
+	for {
+		l.mu.Lock()
+		seen, changed := l.seen[eventKey{typ, child}], l.changed
+		l.mu.Unlock()
+		if seen {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // tenant is one tenant's children: its store and the reconciler that
