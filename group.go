@@ -39,6 +39,22 @@ func NewGroup(name string, spec SupervisionSpec, children ...Runnable) *Group {
 	return &Group{name: name, spec: spec, children: children}
 }
 
+// StoreChild makes s a child a group can hold (NewGroup takes Runnables,
+// and a Store needs no Shutdown): the manager recovers it as a store, and
+// its Shutdown calls s's when s has one, and does nothing otherwise.
+func StoreChild(s Store) Runnable {
+	if r, ok := s.(Runnable); ok {
+		return r
+	}
+	return storeChild{s}
+}
+
+// storeChild is a Store without a Shutdown of its own, as a Runnable.
+type storeChild struct{ Store }
+
+// Shutdown does nothing: the store has nothing to stop.
+func (storeChild) Shutdown(context.Context) {}
+
 // Name is the group's name.
 func (g *Group) Name() string { return g.name }
 

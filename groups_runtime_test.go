@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -292,4 +293,104 @@ func TestAddShardedGroupBuildErrorsNameTheGroup(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `group "empty-0" of AddShardedGroup: build returned no children`)
 	assert.Contains(t, err.Error(), `group "boom-0" of AddShardedGroup: build panicked: no tenants today`)
+}
+
+// While the start round still recovers another group's store, a group
+// whose store has recovered and whose controller has not started yet is
+// Starting, not Running.
+func TestGroupIsStartingUntilItsControllersStart(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	release := make(chan struct{})
+	slow := newGStore(log, "b/store")
+	slow.set(func(c *gChild) { c.hangRun = release })
+	m.Add(cm.NewGroup("a", cm.SupervisionSpec{}, newGStore(log, "a/store"), newGController(log, "a/ctrl")),
+		cm.NewGroup("b", cm.SupervisionSpec{}, slow))
+	started := make(chan error, 1)
+	go func() { started <- m.Start(gCtx(t), 0) }()
+	gEventually(t, "a's store recovered, b's recovering", func() bool {
+		return log.count("start b/store") == 1 && gState(t, m, "a/store") == supervisor.StateRunning
+	})
+	assert.Equal(t, supervisor.StatePending, gState(t, m, "a/ctrl"))
+	assert.Equal(t, supervisor.StateStarting, gState(t, m, "a"))
+	close(release)
+	require.NoError(t, <-started)
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "a"))
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "b"))
+}
+
+// GetHealth lists every controller by its path, then each group's own
+// line; a group stopped on its spent budget is healthy (a failing probe
+// would restart the process) and says why it stopped, in GetHealth and
+// in Status alike.
+func TestGroupHealthLines(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	crash := newGController(log, "flaky/crash")
+	crash.set(func(c *gChild) { c.failFrom, c.failTo = 2, 1<<30 })
+	m.Add(newGController(log, "solo"),
+		cm.NewGroup("flaky", cm.SupervisionSpec{MaxRestarts: 1, OnExhausted: cm.ExhaustedStop}, crash),
+		cm.NewGroup("steady", cm.SupervisionSpec{}, cm.NewGroup("inner", cm.SupervisionSpec{}, newGController(log, "steady/inner/ctrl"))))
+	gStart(t, m)
+	names := func() []string {
+		var out []string
+		for _, h := range m.GetHealth() {
+			out = append(out, h.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"solo", "flaky/crash", "steady/inner/ctrl", "flaky", "steady", "steady/inner"}, names())
+	for _, h := range m.GetHealth() {
+		assert.True(t, h.Healthy, "%s: %s", h.Name, h.Message)
+	}
+
+	crash.fail()
+	gEventually(t, "flaky stopped on its budget", func() bool {
+		cs, _ := mustStatus(t, m).Child("flaky")
+		return cs.Group != nil && cs.Group.Exhausted
+	})
+	var line cm.HealthStatus
+	for _, h := range m.GetHealth() {
+		if h.Name == "flaky" {
+			line = h
+		}
+	}
+	assert.True(t, line.Healthy, "an exhausted group does not fail the probes")
+	assert.Contains(t, line.Message, "stopped: ")
+	assert.Contains(t, line.Message, "spent its restart budget")
+	cs, _ := mustStatus(t, m).Child("flaky")
+	assert.True(t, cs.Healthy)
+	assert.Equal(t, line.Message, cs.Message)
+}
+
+// plainStore is a furiko Store: a name and Recover, no Shutdown.
+type plainStore struct {
+	name      string
+	recovered chan struct{}
+}
+
+func (s *plainStore) Name() string { return s.name }
+func (s *plainStore) Recover(context.Context) error {
+	close(s.recovered)
+	return nil
+}
+
+// StoreChild puts a Store without a Shutdown into a group; it is
+// recovered as a store, before the group's controllers run.
+func TestStoreChildInAGroup(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	st := &plainStore{name: "cache", recovered: make(chan struct{})}
+	ctrl := newGController(log, "t/ctrl")
+	m.Add(cm.NewGroup("t", cm.SupervisionSpec{}, ctrl, cm.StoreChild(st)))
+	gStart(t, m)
+	<-st.recovered
+	cs, ok := mustStatus(t, m).Child("t/cache")
+	require.True(t, ok)
+	assert.Equal(t, actors.KindStore, cs.Kind)
+	assert.Equal(t, supervisor.StateRunning, cs.State)
+	// A Store that has a Shutdown is itself.
+	withShutdown := newGStore(log, "x")
+	assert.Equal(t, cm.Runnable(withShutdown), cm.StoreChild(withShutdown))
+	require.NoError(t, m.RemoveChild(gCtx(t), "t"))
 }

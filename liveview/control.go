@@ -7,7 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 
 	"github.com/actorkube/controllermanager/internal/respond"
@@ -36,8 +41,9 @@ type controlAnswer struct {
 // once the supervisor has: 200 {"ok":true}, or an error naming what is
 // wrong: 404 while the controls are off, 405 for another method than POST,
 // 403 for a cross-origin request, a missing or wrong token, or an empty
-// token from a peer that is not loopback, 400 for a
-// missing or unknown action or child name, 404 for an unknown child, 409
+// token from a peer that is not loopback, 400 for a missing or unknown
+// action, a missing child name or a malformed path ("g//x", "g/"), 404 for
+// an unknown child (with the names of its would-be siblings), 409
 // when the child is busy or the manager not running, 504 when the
 // supervisor does not answer within controlTimeout, 500 when the start call
 // failed.
@@ -86,13 +92,91 @@ func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
 		return
 	}
+	// A name the manager's Status has is sent as it is (without groups "/"
+	// may be in a name, even "a//b"); another must be a well-formed path.
+	// The Status also says what is where an unknown path points. When it
+	// fails the path is checked alone; either way the supervisor has the
+	// last word.
+	st, stErr := h.statusForControl(r)
+	if _, known := st.Child(name); !known {
+		if err := checkPath(name); err != nil {
+			respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: fmt.Sprintf("%s %q: %v", action, name, err)})
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), controlTimeout)
 	defer cancel()
 	if _, err := h.src.Request(ctx, build(name)); err != nil {
-		respond.JSON(w, controlCode(err), controlAnswer{Error: fmt.Sprintf("%s %q: %v", action, name, err)})
+		msg := fmt.Sprintf("%s %q: %v", action, name, err)
+		if errors.Is(err, supervisor.ErrUnknownChild) && stErr == nil {
+			msg += "; " + whereUnknown(st, name)
+		}
+		respond.JSON(w, controlCode(err), controlAnswer{Error: msg})
 		return
 	}
 	respond.JSON(w, http.StatusOK, controlAnswer{OK: true})
+}
+
+// statusForControl is the manager's Status for a control request, within
+// the handler's timeout.
+func (h *View) statusForControl(r *http.Request) (supervisor.Status, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
+	defer cancel()
+	return h.src.Status(ctx)
+}
+
+// checkPath reports why name cannot be a child's path: a path is the names
+// of its groups and its own joined by "/", none of them empty, and no name
+// has control characters.
+func checkPath(name string) error {
+	if !utf8.ValidString(name) {
+		return errors.New("not valid UTF-8")
+	}
+	if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("a control character (%U) at byte %d: a child's name has none", []rune(name[i:])[0], i)
+	}
+	for i, seg := range strings.Split(name, "/") {
+		if strings.TrimSpace(seg) == "" {
+			return fmt.Errorf("segment %d of the path is empty: a path is a group's path and a child's name joined by \"/\", as \"tenant-a/store\"", i+1)
+		}
+	}
+	return nil
+}
+
+// maxNamesListed bounds the names whereUnknown lists.
+const maxNamesListed = 10
+
+// whereUnknown says what st has where the unknown path points: the
+// children of the deepest group on its way (or of the root), or the child
+// on its way that is not a group.
+func whereUnknown(st supervisor.Status, path string) string {
+	level, where := st.Children, "the root"
+walk:
+	for {
+		for _, c := range level {
+			if !strings.HasPrefix(path, c.Name+"/") {
+				continue
+			}
+			if c.Kind != actors.KindGroup {
+				return fmt.Sprintf("%q is a %s, not a group: it has no children", c.Name, c.Kind)
+			}
+			level, where = c.Children, fmt.Sprintf("group %q", c.Name)
+			continue walk
+		}
+		break
+	}
+	if len(level) == 0 {
+		return where + " has no children"
+	}
+	names := make([]string, 0, min(len(level), maxNamesListed))
+	for _, c := range level[:min(len(level), maxNamesListed)] {
+		names = append(names, strconv.Quote(c.Name))
+	}
+	list := strings.Join(names, ", ")
+	if n := len(level) - maxNamesListed; n > 0 {
+		list += fmt.Sprintf(" and %d more", n)
+	}
+	return "the children of " + where + " are " + list
 }
 
 func controlCode(err error) int {

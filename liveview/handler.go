@@ -17,11 +17,13 @@ import (
 // View serves a live view of a manager's supervision tree, under a
 // prefix (DefaultPrefix unless WithPrefix says otherwise):
 //
-//	<prefix>/             the page: phase, leadership, one row per child, recent events
+//	<prefix>/             the page: phase, leadership, the tree of children (a row each, a
+//	                      group's children under it, folding), recent events
 //	<prefix>/status.json  the same as JSON (Status), from the manager's Status
 //	<prefix>/events       Server-Sent Events: "status" snapshots, "event" per supervision event,
 //	                      "dropped" when this browser fell behind, "end" once the manager has stopped
 //	<prefix>/control      POST, with WithControls only: restart, stop or start a child
+//	                      or a group, named by its path
 //
 // <prefix> itself redirects to <prefix>/. Mount it with
 // mux.Handle(DefaultPrefix+"/", h); behind http.StripPrefix, give the
@@ -259,7 +261,7 @@ func (h *View) status(r *http.Request) (Status, error) {
 		out.Leadership.LeaderSince = &rec.leaderSince
 	}
 	for i, c := range st.Children {
-		out.Children[i] = newChild(c, rec.failures[c.Name])
+		out.Children[i] = newChild(c, rec.failures)
 	}
 	return out, nil
 }

@@ -52,7 +52,8 @@ type Leadership struct {
 	Renewal string `json:"renewal,omitempty"`
 }
 
-// Child is one child of the manager.
+// Child is one child of the manager, or of one of its groups: Name is its
+// path ("tenant-a/store" for a child of group "tenant-a").
 type Child struct {
 	Name  string `json:"name"`
 	Kind  string `json:"kind"`
@@ -70,6 +71,51 @@ type Child struct {
 	// RecentFailures are the times of the failures the handler saw within
 	// the window, oldest first.
 	RecentFailures []time.Time `json:"recentFailures"`
+	// Children are a group's children, in start order, each with its path
+	// as Name (Kind "group"); absent for every other kind.
+	Children []Child `json:"children,omitempty"`
+	// Group is the supervision a group applies to its children and the
+	// budget they have spent (Kind "group"); absent for every other kind.
+	Group *Group `json:"group,omitempty"`
+}
+
+// Group is a group's supervision (supervisor.GroupStatus), its fields
+// inherited from its parent's where its own spec leaves them zero.
+type Group struct {
+	Strategy string `json:"strategy"` // OneForOne, AllForOne or RestForOne
+	// MaxRestarts is how many restarts each child may have within the
+	// window before the next failure spends the group's budget.
+	MaxRestarts          int     `json:"maxRestarts"`
+	RestartWindowSeconds float64 `json:"restartWindowSeconds"`
+	// OnExhausted is what a spent budget does: "Escalate" (the group fails
+	// to its parent) or "Stop" (the group stops and stays stopped).
+	OnExhausted string `json:"onExhausted"`
+	// Exhausted: the group is stopped because a child spent its budget;
+	// a start starts it again.
+	Exhausted bool `json:"exhausted"`
+	// Spent is the most restarts any one of its children has within the
+	// window now: the budget is spent once a failure finds it at
+	// MaxRestarts.
+	Spent int `json:"spent"`
+}
+
+// Child returns the child at path at any depth of the tree, as
+// supervisor.Status.Child does: "tenant-a/store" is child "store" of
+// group "tenant-a".
+func (s Status) Child(path string) (Child, bool) {
+	return findChild(s.Children, path)
+}
+
+func findChild(children []Child, path string) (Child, bool) {
+	for _, c := range children {
+		if c.Name == path {
+			return c, true
+		}
+		if c.Kind == string(actors.KindGroup) && strings.HasPrefix(path, c.Name+"/") {
+			return findChild(c.Children, path)
+		}
+	}
+	return Child{}, false
 }
 
 // Error is an error as text, and the stacks it carries: that of an
@@ -144,15 +190,34 @@ func newError(err error) *Error {
 	return de
 }
 
-func newChild(c supervisor.ChildStatus, failures []time.Time) Child {
+// newChild converts c and, for a group, its children at every depth,
+// each with its recent failures from failures (keyed by path).
+func newChild(c supervisor.ChildStatus, failures map[string][]time.Time) Child {
 	incarnation := c.Restarts + 1
 	if c.State == supervisor.StatePending {
 		incarnation = 0
 	}
-	if failures == nil {
-		failures = []time.Time{}
+	recent := failures[c.Name]
+	if recent == nil {
+		recent = []time.Time{}
 	}
-	return Child{Name: c.Name, Kind: string(c.Kind), State: string(c.State), Incarnation: incarnation,
+	out := Child{Name: c.Name, Kind: string(c.Kind), State: string(c.State), Incarnation: incarnation,
 		Restarts: c.Restarts, Failures: c.Failures, Healthy: c.Healthy, Message: c.Message,
-		LastError: newError(c.LastError), Since: c.Since, RecentFailures: failures}
+		LastError: newError(c.LastError), Since: c.Since, RecentFailures: recent}
+	if len(c.Children) > 0 {
+		out.Children = make([]Child, len(c.Children))
+		for i, gc := range c.Children {
+			out.Children[i] = newChild(gc, failures)
+		}
+	}
+	if g := c.Group; g != nil {
+		onExhausted := "Escalate"
+		if g.StopOnExhausted {
+			onExhausted = "Stop"
+		}
+		out.Group = &Group{Strategy: string(g.Strategy), MaxRestarts: g.MaxRestarts,
+			RestartWindowSeconds: g.RestartWindow.Seconds(), OnExhausted: onExhausted,
+			Exhausted: g.Exhausted, Spent: g.Spent}
+	}
+	return out
 }

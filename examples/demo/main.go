@@ -182,7 +182,7 @@ func run(ctx context.Context, cfg config, out io.Writer, ready chan<- addrs) err
 	// stopping the manager. Its children are "tenant-a/inventory" and
 	// "tenant-a/reconciler" in the events, Status and the metrics.
 	m.Add(cm.NewGroup("tenant-a", cm.SupervisionSpec{Strategy: cm.RestForOne, OnExhausted: cm.ExhaustedStop},
-		&inventory{}, newWorker("reconciler", time.Second, 0)))
+		cm.StoreChild(&inventory{}), newWorker("reconciler", time.Second, 0)))
 
 	mux := http.NewServeMux()
 	mux.Handle("/", health.NewHandler(m, health.WithMetrics(registry))) // /healthz, /livez, /readyz, /metrics
@@ -295,10 +295,6 @@ func (w *worker) GetHealth() cm.HealthStatus {
 type inventory struct{}
 
 func (*inventory) Name() string { return "inventory" }
-
-// Shutdown has nothing to release. A store needs none at the root
-// (AddStore); a group's children are Runnables, so this one has it.
-func (*inventory) Shutdown(context.Context) {}
 
 func (*inventory) Recover(ctx context.Context) error {
 	select { // as if listing what was there before the restart

@@ -46,6 +46,9 @@ var (
 	childHealthyDesc = prometheus.NewDesc("controllermanager_child_healthy",
 		"Whether the supervisor counts a child healthy (1) or not (0): its last liveness probe, and 0 from a failure until it has started again.",
 		[]string{"child", "kind"}, nil)
+	groupExhaustedDesc = prometheus.NewDesc("controllermanager_group_exhausted",
+		"Whether a group is stopped because a child of it spent the group's restart budget (OnExhausted Stop) (1) or not (0).",
+		[]string{"child"}, nil)
 	shardHeldDesc = prometheus.NewDesc("controllermanager_shard_held",
 		"With sharded leadership: whether this replica holds the shard's Lease (1) or not (0).",
 		[]string{"lease", "shard"}, nil)
@@ -186,7 +189,7 @@ type statusCollector struct {
 
 // Describe sends the descriptors of every metric Collect sends.
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childPanicsDesc, childHealthyDesc,
+	for _, d := range []*prometheus.Desc{leaderDesc, masterStatusDesc, phaseDesc, childRestartsDesc, childFailuresDesc, childPanicsDesc, childHealthyDesc, groupExhaustedDesc,
 		shardHeldDesc, shardsHeldDesc, shardTransitionsDesc} {
 		ch <- d
 	}
@@ -223,13 +226,21 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(shardTransitionsDesc, prometheus.CounterValue, float64(lost), "lost")
 	}
 	panics := c.mm.panicCounts()
-	for _, child := range st.Children {
-		kind := string(child.Kind)
-		ch <- prometheus.MustNewConstMetric(childRestartsDesc, prometheus.CounterValue, float64(child.Restarts), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childFailuresDesc, prometheus.CounterValue, float64(child.Failures), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childPanicsDesc, prometheus.CounterValue, float64(panics[child.Name]), child.Name, kind)
-		ch <- prometheus.MustNewConstMetric(childHealthyDesc, prometheus.GaugeValue, boolValue(child.Healthy), child.Name, kind)
+	var walk func(children []supervisor.ChildStatus)
+	walk = func(children []supervisor.ChildStatus) {
+		for _, child := range children {
+			kind := string(child.Kind)
+			ch <- prometheus.MustNewConstMetric(childRestartsDesc, prometheus.CounterValue, float64(child.Restarts), child.Name, kind)
+			ch <- prometheus.MustNewConstMetric(childFailuresDesc, prometheus.CounterValue, float64(child.Failures), child.Name, kind)
+			ch <- prometheus.MustNewConstMetric(childPanicsDesc, prometheus.CounterValue, float64(panics[child.Name]), child.Name, kind)
+			ch <- prometheus.MustNewConstMetric(childHealthyDesc, prometheus.GaugeValue, boolValue(child.Healthy), child.Name, kind)
+			if child.Group != nil {
+				ch <- prometheus.MustNewConstMetric(groupExhaustedDesc, prometheus.GaugeValue, boolValue(child.Group.Exhausted), child.Name)
+			}
+			walk(child.Children) // a group's, by path
+		}
 	}
+	walk(st.Children)
 }
 
 // boolValue is a gauge's 1 or 0.

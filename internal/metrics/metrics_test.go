@@ -79,3 +79,33 @@ func TestScrapeOfAStuckSupervisor(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A group's children have their series by path, and a group stopped on
+// its spent budget says so.
+func TestGroupChildrenHaveSeriesByPath(t *testing.T) {
+	status := supervisor.Status{Phase: supervisor.PhaseRunning, Children: []supervisor.ChildStatus{
+		{Name: "tenant-a", Kind: actors.KindGroup, Failures: 1, Group: &supervisor.GroupStatus{Exhausted: true},
+			Children: []supervisor.ChildStatus{
+				{Name: "tenant-a/store", Kind: actors.KindStore, Restarts: 3, Failures: 4},
+				{Name: "tenant-a/inner", Kind: actors.KindGroup, Group: &supervisor.GroupStatus{}, Children: []supervisor.ChildStatus{
+					{Name: "tenant-a/inner/ctrl", Kind: actors.KindController, Healthy: true, Restarts: 1},
+				}},
+			}},
+	}}
+	mm := New(source(func(context.Context) (supervisor.Status, error) { return status, nil }))
+	want := `
+# HELP controllermanager_child_restarts_total Times a child's start call ran after its first: after a failure, a RestartChild or a StartChild.
+# TYPE controllermanager_child_restarts_total counter
+controllermanager_child_restarts_total{child="tenant-a",kind="group"} 0
+controllermanager_child_restarts_total{child="tenant-a/inner",kind="group"} 0
+controllermanager_child_restarts_total{child="tenant-a/inner/ctrl",kind="controller"} 1
+controllermanager_child_restarts_total{child="tenant-a/store",kind="store"} 3
+# HELP controllermanager_group_exhausted Whether a group is stopped because a child of it spent the group's restart budget (OnExhausted Stop) (1) or not (0).
+# TYPE controllermanager_group_exhausted gauge
+controllermanager_group_exhausted{child="tenant-a"} 1
+controllermanager_group_exhausted{child="tenant-a/inner"} 0
+`
+	if err := testutil.GatherAndCompare(mm.Registry, strings.NewReader(want), "controllermanager_child_restarts_total", "controllermanager_group_exhausted"); err != nil {
+		t.Error(err)
+	}
+}

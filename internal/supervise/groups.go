@@ -113,11 +113,18 @@ func inside(rec, g *childRecord) bool {
 
 // groupState is a group's state, read from its hosted children's: Stopped
 // once stopped by StopChild or a spent budget (Stopping while they stop),
-// else the least advanced of its children's.
-func groupState(g *childRecord) supervisor.ChildState {
+// else the least advanced of the children this replica runs now: Pending
+// children whose lease it does not hold (a standby's, another shard's) are
+// not counted, and Pending ones beside started ones (a start round still
+// recovering the stores) make the group Starting.
+func (s *root) groupState(g *childRecord) supervisor.ChildState {
 	counts := map[supervisor.ChildState]int{}
-	n := 0
+	n, all := 0, 0
 	for _, r := range hosted(g) {
+		all++
+		if r.state == supervisor.StatePending && !s.leaseHeld(r) {
+			continue
+		}
 		counts[r.state]++
 		n++
 	}
@@ -126,8 +133,10 @@ func groupState(g *childRecord) supervisor.ChildState {
 		return supervisor.StateStopping
 	case g.stopRequested:
 		return supervisor.StateStopped
+	case all == 0:
+		return supervisor.StateRunning // an empty group
 	case n == 0:
-		return supervisor.StateRunning
+		return supervisor.StatePending // nothing of it runs here now
 	case counts[supervisor.StateStopping] > 0:
 		return supervisor.StateStopping
 	case counts[supervisor.StateBackingOff]+counts[supervisor.StateFailed] > 0:
@@ -136,6 +145,8 @@ func groupState(g *childRecord) supervisor.ChildState {
 		return supervisor.StateStarting
 	case counts[supervisor.StatePending] == n:
 		return supervisor.StatePending
+	case counts[supervisor.StatePending] > 0:
+		return supervisor.StateStarting
 	case counts[supervisor.StateRunning] > 0:
 		return supervisor.StateRunning
 	default:
@@ -152,12 +163,62 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
 		}
 		if rec.sub != nil {
-			cs.State = groupState(rec)
+			cs.State = s.groupState(rec)
 			cs.Children = s.levelStatus(rec.sub)
 			cs.Group = s.groupStatus(rec)
+			cs.Healthy, cs.Message = groupHealth(rec)
 		}
 		out = append(out, cs)
 	}
+	return out
+}
+
+// groupHealth is a group's own health, read from its children's records:
+// healthy while every child under it is; the message names the first
+// unhealthy one. A group stopped on its spent budget is healthy, and says
+// so: a failing probe would have the kubelet restart the process, the
+// escalation ExhaustedStop is there to avoid.
+func groupHealth(g *childRecord) (bool, string) {
+	if g.exhausted && g.stopRequested {
+		return true, "stopped: " + g.message
+	}
+	for _, c := range g.sub.children {
+		healthy, msg := c.healthy, c.message
+		if c.sub != nil {
+			healthy, msg = groupHealth(c)
+		}
+		if !healthy {
+			out := c.spec.Name + " is unhealthy"
+			if msg != "" {
+				out += ": " + msg
+			}
+			return false, out
+		}
+	}
+	return true, ""
+}
+
+// groupLines are the groups' own lines of GetHealth, in tree order, after
+// the controllers': each group's health as groupHealth reads it from the
+// supervisor's records (its controllers' last probes).
+func (s *root) groupLines() []actors.HealthStatus {
+	if len(s.groups) == 0 {
+		return nil
+	}
+	var out []actors.HealthStatus
+	var walk func(lvl *level)
+	walk = func(lvl *level) {
+		for _, rec := range lvl.children {
+			if rec.sub == nil {
+				continue
+			}
+			st := actors.HealthStatus{Name: rec.spec.Name}
+			st.Healthy, st.Message = groupHealth(rec)
+			out = append(out, st)
+			walk(rec.sub)
+		}
+	}
+	walk(s.tree)
 	return out
 }
 

@@ -33,7 +33,8 @@ type (
 )
 
 // onGatherHealth answers a manager's GetHealth: one entry per controller, in
-// the order they were added; none before the manager is starting. Children
+// the order they were added, then one per group (groupLines); none before
+// the manager is starting. Children
 // the supervisor knows are not running are reported from their standing;
 // the others are asked.
 func (s *root) onGatherHealth(m GatherHealth) {
@@ -54,6 +55,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		}
 		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
+	statuses = append(statuses, s.groupLines()...) // never pending: recs stay the controllers
 	s.queryHealth(col, ctrls, statuses, pending)
 }
 

@@ -418,7 +418,7 @@ func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 
 func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.sub != nil && !rec.stopRequested && groupState(rec) == supervisor.StateRunning && !busy(rec) {
+	if err == nil && rec.sub != nil && !rec.stopRequested && s.groupState(rec) == supervisor.StateRunning && !busy(rec) {
 		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	if err == nil && rec.sub == nil && rec.state == supervisor.StateRunning && !busy(rec) {

@@ -3,16 +3,23 @@
 // per supervision event (applied to the rows at once), "dropped" when this
 // browser fell behind, "end" once the manager has stopped. It never polls.
 // Every value from the server is put in the page as text, never as HTML.
+//
+// The children are a tree: a group's row is followed by its children's,
+// indented, each named by its path ("tenant-a/store"). A group folds; which
+// groups are folded is kept for the tab (sessionStorage), across snapshots
+// and reloads; a group is unfolded until folded.
 'use strict';
 (function () {
   const BUCKETS = 20;          // bars in a row's failure chart
   const EVENTS_SHOWN = 60;     // lines in the event log
   const TOKEN_KEY = 'supervision-token';
+  const FOLDED_KEY = 'supervision-folded';
 
   let status = null;           // the last snapshot, with the events applied since
   let offset = 0;              // server clock minus browser clock, in ms
   let events = [];             // the event log, oldest first
-  const rows = new Map();      // child name -> row
+  const rows = new Map();      // child path -> row
+  const folded = loadFolded(); // the paths of the folded groups
   let es = null;
 
   const $ = (id) => document.getElementById(id);
@@ -30,6 +37,54 @@
   }
 
   const serverNow = () => Date.now() + offset;
+
+  function loadFolded() {
+    try {
+      const list = JSON.parse(sessionStorage.getItem(FOLDED_KEY) || '[]');
+      return new Set(Array.isArray(list) ? list.filter((p) => typeof p === 'string') : []);
+    } catch (_) {
+      return new Set();
+    }
+  }
+
+  function toggleFolded(path) {
+    if (folded.has(path)) folded.delete(path);
+    else folded.add(path);
+    try { sessionStorage.setItem(FOLDED_KEY, JSON.stringify([...folded])); } catch (_) { /* storage off: this page only */ }
+    if (status) render();
+  }
+
+  // The tree in page order: each child with its depth, whether a folded
+  // group hides it, and for a group how many rows it holds.
+  function flatten(children) {
+    const out = [];
+    const walk = (list, depth, hidden) => {
+      for (const c of list || []) {
+        const entry = { child: c, depth: depth, hidden: hidden, inside: 0 };
+        out.push(entry);
+        if (c.kind === 'group') {
+          const first = out.length;
+          walk(c.children, depth + 1, hidden || folded.has(c.name));
+          entry.inside = out.length - first;
+        }
+      }
+    };
+    walk(children, 0, false);
+    return out;
+  }
+
+  // Where the child at path is in the tree: its list and index, or null.
+  function locate(list, path) {
+    for (let i = 0; i < (list || []).length; i++) {
+      const c = list[i];
+      if (c.name === path) return { list: list, index: i };
+      if (c.kind === 'group' && path.startsWith(c.name + '/')) return locate(c.children, path);
+    }
+    return null;
+  }
+
+  // A window in seconds as text: "1m", "1h 30m".
+  const span = (seconds) => ago(seconds * 1000).replace(/ 0s$/, '');
 
   function ago(ms) {
     if (!(ms >= 0)) ms = 0;
@@ -132,11 +187,15 @@
     renderLeadership();
     $('token-panel').hidden = !(st.controls.enabled && st.controls.token);
     document.querySelectorAll('.actions-col').forEach((n) => { n.hidden = !st.controls.enabled; });
-    $('spark-head').textContent = 'Failures, last ' + ago(st.windowSeconds * 1000).replace(/ 0s$/, '');
+    $('spark-head').textContent = 'Failures, last ' + span(st.windowSeconds);
 
     const seen = new Set();
     const body = document.querySelector('#children tbody');
-    st.children.forEach((c, i) => {
+    const tree = flatten(st.children);
+    // The fold buttons' column, only where there is a group to fold.
+    $('children').classList.toggle('has-groups', st.children.some((c) => c.kind === 'group'));
+    tree.forEach((entry, i) => {
+      const c = entry.child;
       seen.add(c.name);
       let row = rows.get(c.name);
       if (!row) {
@@ -145,11 +204,13 @@
       }
       if (body.children[i] !== row.tr) body.insertBefore(row.tr, body.children[i] || null);
       updateRow(row, c);
+      placeRow(row, entry);
     });
     for (const [name, row] of rows) {
       if (!seen.has(name)) { row.tr.remove(); rows.delete(name); }
     }
-    $('child-count').textContent = '(' + st.children.length + ')';
+    $('child-count').textContent = tree.length === st.children.length ? '(' + tree.length + ')' :
+      '(' + st.children.length + ' at the root, ' + tree.length + ' in all)';
     $('no-children').hidden = st.children.length > 0;
     $('footer').textContent = 'Live from events (Server-Sent Events), the same data as status.json. ' +
       'Failure history and events since ' + clock(st.historySince) + ' (server time).';
@@ -202,9 +263,18 @@
       actions: cell('actions', 'actions-col'),
       child: null,
     };
-    row.name.textContent = name;
+    // A path shows its last name, after its groups' path, muted.
+    const cut = name.lastIndexOf('/');
+    row.twisty = el('span', { class: 'twisty' });
+    row.inside = el('span', { class: 'inside muted' });
+    if (cut >= 0) row.name.append(row.twisty, el('span', { class: 'path muted', text: name.slice(0, cut + 1) }),
+      el('span', { text: name.slice(cut + 1) }), row.inside);
+    else row.name.append(row.twisty, el('span', { text: name }), row.inside);
+    row.name.title = name;
     row.stateBadge = el('span', { class: 'state' });
-    row.state.append(row.stateBadge);
+    row.exhausted = el('span', { class: 'state exhausted', 'data-field': 'exhausted', 'data-tone': 'bad', text: 'exhausted',
+      title: 'a child spent the group\'s restart budget: the group stopped, and stays stopped until started' });
+    row.state.append(row.stateBadge); // and row.exhausted while it is, so that the cell's text is the state
     for (const action of ['restart', 'stop', 'start']) {
       const b = el('button', { type: 'button', text: action[0].toUpperCase() + action.slice(1), 'data-action': action });
       b.addEventListener('click', () => control(action, name, b));
@@ -215,10 +285,57 @@
     return row;
   }
 
+  // placeRow indents the row at its depth, hides it under a folded group,
+  // and gives a group its fold button and the count of what it holds.
+  function placeRow(row, entry) {
+    const c = entry.child;
+    row.tr.hidden = entry.hidden;
+    row.tr.dataset.depth = String(entry.depth);
+    row.name.style.setProperty('--depth', String(entry.depth)); // CSSOM: allowed by the page's CSP
+    const isGroup = c.kind === 'group';
+    row.tr.classList.toggle('group', isGroup);
+    if (isGroup && !row.fold) {
+      row.fold = el('button', { type: 'button', class: 'fold', 'data-field': 'fold' });
+      row.fold.addEventListener('click', () => toggleFolded(c.name));
+      row.twisty.replaceChildren(row.fold);
+    } else if (!isGroup && row.fold) {
+      row.fold = null;
+      row.twisty.replaceChildren();
+    }
+    if (row.fold) {
+      const open = !folded.has(c.name);
+      row.fold.textContent = open ? '▾' : '▸';
+      row.fold.setAttribute('aria-expanded', String(open));
+      row.fold.title = (open ? 'Fold ' : 'Unfold ') + c.name;
+      row.tr.dataset.folded = open ? '' : '1';
+      row.inside.textContent = open ? '' : ' (' + entry.inside + ' inside)';
+    } else {
+      delete row.tr.dataset.folded;
+      row.inside.textContent = '';
+    }
+  }
+
+  // A group's supervision: its strategy, the budget its children have
+  // spent of it in the window, and what a spent budget does.
+  function groupInfo(g) {
+    const budget = el('span', { 'data-field': 'budget', text: 'budget ' + g.spent + '/' + g.maxRestarts + ' in ' + span(g.restartWindowSeconds),
+      title: 'the most restarts any one child has within the window; the budget is spent when a failure finds it at ' + g.maxRestarts });
+    budget.dataset.tone = g.exhausted ? 'bad' : g.spent >= g.maxRestarts ? 'warn' : '';
+    return el('span', { class: 'group-info' },
+      el('span', { 'data-field': 'strategy', text: g.strategy }),
+      budget,
+      el('span', { 'data-field': 'onExhausted', text: 'on exhausted: ' + g.onExhausted,
+        title: g.onExhausted === 'Stop' ? 'a spent budget stops the group; its siblings run on' :
+          'a spent budget fails the group to its parent' }));
+  }
+
   function updateRow(row, c) {
     const before = row.child;
     row.child = c;
-    row.kind.textContent = c.kind;
+    row.kind.replaceChildren(c.kind);
+    if (c.group) row.kind.append(groupInfo(c.group));
+    if (c.group && c.group.exhausted) row.state.append(row.exhausted);
+    else row.exhausted.remove();
     row.stateBadge.textContent = c.state;
     row.stateBadge.dataset.tone = stateTone(c.state);
     row.incarnation.textContent = c.incarnation;
@@ -238,11 +355,13 @@
     row.actions.hidden = !status.controls.enabled;
     for (const b of row.actions.querySelectorAll('button')) {
       const a = b.dataset.action;
+      b.title = c.kind === 'group' ? a[0].toUpperCase() + a.slice(1) + ' the whole group' : '';
       b.disabled = b.dataset.busy === '1' || (a === 'start' && c.state !== 'Stopped') ||
         (a === 'stop' && (c.state === 'Stopped' || c.state === 'Stopping'));
     }
 
-    if (before && (before.restarts !== c.restarts || before.failures !== c.failures || before.state !== c.state)) {
+    if (before && (before.restarts !== c.restarts || before.failures !== c.failures || before.state !== c.state ||
+        (before.group && c.group && (before.group.spent !== c.group.spent || before.group.exhausted !== c.group.exhausted)))) {
       row.tr.classList.remove('flash');
       void row.tr.offsetWidth; // restart the animation
       row.tr.classList.add('flash');
@@ -275,7 +394,7 @@
     svg.setAttribute('width', BUCKETS * (W + GAP));
     svg.setAttribute('height', H);
     const title = document.createElementNS(ns, 'title');
-    title.textContent = total + ' failure' + (total === 1 ? '' : 's') + ' in the last ' + ago(windowMs).replace(/ 0s$/, '');
+    title.textContent = total + ' failure' + (total === 1 ? '' : 's') + ' in the last ' + span(status.windowSeconds);
     svg.append(title);
     counts.forEach((n, i) => {
       const r = document.createElementNS(ns, 'rect');
@@ -325,9 +444,9 @@
       }
       case 'EventsDropped': banner('The manager dropped ' + e.restarts + ' events for this view; resyncing.', 'bad'); break;
     }
-    const i = e.child ? status.children.findIndex((c) => c.name === e.child) : -1;
-    if (i >= 0) {
-      const c = Object.assign({}, status.children[i]);
+    const at = e.child ? locate(status.children, e.child) : null;
+    if (at) {
+      const c = Object.assign({}, at.list[at.index]);
       switch (e.type) {
         case 'ChildFailed':
           c.state = 'Failed'; c.since = e.time; c.failures++;
@@ -343,8 +462,8 @@
         case 'ChildUnhealthy':
           c.healthy = false; if (e.error) c.message = e.error.message; break;
       }
-      if (e.type === 'ChildRemoved') status.children.splice(i, 1);
-      else status.children[i] = c;
+      if (e.type === 'ChildRemoved') at.list.splice(at.index, 1);
+      else at.list[at.index] = c;
     }
     render();
   }

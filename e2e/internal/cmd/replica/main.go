@@ -8,7 +8,8 @@
 //	  --lease-duration=4s --renew-deadline=2s --retry-period=500ms --on-lease-lost=Reelect \
 //	  --journal=/tmp/a.jsonl [--webhook-addr=127.0.0.1:0 --webhook-cert=... --webhook-key=...] \
 //	  [--writer-configmap=fenced --writer-guard=true --writer-every=20ms] [--shards=12] \
-//	  [--elector=client-go]
+//	  [--elector=client-go] [--groups=tenant-a,tenant-b --crash-store=tenant-b --stop-group=tenant-a]
+//	  [--metrics-addr=127.0.0.1:0]
 //
 // With --elector=client-go the replica is one of the previous release: client-go's
 // LeaderElector on a LeaseLock, run directly (previous.go), for the mixed-version
@@ -18,6 +19,14 @@
 // the controllers of sharded.go instead of its three: 3·S of them, spread over the
 // shards, each journalled alike.
 //
+// With --groups the replica runs one supervision tree's group per tenant instead of
+// its three controllers (groups.go): "<tenant>/store" and "<tenant>/reconciler",
+// RestForOne, ExhaustedStop. --crash-store makes one tenant's store crash-loop, so
+// that its group spends its budget and stops; --stop-group stops one group by request
+// (StopChild) once it runs. Every group's state in Status is journalled.
+//
+// With --metrics-addr the manager's metrics are served over plain HTTP at /metrics.
+//
 // It runs the manager with Serve, as a host should, and exits 0 after SIGTERM or SIGINT
 // (once ShutdownAndWait has returned, so the lease has been released), a standby's
 // included, and 1 when the manager stopped by itself (a lost lease with
@@ -26,12 +35,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +78,10 @@ type config struct {
 	writerEvery    time.Duration
 	shards         int
 	elector        string
+	groups         string
+	crashStore     string
+	stopGroup      string
+	metricsAddr    string
 }
 
 func main() {
@@ -90,6 +106,10 @@ func main() {
 	flag.DurationVar(&cfg.writerEvery, "writer-every", 20*time.Millisecond, "how often the writer writes")
 	flag.IntVar(&cfg.shards, "shards", 0, "leaderElection.shards; > 1 runs the sharded controllers (sharded.go); default: the single Lease")
 	flag.StringVar(&cfg.elector, "elector", "manager", "manager: the runtime's election; client-go: the previous release's, client-go's LeaderElector on a LeaseLock, run directly (previous.go)")
+	flag.StringVar(&cfg.groups, "groups", "", "comma-separated tenants: one group per tenant (groups.go) instead of the three controllers; default: none")
+	flag.StringVar(&cfg.crashStore, "crash-store", "", "with --groups: this tenant's store fails shortly after every Recover (a crash loop)")
+	flag.StringVar(&cfg.stopGroup, "stop-group", "", "with --groups: stop this tenant's group by request (StopChild) once it runs")
+	flag.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve the manager's metrics over HTTP here, at /metrics (127.0.0.1:0 picks a port, journalled); default: none")
 	flag.Parse()
 
 	out := os.Stdout
@@ -142,6 +162,19 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 		return err
 	}
 
+	tenants, err := parseGroups(cfg.groups)
+	if err != nil {
+		return err
+	}
+	for flagName, tenant := range map[string]string{"--crash-store": cfg.crashStore, "--stop-group": cfg.stopGroup} {
+		if tenant != "" && !slices.Contains(tenants, tenant) {
+			return fmt.Errorf("%s %q: not one of --groups %q", flagName, tenant, cfg.groups)
+		}
+	}
+	if len(tenants) > 0 && cfg.shards > 1 {
+		return errors.New("--groups and --shards > 1 cannot be combined")
+	}
+
 	if cfg.elector == "client-go" {
 		return runPrevious(ctx, cfg, rec, client, logger)
 	}
@@ -179,9 +212,12 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 	})
 	defer cancelEvents()
 
-	if cfg.shards > 1 {
+	switch {
+	case cfg.shards > 1:
 		addShardedControllers(mgr, cfg.shards, client, cfg.leaseNamespace, rec)
-	} else {
+	case len(tenants) > 0:
+		addGroups(mgr, tenants, cfg.crashStore, client, cfg.leaseNamespace, rec)
+	default:
 		mgr.Add(
 			newTicker("reconciler-a", rec),
 			newTicker("reconciler-b", rec),
@@ -220,6 +256,26 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 		})
 	}
 
+	if cfg.metricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics server: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", health.MetricsHandler(mgr.Gatherer()))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		rec.Write(journal.Entry{Kind: journal.MetricsServing, Addr: ln.Addr().String()})
+		servers.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("metrics server failed", "err", err)
+			}
+		})
+		servers.Go(func() { <-serveCtx.Done(); _ = srv.Close() })
+	}
+	if cfg.stopGroup != "" {
+		servers.Go(func() { stopGroupWhenRunning(serveCtx, mgr, cfg.stopGroup, cfg.observeEvery, rec) })
+	}
+
 	servers.Go(func() { observeLeader(serveCtx, mgr, cfg.observeEvery, rec) })
 
 	// Serve is the whole host loop: Start, wait for SIGTERM or for the manager to stop
@@ -240,12 +296,14 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 }
 
 // observeLeader journals each change of the lease holder the manager has observed,
-// and with sharding each change of a shard's observed holder (journal.ShardHolder).
+// with sharding each change of a shard's observed holder (journal.ShardHolder), and
+// with groups each change of a group's state (journal.GroupState).
 func observeLeader(ctx context.Context, mgr *cm.ControllerManager, every time.Duration, rec *journal.Writer) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := ""
 	shards := map[int]cm.ShardStatus{}
+	groups := groupStates{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -260,6 +318,7 @@ func observeLeader(ctx context.Context, mgr *cm.ControllerManager, every time.Du
 		if err != nil {
 			continue
 		}
+		groups.observe(st, rec)
 		for _, sh := range st.Shards {
 			seen, ok := shards[sh.Index]
 			if ok && seen.Holder == sh.Holder && seen.Held == sh.Held {
