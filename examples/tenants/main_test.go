@@ -197,10 +197,24 @@ func TestTenants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	states := map[string]string{}
-	for _, c := range view.Children {
-		states[c.Name] = c.State
+	var walk func(children []liveview.Child)
+	walk = func(children []liveview.Child) {
+		for _, c := range children {
+			states[c.Name] = c.State
+			walk(c.Children)
+		}
 	}
-	assert.Equal(t, map[string]string{"shared-cache": "Running", "tenant-a": "Running", "tenant-c": "Stopped", "tenant-d": "Running"}, states)
+	walk(view.Children)
+	assert.Equal(t, map[string]string{
+		"shared-cache": "Running",
+		"tenant-a":     "Running", "tenant-a/store": "Running", "tenant-a/reconciler": "Running",
+		"tenant-c": "Stopped", "tenant-c/store": "Stopped", "tenant-c/reconciler": "Stopped",
+		"tenant-d": "Running", "tenant-d/store": "Running", "tenant-d/reconciler": "Running",
+	}, states, "the live view's tree")
+	viewC, ok := view.Child("tenant-c")
+	require.True(t, ok, "tenant-c is not in the live view")
+	require.NotNil(t, viewC.Group, "tenant-c's group in the live view")
+	assert.Equal(t, liveview.Group{Strategy: "RestForOne", MaxRestarts: 2, RestartWindowSeconds: 60, OnExhausted: "Stop", Exhausted: true, Spent: 2}, *viewC.Group)
 
 	out := p.out.String()
 	for _, heading := range []string{"1. started", "2. tenant-d onboarded", "3. tenant-b offboarded", "4. tenant-c's store crash-looped"} {
