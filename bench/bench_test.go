@@ -293,6 +293,20 @@ func TestSelectSystems(t *testing.T) {
 	if _, err := selectSystems("nope", nil); err == nil {
 		t.Error("an unknown system was accepted")
 	}
+	picked, err = selectSystems("ours-2x5,suture-2x5", []shape{{2, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, m := range picked {
+		names = append(names, m().Name())
+	}
+	if want := []string{"ours-2x5", "suture-2x5"}; !slices.Equal(names, want) {
+		t.Errorf("picked %q, want %q", names, want)
+	}
+	if _, err := selectSystems("ours-2x5", nil); err == nil {
+		t.Error("a tree was accepted without its shape")
+	}
 }
 
 // TestTreesAreTrees starts each tree system of a small shape and checks that it is the

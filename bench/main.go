@@ -141,7 +141,11 @@ func selectSystems(list string, shapes []shape) ([]func() system, error) {
 		name = strings.TrimSpace(name)
 		i := slices.IndexFunc(all, func(m func() system) bool { return m().Name() == name })
 		if i < 0 {
-			return nil, fmt.Errorf("-systems: unknown system %q", name)
+			var names []string
+			for _, m := range all {
+				names = append(names, m().Name())
+			}
+			return nil, fmt.Errorf("-systems: unknown system %q (there are %s; a tree's needs -tree)", name, strings.Join(names, ", "))
 		}
 		picked = append(picked, all[i])
 	}
