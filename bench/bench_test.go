@@ -425,6 +425,7 @@ func TestParseShapes(t *testing.T) {
 		{in: "10x0", wantErr: true},
 		{in: "10xx10", wantErr: true},
 		{in: "10x-1", wantErr: true},
+		{in: "2x5,2x5", wantErr: true},
 	}
 	for _, tt := range tests {
 		have, err := parseShapes(tt.in)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,6 +68,9 @@ func parseShapes(list string) ([]shape, error) {
 		}
 		if len(s) < 2 {
 			return nil, fmt.Errorf("-tree: %q: a tree needs at least two levels, such as 100x100", field)
+		}
+		if slices.ContainsFunc(shapes, func(o shape) bool { return slices.Equal(o, s) }) {
+			return nil, fmt.Errorf("-tree: %q is given twice", field)
 		}
 		shapes = append(shapes, s)
 	}
