@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,11 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thejerf/suture/v4"
 	"go.uber.org/goleak"
 	"k8s.io/client-go/rest"
 )
 
 func TestMain(m *testing.M) {
+	// The tests check what the harness reports and that every cycle is sound, not
+	// the heap figures: a shorter wait for the heap to hold still keeps the many
+	// cycles of TestTableShape quick.
+	heapSettle.poll, heapSettle.agree = time.Millisecond, 2
 	goleak.VerifyTestMain(m)
 }
 
@@ -58,9 +64,15 @@ func TestEverySystemCycle(t *testing.T) {
 // every system and a ratio column per peer (ours ÷ peer), a row per
 // (workload, N) with a cell per column, and n/a exactly where a system lacks the
 // capability. The JSON holds one result per cell.
+//
+// Two trees run beside the flat systems, each only at the N its shape holds: ours'
+// groups and suture's nested supervisors at depth 2 (2x5) and depth 3 (1x1x3), with their
+// ratio columns to flat ours and to suture's tree of the same shape; every cell of a
+// tree at the other N is n/a.
 func TestTableShape(t *testing.T) {
 	sizes := []int{3, 10}
-	makers := allSystems
+	shapes := []shape{{2, 5}, {1, 1, 3}}
+	makers := withTrees(shapes)
 	r, err := run(t.Context(), settings{sizes: sizes, reps: 2, restarts: 2, timeout: testTimeout}, makers)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +89,20 @@ func TestTableShape(t *testing.T) {
 		systems[i] = m()
 		wantHeader = append(wantHeader, systems[i].Name())
 	}
-	for _, s := range systems[:len(systems)-1] {
-		wantHeader = append(wantHeader, oursName+"/"+s.Name())
+	wantNames := []string{"seed", "controller-runtime", "suture", "protoactor", "suture-2x5", "suture-1x1x3",
+		"ours", "ours-2x5", "ours-1x1x3"}
+	if !slices.Equal(wantHeader[2:], wantNames) {
+		t.Fatalf("systems %q, want %q", wantHeader[2:], wantNames)
+	}
+	for _, peer := range []string{"seed", "controller-runtime", "suture", "protoactor"} {
+		wantHeader = append(wantHeader, "ours/"+peer)
+	}
+	wantHeader = append(wantHeader, "ours-2x5/ours", "ours-2x5/suture-2x5", "ours-1x1x3/ours", "ours-1x1x3/suture-1x1x3")
+	sizeOf := func(s system) int {
+		if sz, ok := s.(sizedSystem); ok {
+			return sz.Size()
+		}
+		return 0
 	}
 
 	lines := strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")
@@ -105,10 +129,24 @@ func TestTableShape(t *testing.T) {
 		for i, s := range systems {
 			_, sweeps := s.(healthSweeper)
 			_, restarts := s.(restarter)
+			size := sizeOf(s)
 			wantNA := (row[0] == "health sweep" && !sweeps) ||
-				(strings.HasPrefix(row[0], "restart") && !restarts)
+				(strings.HasPrefix(row[0], "restart") && !restarts) ||
+				(size != 0 && row[1] != fmt.Sprint(size))
 			if haveNA := row[2+i] == "n/a"; haveNA != wantNA {
 				t.Errorf("%s N=%s %s = %q, want n/a: %v", row[0], row[1], s.Name(), row[2+i], wantNA)
+			}
+		}
+		// A tree's ratio to flat ours exists exactly at its own N.
+		for j, col := range wantHeader {
+			tree, ok := strings.CutSuffix(col, "/ours")
+			if !ok || !strings.HasPrefix(tree, "ours-") {
+				continue
+			}
+			_, sh, _ := splitTreeName(tree)
+			wantNA := row[1] != fmt.Sprint(sh.size())
+			if haveNA := row[j] == "n/a"; haveNA != wantNA {
+				t.Errorf("%s N=%s %s = %q, want n/a: %v", row[0], row[1], col, row[j], wantNA)
 			}
 		}
 	}
@@ -241,7 +279,7 @@ func TestParseSizes(t *testing.T) {
 }
 
 func TestSelectSystems(t *testing.T) {
-	picked, err := selectSystems("suture, seed")
+	picked, err := selectSystems("suture, seed", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +290,164 @@ func TestSelectSystems(t *testing.T) {
 	if want := []string{"suture", "seed"}; !slices.Equal(names, want) {
 		t.Errorf("picked %q, want %q", names, want)
 	}
-	if _, err := selectSystems("nope"); err == nil {
+	if _, err := selectSystems("nope", nil); err == nil {
 		t.Error("an unknown system was accepted")
+	}
+	picked, err = selectSystems("ours-2x5,suture-2x5", []shape{{2, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, m := range picked {
+		names = append(names, m().Name())
+	}
+	if want := []string{"ours-2x5", "suture-2x5"}; !slices.Equal(names, want) {
+		t.Errorf("picked %q, want %q", names, want)
+	}
+	if _, err := selectSystems("ours-2x5", nil); err == nil {
+		t.Error("a tree was accepted without its shape")
+	}
+}
+
+// TestTreesAreTrees starts each tree system of a small shape and checks that it is the
+// tree it names: ours' children are named by their paths through the groups ("g1/g0/child-6"
+// at depth 3), suture's services sit under nested supervisors at the shape's depth with
+// the shape's fan-out; and a failed child is restarted alone, by its group, its siblings
+// left running.
+func TestTreesAreTrees(t *testing.T) {
+	for _, sh := range []shape{{2, 3}, {2, 2, 3}} {
+		for _, sys := range []system{&oursSystem{shape: sh}, &sutureSystem{shape: sh}} {
+			t.Run(sys.Name(), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+				defer cancel()
+				n := sh.size()
+				children := newChildren(n)
+				if err := sys.Start(ctx, children); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := sys.Shutdown(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+				for _, c := range children {
+					if err := c.waitRunning(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+
+				switch sys := sys.(type) {
+				case *oursSystem:
+					var want, have []string
+					for k, c := range children {
+						want = append(want, treePath(sh, k)+c.name)
+					}
+					for _, h := range sys.mgr.GetHealth() {
+						have = append(have, h.Name)
+					}
+					slices.Sort(want)
+					slices.Sort(have)
+					if !slices.Equal(have, want) {
+						t.Errorf("GetHealth names %q, want %q", have, want)
+					}
+				case *sutureSystem:
+					var walk func(sup *suture.Supervisor, depth int)
+					leaves := 0
+					walk = func(sup *suture.Supervisor, depth int) {
+						services := sup.Services()
+						if len(services) != sh[depth] {
+							t.Errorf("a supervisor at depth %d has %d services, want %d", depth, len(services), sh[depth])
+						}
+						for _, svc := range services {
+							switch svc := svc.(type) {
+							case *suture.Supervisor:
+								walk(svc, depth+1)
+							case *sutureService:
+								if depth != sh.depth()-1 {
+									t.Errorf("%s is under %d supervisors, want %d", svc.child.name, depth+1, sh.depth())
+								}
+								leaves++
+							default:
+								t.Errorf("unexpected service %T", svc)
+							}
+						}
+					}
+					walk(sys.root, 0)
+					if leaves != n {
+						t.Errorf("%d children in the tree, want %d", leaves, n)
+					}
+				}
+
+				failed := children[n-2]
+				failed.forgetRuns()
+				if err := sys.(restarter).Fail(ctx, n-2); err != nil {
+					t.Fatal(err)
+				}
+				if err := failed.waitRunning(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range children {
+					want := int32(1)
+					if c == failed {
+						want = 2
+					}
+					if runs := c.runs.Load(); runs != want {
+						t.Errorf("%s ran %d times, want %d", c.name, runs, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// treePath is the path of the groups that hold child k in a tree of shape sh, with a
+// trailing "/": "g1/g0/" for child 6 of 2x2x3.
+func treePath(sh shape, k int) string {
+	path := ""
+	per := sh.size()
+	for _, f := range sh[:len(sh)-1] {
+		per /= f
+		path += fmt.Sprintf("g%d/", k/per)
+		k %= per
+	}
+	return path
+}
+
+func TestParseShapes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []shape
+		wantErr bool
+	}{
+		{in: "100x100, 10x10x100", want: []shape{{100, 100}, {10, 10, 100}}},
+		{in: "", want: nil},
+		{in: "100", wantErr: true},
+		{in: "10x0", wantErr: true},
+		{in: "10xx10", wantErr: true},
+		{in: "10x-1", wantErr: true},
+		{in: "2x5,2x5", wantErr: true},
+	}
+	for _, tt := range tests {
+		have, err := parseShapes(tt.in)
+		if (err != nil) != tt.wantErr || !slices.EqualFunc(have, tt.want, func(a, b shape) bool { return slices.Equal(a, b) }) {
+			t.Errorf("parseShapes(%q) = %v, %v; want %v, error %v", tt.in, have, err, tt.want, tt.wantErr)
+		}
+	}
+	if s := (shape{10, 10, 100}); s.String() != "10x10x100" || s.size() != 10_000 || s.depth() != 3 {
+		t.Errorf("shape %v: String %q, size %d, depth %d", []int(s), s.String(), s.size(), s.depth())
+	}
+	for name, want := range map[string]bool{"ours-100x100": true, "suture-10x10x100": true, "controller-runtime": false, "ours": false} {
+		if _, _, have := splitTreeName(name); have != want {
+			t.Errorf("splitTreeName(%q) is a tree: %v, want %v", name, have, want)
+		}
+	}
+}
+
+// TestRunRefusesATreeOfNoSize: a tree whose shape holds no N being run is an error
+// naming it, not a column of n/a.
+func TestRunRefusesATreeOfNoSize(t *testing.T) {
+	_, err := run(t.Context(), settings{sizes: []int{3}, reps: 1, timeout: testTimeout}, withTrees([]shape{{2, 2}}))
+	if err == nil || !strings.Contains(err.Error(), "suture-2x2 holds 4 children") {
+		t.Errorf("run = %v, want an error naming suture-2x2 and its 4 children", err)
 	}
 }

@@ -16,6 +16,11 @@
 // Run it from the repository root with
 //
 //	go -C bench run . [-n 100,1000,10000] [-reps 5] [-large] [-quick] [-json FILE]
+//	    [-tree 100x100,10x10x100] [-systems suture,suture-100x100,ours,ours-100x100]
+//
+// -tree adds, per shape, suture's nested supervisors and ours' groups
+// (controllermanager.NewGroup) of that shape, run at the N it holds beside the flat
+// systems, with ratio columns to flat ours and to suture's tree of the same shape.
 //
 // or make bench. This directory is its own module so that the peers never reach the
 // library's go.mod; that is also why "go run ./bench" cannot work from the root (see

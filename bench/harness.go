@@ -17,6 +17,14 @@ const sweepBudget = 10_000
 // the goroutines a system starts only to start its children take a while to end.
 const settleTimeout = 2 * time.Second
 
+// heapSettle is when idleFootprint takes the live heap to hold still: agree
+// consecutive readings, poll apart, each within 0.1% of the one before. The harness
+// test shortens it: it checks the table, not the figures, and runs many cycles.
+var heapSettle = struct {
+	poll  time.Duration
+	agree int
+}{poll: 10 * time.Millisecond, agree: 5}
+
 // cycle is what one system measured in one cycle at one N.
 type cycle struct {
 	start, shutdown    time.Duration
@@ -141,8 +149,8 @@ func idleFootprint() footprint {
 		}
 	}
 	heap, steady := liveHeap(), 0
-	for deadline := time.Now().Add(settleTimeout); steady < 5 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+	for deadline := time.Now().Add(settleTimeout); steady < heapSettle.agree && time.Now().Before(deadline); {
+		time.Sleep(heapSettle.poll)
 		now := liveHeap()
 		if diff := int64(now) - int64(heap); diff > int64(heap)/1000 || -diff > int64(heap)/1000 {
 			steady = 0

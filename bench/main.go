@@ -31,7 +31,8 @@ func mainErr() error {
 		reps      = flag.Int("reps", 5, "cycles per system and N; the table gives the median")
 		restarts  = flag.Int("restarts", 100, "restart samples per cycle (at most N)")
 		quick     = flag.Bool("quick", false, "smoke run: -n 100,1000 -reps 3 -restarts 20, unless given")
-		only      = flag.String("systems", "", "comma-separated systems to run (default: all)")
+		only      = flag.String("systems", "", "comma-separated systems to run (default: all, with -tree's)")
+		trees     = flag.String("tree", "", "comma-separated tree shapes, e.g. 100x100,10x10x100: adds suture-SHAPE and ours-SHAPE, run at the N each holds")
 		jsonFile  = flag.String("json", "", "also write the results as JSON to this file")
 		timeout   = flag.Duration("timeout", 10*time.Minute, "bound on one cycle")
 		quiet     = flag.Bool("q", false, "no progress lines on stderr")
@@ -65,7 +66,16 @@ func mainErr() error {
 	if *restarts < 0 {
 		return errors.New("-restarts must not be negative")
 	}
-	makers, err := selectSystems(*only)
+	shapes, err := parseShapes(*trees)
+	if err != nil {
+		return err
+	}
+	for _, sh := range shapes {
+		if !slices.Contains(sizes, sh.size()) {
+			return fmt.Errorf("-tree: %s holds %d children; add %d to -n", sh, sh.size(), sh.size())
+		}
+	}
+	makers, err := selectSystems(*only, shapes)
 	if err != nil {
 		return err
 	}
@@ -110,9 +120,19 @@ func parseSizes(s string) ([]int, error) {
 	return sizes, nil
 }
 
-// selectSystems returns the systems named in a comma-separated list, all if it is empty.
-func selectSystems(list string) ([]func() system, error) {
-	all := allSystems
+// withTrees is allSystems with, for each shape, suture's nested supervisors among the
+// peers (before ours) and ours' tree after flat ours.
+func withTrees(shapes []shape) []func() system {
+	peers, ours := treeSystems(shapes)
+	last := len(allSystems) - 1 // ours
+	all := slices.Concat(allSystems[:last], peers, allSystems[last:], ours)
+	return all
+}
+
+// selectSystems returns the systems named in a comma-separated list, among allSystems
+// and the trees of shapes; all of them if the list is empty.
+func selectSystems(list string, shapes []shape) ([]func() system, error) {
+	all := withTrees(shapes)
 	if list == "" {
 		return all, nil
 	}
@@ -121,7 +141,11 @@ func selectSystems(list string) ([]func() system, error) {
 		name = strings.TrimSpace(name)
 		i := slices.IndexFunc(all, func(m func() system) bool { return m().Name() == name })
 		if i < 0 {
-			return nil, fmt.Errorf("-systems: unknown system %q", name)
+			var names []string
+			for _, m := range all {
+				names = append(names, m().Name())
+			}
+			return nil, fmt.Errorf("-systems: unknown system %q (there are %s; a tree's needs -tree)", name, strings.Join(names, ", "))
 		}
 		picked = append(picked, all[i])
 	}

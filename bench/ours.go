@@ -22,7 +22,12 @@ import (
 // the way a controller's background work fails: through the function
 // controllermanager.FailureReporter returned from the context its Run received; the
 // supervisor shuts it down and runs it again.
+//
+// With a shape, the children are the leaves of a supervision tree of groups
+// (controllermanager.NewGroup) of that shape, each group's SupervisionSpec zero so that
+// it inherits oursSupervision; a failed child is restarted by its own group.
 type oursSystem struct {
+	shape       shape // nil: every child at the root
 	mgr         *controllermanager.ControllerManager
 	controllers []*oursController
 }
@@ -30,6 +35,7 @@ type oursSystem struct {
 var (
 	_ healthSweeper = (*oursSystem)(nil)
 	_ restarter     = (*oursSystem)(nil)
+	_ sizedSystem   = (*oursSystem)(nil)
 )
 
 // oursSupervision takes backoff and the restart budget out of the restart latency, as
@@ -72,11 +78,24 @@ func (c *oursController) GetHealth() controllermanager.HealthStatus {
 	return controllermanager.HealthStatus{Name: h.Name, Healthy: h.Healthy, Message: h.Message}
 }
 
-// Name is the column header.
-func (*oursSystem) Name() string { return oursName }
+// Name is the column header: "ours", or "ours-100x100" for a tree.
+func (s *oursSystem) Name() string {
+	if s.shape == nil {
+		return oursName
+	}
+	return treeName(oursName, s.shape)
+}
 
-// Start builds a manager, adds every child and starts it; Start returns once every
-// controller has run.
+// Size is the tree's number of children; 0 (any) when flat.
+func (s *oursSystem) Size() int {
+	if s.shape == nil {
+		return 0
+	}
+	return s.shape.size()
+}
+
+// Start builds a manager, adds every child (in a tree: the root's groups) and starts
+// it; Start returns once every controller has run.
 func (s *oursSystem) Start(ctx context.Context, children []*child) error {
 	supervision := oursSupervision
 	mgr, err := controllermanager.NewControllerManager(
@@ -89,10 +108,20 @@ func (s *oursSystem) Start(ctx context.Context, children []*child) error {
 	}
 	s.mgr = mgr
 	s.controllers = make([]*oursController, len(children))
+	runnables := make([]controllermanager.Runnable, len(children))
 	for i, c := range children {
 		s.controllers[i] = &oursController{child: c}
-		mgr.Add(s.controllers[i])
+		runnables[i] = s.controllers[i]
 	}
+	if s.shape != nil {
+		if len(children) != s.shape.size() {
+			return fmt.Errorf("a tree of %s holds %d children, not %d", s.shape, s.shape.size(), len(children))
+		}
+		runnables = split(s.shape, runnables, func(i int, members []controllermanager.Runnable) controllermanager.Runnable {
+			return controllermanager.NewGroup(fmt.Sprintf("g%d", i), controllermanager.SupervisionSpec{}, members...)
+		})
+	}
+	mgr.Add(runnables...)
 	return mgr.Start(ctx, 0)
 }
 

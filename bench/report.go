@@ -17,7 +17,8 @@ const (
 	unitGoroutines  = "goroutines"
 )
 
-// oursName is ours' column; the ratio columns divide it by each peer.
+// oursName is ours' column; the ratio columns divide it by each peer. A tree of ours is
+// "ours-" and its shape (treeName).
 const oursName = "ours"
 
 // report is everything one run measured; -json writes it as is.
@@ -131,24 +132,17 @@ func writeJSON(w io.Writer, r *report) error {
 }
 
 // writeTable writes the report as one Markdown table: a row per (workload, N), a
-// column per system, then, when ours was measured, ours divided by each peer.
+// column per system, then the ratio columns (ratioColumns): ours divided by each peer,
+// and each tree of ours divided by flat ours and by suture's tree of its shape.
 func writeTable(w io.Writer, r *report) error {
 	cells := make(map[[3]string]result, len(r.Results))
 	for _, res := range r.Results {
 		cells[[3]string{res.Workload, fmt.Sprint(res.N), res.System}] = res
 	}
-	var peers []string
-	if slices.Contains(r.Systems, oursName) {
-		for _, s := range r.Systems {
-			if s != oursName {
-				peers = append(peers, s)
-			}
-		}
-	}
-
+	ratios := ratioColumns(r.Systems)
 	header := append([]string{"workload", "N"}, r.Systems...)
-	for _, p := range peers {
-		header = append(header, oursName+"/"+p)
+	for _, q := range ratios {
+		header = append(header, q[0]+"/"+q[1])
 	}
 	rows := [][]string{header, slices.Repeat([]string{"---"}, len(header))}
 	for _, w := range workloads {
@@ -158,8 +152,8 @@ func writeTable(w io.Writer, r *report) error {
 			for _, s := range r.Systems {
 				row = append(row, formatValue(cells[key(s)]))
 			}
-			for _, p := range peers {
-				row = append(row, formatRatio(cells[key(oursName)], cells[key(p)]))
+			for _, q := range ratios {
+				row = append(row, formatRatio(cells[key(q[0])], cells[key(q[1])]))
 			}
 			rows = append(rows, row)
 		}
@@ -170,6 +164,34 @@ func writeTable(w io.Writer, r *report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ratioColumns are the table's ratio columns, each {numerator, denominator}, among
+// systems (in column order): when flat ours ("ours") was run, ours ÷ each flat peer;
+// then, for each tree of ours ("ours-100x100"), the tree ÷ flat ours and the tree ÷
+// suture's nesting of the same shape ("suture-100x100"), where those were run.
+func ratioColumns(systems []string) [][2]string {
+	var ratios [][2]string
+	if slices.Contains(systems, oursName) {
+		for _, s := range systems {
+			if _, _, tree := splitTreeName(s); s != oursName && !tree {
+				ratios = append(ratios, [2]string{oursName, s})
+			}
+		}
+	}
+	for _, s := range systems {
+		system, sh, tree := splitTreeName(s)
+		if !tree || system != oursName {
+			continue
+		}
+		if slices.Contains(systems, oursName) {
+			ratios = append(ratios, [2]string{s, oursName})
+		}
+		if nested := treeName(sutureName, sh); slices.Contains(systems, nested) {
+			ratios = append(ratios, [2]string{s, nested})
+		}
+	}
+	return ratios
 }
 
 // formatValue renders a cell in its unit; "n/a" where the system cannot do the workload.

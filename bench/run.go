@@ -21,10 +21,19 @@ type settings struct {
 // run measures every system at every size, reps times. Within each round it takes every
 // size, and at each size every system in turn, starting one system further along in each
 // round: so noise on the shared machine, and any cost of going first, falls on all alike.
+// A system of a fixed size (a tree) runs only at that N; its cells elsewhere are n/a.
 func run(ctx context.Context, s settings, makers []func() system) (*report, error) {
 	names := make([]string, len(makers))
+	fixed := make([]int, len(makers)) // 0: any N
 	for i, m := range makers {
-		names[i] = m().Name()
+		sys := m()
+		names[i] = sys.Name()
+		if sz, ok := sys.(sizedSystem); ok {
+			fixed[i] = sz.Size()
+			if fixed[i] != 0 && !slices.Contains(s.sizes, fixed[i]) {
+				return nil, fmt.Errorf("%s holds %d children, and -n has no such size", names[i], fixed[i])
+			}
+		}
 	}
 	cycles := make(map[int][][]cycle, len(s.sizes)) // N → system → cycles
 	for _, n := range s.sizes {
@@ -39,6 +48,9 @@ func run(ctx context.Context, s settings, makers []func() system) (*report, erro
 		for _, n := range s.sizes {
 			for k := range makers {
 				i := (k + rep) % len(makers)
+				if size := fixed[i]; size != 0 && size != n {
+					continue // a tree runs only at the N its shape holds
+				}
 				if s.progress != nil {
 					fmt.Fprintf(s.progress, "rep %d/%d  N=%d  %s\n", rep+1, s.reps, n, names[i])
 				}

@@ -17,13 +17,32 @@ var errChildFailed = errors.New("bench: child failed")
 // goroutine. Suture has no health API. A child fails by returning an error from Serve;
 // suture restarts it at once while the supervisor's decaying failure count stays
 // under FailureThreshold, which is set out of reach so that no backoff applies.
+//
+// With a shape, suture's own supervision tree: the root supervisor's children are
+// supervisors (a Supervisor is a Service), nested to the shape's depth, each configured
+// as the root is; a failed child is restarted by the supervisor it is in.
 type sutureSystem struct {
+	shape    shape // nil: every child at the root
 	services []*sutureService
+	root     *suture.Supervisor
 	cancel   context.CancelFunc
 	stopped  <-chan error
 }
 
-var _ restarter = (*sutureSystem)(nil)
+var (
+	_ restarter   = (*sutureSystem)(nil)
+	_ sizedSystem = (*sutureSystem)(nil)
+)
+
+// sutureSpec is every supervisor's: events dropped, backoff out of the way.
+func sutureSpec() suture.Spec {
+	return suture.Spec{
+		EventHook:        func(suture.Event) {}, // the default logs every event
+		FailureThreshold: 1e12,                  // never back off …
+		FailureBackoff:   time.Nanosecond,       // … and were it reached, barely
+		BackoffJitter:    suture.NoJitter{},
+	}
+}
 
 // sutureService hosts one child as a suture Service.
 type sutureService struct {
@@ -50,21 +69,50 @@ func (s *sutureService) Serve(ctx context.Context) error {
 // String names the service in suture's events.
 func (s *sutureService) String() string { return s.child.name }
 
-// Name is the column header.
-func (*sutureSystem) Name() string { return "suture" }
+// sutureName is suture's column header.
+const sutureName = "suture"
 
-// Start adds a Service per child to a new supervisor and serves it in the background.
+// Name is the column header: "suture", or "suture-100x100" for a tree.
+func (s *sutureSystem) Name() string {
+	if s.shape == nil {
+		return sutureName
+	}
+	return treeName(sutureName, s.shape)
+}
+
+// Size is the tree's number of children; 0 (any) when flat.
+func (s *sutureSystem) Size() int {
+	if s.shape == nil {
+		return 0
+	}
+	return s.shape.size()
+}
+
+// Start adds a Service per child to a new supervisor (in a tree: to the innermost
+// supervisors, added to their parents) and serves it in the background.
 func (s *sutureSystem) Start(ctx context.Context, children []*child) error {
-	sup := suture.New("bench", suture.Spec{
-		EventHook:        func(suture.Event) {}, // the default logs every event
-		FailureThreshold: 1e12,                  // never back off …
-		FailureBackoff:   time.Nanosecond,       // … and were it reached, barely
-		BackoffJitter:    suture.NoJitter{},
-	})
+	if s.shape != nil && len(children) != s.shape.size() {
+		return fmt.Errorf("a tree of %s holds %d children, not %d", s.shape, s.shape.size(), len(children))
+	}
+	sup := suture.New("bench", sutureSpec())
+	s.root = sup
 	s.services = make([]*sutureService, len(children))
+	members := make([]suture.Service, len(children))
 	for i, c := range children {
 		s.services[i] = &sutureService{child: c, fail: make(chan error, 1)}
-		sup.Add(s.services[i])
+		members[i] = s.services[i]
+	}
+	if s.shape != nil {
+		members = split(s.shape, members, func(i int, members []suture.Service) suture.Service {
+			group := suture.New(fmt.Sprintf("g%d", i), sutureSpec())
+			for _, m := range members {
+				group.Add(m)
+			}
+			return group
+		})
+	}
+	for _, m := range members {
+		sup.Add(m)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
