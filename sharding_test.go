@@ -371,7 +371,10 @@ func runShardScenario(t *testing.T, replicas, shards int, faults bool) {
 		if n, want := len(moved(a5, a6)), countOf(a5, leaver.id); n != want {
 			report("leave: %d shards moved, the leaver held %d", n, want)
 		}
-		assert.Equal(t, countOf(a5, leaver.id), leaver.events.count(cm.ShardReleased)-releasedBefore, "leave: ShardReleased events of the leaver")
+		if want, got := countOf(a5, leaver.id), leaver.events.count(cm.ShardReleased)-releasedBefore; got != want {
+			// A shard whose renewal missed during a stall is lost, not released.
+			report("leave: %d ShardReleased events of the leaver, it held %d", got, want)
+		}
 	}
 
 	for _, r := range s.replicas {
