@@ -19,16 +19,19 @@ var (
 	statespaceSeed     = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
 	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
 	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
+	statespaceTrees    = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
 // lease events × child behaviour × ShutdownAndWait (package
 // internal/testkit/statespace), each on a fresh manager with OneForOne, AllForOne
-// or RestForOne and election off, Exit or Reelect, and checks every
-// invariant after every step. Each failing sequence is reported with its
+// or RestForOne and election off, Exit or Reelect, flat or a supervision
+// tree (groups nested 1 to 3 deep with their own strategies, budgets and
+// OnExhausted), and checks every invariant after every step. Each failing sequence is reported with its
 // seed, the steps, what happened and what broke; replay one with
 // -statespace.seed=N (the choices are the seed's; the timing differs).
-// -statespace.duration=1m explores for longer.
+// -statespace.duration=1m explores for longer; -statespace.trees explores
+// only trees.
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -61,7 +64,11 @@ func TestStateSpace(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				seed := base + next.Add(1) - 1
-				res := ss.Run(context.Background(), ss.Generate(seed), ss.Config{})
+				sc := ss.Generate(seed)
+				if *statespaceTrees && len(sc.Groups) == 0 {
+					continue
+				}
+				res := ss.Run(context.Background(), sc, ss.Config{})
 				mu.Lock()
 				results = append(results, res)
 				mu.Unlock()
