@@ -310,6 +310,70 @@ func TestStateSpaceRegressions(t *testing.T) {
 				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
 			},
 		},
+	}, {
+		// Found by TestStateSpace on trees (every tree seed: books): the
+		// metrics leave out every child inside a group, although the docs
+		// say the metrics' child label is its path; Status and the events
+		// count its restarts and failures.
+		scenario: ss.Scenario{
+			Name: "metrics-leave-out-the-children-of-groups", Strategy: cm.OneForOne, Controllers: 1,
+			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 100 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (every tree seed: since-wrong): a
+		// group's Status has the State read from its children's, but the
+		// Since it was created (or last stopped) with, not when it entered
+		// that State.
+		scenario: ss.Scenario{
+			Name: "a-group's-since-is-not-when-it-entered-its-state", Strategy: cm.OneForOne, Controllers: 1,
+			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 30 * time.Millisecond},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1: done, restart-uncaused):
+		// a RestartChild of a group whose inner group ExhaustedStop has
+		// stopped, and a StartChild of that inner group while the restart
+		// still stops the outer group's other child (a slow Shutdown). The
+		// StartChild starts the inner group; the restart, not told, starts
+		// it again while its webhook's first Start (slow) still runs. The
+		// child refuses ("start requested while an incarnation is still
+		// active"), both calls fail, the webhook counts two restarts for
+		// one cause, and a ShutdownAndWait then never ends: the webhook's
+		// Shutdown is never called (ChildUnstopped), Done never closes.
+		// The root's form of it is the RestForOne case above.
+		scenario: ss.Scenario{
+			Name: "restart-of-a-group-beside-start-child-of-its-stopped-group-never-ends", Strategy: cm.AllForOne, Webhooks: 2, Controllers: 1,
+			Groups: []ss.Group{
+				{Path: "g1", MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"g2", "ctrl-0"}},
+				{Path: "g1/g2", Strategy: cm.RestForOne, MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"g3", "hook-0"}},
+				{Path: "g1/g2/g3", Strategy: cm.RestForOne, MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"hook-1"}},
+			},
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "g1/g2/g3/hook-1", Knobs: slowIgnoring(150 * time.Millisecond)},
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/g2/hook-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/g2/hook-0"},
+				{Do: ss.DoWait, Dur: 260 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoRestart, Child: "g1"},
+				{Do: ss.DoWait, Dur: 30 * time.Millisecond},
+				{Do: ss.DoStartChild, Child: "g1/g2"},
+				{Do: ss.DoWait, Dur: 75 * time.Millisecond},
+				{Do: ss.DoShutdown},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
 	}}
 	for _, tc := range cases {
 		sc := tc.scenario
