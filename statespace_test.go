@@ -110,6 +110,22 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses",
 		len(results), steps, skipped, elapsed.Round(time.Millisecond), float64(len(results))/elapsed.Seconds(),
 		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused)
+	var treeTook, flatTook []time.Duration
+	for _, res := range results {
+		if len(res.Scenario.Groups) > 0 {
+			treeTook = append(treeTook, res.Took)
+		} else {
+			flatTook = append(flatTook, res.Took)
+		}
+	}
+	medianOf := func(d []time.Duration) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		slices.Sort(d)
+		return d[len(d)/2].Round(time.Millisecond)
+	}
+	t.Logf("%d sequences were trees (median %s each), %d flat (median %s)", len(treeTook), medianOf(treeTook), len(flatTook), medianOf(flatTook))
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {
