@@ -31,8 +31,13 @@ func (r *runner) onEvent(e cm.Event) {
 		if c := r.children[child]; c != nil {
 			fenced = c.kind == "controller" || c.kind == "store"
 		}
-		if r.isGroup(child) {
+		if g, ok := r.sc.group(child); ok {
 			fenced = true // its controllers and stores are fenced with it
+			if g.OnExhausted == cm.ExhaustedStop {
+				// Its spent budget takes it out of supervision: it stops
+				// and stays stopped; the stuck check judges its stop.
+				break
+			}
 		}
 		r.obligations = append(r.obligations, &obligation{
 			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),

@@ -51,7 +51,7 @@ type Step struct {
 	// seconds); the step is skipped when the phase does not come.
 	At    cm.Phase
 	Do    Action
-	Child string
+	Child string // a child's (or, for a lifecycle step, a group's) path
 	Kind  string // DoAdd's: "controller", "store" or "webhook"
 	Knobs Knobs  // DoKnobs', DoAdd's
 	Dur   time.Duration
