@@ -182,33 +182,36 @@ func (r *runner) strategies(path string) string {
 // checkStoppedGroups: a group stopped by ExhaustedStop (its ChildFailed,
 // then its ChildStopped) stays stopped: none of its children's start
 // calls runs after its ChildStopped until a StartChild (or RestartChild)
-// of it, of a group above it or of a child in it is sent. Children added
+// of it, of a group above it or of a child in it, sent once its budget
+// was spent (its ChildFailed). Children added
 // into it afterwards are not judged: what AddChild does in a stopped group
 // is not documented. r.mu is held.
 func (r *runner) checkStoppedGroups() {
-	failed := map[string]bool{}
+	failed := map[string]time.Time{} // each group's spent budget not yet followed by its stop
 	for _, e := range r.events {
 		if !r.isGroup(e.Child) {
 			continue
 		}
 		switch e.Type {
 		case cm.ChildFailed:
-			failed[e.Child] = true
+			failed[e.Child] = e.Time
 			continue
 		case cm.ChildStopped:
 		default:
 			continue
 		}
 		g, _ := r.sc.group(e.Child)
-		if !failed[e.Child] || g.OnExhausted != cm.ExhaustedStop {
+		failedAt, ok := failed[e.Child]
+		if !ok || g.OnExhausted != cm.ExhaustedStop {
 			continue
 		}
-		failed[e.Child] = false
+		delete(failed, e.Child)
 		stoppedAt := e.Time
-		// Until the first step that may start it again.
+		// Until the first step that may start it again: one sent once its
+		// budget was spent may be answered after it has stopped.
 		until := time.Time{}
 		for _, q := range r.reqs {
-			if !q.at.After(stoppedAt) || (q.do != DoStartChild && q.do != DoRestart) {
+			if q.at.Before(failedAt) || (q.do != DoStartChild && q.do != DoRestart) {
 				continue
 			}
 			if within(q.path, g.Path) || within(g.Path, q.path) {

@@ -114,6 +114,18 @@ func TestTreeInvariants(t *testing.T) {
 		},
 		want: map[Invariant][]string{StoppedGroupRan: {"g1/ctrl-0"}},
 	}, {
+		name: "a StartChild sent while the group stops starts it after",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
+			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0"}},
+		}},
+		setup: func(r *runner) {
+			r.event(cm.ChildFailed, "g1", at(1), errFail)
+			r.reqs = append(r.reqs, lifecycleReq{do: DoStartChild, path: "g1", at: at(2)})
+			r.event(cm.ChildStopped, "g1", at(3), nil)
+			r.journal.add("g1/ctrl-0", "controller", StartEnter, 1, nil)
+		},
+		want: map[Invariant][]string{},
+	}, {
 		name: "StopChild of a Stop group is not its exhaustion",
 		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
 			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0"}},
