@@ -159,6 +159,10 @@ func TestStateSpaceRegressions(t *testing.T) {
 	cases := []struct {
 		scenario ss.Scenario
 		seed     uint64 // a seed of TestStateSpace instead
+		// only, when set, are the invariants the case guards: it fails on
+		// those, and logs what else a sequence of its make-up breaks
+		// (another defect, with a case of its own).
+		only []ss.Invariant
 	}{{
 		// Issue 12, defect 1: ShutdownAndWait while the first Run still runs
 		// (its slow setup ignores its context) runs Shutdown at once beside
@@ -328,9 +332,11 @@ func TestStateSpaceRegressions(t *testing.T) {
 		},
 	}, {
 		// Found by TestStateSpace on trees (every tree seed: books): the
-		// metrics leave out every child inside a group, although the docs
+		// metrics left out every child inside a group, although the docs
 		// say the metrics' child label is its path; Status and the events
-		// count its restarts and failures.
+		// counted its restarts and failures. Fixed by e64c2a7 (the
+		// collector walks the tree); kept as its guard.
+		only: []ss.Invariant{ss.Books},
 		scenario: ss.Scenario{
 			Name: "metrics-leave-out-the-children-of-groups", Strategy: cm.OneForOne, Controllers: 1,
 			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
@@ -344,7 +350,7 @@ func TestStateSpaceRegressions(t *testing.T) {
 		// Found by TestStateSpace on trees (every tree seed: since-wrong): a
 		// group's Status has the State read from its children's, but the
 		// Since it was created (or last stopped) with, not when it entered
-		// that State.
+		// that State (ChildStatus.Since: "when it entered State").
 		scenario: ss.Scenario{
 			Name: "a-group's-since-is-not-when-it-entered-its-state", Strategy: cm.OneForOne, Controllers: 1,
 			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
@@ -361,13 +367,16 @@ func TestStateSpaceRegressions(t *testing.T) {
 		// a RestartChild of a group whose inner group ExhaustedStop has
 		// stopped, and a StartChild of that inner group while the restart
 		// still stops the outer group's other child (a slow Shutdown). The
-		// StartChild starts the inner group; the restart, not told, starts
-		// it again while its webhook's first Start (slow) still runs. The
-		// child refuses ("start requested while an incarnation is still
-		// active"), both calls fail, the webhook counts two restarts for
-		// one cause, and a ShutdownAndWait then never ends: the webhook's
-		// Shutdown is never called (ChildUnstopped), Done never closes.
-		// The root's form of it is the RestForOne case above.
+		// StartChild started the inner group; the restart, not told,
+		// started it again while its webhook's first Start (slow) still
+		// ran. The child refused ("start requested while an incarnation is
+		// still active"), both calls failed, the webhook counted two
+		// restarts for one cause, and a ShutdownAndWait then never ended:
+		// the webhook's Shutdown was never called, Done never closed.
+		// The root's form of it is the RestForOne case above. Fixed by
+		// 7d58ebb (a child its group's request has still to start is busy:
+		// the StartChild is refused); kept as its guard.
+		only: []ss.Invariant{ss.DoneWrong, ss.RestartUncaused, ss.TwoIncarnations, ss.NotShutDown},
 		scenario: ss.Scenario{
 			Name: "restart-of-a-group-beside-start-child-of-its-stopped-group-never-ends", Strategy: cm.AllForOne, Webhooks: 2, Controllers: 1,
 			Groups: []ss.Group{
@@ -400,7 +409,18 @@ func TestStateSpaceRegressions(t *testing.T) {
 		t.Run(tc.scenario.Name, func(t *testing.T) {
 			t.Parallel()
 			res := ss.Run(context.Background(), sc, ss.Config{})
-			if res.Failed() {
+			guarded := res.Failed()
+			if len(tc.only) > 0 {
+				guarded = false
+				for _, v := range res.Violations {
+					if slices.Contains(tc.only, v.Invariant) {
+						guarded = true
+					} else {
+						t.Logf("also broken (not what this case guards): %s", v)
+					}
+				}
+			}
+			if guarded {
 				t.Errorf("%s", res.Report())
 			} else {
 				t.Logf("%d steps in %s, no invariant broken", res.Steps, res.Took.Round(time.Millisecond))
