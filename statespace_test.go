@@ -399,6 +399,55 @@ func TestStateSpaceRegressions(t *testing.T) {
 				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
 			},
 		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1796180934266180812:
+		// stuck, failure-unresolved): a RestartChild of a controller inside
+		// a group that ExhaustedStop has stopped is accepted and runs it
+		// there; its failed restarts spend its own group's budget, that
+		// group (Escalate) fails to the stopped one, which does nothing:
+		// the controller stays Failed for ever with none of its calls
+		// running, and its group's failure is never resolved.
+		only: []ss.Invariant{ss.Stuck, ss.FailureUnresolved},
+		scenario: ss.Scenario{
+			Name: "restart-child-inside-a-stopped-group-strands-it-failed", Strategy: cm.OneForOne, Controllers: 2,
+			Groups: []ss.Group{
+				{Path: "g1", MaxRestarts: 1, OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0", "g2"}},
+				{Path: "g1/g2", MaxRestarts: 1, Children: []string{"ctrl-1"}},
+			},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/g2/ctrl-1", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoRestart, Child: "g1/g2/ctrl-1"},
+				{Do: ss.DoWait, Dur: 300 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1796180934266180959:
+		// books): a group stopped by ExhaustedStop before its controller
+		// ever ran (a webhook's crash loop on a standby); StartChild then
+		// runs the controller for the first time, and counts that first
+		// Run as a restart (ChildRestarted, Status.Restarts 1). The root's
+		// form of it was webhook-failure-on-a-standby above.
+		only: []ss.Invariant{ss.Books},
+		scenario: ss.Scenario{
+			Name: "start-child-of-a-group-stopped-on-a-standby-counts-a-first-run-as-a-restart", Strategy: cm.OneForOne, Election: ss.Exit,
+			Controllers: 1, Webhooks: 1,
+			Groups: []ss.Group{{Path: "g1", MaxRestarts: 1, OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0", "hook-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoPartition},
+				{Do: ss.DoStart},
+				{At: cm.PhaseElecting, Do: ss.DoKnobs, Child: "g1/hook-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/hook-0"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/hook-0", Knobs: ss.Knobs{}},
+				{Do: ss.DoReconnect},
+				{At: cm.PhaseRunning, Do: ss.DoStartChild, Child: "g1"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+			},
+		},
 	}}
 	for _, tc := range cases {
 		sc := tc.scenario
