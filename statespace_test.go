@@ -19,16 +19,19 @@ var (
 	statespaceSeed     = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
 	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
 	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
+	statespaceTrees    = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
 // lease events × child behaviour × ShutdownAndWait (package
 // internal/testkit/statespace), each on a fresh manager with OneForOne, AllForOne
-// or RestForOne and election off, Exit or Reelect, and checks every
-// invariant after every step. Each failing sequence is reported with its
+// or RestForOne and election off, Exit or Reelect, flat or a supervision
+// tree (groups nested 1 to 3 deep with their own strategies, budgets and
+// OnExhausted), and checks every invariant after every step. Each failing sequence is reported with its
 // seed, the steps, what happened and what broke; replay one with
 // -statespace.seed=N (the choices are the seed's; the timing differs).
-// -statespace.duration=1m explores for longer.
+// -statespace.duration=1m explores for longer; -statespace.trees explores
+// only trees.
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -61,7 +64,11 @@ func TestStateSpace(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				seed := base + next.Add(1) - 1
-				res := ss.Run(context.Background(), ss.Generate(seed), ss.Config{})
+				sc := ss.Generate(seed)
+				if *statespaceTrees && len(sc.Groups) == 0 {
+					continue
+				}
+				res := ss.Run(context.Background(), sc, ss.Config{})
 				mu.Lock()
 				results = append(results, res)
 				mu.Unlock()
@@ -103,6 +110,22 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses",
 		len(results), steps, skipped, elapsed.Round(time.Millisecond), float64(len(results))/elapsed.Seconds(),
 		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused)
+	var treeTook, flatTook []time.Duration
+	for _, res := range results {
+		if len(res.Scenario.Groups) > 0 {
+			treeTook = append(treeTook, res.Took)
+		} else {
+			flatTook = append(flatTook, res.Took)
+		}
+	}
+	medianOf := func(d []time.Duration) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		slices.Sort(d)
+		return d[len(d)/2].Round(time.Millisecond)
+	}
+	t.Logf("%d sequences were trees (median %s each), %d flat (median %s)", len(treeTook), medianOf(treeTook), len(flatTook), medianOf(flatTook))
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {
@@ -136,6 +159,10 @@ func TestStateSpaceRegressions(t *testing.T) {
 	cases := []struct {
 		scenario ss.Scenario
 		seed     uint64 // a seed of TestStateSpace instead
+		// only, when set, are the invariants the case guards: it fails on
+		// those, and logs what else a sequence of its make-up breaks
+		// (another defect, with a case of its own).
+		only []ss.Invariant
 	}{{
 		// Issue 12, defect 1: ShutdownAndWait while the first Run still runs
 		// (its slow setup ignores its context) runs Shutdown at once beside
@@ -303,6 +330,124 @@ func TestStateSpaceRegressions(t *testing.T) {
 				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
 			},
 		},
+	}, {
+		// Found by TestStateSpace on trees (every tree seed: books): the
+		// metrics left out every child inside a group, although the docs
+		// say the metrics' child label is its path; Status and the events
+		// counted its restarts and failures. Fixed by e64c2a7 (the
+		// collector walks the tree); kept as its guard.
+		only: []ss.Invariant{ss.Books},
+		scenario: ss.Scenario{
+			Name: "metrics-leave-out-the-children-of-groups", Strategy: cm.OneForOne, Controllers: 1,
+			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 100 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (every tree seed: since-wrong): a
+		// group's Status has the State read from its children's, but the
+		// Since it was created (or last stopped) with, not when it entered
+		// that State (ChildStatus.Since: "when it entered State").
+		scenario: ss.Scenario{
+			Name: "a-group's-since-is-not-when-it-entered-its-state", Strategy: cm.OneForOne, Controllers: 1,
+			Groups: []ss.Group{{Path: "g1", Children: []string{"ctrl-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 30 * time.Millisecond},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1: done, restart-uncaused):
+		// a RestartChild of a group whose inner group ExhaustedStop has
+		// stopped, and a StartChild of that inner group while the restart
+		// still stops the outer group's other child (a slow Shutdown). The
+		// StartChild started the inner group; the restart, not told,
+		// started it again while its webhook's first Start (slow) still
+		// ran. The child refused ("start requested while an incarnation is
+		// still active"), both calls failed, the webhook counted two
+		// restarts for one cause, and a ShutdownAndWait then never ended:
+		// the webhook's Shutdown was never called, Done never closed.
+		// The root's form of it is the RestForOne case above. Fixed by
+		// 7d58ebb (a child its group's request has still to start is busy:
+		// the StartChild is refused); kept as its guard.
+		only: []ss.Invariant{ss.DoneWrong, ss.RestartUncaused, ss.TwoIncarnations, ss.NotShutDown},
+		scenario: ss.Scenario{
+			Name: "restart-of-a-group-beside-start-child-of-its-stopped-group-never-ends", Strategy: cm.AllForOne, Webhooks: 2, Controllers: 1,
+			Groups: []ss.Group{
+				{Path: "g1", MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"g2", "ctrl-0"}},
+				{Path: "g1/g2", Strategy: cm.RestForOne, MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"g3", "hook-0"}},
+				{Path: "g1/g2/g3", Strategy: cm.RestForOne, MaxRestarts: 2, OnExhausted: cm.ExhaustedStop, Children: []string{"hook-1"}},
+			},
+			Steps: []ss.Step{
+				{Do: ss.DoKnobs, Child: "g1/g2/g3/hook-1", Knobs: slowIgnoring(150 * time.Millisecond)},
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/g2/hook-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/g2/hook-0"},
+				{Do: ss.DoWait, Dur: 260 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownDelay: 100 * time.Millisecond}},
+				{Do: ss.DoRestart, Child: "g1"},
+				{Do: ss.DoWait, Dur: 30 * time.Millisecond},
+				{Do: ss.DoStartChild, Child: "g1/g2"},
+				{Do: ss.DoWait, Dur: 75 * time.Millisecond},
+				{Do: ss.DoShutdown},
+				{Do: ss.DoWait, Dur: 500 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1796180934266180812:
+		// stuck, failure-unresolved): a RestartChild of a controller inside
+		// a group that ExhaustedStop has stopped is accepted and runs it
+		// there; its failed restarts spend its own group's budget, that
+		// group (Escalate) fails to the stopped one, which does nothing:
+		// the controller stays Failed for ever with none of its calls
+		// running, and its group's failure is never resolved.
+		only: []ss.Invariant{ss.Stuck, ss.FailureUnresolved},
+		scenario: ss.Scenario{
+			Name: "restart-child-inside-a-stopped-group-strands-it-failed", Strategy: cm.OneForOne, Controllers: 2,
+			Groups: []ss.Group{
+				{Path: "g1", MaxRestarts: 1, OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0", "g2"}},
+				{Path: "g1/g2", MaxRestarts: 1, Children: []string{"ctrl-1"}},
+			},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/g2/ctrl-1", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoRestart, Child: "g1/g2/ctrl-1"},
+				{Do: ss.DoWait, Dur: 300 * time.Millisecond},
+			},
+		},
+	}, {
+		// Found by TestStateSpace on trees (seed 1796180934266180959:
+		// books): a group stopped by ExhaustedStop before its controller
+		// ever ran (a webhook's crash loop on a standby); StartChild then
+		// runs the controller for the first time, and counts that first
+		// Run as a restart (ChildRestarted, Status.Restarts 1). The root's
+		// form of it was webhook-failure-on-a-standby above.
+		only: []ss.Invariant{ss.Books},
+		scenario: ss.Scenario{
+			Name: "start-child-of-a-group-stopped-on-a-standby-counts-a-first-run-as-a-restart", Strategy: cm.OneForOne, Election: ss.Exit,
+			Controllers: 1, Webhooks: 1,
+			Groups: []ss.Group{{Path: "g1", MaxRestarts: 1, OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0", "hook-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoPartition},
+				{Do: ss.DoStart},
+				{At: cm.PhaseElecting, Do: ss.DoKnobs, Child: "g1/hook-0", Knobs: ss.Knobs{StartFails: true}},
+				{Do: ss.DoFail, Child: "g1/hook-0"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+				{Do: ss.DoKnobs, Child: "g1/hook-0", Knobs: ss.Knobs{}},
+				{Do: ss.DoReconnect},
+				{At: cm.PhaseRunning, Do: ss.DoStartChild, Child: "g1"},
+				{Do: ss.DoWait, Dur: 200 * time.Millisecond},
+			},
+		},
 	}}
 	for _, tc := range cases {
 		sc := tc.scenario
@@ -313,7 +458,18 @@ func TestStateSpaceRegressions(t *testing.T) {
 		t.Run(tc.scenario.Name, func(t *testing.T) {
 			t.Parallel()
 			res := ss.Run(context.Background(), sc, ss.Config{})
-			if res.Failed() {
+			guarded := res.Failed()
+			if len(tc.only) > 0 {
+				guarded = false
+				for _, v := range res.Violations {
+					if slices.Contains(tc.only, v.Invariant) {
+						guarded = true
+					} else {
+						t.Logf("also broken (not what this case guards): %s", v)
+					}
+				}
+			}
+			if guarded {
 				t.Errorf("%s", res.Report())
 			} else {
 				t.Logf("%d steps in %s, no invariant broken", res.Steps, res.Took.Round(time.Millisecond))

@@ -2,6 +2,8 @@ package statespace
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +70,10 @@ func (r *runner) build() error {
 		case <-r.doneWatch:
 		}
 	}()
+	if len(r.sc.Groups) > 0 {
+		r.buildTree()
+		return nil
+	}
 	stores, ctrls, hooks := r.sc.names()
 	for _, name := range stores {
 		c := newChild(name, "store", r.journal, r.release)
@@ -85,6 +91,68 @@ func (r *runner) build() error {
 		m.Add(Webhook{c})
 	}
 	return nil
+}
+
+// buildTree adds a tree scenario's children: the root's stores, then its
+// controllers, groups and webhooks in one Add, each group built depth
+// first.
+func (r *runner) buildTree() {
+	var node func(parent, name string) cm.Runnable
+	node = func(parent, name string) cm.Runnable {
+		path := name
+		if parent != "" {
+			path = parent + "/" + name
+		}
+		if g, ok := r.sc.group(path); ok {
+			children := make([]cm.Runnable, len(g.Children))
+			for i, c := range g.Children {
+				children[i] = node(path, c)
+			}
+			return cm.NewGroup(g.Name(), cm.SupervisionSpec{Strategy: g.Strategy, MaxRestarts: g.MaxRestarts, OnExhausted: g.OnExhausted}, children...)
+		}
+		return r.newRunnable(path, kindOf(name), Knobs{})
+	}
+	stores, others := r.sc.rootChildren()
+	r.order[""] = append(slices.Clone(stores), others...)
+	for _, g := range r.sc.Groups {
+		r.order[g.Path] = slices.Clone(g.Children)
+	}
+	for _, name := range stores {
+		r.m.AddStore(r.newRunnable(name, "store", Knobs{}).(Store))
+	}
+	vals := make([]cm.Runnable, len(others))
+	for i, name := range others {
+		vals[i] = node("", name)
+	}
+	r.m.Add(vals...)
+}
+
+// kindOf is the kind of an initial child by its name.
+func kindOf(name string) string {
+	switch {
+	case strings.HasPrefix(name, "store-"):
+		return "store"
+	case strings.HasPrefix(name, "hook-"):
+		return "webhook"
+	}
+	return "controller"
+}
+
+// newRunnable makes the journalling child at path, of kind, and records
+// it.
+func (r *runner) newRunnable(path, kind string, k Knobs) cm.Runnable {
+	c := newChild(path, kind, r.journal, r.release)
+	c.knobs = k
+	r.mu.Lock()
+	r.children[path] = c
+	r.mu.Unlock()
+	switch kind {
+	case "store":
+		return Store{c}
+	case "webhook":
+		return Webhook{c}
+	}
+	return Controller{c}
 }
 
 // preflight is the manager's Context: its Start takes delay.

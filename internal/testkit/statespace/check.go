@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/lease/leasetest"
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -19,6 +20,7 @@ func (r *runner) check(ctx context.Context) {
 	r.checkObligations(now)
 	r.checkLease(now)
 	r.checkGuards(false)
+	r.checkTree()
 }
 
 // guardSlack is how long after a Shutdown has returned (as its child
@@ -40,10 +42,12 @@ func (r *runner) checkGuards(ended bool) {
 		}
 	}
 	r.mu.Unlock()
-	var history []leasetest.Write
-	if r.srv != nil {
-		history = r.srv.History()
+	type passed struct {
+		name, kind string
+		inc        int
+		at         time.Time
 	}
+	var passes []passed
 	for name, c := range children {
 		for inc, guard := range c.incGuards() {
 			at := time.Now()
@@ -62,18 +66,25 @@ func (r *runner) checkGuards(ended bool) {
 						Detail: fmt.Sprintf("incarnation %d's lease guard passed at %s, after its Shutdown returned at %s", inc, stamp(at), stamp(in.ShutdownEnd))}, true)
 				}
 			}
-			if r.srv == nil {
-				continue
-			}
-			names := r.leases(name)
-			if r.sc.Shards > 1 && c.kind == "store" {
-				names = r.leases("store")
-			}
-			if gap, ok := uncovered(validity(history, names), at, at); ok {
-				r.violateOnce(key+"/lease", Violation{Invariant: GuardPassed, Child: name, Time: gap,
-					Detail: fmt.Sprintf("incarnation %d's lease guard passed at %s, when this replica did not hold its lease (lease writes: %s)",
-						inc, stamp(at), describeHistory(history, at))}, true)
-			}
+			passes = append(passes, passed{name: name, kind: c.kind, inc: inc, at: at})
+		}
+	}
+	if r.srv == nil || len(passes) == 0 {
+		return
+	}
+	// The history is read after the guards were called: a guard that
+	// passed at a moment must be covered by the writes before it, and one
+	// read before could miss the write that won the lease.
+	history := r.srv.History()
+	for _, p := range passes {
+		names := r.leases(p.name)
+		if r.sc.Shards > 1 && p.kind == "store" {
+			names = r.leases("store")
+		}
+		if gap, ok := uncovered(validity(history, names), p.at, p.at); ok {
+			r.violateOnce(fmt.Sprintf("guard/%s/%d/lease", p.name, p.inc), Violation{Invariant: GuardPassed, Child: p.name, Time: gap,
+				Detail: fmt.Sprintf("incarnation %d's lease guard passed at %s, when this replica did not hold its lease (lease writes: %s)",
+					p.inc, stamp(p.at), describeHistory(history, p.at))}, true)
 		}
 	}
 }
@@ -94,10 +105,17 @@ func (r *runner) checkObligations(now time.Time) {
 	r.mu.Unlock()
 	for _, o := range overdue {
 		detail := o.what
-		if o.child != "" {
+		if o.child != "" && r.isGroup(o.child) {
+			detail += "; its children now: " + r.describeGroup(o.child)
+		} else if o.child != "" {
 			detail += "; its last calls: " + fmt.Sprint(r.journal.Tail(o.child, 6))
 		}
-		r.violate(Violation{Invariant: o.inv, Child: o.child, Time: now, Detail: detail})
+		v := Violation{Invariant: o.inv, Child: o.child, Time: now, Detail: detail}
+		if o.key != "" {
+			r.violateOnce("obligation/"+o.key, v, false) // the same stuck state, once
+			continue
+		}
+		r.violate(v)
 	}
 }
 
@@ -107,6 +125,7 @@ func (r *runner) checkObligations(now time.Time) {
 func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	asked := time.Now()
 	st, err := r.m.Status(sctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -117,7 +136,14 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	if st.Phase.Ended() {
 		return
 	}
-	for _, cs := range st.Children {
+	all := flatten(st.Children)
+	r.checkSince(all, asked)
+	for _, cs := range all {
+		if cs.Kind == actors.KindGroup {
+			// A group's state is read from its children's, each checked
+			// here.
+			continue
+		}
 		var bound time.Duration
 		switch cs.State {
 		case supervisor.StateBackingOff:
@@ -142,11 +168,15 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 					if state != supervisor.StateBackingOff {
 						// Stopping, Starting and Failed are stuck only with no
 						// call of the child running, for a second at least.
-						if idle, ok := r.journal.Idle(name, time.Now()); !ok || idle < time.Second {
+						idle, ok := r.journal.Idle(name, time.Now())
+						if cs.Kind == "group" {
+							idle, ok = r.journal.IdleWithin(name, time.Now())
+						}
+						if !ok || idle < time.Second {
 							return true
 						}
 					}
-					if state == supervisor.StateBackingOff && r.sc.Strategy != cm.OneForOne &&
+					if state == supervisor.StateBackingOff && r.inPlanLevel(name) &&
 						r.eventSince(since, func(x cm.Event) bool { return x.Type == cm.ChildRestarted && x.Child != name }) {
 						// Waiting in an AllForOne or RestForOne plan behind a
 						// sibling whose restarts keep failing within its
@@ -162,18 +192,79 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	}
 }
 
+// flatten lists children and, depth first, every group's children.
+func flatten(children []supervisor.ChildStatus) []supervisor.ChildStatus {
+	var out []supervisor.ChildStatus
+	for _, cs := range children {
+		out = append(out, cs)
+		out = append(out, flatten(cs.Children)...)
+	}
+	return out
+}
+
 // waitsInPlan reports whether child, failed at at, is waiting BackingOff in
 // an AllForOne or RestForOne plan behind a sibling whose restarts keep
 // failing within its budget: the plan is going on, in order (as OTP's
 // rest_for_one waits for the child before), as the stuck check excuses
 // too. r.mu is held; Status does not take it.
 func (r *runner) waitsInPlan(child string, at time.Time) bool {
-	if r.sc.Strategy == cm.OneForOne ||
+	if !r.inPlanLevel(child) ||
 		!r.eventSince(at, func(x cm.Event) bool { return x.Type == cm.ChildRestarted && x.Child != child }) {
 		return false
 	}
 	cs, ok := r.childStatus(child)
 	return ok && cs.State == supervisor.StateBackingOff
+}
+
+// checkSince: a child's Since is when it entered its State, so a child
+// seen in another state by an earlier Status (asked for at asked) cannot
+// have entered its state now before then.
+func (r *runner) checkSince(children []supervisor.ChildStatus, asked time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cs := range children {
+		prev, seen := r.lastSeen[cs.Name]
+		r.lastSeen[cs.Name] = seenState{state: cs.State, asked: asked}
+		if !seen || prev.state == cs.State || !cs.Since.Before(prev.asked) {
+			continue
+		}
+		r.violateOnce("since/"+cs.Name, Violation{ // once a child: it repeats at every change
+			Invariant: SinceWrong, Child: cs.Name, Time: asked,
+			Detail: fmt.Sprintf("Status says %s %s since %s, but a Status asked for at %s said %s", cs.Kind, cs.State, stamp(cs.Since), stamp(prev.asked), prev.state),
+		}, false)
+	}
+}
+
+// seenState is a child's state in the last Status the checks asked for.
+type seenState struct {
+	state supervisor.ChildState
+	asked time.Time
+}
+
+// describeGroup lists the states of group's children, as Status says now,
+// and when each child's last call returned.
+func (r *runner) describeGroup(group string) string {
+	cs, ok := r.childStatus(group)
+	if !ok {
+		return "(no Status)"
+	}
+	var parts []string
+	for _, c := range flatten(cs.Children) {
+		p := fmt.Sprintf("%s %s since %s", c.Name, c.State, stamp(c.Since))
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// inPlanLevel reports whether child, or a group above it, is on a level
+// whose strategy restarts siblings (AllForOne or RestForOne).
+func (r *runner) inPlanLevel(child string) bool {
+	for _, a := range ancestry(child) {
+		if r.strategyOf(parentPath(a)) != cm.OneForOne {
+			return true
+		}
+	}
+	return false
 }
 
 // stillIn asks Status whether name is still in state since since. r.mu is

@@ -37,7 +37,8 @@ type Knobs struct {
 // child is what every kind of child of a sequence shares: its journal and
 // its knobs.
 type child struct {
-	name, kind string
+	name, kind string // name is its path in a tree
+	leaf       string // its name within its group: what Name returns
 	journal    *Journal
 	release    <-chan struct{} // closed when the sequence releases hung calls
 
@@ -51,11 +52,12 @@ type child struct {
 }
 
 func newChild(name, kind string, j *Journal, release <-chan struct{}) *child {
-	return &child{name: name, kind: kind, journal: j, release: release}
+	return &child{name: name, leaf: leafName(name), kind: kind, journal: j, release: release}
 }
 
-// Name returns the child's name.
-func (c *child) Name() string { return c.name }
+// Name returns the child's name (within its group: "/" is not allowed in
+// one).
+func (c *child) Name() string { return c.leaf }
 
 func (c *child) set(fn func(*Knobs)) {
 	c.mu.Lock()
@@ -179,7 +181,7 @@ func (c Controller) GetHealth() cm.HealthStatus {
 	if !ok {
 		msg = "statespace: unhealthy"
 	}
-	return cm.HealthStatus{Name: c.name, Healthy: ok, Message: msg}
+	return cm.HealthStatus{Name: c.leaf, Healthy: ok, Message: msg}
 }
 
 // Store is a journaling cm.Store (and Runnable).

@@ -5,8 +5,14 @@
 // children's own journals and the fake API server's lease history.
 //
 // A Scenario is a manager's make-up (strategy, election off, Exit or
-// Reelect, its stores, controllers and webhooks) and its Steps; Generate
-// makes one from a seed, and tests write minimal ones by hand. Run drives a
+// Reelect, its stores, controllers and webhooks, flat or in a supervision
+// tree of Groups) and its Steps; Generate makes one from a seed, and tests
+// write minimal ones by hand. Nearly half the seeds make trees: groups
+// nested 1 to 3 deep, each with its own (or an inherited) strategy,
+// budget and OnExhausted, holding stores, controllers and webhooks known
+// by their paths ("g1/g2/ctrl-0"), with lifecycle steps aimed at groups
+// and crash loops that spend a group's budget. The tree is drawn last, so
+// a flat seed's sequence is what it was before trees. Run drives a
 // fresh manager through it: each child journals its start call (Run,
 // Recover, Start) and Shutdown, entry and exit, with its incarnation number,
 // in one order shared by the whole sequence; leasetest's History says who
@@ -27,6 +33,16 @@
 //     with no partition, Steal or slow-API step before the loss, and every
 //     Lease write answered within the retry period (Scenario.WriteLatency,
 //     a slow API server whose calls overlap);
+//   - every child's Since is when it entered its State (a group's too);
+//   - in a tree, every restart has a cause its groups' strategies allow (a
+//     failure of it, of a group above it, or of a sibling its level's
+//     strategy takes it with; a RestartChild or StartChild of it or above
+//     it; a change of leadership): RestForOne restarts the failed child and
+//     those after it, never a sibling group's children; a group stopped by
+//     ExhaustedStop stays stopped until a StartChild; only the root
+//     escalates, naming one of its own children, a group by Kind "group";
+//     fencing, one incarnation at a time and the bounds hold at every
+//     depth (the checks above read every child by its path);
 //   - an escalation, and a lost lease with Exit, end in Done within a bound;
 //     at the end, Done, the final phase, Err and the events agree, and
 //     Status, the events, the metrics and the children's own start calls
@@ -41,6 +57,7 @@
 // check.go checks the invariants after every step, checklease.go those
 // read from the lease history; end.go settles, heals and shuts the manager
 // down and checks the end; report.go is the Result. scenario.go generates
-// the sequences, children.go and journal.go are the journalling children,
+// the sequences, tree.go their supervision trees, checktree.go checks what
+// trees promise; children.go and journal.go are the journalling children,
 // invariants.go names what is checked.
 package statespace

@@ -91,6 +91,10 @@ func (r *runner) apply(ctx context.Context, st Step) {
 	r.steps++
 	r.logLocked("step %s", st)
 	c := r.children[st.Child]
+	switch st.Do {
+	case DoRestart, DoStop, DoStartChild, DoRemove:
+		r.reqs = append(r.reqs, lifecycleReq{do: st.Do, path: st.Child, at: time.Now()})
+	}
 	r.mu.Unlock()
 	switch st.Do {
 	case DoStart:
@@ -145,20 +149,15 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		r.mu.Lock()
 		r.added++
 		name := fmt.Sprintf("added-%d", r.added)
-		nc := newChild(name, st.Kind, r.journal, r.release)
-		nc.knobs = st.Knobs
-		r.children[name] = nc
-		r.mu.Unlock()
-		var v any
-		switch st.Kind {
-		case "store":
-			v = Store{nc}
-		case "webhook":
-			v = Webhook{nc}
-		default:
-			v = Controller{nc}
+		path := name
+		if st.Parent != "" {
+			path = st.Parent + "/" + name
 		}
-		r.request(supervisor.AddChild{Runnable: v})
+		r.order[st.Parent] = append(r.order[st.Parent], name)
+		r.addedAt[path] = time.Now()
+		r.mu.Unlock()
+		v := r.newRunnable(path, st.Kind, st.Knobs)
+		r.request(supervisor.AddChild{Parent: st.Parent, Runnable: v})
 	case DoPartition, DoReconnect:
 		r.noteFault(st)
 		if r.client != nil {
@@ -251,7 +250,7 @@ func (r *runner) noteKnobs(c *child, k Knobs) {
 		inv: NotProbed, child: name, due: at.Add(HealthInterval*(UnhealthyThreshold+2) + HealthTimeout + r.cfg.Slack),
 		what: fmt.Sprintf("a running %s made unhealthy at %s (phase %s) was not found unhealthy, nor restarted", kind, stamp(at), phase),
 		resolved: func() bool {
-			if r.knobGen[name] != gen || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stopReq[name] || r.startedSince(name, at) {
+			if r.knobGen[name] != gen || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(name) || r.startedSince(name, at) {
 				return true
 			}
 			if kind == "controller" && r.phase != cm.PhaseRunning {

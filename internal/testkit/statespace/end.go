@@ -174,7 +174,7 @@ func (r *runner) checkEnd() {
 	if err != nil {
 		r.violate(Violation{Invariant: Books, Detail: err.Error()})
 	}
-	for _, cs := range final.Children {
+	for _, cs := range flatten(final.Children) {
 		var restarted, failed int
 		for _, e := range events {
 			if e.Child != cs.Name {

@@ -63,6 +63,27 @@ const (
 	// within the retry period (Scenario.WriteLatency). A slow API server
 	// must cost campaigns, never a lease held.
 	RenewableLost Invariant = "renewable-lost"
+	// RestartUncaused (trees): a child was restarted (ChildRestarted) with
+	// no cause its groups' strategies allow since its previous restart: no
+	// failure of it or of a group above it, no failure of a sibling (of
+	// it or of a group above it) that its level's strategy takes it with
+	// (AllForOne: any; RestForOne: one before it; at the root, never a
+	// store's nor for a store), no RestartChild or StartChild of it or above
+	// it, no change of leadership.
+	RestartUncaused Invariant = "restart-uncaused"
+	// StoppedGroupRan (trees): a child of a group stopped by ExhaustedStop
+	// started after the group's ChildStopped, before any StartChild or
+	// RestartChild of the group, above or in it.
+	StoppedGroupRan Invariant = "stopped-group-ran"
+	// SinceWrong: Status said a child entered its State (Since) before an
+	// earlier Status saw it in another state: Since is not when it
+	// entered State.
+	SinceWrong Invariant = "since-wrong"
+	// EscalationWrong (trees): an escalation named a child inside a group,
+	// a group whose OnExhausted is Stop, or a group with a Kind other than
+	// "group" (or a child that is not a group with Kind "group"); or its
+	// event and its EscalationError disagree.
+	EscalationWrong Invariant = "escalation-wrong"
 )
 
 // Violation is one broken invariant.

@@ -206,6 +206,27 @@ func (j *Journal) Idle(child string, now time.Time) (time.Duration, bool) {
 	return now.Sub(last), true
 }
 
+// IdleWithin is Idle for a group: how long no call of any child inside
+// group (at any depth) has been running; one never called counts from
+// the journal's creation.
+func (j *Journal) IdleWithin(group string, now time.Time) (time.Duration, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	last := j.created
+	for child, n := range j.open {
+		if !within(child, group) {
+			continue
+		}
+		if n > 0 {
+			return 0, false
+		}
+		if t := j.lastCall[child]; t.After(last) {
+			last = t
+		}
+	}
+	return now.Sub(last), true
+}
+
 // Entries returns a copy of the journal.
 func (j *Journal) Entries() []Entry {
 	j.mu.Lock()

@@ -31,13 +31,26 @@ func (r *runner) onEvent(e cm.Event) {
 		if c := r.children[child]; c != nil {
 			fenced = c.kind == "controller" || c.kind == "store"
 		}
+		if g, ok := r.sc.group(child); ok {
+			fenced = true // its controllers and stores are fenced with it
+			if g.OnExhausted == cm.ExhaustedStop {
+				// Its spent budget takes it out of supervision: it stops
+				// and stays stopped; the stuck check judges its stop.
+				break
+			}
+		}
 		r.obligations = append(r.obligations, &obligation{
 			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),
 			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager end", stamp(at), e.Err),
 			resolved: func() bool {
-				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stopReq[child] ||
+				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(child) ||
 					r.eventSince(at, func(x cm.Event) bool {
-						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child)
+						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child) ||
+							// A group above it (or, for a group, the group itself)
+							// failed or stopped: that group's failure is the one
+							// to resolve now, or it stays stopped (ExhaustedStop).
+							(x.Type == cm.ChildFailed && x.Child != child && within(child, x.Child)) ||
+							(x.Type == cm.ChildStopped && r.isGroup(x.Child) && within(child, x.Child))
 					}) || r.waitsInPlan(child, at)
 			},
 		})
@@ -75,10 +88,27 @@ func (r *runner) noteFault(st Step) {
 
 func stamp(t time.Time) string { return t.Format("05.000") }
 
-// startedSince reports whether child's start call was entered after at.
+// startedSince reports whether child's start call (for a group, one of
+// its children's, at any depth) was entered after at. r.mu is held.
 func (r *runner) startedSince(child string, at time.Time) bool {
-	for _, in := range r.journal.Of(child) {
-		if in.From.After(at) {
+	for path := range r.children {
+		if !within(path, child) {
+			continue
+		}
+		for _, in := range r.journal.Of(path) {
+			if in.From.After(at) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stoppedAbove reports whether a StopChild or RemoveChild was sent for
+// child or a group above it. r.mu is held.
+func (r *runner) stoppedAbove(child string) bool {
+	for _, p := range ancestry(child) {
+		if r.stopReq[p] {
 			return true
 		}
 	}

@@ -100,8 +100,12 @@ type runner struct {
 	phaseCh     chan struct{} // closed at each phase change
 	obligations []*obligation
 	stopReq     map[string]bool
-	shutdownReq time.Time // the first ShutdownAndWait or cancelled Start
-	exitAt      time.Time // the first moment the host would exit: Done, or a ShutdownAndWait returned
+	reqs        []lifecycleReq       // the lifecycle steps sent, in order
+	order       map[string][]string  // each level's children (names) in the order added; "" is the root
+	addedAt     map[string]time.Time // when each child added by a step was sent
+	lastSeen    map[string]seenState // each child's state in the last Status checked
+	shutdownReq time.Time            // the first ShutdownAndWait or cancelled Start
+	exitAt      time.Time            // the first moment the host would exit: Done, or a ShutdownAndWait returned
 	doneAt      time.Time
 	knobGen     map[string]int
 	log         []string
@@ -128,7 +132,7 @@ func newRunner(sc Scenario, cfg Config) *runner {
 	r := &runner{
 		sc: sc, cfg: cfg, begin: time.Now(), release: make(chan struct{}),
 		children: map[string]*child{}, phase: cm.PhaseIdle, phaseCh: make(chan struct{}),
-		stopReq: map[string]bool{}, knobGen: map[string]int{}, seen: map[string]bool{},
+		stopReq: map[string]bool{}, order: map[string][]string{}, addedAt: map[string]time.Time{}, lastSeen: map[string]seenState{}, knobGen: map[string]int{}, seen: map[string]bool{},
 		startDone: make(chan error, 1), doneWatch: make(chan struct{}),
 	}
 	r.journal = NewJournal(r.violate)

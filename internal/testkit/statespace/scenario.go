@@ -51,11 +51,14 @@ type Step struct {
 	// seconds); the step is skipped when the phase does not come.
 	At    cm.Phase
 	Do    Action
-	Child string
+	Child string // a child's (or, for a lifecycle step, a group's) path
 	Kind  string // DoAdd's: "controller", "store" or "webhook"
 	Knobs Knobs  // DoKnobs', DoAdd's
 	Dur   time.Duration
 	Shard int // DoSteal's, with shards: whose Lease is stolen
+	// Parent is DoAdd's: the path of the group the child goes into (empty:
+	// the root).
+	Parent string
 }
 
 func (s Step) String() string {
@@ -69,6 +72,9 @@ func (s Step) String() string {
 	}
 	if s.Child != "" {
 		b.WriteString(" " + s.Child)
+	}
+	if s.Do == DoAdd && s.Parent != "" {
+		b.WriteString(" into " + s.Parent)
 	}
 	if s.Do == DoKnobs || s.Do == DoAdd {
 		b.WriteString(" " + s.Knobs.String())
@@ -130,7 +136,10 @@ const (
 // Scenario is one sequence: a manager's make-up and the steps to drive it
 // through. Its children are named store-0.., ctrl-0.., hook-0.. in that
 // order of adding (stores, controllers, webhooks); children added by DoAdd
-// are named added-1...
+// are named added-1... A tree scenario (Groups) puts some of them in
+// groups: each is then known (in steps, events, Status) by its path,
+// "g1/g2/ctrl-0", and the root's groups are added after its controllers,
+// before its webhooks.
 type Scenario struct {
 	Name                          string
 	Seed                          uint64 // the seed it was generated from; 0 when hand-written
@@ -154,7 +163,10 @@ type Scenario struct {
 	// below RetryPeriod: an API server under load, whose calls
 	// overlap (leasetest's SetLatency). Nothing held may be lost for it.
 	WriteLatency time.Duration
-	Steps        []Step
+	// Groups, when set, make the scenario a supervision tree: each is a
+	// controllermanager.NewGroup, parents before their children.
+	Groups []Group
+	Steps  []Step
 }
 
 // initialBackoff is the scenario's InitialBackoff.
@@ -195,6 +207,9 @@ func (s Scenario) String() string {
 	if s.WriteLatency > 0 {
 		fmt.Fprintf(&b, ", Lease writes %s", s.WriteLatency)
 	}
+	for _, g := range s.Groups {
+		fmt.Fprintf(&b, "\n  group %s", g)
+	}
 	for i, st := range s.Steps {
 		fmt.Fprintf(&b, "\n  %2d. %s", i+1, st)
 	}
@@ -217,7 +232,11 @@ func (s Scenario) names() (stores, ctrls, hooks []string) {
 
 // Generate returns the random scenario of seed: the same seed, the same
 // scenario (the timing of a run differs).
-func Generate(seed uint64) Scenario {
+func Generate(seed uint64) Scenario { return generate(seed, true) }
+
+// generate is Generate; trees false leaves out the tree, drawn last (a
+// test compares the two).
+func generate(seed uint64, trees bool) Scenario {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	pick := func(n int) int { return r.IntN(n) }
 	chance := func(p float64) bool { return r.Float64() < p }
@@ -397,6 +416,10 @@ func Generate(seed uint64) Scenario {
 	if s.Election != ElectionOff && chance(0.33) {
 		s.WriteLatency = between(60*time.Millisecond, RetryPeriod*9/10)
 		setShards(16 + pick(17))
+	}
+	// Trees, drawn last for the same reason.
+	if chance(0.45) && trees {
+		s.growTree(r)
 	}
 	return s
 }

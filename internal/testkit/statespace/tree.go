@@ -1,0 +1,261 @@
+package statespace
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// Group is one group of a tree scenario: a controllermanager.NewGroup at
+// Path whose zero fields inherit its parent's supervision.
+type Group struct {
+	// Path is the group's path: its parent's path, "/", its name ("g1",
+	// "g1/g2").
+	Path        string
+	Strategy    cm.SupervisionStrategy // "": its parent's
+	MaxRestarts int32                  // 0: its parent's
+	OnExhausted cm.ExhaustedAction     // "": Escalate
+	// Children are the names (not paths) of its children in the order
+	// added: the scenario's children (store-0, ctrl-1, ...) and its own
+	// groups (by their names, g2). The generator puts stores first, so
+	// that the order a restart follows (stores first, then as added) is
+	// the order added.
+	Children []string
+}
+
+// Name is the group's name, the last element of its path.
+func (g Group) Name() string { return g.Path[strings.LastIndexByte(g.Path, '/')+1:] }
+
+// parentPath returns the path of the group that holds path ("" for the
+// root).
+func parentPath(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// leafName is path's last element.
+func leafName(path string) string { return path[strings.LastIndexByte(path, '/')+1:] }
+
+// within reports whether path is group or inside it, at any depth.
+func within(path, group string) bool {
+	return path == group || strings.HasPrefix(path, group+"/")
+}
+
+// pathOf returns the path of the scenario's initial child (or group) name
+// in its tree: the name itself at the root.
+func (s Scenario) pathOf(name string) string {
+	for _, g := range s.Groups {
+		if slices.Contains(g.Children, name) {
+			return g.Path + "/" + name
+		}
+	}
+	return name
+}
+
+// group returns the group at path.
+func (s Scenario) group(path string) (Group, bool) {
+	for _, g := range s.Groups {
+		if g.Path == path {
+			return g, true
+		}
+	}
+	return Group{}, false
+}
+
+// rootChildren lists the names of the root's children of a tree
+// scenario in the order added: stores (AddStore), controllers, the root's
+// groups, webhooks.
+func (s Scenario) rootChildren() (stores, others []string) {
+	inGroup := map[string]bool{}
+	for _, g := range s.Groups {
+		for _, c := range g.Children {
+			inGroup[c] = true
+		}
+	}
+	st, ctrls, hooks := s.names()
+	for _, n := range st {
+		if !inGroup[n] {
+			stores = append(stores, n)
+		}
+	}
+	for _, n := range ctrls {
+		if !inGroup[n] {
+			others = append(others, n)
+		}
+	}
+	for _, g := range s.Groups {
+		if !strings.Contains(g.Path, "/") {
+			others = append(others, g.Path)
+		}
+	}
+	for _, n := range hooks {
+		if !inGroup[n] {
+			others = append(others, n)
+		}
+	}
+	return stores, others
+}
+
+// growTree makes s a tree scenario: a few more children, groups nested to
+// a depth of 1 to 3 with mixed strategies, budgets and OnExhausted, the
+// children spread over them, the steps' children renamed to their paths,
+// some lifecycle steps aimed at groups, and crash loops that spend a
+// group's budget. Drawn after everything else, so that a flat seed's
+// sequence is what it was before trees.
+func (s *Scenario) growTree(r *rand.Rand) {
+	pick := func(n int) int { return r.IntN(n) }
+	chance := func(p float64) bool { return r.Float64() < p }
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo))) }
+
+	s.Stores += pick(2)
+	s.Controllers += pick(3)
+	depth := 1 + pick(3)
+	n := depth + pick(2)
+	paths := make([]string, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("g%d", i+1)
+		switch {
+		case i == 0:
+			paths = append(paths, name)
+		case i < depth: // the chain that gives the tree its depth
+			paths = append(paths, paths[i-1]+"/"+name)
+		default: // another group, at the root or under one not at depth 3
+			var parents []string
+			for _, p := range paths {
+				if strings.Count(p, "/") < 2 {
+					parents = append(parents, p)
+				}
+			}
+			if chance(0.4) {
+				paths = append(paths, name)
+			} else {
+				paths = append(paths, parents[pick(len(parents))]+"/"+name)
+			}
+		}
+	}
+	strategies := []cm.SupervisionStrategy{"", cm.OneForOne, cm.AllForOne, cm.RestForOne}
+	exhausted := []cm.ExhaustedAction{"", cm.ExhaustedEscalate, cm.ExhaustedStop, cm.ExhaustedStop}
+	groups := make([]Group, n)
+	for i, p := range paths {
+		groups[i] = Group{Path: p, Strategy: strategies[pick(len(strategies))], OnExhausted: exhausted[pick(len(exhausted))]}
+		if chance(0.7) {
+			groups[i].MaxRestarts = int32(1 + pick(3))
+		}
+	}
+	// Spread the children: every group gets one at least, the rest go to
+	// a group or stay at the root.
+	if have := s.Stores + s.Controllers + s.Webhooks; have < n {
+		s.Controllers += n - have
+	}
+	stores, ctrls, hooks := s.names()
+	all := append(append(append([]string(nil), stores...), ctrls...), hooks...)
+	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	where := map[string]int{} // child → index of its group; absent: the root
+	for i, c := range all {
+		switch {
+		case i < n:
+			where[c] = i
+		case chance(0.75):
+			where[c] = pick(n)
+		}
+	}
+	for i := range groups {
+		var gStores, gOthers []string
+		for _, c := range append(append(append([]string(nil), stores...), ctrls...), hooks...) {
+			if g, ok := where[c]; ok && g == i {
+				if strings.HasPrefix(c, "store-") {
+					gStores = append(gStores, c)
+				} else {
+					gOthers = append(gOthers, c)
+				}
+			}
+		}
+		for _, sub := range groups {
+			if parentPath(sub.Path) == groups[i].Path {
+				at := pick(len(gOthers) + 1)
+				gOthers = slices.Insert(gOthers, at, sub.Name())
+			}
+		}
+		groups[i].Children = append(gStores, gOthers...)
+	}
+	s.Groups = groups
+
+	// The steps name paths; some lifecycle steps name a group instead, and
+	// added children go into a group, mostly.
+	added := map[string]string{} // added-N → its parent's path
+	nAdded := 0
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		if st.Do == DoAdd {
+			nAdded++
+			if chance(0.6) {
+				st.Parent = paths[pick(n)]
+			}
+			added[fmt.Sprintf("added-%d", nAdded)] = st.Parent
+		}
+		if st.Child == "" {
+			continue
+		}
+		if p, ok := added[st.Child]; ok {
+			if p != "" {
+				st.Child = p + "/" + st.Child
+			}
+		} else {
+			st.Child = s.pathOf(st.Child)
+		}
+		switch st.Do {
+		case DoRestart, DoStop, DoStartChild:
+			if chance(0.3) {
+				st.Child = paths[pick(n)]
+			}
+		}
+	}
+	// Crash loops inside groups: a child whose start calls fail from now
+	// on, made to fail, spends its group's budget; the group then stops or
+	// fails to its parent. Sometimes it is calmed and its group started
+	// again.
+	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
+	for range 1 + pick(2) {
+		var inGroups []string
+		for _, c := range all {
+			if _, ok := where[c]; ok {
+				inGroups = append(inGroups, s.pathOf(c))
+			}
+		}
+		victim := inGroups[pick(len(inGroups))]
+		loop := []Step{
+			{At: cm.PhaseRunning, Do: DoKnobs, Child: victim, Knobs: Knobs{StartFails: true}},
+			{Do: DoFail, Child: victim},
+			{Do: DoWait, Dur: between(100*time.Millisecond, 400*time.Millisecond)},
+		}
+		if chance(0.4) {
+			loop = append(loop, Step{Do: DoKnobs, Child: victim, Knobs: Knobs{}},
+				Step{Do: DoStartChild, Child: parentPath(victim)},
+				Step{Do: DoWait, Dur: between(20*time.Millisecond, 150*time.Millisecond)})
+		}
+		at := first + 1 + pick(len(s.Steps)-first)
+		s.Steps = slices.Insert(s.Steps, at, loop...)
+	}
+}
+
+func (g Group) String() string {
+	strategy := string(g.Strategy)
+	if strategy == "" {
+		strategy = "inherited strategy"
+	}
+	budget := "inherited budget"
+	if g.MaxRestarts > 0 {
+		budget = fmt.Sprintf("%d restarts", g.MaxRestarts)
+	}
+	onExhausted := g.OnExhausted
+	if onExhausted == "" {
+		onExhausted = cm.ExhaustedEscalate
+	}
+	return fmt.Sprintf("%s (%s, %s, %s): %s", g.Path, strategy, budget, onExhausted, strings.Join(g.Children, ", "))
+}

@@ -1,0 +1,168 @@
+package statespace
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// The generator's trees, without running them: a seed replays, and every
+// tree it draws is one the manager takes and the steps can name.
+func TestGenerateTrees(t *testing.T) {
+	const seeds = 2000
+	trees := 0
+	depths := map[int]int{}
+	strategies := map[cm.SupervisionStrategy]int{}
+	onExhausted := map[cm.ExhaustedAction]int{}
+	for seed := uint64(1); seed <= seeds; seed++ {
+		s := Generate(seed)
+		if !reflect.DeepEqual(s, Generate(seed)) {
+			t.Fatalf("seed %d: two scenarios from one seed", seed)
+		}
+		if len(s.Groups) == 0 {
+			continue
+		}
+		trees++
+		stores, ctrls, hooks := s.names()
+		initial := append(append(append([]string(nil), stores...), ctrls...), hooks...)
+		known := map[string]bool{}
+		depth := 0
+		for _, g := range s.Groups {
+			depth = max(depth, strings.Count(g.Path, "/")+1)
+			strategies[g.Strategy]++
+			onExhausted[g.OnExhausted]++
+			if p := parentPath(g.Path); p != "" {
+				if _, ok := s.group(p); !ok {
+					t.Errorf("seed %d: group %s before (or without) its parent", seed, g.Path)
+				}
+			}
+			if len(g.Children) == 0 {
+				t.Errorf("seed %d: group %s is empty", seed, g.Path)
+			}
+			// Stores first: the order added is the order a restart follows.
+			for i, c := range g.Children {
+				if i > 0 && strings.HasPrefix(c, "store-") && !strings.HasPrefix(g.Children[i-1], "store-") {
+					t.Errorf("seed %d: group %s: store %s after another child: %v", seed, g.Path, c, g.Children)
+				}
+				if slices.Contains(g.Children[:i], c) {
+					t.Errorf("seed %d: group %s holds %s twice", seed, g.Path, c)
+				}
+			}
+			known[g.Path] = true
+		}
+		depths[depth]++
+		placed := 0
+		for _, name := range initial {
+			path := s.pathOf(name)
+			known[path] = true
+			if path != name {
+				placed++
+			}
+		}
+		if placed < len(s.Groups) {
+			t.Errorf("seed %d: %d children in %d groups", seed, placed, len(s.Groups))
+		}
+		stores, others := s.rootChildren()
+		if n := len(stores) + len(others) + placed - countRootGroups(s); n != len(initial) {
+			t.Errorf("seed %d: %d children at the root and in groups, want %d", seed, n, len(initial))
+		}
+		added := 0
+		for _, st := range s.Steps {
+			if st.Do == DoAdd {
+				added++
+				name := fmt.Sprintf("added-%d", added)
+				if st.Parent != "" {
+					name = st.Parent + "/" + name
+				}
+				known[name] = true
+			}
+			if st.Child != "" && !known[st.Child] {
+				t.Errorf("seed %d: step %q names %s, no child or group the sequence has by then", seed, st, st.Child)
+			}
+		}
+	}
+	// About 45% of the seeds; every depth, strategy and OnExhausted drawn.
+	if trees < seeds/3 || trees > seeds*3/5 {
+		t.Errorf("%d trees in %d seeds", trees, seeds)
+	}
+	for _, d := range []int{1, 2, 3} {
+		if depths[d] == 0 {
+			t.Errorf("no tree of depth %d: %v", d, depths)
+		}
+	}
+	if len(depths) != 3 {
+		t.Errorf("depths %v, want 1 to 3", depths)
+	}
+	for _, st := range []cm.SupervisionStrategy{"", cm.OneForOne, cm.AllForOne, cm.RestForOne} {
+		if strategies[st] == 0 {
+			t.Errorf("no group with strategy %q: %v", st, strategies)
+		}
+	}
+	for _, a := range []cm.ExhaustedAction{"", cm.ExhaustedEscalate, cm.ExhaustedStop} {
+		if onExhausted[a] == 0 {
+			t.Errorf("no group with OnExhausted %q: %v", a, onExhausted)
+		}
+	}
+	t.Logf("%d trees in %d seeds; depths %v; strategies %v; OnExhausted %v", trees, seeds, depths, strategies, onExhausted)
+}
+
+func countRootGroups(s Scenario) int {
+	n := 0
+	for _, g := range s.Groups {
+		if !strings.Contains(g.Path, "/") {
+			n++
+		}
+	}
+	return n
+}
+
+// The tree is drawn after everything else: a seed's flat draw (its
+// make-up, its actions, in order) is what it was before trees, so a seed
+// reported before trees replays.
+func TestGenerateTreeKeepsTheFlatDraw(t *testing.T) {
+	for seed := uint64(1); seed <= 500; seed++ {
+		flat, s := generate(seed, false), Generate(seed)
+		if len(s.Groups) == 0 {
+			if !reflect.DeepEqual(flat, s) {
+				t.Fatalf("seed %d: without a tree\n%s\nwant\n%s", seed, s, flat)
+			}
+			continue
+		}
+		tree := s
+		tree.Groups, tree.Steps = nil, nil
+		tree.Stores, tree.Controllers = flat.Stores, flat.Controllers
+		flatMakeUp := flat
+		flatMakeUp.Steps = nil
+		if !reflect.DeepEqual(tree, flatMakeUp) {
+			t.Errorf("seed %d: the tree changed the make-up:\n%s\nwant\n%s", seed, tree, flatMakeUp)
+		}
+		if s.Stores < flat.Stores || s.Controllers < flat.Controllers {
+			t.Errorf("seed %d: the tree took children away", seed)
+		}
+		// The flat steps, in order, among the tree's (which adds crash loops):
+		// the same actions, each child renamed to its path.
+		j := 0
+		for _, st := range s.Steps {
+			if j < len(flat.Steps) && sameStep(flat.Steps[j], st) {
+				j++
+			}
+		}
+		if j != len(flat.Steps) {
+			t.Errorf("seed %d: flat step %d (%s) is not among the tree's steps in order:\n%s", seed, j+1, flat.Steps[j], s)
+		}
+	}
+}
+
+// sameStep reports whether tree's step is flat's with its child renamed
+// (to its path, or to a group for a lifecycle step) and its parent set.
+func sameStep(flat, tree Step) bool {
+	if flat.Child != "" && tree.Child != "" && leafName(tree.Child) != flat.Child && (tree.Do == DoFail || tree.Do == DoKnobs || tree.Do == DoRemove) {
+		return false
+	}
+	flat.Child, tree.Child, tree.Parent = "", "", ""
+	return reflect.DeepEqual(flat, tree)
+}
