@@ -98,3 +98,27 @@ func TestGroupRemovedWithAHangingShutdown(t *testing.T) {
 	})
 	assert.Equal(t, 1, log.count("stop g/store"))
 }
+
+// Inside a stopped group nothing starts but the group: RestartChild or
+// StartChild of a child in it is refused, naming the group; StartChild of
+// the group starts it again.
+func TestChildOfAStoppedGroupDoesNotStart(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, gFast())
+	ctrl := newGController(log, "g/inner/ctrl")
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, cm.NewGroup("inner", cm.SupervisionSpec{}, ctrl)))
+	gStart(t, m)
+	require.NoError(t, m.StopChild(gCtx(t), "g"))
+	for _, call := range []func(context.Context, string) error{m.RestartChild, m.StartChild} {
+		err := call(gCtx(t), "g/inner/ctrl")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `group "g" is stopped`)
+		err = call(gCtx(t), "g/inner")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `group "g" is stopped`)
+	}
+	assert.Equal(t, 1, ctrl.runCount(), "nothing ran")
+	require.NoError(t, m.StartChild(gCtx(t), "g"))
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "g/inner/ctrl"))
+	assert.Equal(t, 2, ctrl.runCount())
+}

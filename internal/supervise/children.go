@@ -47,13 +47,14 @@ type childRecord struct {
 	budget      []time.Time // restarts within the window
 	backoffStep int
 
-	stopRequested bool          // stopped by StopChild: not supervised until started again
-	exhausted     bool          // a group stopped by its spent budget (ExhaustedStop)
-	waits         []*barrier    // waiting for this child's next Started/StartFailed/Stopped
-	waitBuf       [1]*barrier   // waits' first backing array
-	plan          *restartPlan  // the restart plan it belongs to, if any
-	queued        *childRequest // a group's request that has still to start it (busy meanwhile)
-	activeDirty   bool          // its activity changed during this message (flushActive)
+	stopRequested bool                  // stopped by StopChild: not supervised until started again
+	exhausted     bool                  // a group stopped by its spent budget (ExhaustedStop)
+	waits         []*barrier            // waiting for this child's next Started/StartFailed/Stopped
+	waitBuf       [1]*barrier           // waits' first backing array
+	plan          *restartPlan          // the restart plan it belongs to, if any
+	queued        *childRequest         // a group's request that has still to start it (busy meanwhile)
+	shown         supervisor.ChildState // a group's state as Status last read it (groupSince)
+	activeDirty   bool                  // its activity changed during this message (flushActive)
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component
@@ -342,6 +343,18 @@ func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
 	rec, err := s.record(name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", act, err) // err names the child
+	}
+	if act != "stop" && act != "removal" {
+		// Inside a stopped group nothing starts but the group.
+		var stopped *childRecord // the outermost stopped group above rec
+		for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
+			if l.group.stopRequested {
+				stopped = l.group
+			}
+		}
+		if stopped != nil {
+			return nil, fmt.Errorf("%s: its group %q is stopped; StartChild(%q) starts it", what, stopped.spec.Name, stopped.spec.Name)
+		}
 	}
 	return rec, nil
 }

@@ -164,6 +164,7 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 		}
 		if rec.sub != nil {
 			cs.State = s.groupState(rec)
+			cs.Since = groupSince(rec, cs.State)
 			cs.Children = s.levelStatus(rec.sub)
 			cs.Group = s.groupStatus(rec)
 			cs.Healthy, cs.Message = groupHealth(rec)
@@ -171,6 +172,23 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 		out = append(out, cs)
 	}
 	return out
+}
+
+// groupSince is when group g entered state, its state now: unchanged
+// while Status reads the same state, else the last change of any child
+// under it (the change that moved the group is no later, and came after
+// the Status that read the old state), or g's own stop if later.
+func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
+	if g.shown == state {
+		return g.since
+	}
+	g.shown = state
+	for _, r := range hosted(g) {
+		if r.since.After(g.since) {
+			g.since = r.since
+		}
+	}
+	return g.since
 }
 
 // groupHealth is a group's own health, read from its children's records:

@@ -548,7 +548,7 @@ func (r *childRequest) step() {
 					continue
 				}
 				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
-			case r.first:
+			case r.first || next.gen == 0: // never started: a first start, not a restart
 				r.wait = s.startIncarnation(r, next)
 			default:
 				r.wait = s.restart(r, next)
