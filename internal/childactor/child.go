@@ -63,6 +63,7 @@ type child struct {
 	failedReported bool   // Failed already sent for this incarnation
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
+	then           *Start // the restart to run once Shutdown has returned (Stop.Then)
 	initial        *Start // the start to run once spawned (Spawner.Spawn)
 
 	// starting is the start call running; stopping the Shutdown call
@@ -267,7 +268,9 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 	switch c.state {
 	case stateStopping:
 		// Shutdown runs once per incarnation; its Stopped answers this Stop
-		// too, and this Stop's watch watches it as well.
+		// too, and this Stop's watch watches it as well. The child is to stay
+		// stopped: a restart decided with the first Stop is off.
+		c.then = nil
 		watchOf(m.Ctx).add(c.stopping)
 		return
 	case stateIdle:
@@ -287,6 +290,7 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 		call.waitsFor = c.starting
 	}
 	c.stopping = call
+	c.then = m.Then
 	watchOf(stopCtx).add(call)
 	c.state = stateStopping
 	if starting {
@@ -340,7 +344,16 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 	c.state = stateIdle
 	c.stopping = nil
 	c.inc.end()
-	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
+	then := c.then
+	c.then = nil
+	if then != nil && c.cfg.Clock.Now().Before(then.NotBefore) {
+		then = nil // still backing off: the parent starts it when due
+	}
+	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err, Then: then != nil})
+	if then != nil {
+		c.start(ctx, *then)
+		return
+	}
 	if p := c.pendingStart; p != nil {
 		c.pendingStart = nil
 		c.start(ctx, *p)

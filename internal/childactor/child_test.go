@@ -303,3 +303,68 @@ func TestResolveName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, n, "a plain runnable has no name")
 }
+
+// A restart sent with its Stop (Stop.Then) starts the next incarnation once
+// Shutdown has returned, never before; a second Stop while Shutdown runs
+// revokes it, and so does a backoff that has not passed yet.
+func TestStopThenRestarts(t *testing.T) {
+	release := make(chan struct{}, 3)
+	var shutdownReturned atomic.Int32
+	runOverlapped := make(chan int, 3)
+	c := testchild.NewController("c", testchild.Behavior{
+		Run: func(_ context.Context, n int) error {
+			if n > 1 && int(shutdownReturned.Load()) < n-1 {
+				runOverlapped <- n
+			}
+			return nil
+		},
+		Shutdown: func(_ context.Context, n int) {
+			<-release
+			shutdownReturned.Store(int32(n))
+		},
+	})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
+	require.IsType(t, childactor.Started{}, f.next())
+
+	// Taken: Shutdown, then the next Run, without a Start.
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 2, Ctx: context.Background()}})
+	release <- struct{}{}
+	st := f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(1), st.Gen)
+	assert.True(t, st.Then, "the restart sent along is taken")
+	started := f.next().(childactor.Started)
+	assert.Equal(t, uint64(2), started.Gen)
+
+	// Revoked by a second Stop while Shutdown runs.
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 3, Ctx: context.Background()}})
+	f.send(childactor.Stop{Ctx: context.Background()})
+	release <- struct{}{}
+	st = f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(2), st.Gen)
+	assert.False(t, st.Then, "a second Stop revokes the restart")
+	f.send(childactor.Stop{Ctx: context.Background()}) // idle: answered at once, nothing runs
+	assert.Equal(t, uint64(2), f.next().(childactor.Stopped).Gen)
+
+	// Not taken while the backoff has not passed.
+	f.send(childactor.Start{Gen: 4, Ctx: context.Background()})
+	require.IsType(t, childactor.Started{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 5, Ctx: context.Background(),
+		NotBefore: time.Now().Add(time.Hour)}})
+	release <- struct{}{}
+	st = f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(4), st.Gen)
+	assert.False(t, st.Then, "a restart still backing off is left to the parent")
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.Equal(t, uint64(4), f.next().(childactor.Stopped).Gen)
+	f.none()
+
+	runs, shutdowns, _ := c.Counts()
+	assert.Equal(t, 3, runs)
+	assert.Equal(t, 3, shutdowns)
+	select {
+	case n := <-runOverlapped:
+		t.Fatalf("Run %d began before the Shutdown before it returned", n)
+	default:
+	}
+}

@@ -19,13 +19,25 @@ type Start struct {
 	Gen     uint64
 	Ctx     context.Context
 	Timeout time.Duration
+	// NotBefore, for a Start carried by a Stop (Stop.Then), is when the
+	// backoff ends: the start is taken only if the clock has reached it once
+	// Shutdown has returned.
+	NotBefore time.Time
 }
 
 // Stop is sent by the parent to shut the child down: Shutdown(Ctx) runs once
 // per incarnation, even when Stop is sent again while it runs. A start call
 // still running has its context cancelled. The child answers Stopped.
+//
+// Then, when set, is a restart decided with the Stop: once Shutdown has
+// returned, the child starts Then's incarnation at once, without waiting for
+// the parent's Start (one hop less per restart), if the clock has reached
+// Then.NotBefore and no other Stop has come meanwhile; Stopped says whether
+// it did (Then). A Stop that comes while Shutdown runs cancels Then: the
+// parent sends one whenever it decides the child is to stay stopped.
 type Stop struct {
-	Ctx context.Context
+	Ctx  context.Context
+	Then *Start
 }
 
 // HealthQuery asks a child for its health; the answer, a HealthAnswer with the
@@ -65,6 +77,9 @@ type Stopped struct {
 	Gen  uint64
 	Took time.Duration // how long Shutdown ran
 	Err  error
+	// Then: the child has started the incarnation of its Stop's Then,
+	// right after this Shutdown; its Started or StartFailed follows.
+	Then bool
 }
 
 // Failed is sent to the parent when a started incarnation fails: a panic in

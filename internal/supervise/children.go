@@ -47,12 +47,13 @@ type childRecord struct {
 	budget      []time.Time // restarts within the window
 	backoffStep int
 
-	stopRequested bool         // stopped by StopChild: not supervised until started again
-	exhausted     bool         // a group stopped by its spent budget (ExhaustedStop)
-	waits         []*barrier   // waiting for this child's next Started/StartFailed/Stopped
-	waitBuf       [1]*barrier  // waits' first backing array
-	plan          *restartPlan // the restart plan it belongs to, if any
-	activeDirty   bool         // its activity changed during this message (flushActive)
+	stopRequested bool          // stopped by StopChild: not supervised until started again
+	exhausted     bool          // a group stopped by its spent budget (ExhaustedStop)
+	waits         []*barrier    // waiting for this child's next Started/StartFailed/Stopped
+	waitBuf       [1]*barrier   // waits' first backing array
+	plan          *restartPlan  // the restart plan it belongs to, if any
+	pipe          *pipedRestart // a restart sent with its Stop, until its Stopped
+	activeDirty   bool          // its activity changed during this message (flushActive)
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component
@@ -175,8 +176,17 @@ func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 }
 
 // startChild sends Start for a new incarnation of rec, its start call on a
-// context of its own derived from ctx, bounded by timeout when positive.
+// context of its own derived from ctx, bounded by timeout when positive. A
+// restart the child has taken already (pipedRestart) is recorded, not sent.
 func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
+	if p := rec.pipe; p != nil && p.taken {
+		rec.pipe = nil
+		rec.gen = p.start.Gen
+		rec.unhealthy = 0
+		rec.startedAt = time.Time{}
+		s.setState(rec, supervisor.StateStarting)
+		return
+	}
 	s.gen++
 	rec.gen = s.gen
 	rec.unhealthy = 0
@@ -200,12 +210,50 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 			continue
 		}
 		b.add(rec)
-		if rec.state != supervisor.StateStopping {
+		switch {
+		case rec.state != supervisor.StateStopping:
 			s.setState(rec, supervisor.StateStopping)
-			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
+			stop := childactor.Stop{Ctx: ctx}
+			if p := rec.pipe; p != nil && !p.revoked {
+				stop.Then = &p.start
+			}
+			s.ctx.Send(rec.pid, stop)
+		case rec.pipe != nil && !rec.pipe.revoked:
+			// Stopping with a restart sent along (a restart plan's): this
+			// stop wants it stopped, so the restart is off.
+			s.revoke(rec, ctx)
 		}
 	}
 	return b.pending()
+}
+
+// pipedRestart is a restart sent with the Stop of its plan
+// (childactor.Stop.Then): once its Shutdown has returned, the child starts
+// the next incarnation on its own, without the round trip of a Stopped and
+// a Start through the root. It is only a shortcut: the root records the
+// restart when the Stopped comes, as if it had sent the Start then, and any
+// later decision to keep the child stopped (a StopChild, a shutdown, a
+// plan taking it in) sends a Stop that revokes it.
+type pipedRestart struct {
+	start   childactor.Start
+	revoked bool // a Stop has followed: the child is to stay stopped
+	taken   bool // the child has started it (Stopped.Then): startChild records it
+}
+
+// pipes reports whether rec's restart by a plan of its own can travel with
+// its Stop: a hosted child in a restart's first stop, not under the lease
+// (with election on, whether a fenced child may start again is decided
+// when it has stopped, by the lease then: leaseHeld).
+func (s *root) pipes(rec *childRecord) bool {
+	return rec.sub == nil && rec.pipe == nil && rec.pid != nil &&
+		(rec.state == supervisor.StateRunning || rec.state == supervisor.StateFailed) &&
+		(s.cfg.Elector == nil || !fencedKind(rec.spec.Kind))
+}
+
+// revoke tells rec, stopping with a restart sent along, to stay stopped.
+func (s *root) revoke(rec *childRecord, ctx context.Context) {
+	rec.pipe.revoked = true
+	s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 }
 
 // current finds the hosted child that reported, in incarnation gen.
@@ -248,12 +296,45 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	if rec == nil || rec.state != supervisor.StateStopping {
 		return
 	}
-	s.setState(rec, supervisor.StateStopped)
+	pipe := rec.pipe
+	rec.pipe = nil
 	if m.Err != nil {
 		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
+	if pipe != nil && m.Then && pipe.revoked {
+		// The child started the restart sent along before the Stop that
+		// revoked it came: that Stop now stops the new incarnation, and
+		// whoever waits for the child to stop waits for its Stopped.
+		s.publish(supervisor.ChildStopped, rec, m.Err)
+		s.adoptPiped(rec, pipe)
+		return
+	}
+	if pipe != nil && m.Then {
+		pipe.taken = true
+		rec.pipe = pipe // its plan's restart records it (startChild)
+	}
+	s.setState(rec, supervisor.StateStopped)
 	s.publish(supervisor.ChildStopped, rec, m.Err)
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
+	if p := rec.pipe; p != nil && p.taken {
+		// Its plan did not restart it (never expected: whatever takes a
+		// child out of its plan revokes the restart first). It runs the
+		// new incarnation all the same: count it, and stop it.
+		rec.pipe = nil
+		s.adoptPiped(rec, p)
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+	}
+}
+
+// adoptPiped records the incarnation the child started on its own
+// (pipedRestart) as a restart that is stopping: its Stop is on its way.
+func (s *root) adoptPiped(rec *childRecord, p *pipedRestart) {
+	rec.gen = p.start.Gen
+	rec.restarts++
+	rec.unhealthy = 0
+	rec.startedAt = time.Time{}
+	s.setState(rec, supervisor.StateStopping)
+	s.publish(supervisor.ChildRestarted, rec, nil)
 }
 
 func (s *root) onChildFailed(m childactor.Failed) {
