@@ -3,6 +3,7 @@ package childactor
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/asynkron/protoactor-go/actor"
@@ -78,6 +79,23 @@ type child struct {
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
+
+	// tail is the goroutine of a Shutdown call that has returned, while it
+	// delivers stopDone: a start call made meanwhile (a restart taken right
+	// after the Shutdown) runs on it once the delivery is done, instead of
+	// being handed to another goroutine (see runOnTail).
+	tail atomic.Pointer[func()]
+}
+
+// tailFree marks child.tail as a goroutine free to take the next call.
+var tailFree = func() {}
+
+// runOnTail runs fn on the goroutine of the Shutdown that has just
+// returned, if it is still delivering its stopDone (it runs fn after), and
+// reports whether it did. Once the Shutdown has returned any start call may
+// run, on any goroutine: the hand-over only spares one goroutine switch.
+func (c *child) runOnTail(fn func()) bool {
+	return c.tail.CompareAndSwap(&tailFree, &fn)
 }
 
 // inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
@@ -228,12 +246,15 @@ func (c *child) start(ctx actor.Context, m Start) {
 	clk := c.cfg.Clock
 	call := newUserCall(c.spec, op)
 	c.starting = call
-	c.cfg.Goroutines.GoDeep(func() {
+	run := func() {
 		begin := clk.Now()
 		var err error
 		call.run(func() { err = Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) }) })
 		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
-	})
+	}
+	if !c.runOnTail(run) {
+		c.cfg.Goroutines.GoDeep(run)
+	}
 }
 
 func (c *child) startDone(ctx actor.Context, m startDone) {
@@ -333,7 +354,11 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 			})
 		})
 		guard.end()
+		c.tail.Store(&tailFree)
 		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
+		if next := c.tail.Swap(nil); next != nil && next != &tailFree {
+			(*next)() // the start call made while stopDone was delivered
+		}
 	})
 }
 
