@@ -27,6 +27,10 @@ type level struct {
 	parent                     *level       // nil at the root
 	depth                      int          // 0 at the root
 	stopOnExhausted            bool         // ExhaustedStop: a spent budget stops the group
+	// ticket is the restart ticket its children get (see ticketFor), made
+	// on the first start that needs it; ticketMade once it was decided.
+	ticket     *childactor.RestartTicket
+	ticketMade bool
 }
 
 // childRecord is the supervisor's view of one child.
@@ -182,6 +186,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	if p := rec.pipe; p != nil && p.taken {
 		rec.pipe = nil
 		rec.gen = p.start.Gen
+		s.gen = max(s.gen, rec.gen) // a child restarting itself numbers its incarnation
 		rec.unhealthy = 0
 		rec.startedAt = time.Time{}
 		s.setState(rec, supervisor.StateStarting)
@@ -193,6 +198,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	rec.startedAt = time.Time{}
 	s.setState(rec, supervisor.StateStarting)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
+	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
 		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
 		return
@@ -213,6 +219,9 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 		switch {
 		case rec.state != supervisor.StateStopping:
 			s.setState(rec, supervisor.StateStopping)
+			if p := rec.pipe; p != nil && p.self {
+				continue // it stops itself (RestartTicket)
+			}
 			stop := childactor.Stop{Ctx: ctx}
 			if p := rec.pipe; p != nil && !p.revoked {
 				stop.Then = &p.start
@@ -238,6 +247,46 @@ type pipedRestart struct {
 	start   childactor.Start
 	revoked bool // a Stop has followed: the child is to stay stopped
 	taken   bool // the child has started it (Stopped.Then): startChild records it
+	self    bool // the child stopped itself with its ticket: no Stop to send
+}
+
+// ticketFor is the restart ticket (and how many restarts in a row it is
+// good for) of rec's next incarnation, or nil: a child may restart itself
+// after a failure only where the root's answer to that failure is known
+// now and cannot change until the child has used it or been sent a Stop
+// (which takes it back): a hosted child not under the lease, restarted
+// alone by its level's strategy, with a backoff that does not grow (the
+// initial backoff is the maximum; the child waits it in full, jitter
+// aside), and with a budget that allows it (restarts only leave the
+// window, and only its own restarts enter it, so the budget left now is
+// left then).
+func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
+	lvl := rec.lvl
+	if rec.sub != nil || lvl == nil || (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) {
+		return nil, 0
+	}
+	if lvl.policy.Strategy != supervisor.OneForOne && !(lvl.group == nil && rec.spec.Kind == actors.KindStore) {
+		return nil, 0
+	}
+	left := lvl.policy.MaxRestarts - len(rec.budget)
+	if left <= 0 {
+		return nil, 0
+	}
+	if !lvl.ticketMade {
+		lvl.ticketMade = true
+		initial, maxBackoff := s.cfg.Timing.InitialBackoff, s.cfg.Timing.MaxBackoff
+		if lvl.group != nil {
+			initial, maxBackoff = lvl.initialBackoff, lvl.maxBackoff
+		}
+		if initial >= maxBackoff {
+			lvl.ticket = &childactor.RestartTicket{Backoff: maxBackoff, Ctx: s.lifetimeContext(),
+				Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
+		}
+	}
+	if lvl.ticket == nil {
+		return nil, 0
+	}
+	return lvl.ticket, uint32(min(left, 1<<31))
 }
 
 // pipes reports whether rec's restart by a plan of its own can travel with
@@ -301,15 +350,16 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	if m.Err != nil {
 		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
-	if pipe != nil && m.Then && pipe.revoked {
-		// The child started the restart sent along before the Stop that
-		// revoked it came: that Stop now stops the new incarnation, and
-		// whoever waits for the child to stop waits for its Stopped.
+	if m.Then != 0 && (pipe == nil || pipe.revoked || pipe.start.Gen != m.Then) {
+		// The child started a restart (sent along, or with its ticket)
+		// before the Stop that revoked it came: that Stop now stops the new
+		// incarnation, and whoever waits for the child to stop waits for
+		// its Stopped.
 		s.publish(supervisor.ChildStopped, rec, m.Err)
-		s.adoptPiped(rec, pipe)
+		s.adoptPiped(rec, m.Then)
 		return
 	}
-	if pipe != nil && m.Then {
+	if pipe != nil && m.Then != 0 {
 		pipe.taken = true
 		rec.pipe = pipe // its plan's restart records it (startChild)
 	}
@@ -321,15 +371,16 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 		// child out of its plan revokes the restart first). It runs the
 		// new incarnation all the same: count it, and stop it.
 		rec.pipe = nil
-		s.adoptPiped(rec, p)
+		s.adoptPiped(rec, p.start.Gen)
 		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
 	}
 }
 
-// adoptPiped records the incarnation the child started on its own
-// (pipedRestart) as a restart that is stopping: its Stop is on its way.
-func (s *root) adoptPiped(rec *childRecord, p *pipedRestart) {
-	rec.gen = p.start.Gen
+// adoptPiped records incarnation gen, which the child started on its own
+// (pipedRestart), as a restart that is stopping: its Stop is on its way.
+func (s *root) adoptPiped(rec *childRecord, gen uint64) {
+	rec.gen = gen
+	s.gen = max(s.gen, gen)
 	rec.restarts++
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
@@ -340,10 +391,27 @@ func (s *root) adoptPiped(rec *childRecord, p *pipedRestart) {
 func (s *root) onChildFailed(m childactor.Failed) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateRunning {
+		// Stopping: if it restarts itself (Restarting), the Stop sent
+		// takes the restart back, or stops it (onChildStopped).
 		return
 	}
 	s.recordFailure(rec, m.Err)
+	if m.Restarting {
+		// It stops itself and starts again as the plan this failure makes
+		// would have it (ticketFor): the plan sends no Stop, and records
+		// the restart when the Stopped comes.
+		rec.pipe = &pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true}
+	}
 	s.supervise(rec, m.Err)
+	if p := rec.pipe; p != nil && p.self && rec.plan == nil {
+		// Supervision decided otherwise (not expected, see ticketFor):
+		// keep it stopped.
+		p.revoked = true
+		if rec.state == supervisor.StateRunning {
+			s.setState(rec, supervisor.StateStopping)
+		}
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+	}
 }
 
 // recordFailure counts and publishes one failure of rec.

@@ -246,17 +246,24 @@ func (s *root) failIn(member *childRecord, err error) {
 	if len(members) == 1 && member.sub == nil { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
-		if s.pipes(member) {
+		if member.pipe == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
 			s.gen++
 			member.pipe = &pipedRestart{start: childactor.Start{Gen: s.gen, Ctx: s.lifetimeContext(),
 				Timeout: s.startTimeout, NotBefore: plan.due}}
+			member.pipe.start.Restart, member.pipe.start.Restarts = s.ticketFor(member)
 		}
 	} else {
 		plan.recs = s.inOrder(lvl, members)
 		for _, r := range plan.recs {
 			r.plan = plan
+		}
+		if p := member.pipe; p != nil && p.self {
+			// Restarting itself, but this plan restarts others with it, in
+			// order: it is to stay stopped until its turn.
+			p.revoked = true
+			s.ctx.Send(member.pid, childactor.Stop{Ctx: s.boundedContext()})
 		}
 	}
 	if len(plan.recs) == 0 {
