@@ -58,6 +58,8 @@ type childRecord struct {
 	plan          *restartPlan  // the restart plan it belongs to, if any
 	pipe          *pipedRestart // a restart sent with its Stop, until its Stopped
 	activeDirty   bool          // its activity changed during this message (flushActive)
+	// activeObserved is its activity as Observed has it (flushActive).
+	activeObserved bool
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component

@@ -230,7 +230,10 @@ func (s *root) flush() {
 func (s *root) flushActive() {
 	for i, rec := range s.dirty {
 		rec.activeDirty = false
-		s.obs.setActive(rec.spec.Name, rec.spec.Kind, rec.state.Active())
+		if active := rec.state.Active(); active != rec.activeObserved {
+			rec.activeObserved = active
+			s.obs.setActive(&rec.spec, active)
+		}
 		s.dirty[i] = nil
 	}
 	s.dirty = trimmed(s.dirty)
