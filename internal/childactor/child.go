@@ -3,6 +3,7 @@ package childactor
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/asynkron/protoactor-go/actor"
@@ -57,13 +58,19 @@ type child struct {
 	self   *actor.PID
 	parent *actor.PID
 
-	gen            uint64
-	state          childState
+	gen   uint64
+	state childState
+	// restartsLeft is how many more times the child may restart itself with
+	// ticket before it must ask (RestartTicket).
+	restartsLeft   uint32
 	cancelStart    context.CancelFunc
 	failedReported bool   // Failed already sent for this incarnation
 	pendingFailure error  // reported while the start call was running
 	pendingStart   *Start // a Start received while Shutdown was running
-	initial        *Start // the start to run once spawned (Spawner.Spawn)
+	// next is the start to run once spawned (Spawner.Spawn), then, while
+	// Shutdown runs, the restart to run once it has returned (Stop.Then).
+	next   *Start
+	ticket *RestartTicket // the running incarnation's, if the parent gave one
 
 	// starting is the start call running; stopping the Shutdown call
 	// running or due, for the watches of its Stops (see ShutdownWatch).
@@ -77,6 +84,23 @@ type child struct {
 
 	health    healthCall
 	admission admissionState // a webhook's admission requests: see webhook.go
+
+	// tail is the goroutine of a Shutdown call that has returned, while it
+	// delivers stopDone: a start call made meanwhile (a restart taken right
+	// after the Shutdown) runs on it once the delivery is done, instead of
+	// being handed to another goroutine (see runOnTail).
+	tail atomic.Pointer[func()]
+}
+
+// tailFree marks child.tail as a goroutine free to take the next call.
+var tailFree = func() {}
+
+// runOnTail runs fn on the goroutine of the Shutdown that has just
+// returned, if it is still delivering its stopDone (it runs fn after), and
+// reports whether it did. Once the Shutdown has returned any start call may
+// run, on any goroutine: the hand-over only spares one goroutine switch.
+func (c *child) runOnTail(fn func()) bool {
+	return c.tail.CompareAndSwap(&tailFree, &fn)
 }
 
 // inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
@@ -137,7 +161,7 @@ func NewSpawner(cfg Config) *Spawner {
 // the child's id starts with its name. With a start, the child runs it as
 // soon as it is spawned, as if sent right after, but without the message.
 func (s *Spawner) Spawn(ctx actor.SpawnerContext, spec Spec, start *Start) *actor.PID {
-	s.next = &child{spec: spec, cfg: s.cfg, initial: start}
+	s.next = &child{spec: spec, cfg: s.cfg, next: start}
 	return ctx.SpawnPrefix(s.props, spec.Name)
 }
 
@@ -153,8 +177,8 @@ func (c *child) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		c.system, c.self, c.parent = ctx.ActorSystem(), ctx.Self(), ctx.Parent()
-		if m := c.initial; m != nil {
-			c.initial = nil
+		if m := c.next; m != nil {
+			c.next = nil
 			c.start(ctx, *m)
 		}
 	case Start:
@@ -198,6 +222,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 	c.gen = m.Gen
 	c.failedReported = false
 	c.pendingFailure = nil
+	c.ticket, c.restartsLeft = m.Restart, m.Restarts
 
 	op, fn := c.startCall()
 	if fn == nil { // a plain runnable has nothing to start
@@ -227,12 +252,15 @@ func (c *child) start(ctx actor.Context, m Start) {
 	clk := c.cfg.Clock
 	call := newUserCall(c.spec, op)
 	c.starting = call
-	c.cfg.Goroutines.GoDeep(func() {
+	run := func() {
 		begin := clk.Now()
 		var err error
 		call.run(func() { err = Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) }) })
 		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
-	})
+	}
+	if !c.runOnTail(run) {
+		c.cfg.Goroutines.GoDeep(run)
+	}
 }
 
 func (c *child) startDone(ctx actor.Context, m startDone) {
@@ -263,11 +291,14 @@ func (c *child) startDone(ctx actor.Context, m startDone) {
 	}
 }
 
-func (c *child) stop(ctx actor.Context, m Stop) {
+func (c *child) stop(ctx actorContext, m Stop) {
+	c.ticket = nil // stopped by the parent: it decides what follows
 	switch c.state {
 	case stateStopping:
 		// Shutdown runs once per incarnation; its Stopped answers this Stop
-		// too, and this Stop's watch watches it as well.
+		// too, and this Stop's watch watches it as well. The child is to stay
+		// stopped: a restart decided with the first Stop is off.
+		c.next = nil
 		watchOf(m.Ctx).add(c.stopping)
 		return
 	case stateIdle:
@@ -287,6 +318,7 @@ func (c *child) stop(ctx actor.Context, m Stop) {
 		call.waitsFor = c.starting
 	}
 	c.stopping = call
+	c.next = m.Then
 	watchOf(stopCtx).add(call)
 	c.state = stateStopping
 	if starting {
@@ -329,7 +361,11 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 			})
 		})
 		guard.end()
+		c.tail.Store(&tailFree)
 		system.Root.Send(self, stopDone{gen: gen, took: clk.Since(begin), err: err})
+		if next := c.tail.Swap(nil); next != nil && next != &tailFree {
+			(*next)() // the start call made while stopDone was delivered
+		}
 	})
 }
 
@@ -340,7 +376,20 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 	c.state = stateIdle
 	c.stopping = nil
 	c.inc.end()
-	ctx.Send(c.parent, Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err})
+	then := c.next
+	c.next = nil
+	if then != nil && c.cfg.Clock.Now().Before(then.NotBefore) {
+		then = nil // still backing off: the parent starts it when due
+	}
+	stopped := Stopped{Name: c.spec.Name, Gen: m.gen, Took: m.took, Err: m.err}
+	if then != nil {
+		stopped.Then = then.Gen
+	}
+	ctx.Send(c.parent, stopped)
+	if then != nil {
+		c.start(ctx, *then)
+		return
+	}
 	if p := c.pendingStart; p != nil {
 		c.pendingStart = nil
 		c.start(ctx, *p)
@@ -363,12 +412,24 @@ func (c *child) reported(ctx actor.Context, m reported) {
 }
 
 // fail reports the first failure of a running incarnation to the parent.
+// With a ticket (RestartTicket) the child restarts at once, as if the
+// parent had answered with a Stop carrying the restart, and says so.
 func (c *child) fail(ctx actorContext, err error) {
 	if c.failedReported {
 		return
 	}
 	c.failedReported = true
-	ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err})
+	t := c.ticket
+	c.ticket = nil
+	if t == nil || c.restartsLeft == 0 || c.state != stateRunning {
+		ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err})
+		return
+	}
+	ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err, Restarting: true})
+	stopCtx, cancel := context.WithTimeout(context.Background(), t.ShutdownTimeout)
+	_ = cancel // released when the deadline passes, as the parent's own stops are
+	c.stop(ctx, Stop{Ctx: stopCtx, Then: &Start{Gen: c.gen + 1, Ctx: t.Ctx, Timeout: t.Timeout,
+		NotBefore: c.cfg.Clock.Now().Add(t.Backoff), Restart: t, Restarts: c.restartsLeft - 1}})
 }
 
 // startCall returns the user call that starts this child's kind, or a nil

@@ -303,3 +303,108 @@ func TestResolveName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, n, "a plain runnable has no name")
 }
+
+// A restart sent with its Stop (Stop.Then) starts the next incarnation once
+// Shutdown has returned, never before; a second Stop while Shutdown runs
+// revokes it, and so does a backoff that has not passed yet.
+func TestStopThenRestarts(t *testing.T) {
+	release := make(chan struct{}, 3)
+	var shutdownReturned atomic.Int32
+	runOverlapped := make(chan int, 3)
+	c := testchild.NewController("c", testchild.Behavior{
+		Run: func(_ context.Context, n int) error {
+			if n > 1 && int(shutdownReturned.Load()) < n-1 {
+				runOverlapped <- n
+			}
+			return nil
+		},
+		Shutdown: func(_ context.Context, n int) {
+			<-release
+			shutdownReturned.Store(int32(n))
+		},
+	})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background()})
+	require.IsType(t, childactor.Started{}, f.next())
+
+	// Taken: Shutdown, then the next Run, without a Start.
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 2, Ctx: context.Background()}})
+	release <- struct{}{}
+	st := f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(1), st.Gen)
+	assert.Equal(t, uint64(2), st.Then, "the restart sent along is taken")
+	started := f.next().(childactor.Started)
+	assert.Equal(t, uint64(2), started.Gen)
+
+	// Revoked by a second Stop while Shutdown runs.
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 3, Ctx: context.Background()}})
+	f.send(childactor.Stop{Ctx: context.Background()})
+	release <- struct{}{}
+	st = f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(2), st.Gen)
+	assert.Zero(t, st.Then, "a second Stop revokes the restart")
+	f.send(childactor.Stop{Ctx: context.Background()}) // idle: answered at once, nothing runs
+	assert.Equal(t, uint64(2), f.next().(childactor.Stopped).Gen)
+
+	// Not taken while the backoff has not passed.
+	f.send(childactor.Start{Gen: 4, Ctx: context.Background()})
+	require.IsType(t, childactor.Started{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background(), Then: &childactor.Start{Gen: 5, Ctx: context.Background(),
+		NotBefore: time.Now().Add(time.Hour)}})
+	release <- struct{}{}
+	st = f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(4), st.Gen)
+	assert.Zero(t, st.Then, "a restart still backing off is left to the parent")
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.Equal(t, uint64(4), f.next().(childactor.Stopped).Gen)
+	f.none()
+
+	runs, shutdowns, _ := c.Counts()
+	assert.Equal(t, 3, runs)
+	assert.Equal(t, 3, shutdowns)
+	select {
+	case n := <-runOverlapped:
+		t.Fatalf("Run %d began before the Shutdown before it returned", n)
+	default:
+	}
+}
+
+// With a restart ticket, a failure of the running incarnation restarts it
+// at once, Shutdown then Run, as many times in a row as the ticket allows;
+// a Stop takes the ticket back.
+func TestRestartTicket(t *testing.T) {
+	c := testchild.NewController("c", testchild.Behavior{})
+	f := newFixture(t, childactor.Spec{Name: "c", Kind: actors.KindController, Impl: c})
+	ticket := &childactor.RestartTicket{Ctx: context.Background(), ShutdownTimeout: wait}
+	errFailed := errors.New("failed")
+
+	f.send(childactor.Start{Gen: 1, Ctx: context.Background(), Restart: ticket, Restarts: 1})
+	require.IsType(t, childactor.Started{}, f.next())
+	c.Fail(errFailed)
+	failed := f.next().(childactor.Failed)
+	assert.Equal(t, uint64(1), failed.Gen)
+	assert.True(t, failed.Restarting, "a child with a ticket restarts itself")
+	st := f.next().(childactor.Stopped)
+	assert.Equal(t, uint64(1), st.Gen)
+	assert.Equal(t, uint64(2), st.Then, "it numbers the next incarnation")
+	assert.Equal(t, uint64(2), f.next().(childactor.Started).Gen)
+
+	// The ticket was good for one restart: the next failure asks.
+	c.Fail(errFailed)
+	failed = f.next().(childactor.Failed)
+	assert.Equal(t, uint64(2), failed.Gen)
+	assert.False(t, failed.Restarting, "a spent ticket restarts nothing")
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.Zero(t, f.next().(childactor.Stopped).Then)
+
+	// A Stop takes the ticket back.
+	f.send(childactor.Start{Gen: 3, Ctx: context.Background(), Restart: ticket, Restarts: 5})
+	require.IsType(t, childactor.Started{}, f.next())
+	f.send(childactor.Stop{Ctx: context.Background()})
+	assert.Equal(t, uint64(3), f.next().(childactor.Stopped).Gen)
+	f.none()
+
+	runs, shutdowns, _ := c.Counts()
+	assert.Equal(t, 3, runs)
+	assert.Equal(t, 3, shutdowns)
+}

@@ -19,13 +19,45 @@ type Start struct {
 	Gen     uint64
 	Ctx     context.Context
 	Timeout time.Duration
+	// NotBefore, for a Start carried by a Stop (Stop.Then), is when the
+	// backoff ends: the start is taken only if the clock has reached it once
+	// Shutdown has returned.
+	NotBefore time.Time
+	// Restart, when set, lets the incarnation restart itself after a
+	// failure, up to Restarts times in a row (see RestartTicket).
+	Restart  *RestartTicket
+	Restarts uint32
+}
+
+// RestartTicket is a parent's standing answer to a failure of a child's
+// running incarnation: a restart of that child alone, after Backoff,
+// within its budget. With it, the child needs no answer to its Failed: it
+// stops at once (Shutdown with a context bounded by ShutdownTimeout), then
+// starts incarnation Gen+1 (its start call on a context of its own derived
+// from Ctx, bounded by Timeout when positive) as a Stop with Then would,
+// and sends Failed with Restarting set. A Stop from the parent takes the
+// ticket back. The parent gives one only when its answer cannot depend on
+// when the failure comes; one ticket serves many children.
+type RestartTicket struct {
+	Backoff         time.Duration
+	Ctx             context.Context
+	Timeout         time.Duration
+	ShutdownTimeout time.Duration
 }
 
 // Stop is sent by the parent to shut the child down: Shutdown(Ctx) runs once
 // per incarnation, even when Stop is sent again while it runs. A start call
 // still running has its context cancelled. The child answers Stopped.
+//
+// Then, when set, is a restart decided with the Stop: once Shutdown has
+// returned, the child starts Then's incarnation at once, without waiting for
+// the parent's Start (one hop less per restart), if the clock has reached
+// Then.NotBefore and no other Stop has come meanwhile; Stopped says whether
+// it did (Then). A Stop that comes while Shutdown runs cancels Then: the
+// parent sends one whenever it decides the child is to stay stopped.
 type Stop struct {
-	Ctx context.Context
+	Ctx  context.Context
+	Then *Start
 }
 
 // HealthQuery asks a child for its health; the answer, a HealthAnswer with the
@@ -65,6 +97,10 @@ type Stopped struct {
 	Gen  uint64
 	Took time.Duration // how long Shutdown ran
 	Err  error
+	// Then is the incarnation the child started right after this
+	// Shutdown (its Stop's Then, or a restart with its ticket), 0 if none;
+	// its Started or StartFailed follows.
+	Then uint64
 }
 
 // Failed is sent to the parent when a started incarnation fails: a panic in
@@ -73,6 +109,9 @@ type Failed struct {
 	Name string
 	Gen  uint64
 	Err  error
+	// Restarting: the child is restarting itself with its RestartTicket
+	// (its Stopped, Then Gen+1, follows).
+	Restarting bool
 }
 
 // The child's own messages: results of the user calls it hosts.

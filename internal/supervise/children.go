@@ -27,6 +27,10 @@ type level struct {
 	parent                     *level       // nil at the root
 	depth                      int          // 0 at the root
 	stopOnExhausted            bool         // ExhaustedStop: a spent budget stops the group
+	// ticket is the restart ticket its children get (see ticketFor), made
+	// on the first start that needs it; ticketMade once it was decided.
+	ticket     *childactor.RestartTicket
+	ticketMade bool
 }
 
 // childRecord is the supervisor's view of one child.
@@ -54,7 +58,10 @@ type childRecord struct {
 	plan          *restartPlan          // the restart plan it belongs to, if any
 	queued        *childRequest         // a group's request that has still to start it (busy meanwhile)
 	shown         supervisor.ChildState // a group's state as Status last read it (groupSince)
+	pipe          *pipedRestart         // a restart sent with its Stop, until its Stopped
 	activeDirty   bool                  // its activity changed during this message (flushActive)
+	// activeObserved is its activity as Observed has it (flushActive).
+	activeObserved bool
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component
@@ -177,14 +184,25 @@ func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 }
 
 // startChild sends Start for a new incarnation of rec, its start call on a
-// context of its own derived from ctx, bounded by timeout when positive.
+// context of its own derived from ctx, bounded by timeout when positive. A
+// restart the child has taken already (pipedRestart) is recorded, not sent.
 func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
+	if p := rec.pipe; p != nil && p.taken {
+		rec.pipe = nil
+		rec.gen = p.start.Gen
+		s.gen = max(s.gen, rec.gen) // a child restarting itself numbers its incarnation
+		rec.unhealthy = 0
+		rec.startedAt = time.Time{}
+		s.setState(rec, supervisor.StateStarting)
+		return
+	}
 	s.gen++
 	rec.gen = s.gen
 	rec.unhealthy = 0
 	rec.startedAt = time.Time{}
 	s.setState(rec, supervisor.StateStarting)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
+	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
 		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
 		return
@@ -202,12 +220,93 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 			continue
 		}
 		b.add(rec)
-		if rec.state != supervisor.StateStopping {
+		switch {
+		case rec.state != supervisor.StateStopping:
 			s.setState(rec, supervisor.StateStopping)
-			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
+			if p := rec.pipe; p != nil && p.self {
+				continue // it stops itself (RestartTicket)
+			}
+			stop := childactor.Stop{Ctx: ctx}
+			if p := rec.pipe; p != nil && !p.revoked {
+				stop.Then = &p.start
+			}
+			s.ctx.Send(rec.pid, stop)
+		case rec.pipe != nil && !rec.pipe.revoked:
+			// Stopping with a restart sent along (a restart plan's): this
+			// stop wants it stopped, so the restart is off.
+			s.revoke(rec, ctx)
 		}
 	}
 	return b.pending()
+}
+
+// pipedRestart is a restart sent with the Stop of its plan
+// (childactor.Stop.Then): once its Shutdown has returned, the child starts
+// the next incarnation on its own, without the round trip of a Stopped and
+// a Start through the root. It is only a shortcut: the root records the
+// restart when the Stopped comes, as if it had sent the Start then, and any
+// later decision to keep the child stopped (a StopChild, a shutdown, a
+// plan taking it in) sends a Stop that revokes it.
+type pipedRestart struct {
+	start   childactor.Start
+	revoked bool // a Stop has followed: the child is to stay stopped
+	taken   bool // the child has started it (Stopped.Then): startChild records it
+	self    bool // the child stopped itself with its ticket: no Stop to send
+}
+
+// ticketFor is the restart ticket (and how many restarts in a row it is
+// good for) of rec's next incarnation, or nil: a child may restart itself
+// after a failure only where the root's answer to that failure is known
+// now and cannot change until the child has used it or been sent a Stop
+// (which takes it back): a hosted child not under the lease, restarted
+// alone by its level's strategy, with a backoff that does not grow (the
+// initial backoff is the maximum; the child waits it in full, jitter
+// aside), and with a budget that allows it (restarts only leave the
+// window, and only its own restarts enter it, so the budget left now is
+// left then).
+func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
+	lvl := rec.lvl
+	if rec.sub != nil || lvl == nil || (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) {
+		return nil, 0
+	}
+	if lvl.policy.Strategy != supervisor.OneForOne && !(lvl.group == nil && rec.spec.Kind == actors.KindStore) {
+		return nil, 0
+	}
+	left := lvl.policy.MaxRestarts - len(rec.budget)
+	if left <= 0 {
+		return nil, 0
+	}
+	if !lvl.ticketMade {
+		lvl.ticketMade = true
+		initial, maxBackoff := s.cfg.Timing.InitialBackoff, s.cfg.Timing.MaxBackoff
+		if lvl.group != nil {
+			initial, maxBackoff = lvl.initialBackoff, lvl.maxBackoff
+		}
+		if initial >= maxBackoff {
+			lvl.ticket = &childactor.RestartTicket{Backoff: maxBackoff, Ctx: s.lifetimeContext(),
+				Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
+		}
+	}
+	if lvl.ticket == nil {
+		return nil, 0
+	}
+	return lvl.ticket, uint32(min(left, 1<<31))
+}
+
+// pipes reports whether rec's restart by a plan of its own can travel with
+// its Stop: a hosted child in a restart's first stop, not under the lease
+// (with election on, whether a fenced child may start again is decided
+// when it has stopped, by the lease then: leaseHeld).
+func (s *root) pipes(rec *childRecord) bool {
+	return rec.sub == nil && rec.pipe == nil && rec.pid != nil &&
+		(rec.state == supervisor.StateRunning || rec.state == supervisor.StateFailed) &&
+		(s.cfg.Elector == nil || !fencedKind(rec.spec.Kind))
+}
+
+// revoke tells rec, stopping with a restart sent along, to stay stopped.
+func (s *root) revoke(rec *childRecord, ctx context.Context) {
+	rec.pipe.revoked = true
+	s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 }
 
 // current finds the hosted child that reported, in incarnation gen.
@@ -250,21 +349,73 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	if rec == nil || rec.state != supervisor.StateStopping {
 		return
 	}
-	s.setState(rec, supervisor.StateStopped)
+	pipe := rec.pipe
+	rec.pipe = nil
 	if m.Err != nil {
 		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
+	if m.Then != 0 && (pipe == nil || pipe.revoked || pipe.start.Gen != m.Then) {
+		// The child started a restart (sent along, or with its ticket)
+		// before the Stop that revoked it came: that Stop now stops the new
+		// incarnation, and whoever waits for the child to stop waits for
+		// its Stopped.
+		s.publish(supervisor.ChildStopped, rec, m.Err)
+		s.adoptPiped(rec, m.Then)
+		return
+	}
+	if pipe != nil && m.Then != 0 {
+		pipe.taken = true
+		rec.pipe = pipe // its plan's restart records it (startChild)
+	}
+	s.setState(rec, supervisor.StateStopped)
 	s.publish(supervisor.ChildStopped, rec, m.Err)
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
+	if p := rec.pipe; p != nil && p.taken {
+		// Its plan did not restart it (never expected: whatever takes a
+		// child out of its plan revokes the restart first). It runs the
+		// new incarnation all the same: count it, and stop it.
+		rec.pipe = nil
+		s.adoptPiped(rec, p.start.Gen)
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+	}
+}
+
+// adoptPiped records incarnation gen, which the child started on its own
+// (pipedRestart), as a restart that is stopping: its Stop is on its way.
+func (s *root) adoptPiped(rec *childRecord, gen uint64) {
+	rec.gen = gen
+	s.gen = max(s.gen, gen)
+	rec.restarts++
+	rec.unhealthy = 0
+	rec.startedAt = time.Time{}
+	s.setState(rec, supervisor.StateStopping)
+	s.publish(supervisor.ChildRestarted, rec, nil)
 }
 
 func (s *root) onChildFailed(m childactor.Failed) {
 	rec := s.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateRunning {
+		// Stopping: if it restarts itself (Restarting), the Stop sent
+		// takes the restart back, or stops it (onChildStopped).
 		return
 	}
 	s.recordFailure(rec, m.Err)
+	if m.Restarting {
+		// It stops itself and starts again as the plan this failure makes
+		// would have it (ticketFor): the plan sends no Stop, and records
+		// the restart when the Stopped comes.
+		rec.pipe = &pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true}
+	}
 	s.supervise(rec, m.Err)
+	if p := rec.pipe; p != nil && p.self && rec.plan == nil {
+		// Supervision decided otherwise (not expected, see ticketFor):
+		// keep it stopped.
+		p.revoked = true
+		if rec.state == supervisor.StateRunning {
+			s.setState(rec, supervisor.StateStopping)
+		}
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+	}
 }
 
 // recordFailure counts and publishes one failure of rec.

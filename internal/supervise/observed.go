@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -35,9 +36,11 @@ type Observed struct {
 	final *supervisor.Status
 
 	// active is the children that have not stopped (Starting, Running,
-	// Failed, Stopping), with their kind: see Active.
+	// Failed, Stopping), by their Spec, whose name and kind never change
+	// once recorded: see Active. A pointer key is a third of the entry a
+	// name and a kind took, for every running child.
 	activeMu sync.Mutex
-	active   map[string]actors.Kind
+	active   map[*childactor.Spec]struct{}
 }
 
 // Facade plumbing: ActiveChild is a child that has not stopped, as Active
@@ -54,26 +57,26 @@ type ActiveChild struct {
 func (o *Observed) Active() []ActiveChild {
 	o.activeMu.Lock()
 	out := make([]ActiveChild, 0, len(o.active))
-	for name, kind := range o.active {
-		out = append(out, ActiveChild{Name: name, Kind: kind})
+	for spec := range o.active {
+		out = append(out, ActiveChild{Name: spec.Name, Kind: spec.Kind})
 	}
 	o.activeMu.Unlock()
 	slices.SortFunc(out, func(a, b ActiveChild) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-// setActive records whether the child named name is active.
-func (o *Observed) setActive(name string, kind actors.Kind, active bool) {
+// setActive records whether the child spec describes is active.
+func (o *Observed) setActive(spec *childactor.Spec, active bool) {
 	o.activeMu.Lock()
 	defer o.activeMu.Unlock()
 	if !active {
-		delete(o.active, name)
+		delete(o.active, spec)
 		return
 	}
 	if o.active == nil {
-		o.active = map[string]actors.Kind{}
+		o.active = map[*childactor.Spec]struct{}{}
 	}
-	o.active[name] = kind
+	o.active[spec] = struct{}{}
 }
 
 // Facade plumbing: NewObserved returns the state of a manager in phase Idle.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -73,7 +74,7 @@ func (p *restartPlan) step() {
 					s.setState(r, supervisor.StateBackingOff)
 				}
 			}
-			if wait := p.due.Sub(s.now()); wait > 0 {
+			if wait := p.due.Sub(s.now()); wait > 0 && !p.piped() {
 				weakPlan := weak.Make(p)
 				p.timer = s.cfg.Clock.AfterFunc(wait, s.timerSend(func() any {
 					if p := weakPlan.Value(); p != nil {
@@ -95,6 +96,12 @@ func (p *restartPlan) step() {
 		}
 		p.stage++
 	}
+}
+
+// piped reports whether the plan's child has started again on its own
+// (pipedRestart): its backoff has passed by the clock.
+func (p *restartPlan) piped() bool {
+	return len(p.recs) == 1 && p.recs[0].pipe != nil && p.recs[0].pipe.taken
 }
 
 // nextChild is the plan's next child to start, or nil when none is left.
@@ -239,10 +246,24 @@ func (s *root) failIn(member *childRecord, err error) {
 	if len(members) == 1 && member.sub == nil { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
+		if member.pipe == nil && s.pipes(member) {
+			// The restart travels with the Stop: the child starts again as
+			// soon as its Shutdown has returned and the backoff has passed.
+			s.gen++
+			member.pipe = &pipedRestart{start: childactor.Start{Gen: s.gen, Ctx: s.lifetimeContext(),
+				Timeout: s.startTimeout, NotBefore: plan.due}}
+			member.pipe.start.Restart, member.pipe.start.Restarts = s.ticketFor(member)
+		}
 	} else {
 		plan.recs = s.inOrder(lvl, members)
 		for _, r := range plan.recs {
 			r.plan = plan
+		}
+		if p := member.pipe; p != nil && p.self {
+			// Restarting itself, but this plan restarts others with it, in
+			// order: it is to stay stopped until its turn.
+			p.revoked = true
+			s.ctx.Send(member.pid, childactor.Stop{Ctx: s.boundedContext()})
 		}
 	}
 	if len(plan.recs) == 0 {

@@ -183,6 +183,9 @@ func (s *root) watchStopping(ctx context.Context) {
 	}
 	for _, rec := range s.children {
 		if rec.state == supervisor.StateStopping {
+			if rec.pipe != nil {
+				rec.pipe.revoked = true // this Stop revokes a restart sent along
+			}
 			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}
 	}
