@@ -58,6 +58,7 @@ type childRecord struct {
 	plan          *restartPlan          // the restart plan it belongs to, if any
 	queued        *childRequest         // a group's request that has still to start it (busy meanwhile)
 	shown         supervisor.ChildState // a group's state as Status last read it (groupSince)
+	touched       time.Time             // a group's: when a child was last added under it or removed
 	pipe          *pipedRestart         // a restart sent with its Stop, until its Stopped
 	activeDirty   bool                  // its activity changed during this message (flushActive)
 	// activeObserved is its activity as Observed has it (flushActive).

@@ -176,13 +176,17 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 
 // groupSince is when group g entered state, its state now: unchanged
 // while Status reads the same state, else the last change of any child
-// under it (the change that moved the group is no later, and came after
-// the Status that read the old state), or g's own stop if later.
+// under it, or the last addition or removal under it (the change that
+// moved the group is no later, and came after the Status that read the
+// old state), or g's own stop if later.
 func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
 	if g.shown == state {
 		return g.since
 	}
 	g.shown = state
+	if g.touched.After(g.since) {
+		g.since = g.touched
+	}
 	for _, r := range hosted(g) {
 		if r.since.After(g.since) {
 			g.since = r.since
@@ -290,6 +294,15 @@ func resetBudgets(g *childRecord) {
 		if r != g {
 			r.budget, r.backoffStep = nil, 0
 		}
+	}
+}
+
+// touchGroups notes, in every group above rec, that a child was added
+// under it or removed (groupSince).
+func (s *root) touchGroups(rec *childRecord) {
+	now := s.now()
+	for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
+		l.group.touched = now
 	}
 }
 

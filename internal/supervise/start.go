@@ -124,6 +124,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		}
 	}
 	rec.lvl.children = append(rec.lvl.children, rec)
+	s.touchGroups(rec)
 	if spec.Kind == actors.KindGroup {
 		s.addGroup(rec, spec.Impl.(*GroupDecl))
 		return rec
