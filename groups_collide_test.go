@@ -122,3 +122,26 @@ func TestChildOfAStoppedGroupDoesNotStart(t *testing.T) {
 	assert.Equal(t, supervisor.StateRunning, gState(t, m, "g/inner/ctrl"))
 	assert.Equal(t, 2, ctrl.runCount())
 }
+
+// A group restarted whole by its parent starts its children in order;
+// when one of them fails to start inside a nested group (whose own
+// budget is far from spent), that failure is the nested group's, and the
+// other children still start: they are not held back behind its loop
+// (state-space seed 1796182979809450821).
+func TestGroupRestartGoesOnPastANestedFailure(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, &cm.SupervisionSpec{InitialBackoff: gDuration(20 * time.Millisecond), MaxBackoff: gDuration(20 * time.Millisecond)})
+	store, ctrl := newGStore(log, "g1/g3/store"), newGController(log, "g1/ctrl")
+	m.Add(cm.NewGroup("g1", cm.SupervisionSpec{MaxRestarts: 1},
+		cm.NewGroup("g3", cm.SupervisionSpec{MaxRestarts: 1000}, store), ctrl))
+	gStart(t, m)
+	ctrl.set(func(c *gChild) { c.failFrom, c.failTo = 2, 2 }) // its restart fails once: g1's budget spent
+	store.set(func(c *gChild) { c.failFrom, c.failTo = 2, 1<<30 })
+	ctrl.fail()
+	gEventually(t, "g1/ctrl running again after g1's restart", func() bool {
+		return ctrl.runCount() >= 3 && gState(t, m, "g1/ctrl") == supervisor.StateRunning
+	})
+	assert.Greater(t, store.runCount(), 1, "the store's restart failed, and g3 keeps restarting it")
+	store.set(func(c *gChild) { c.failFrom = 0 })
+	gEventually(t, "the store recovers", func() bool { return gState(t, m, "g1/g3/store") == supervisor.StateRunning })
+}

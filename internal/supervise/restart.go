@@ -148,6 +148,9 @@ func (p *restartPlan) settled(b *barrier, err error) {
 		r := p.recs[p.next-1]
 		if err != nil && err != errInterrupted {
 			p.s.supervise(r, err)
+			if p.stage != planDone && r.plan != p {
+				p.step() // r's failure went to a plan of its own level: go on
+			}
 			return
 		}
 		if r.plan == p {
@@ -235,6 +238,18 @@ func (s *root) failIn(member *childRecord, err error) {
 	// so do the rest of that plan's children still waiting to start.
 	for r := range members {
 		if old := r.plan; old != nil && old.stage != planDone {
+			if encloses(old.lvl, lvl) {
+				// A plan of an enclosing level (its group restarting whole)
+				// goes on with its other children: only those under this
+				// level join, so that a child failing in a nested group
+				// does not hold its group's siblings back.
+				for _, o := range old.recs {
+					if o.plan == old && inside(o, lvl.group) {
+						members[o] = true
+					}
+				}
+				continue
+			}
 			s.cancelPlan(old)
 			for _, o := range old.recs {
 				if o.plan == old {
@@ -281,6 +296,16 @@ func (s *root) failIn(member *childRecord, err error) {
 		return nil
 	}))
 	plan.step()
+}
+
+// encloses reports whether outer is a level above inner (not inner itself).
+func encloses(outer, inner *level) bool {
+	for l := inner.parent; l != nil; l = l.parent {
+		if l == outer {
+			return true
+		}
+	}
+	return false
 }
 
 // inOrder is members in the order a plan of lvl starts them again: lvl's
