@@ -37,8 +37,12 @@ type stopRequest struct {
 // and any restart plan, and shuts it down.
 func (s *root) stopForGood(r *stopRequest) {
 	rec := r.rec
+	now := s.now()
 	for _, x := range subtree(rec) {
 		x.stopRequested = true
+		if x.sub != nil {
+			x.touched = now // its state is Stopping or Stopped from now (groupSince)
+		}
 	}
 	if rec.sub == nil {
 		s.quiesce(onlyChild(rec))

@@ -539,8 +539,12 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		if rec.stopRequested || op == "StartChild" {
 			resetBudgets(rec)
 		}
+		now := s.now()
 		for _, x := range subtree(rec) {
 			x.stopRequested, x.exhausted = false, false
+			if x.sub != nil {
+				x.touched = now // no longer stopped (groupSince)
+			}
 		}
 		r.recs = s.leaves(rec)
 		r.queue()
