@@ -145,3 +145,23 @@ func TestGroupRestartGoesOnPastANestedFailure(t *testing.T) {
 	store.set(func(c *gChild) { c.failFrom = 0 })
 	gEventually(t, "the store recovers", func() bool { return gState(t, m, "g1/g3/store") == supervisor.StateRunning })
 }
+
+// The same with the failing child and its sibling in one OneForOne group:
+// the root restarting the group whole starts the sibling even while the
+// first child's starts keep failing (state-space seed
+// 1796183720818316512: the sibling waited behind its loop for good).
+func TestGroupRestartStartsTheSiblingsOfAFailingChild(t *testing.T) {
+	log := &gLog{}
+	m := newManager(t, nil, &cm.SupervisionSpec{InitialBackoff: gDuration(20 * time.Millisecond), MaxBackoff: gDuration(20 * time.Millisecond), MaxRestarts: 1000})
+	a, b := newGController(log, "g1/a"), newGController(log, "g1/b")
+	m.Add(cm.NewGroup("g1", cm.SupervisionSpec{MaxRestarts: 1}, a, b))
+	gStart(t, m)
+	a.set(func(c *gChild) { c.failFrom, c.failTo = 2, 1<<30 })
+	b.fail() // b is in a restart of its own when g1 restarts whole
+	a.fail()
+	gEventually(t, "g1 restarted whole, b running again", func() bool {
+		cs, _ := mustStatus(t, m).Child("g1")
+		return cs.Restarts >= 1 && b.runCount() >= 3 && gState(t, m, "g1/b") == supervisor.StateRunning
+	})
+	a.set(func(c *gChild) { c.failFrom = 0 })
+}

@@ -239,15 +239,11 @@ func (s *root) failIn(member *childRecord, err error) {
 	for r := range members {
 		if old := r.plan; old != nil && old.stage != planDone {
 			if encloses(old.lvl, lvl) {
-				// A plan of an enclosing level (its group restarting whole)
-				// goes on with its other children: only those under this
-				// level join, so that a child failing in a nested group
-				// does not hold its group's siblings back.
-				for _, o := range old.recs {
-					if o.plan == old && inside(o, lvl.group) {
-						members[o] = true
-					}
-				}
+				// A plan of an enclosing level (a group restarting whole)
+				// goes on with its other children: this failure is this
+				// level's, and this plan takes only what its strategy
+				// names, so that a child failing in a group does not hold
+				// the rest of the enclosing restart back.
 				continue
 			}
 			s.cancelPlan(old)
