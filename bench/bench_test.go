@@ -339,8 +339,16 @@ func TestTreesAreTrees(t *testing.T) {
 				switch sys := sys.(type) {
 				case *oursSystem:
 					var want, have []string
+					groups := map[string]bool{}
 					for k, c := range children {
-						want = append(want, treePath(sh, k)+c.name)
+						path := treePath(sh, k)
+						want = append(want, path+c.name)
+						for p := strings.TrimSuffix(path, "/"); p != ""; p = p[:max(strings.LastIndexByte(p, '/'), 0)] {
+							groups[p] = true // each group's own line follows the controllers'
+						}
+					}
+					for g := range groups {
+						want = append(want, g)
 					}
 					for _, h := range sys.mgr.GetHealth() {
 						have = append(have, h.Name)

@@ -125,10 +125,13 @@ func (s *oursSystem) Start(ctx context.Context, children []*child) error {
 	return mgr.Start(ctx, 0)
 }
 
-// HealthSweep asks the manager, which queries every child actor.
+// HealthSweep asks the manager, which queries every child actor. A tree's
+// GetHealth ends with one line per group, after the controllers': those
+// are not children of the workload, and are left out of the count.
 func (s *oursSystem) HealthSweep(context.Context) (int, error) {
 	healthy := 0
-	for _, h := range s.mgr.GetHealth() {
+	all := s.mgr.GetHealth()
+	for _, h := range all[:min(len(all), len(s.controllers))] {
 		if h.Healthy {
 			healthy++
 		}
