@@ -100,11 +100,15 @@ func TestGroupsFailoverAfterSIGKILL(t *testing.T) {
 	figure(t, "groups: crash loop, store up → group stopped", groupStopped.At().Sub(firstUp.At()),
 		fmt.Sprintf("(%d restarts, backoff 20–100ms)", groupBudget))
 
-	// A's metrics, scraped over HTTP: the groups' own samples. (A group's children
-	// have none yet: the collector reads only the root's children.)
+	// A's metrics, scraped over HTTP: the groups' own samples and their
+	// children's, by path. A group stopped on its spent budget is healthy (a
+	// failing probe would restart the process) and exhausted.
 	aMetrics := scrapeReplica(t, aEntries)
 	assert.Equal(t, 1.0, metric(t, aMetrics, "controllermanager_child_failures_total", crashingTenant))
-	assert.Zero(t, metric(t, aMetrics, "controllermanager_child_healthy", crashingTenant))
+	assert.Equal(t, 1.0, metric(t, aMetrics, "controllermanager_child_healthy", crashingTenant))
+	assert.Equal(t, 1.0, metric(t, aMetrics, "controllermanager_group_exhausted", crashingTenant))
+	assert.Zero(t, metric(t, aMetrics, "controllermanager_group_exhausted", requestedTenant))
+	assert.Equal(t, float64(groupBudget), metric(t, aMetrics, "controllermanager_child_restarts_total", crashStore))
 	assert.Zero(t, metric(t, aMetrics, "controllermanager_child_failures_total", requestedTenant))
 	assert.Equal(t, 1.0, metric(t, aMetrics, "controllermanager_child_healthy", "tenant-a"))
 
