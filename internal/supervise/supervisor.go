@@ -42,29 +42,13 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 	// protoactor never restarts a child on its own: supervision is the
 	// root's own code, and a child's Receive runs no user code that could
 	// panic. Should one crash anyway, it is stopped, and the root fails.
-	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithSupervisor(stopCrashedChild),
-		actor.WithDispatcher(deepDispatcher{s.goroutines}))
+	props := actor.PropsFromProducer(func() actor.Actor { return s }, actor.WithSupervisor(stopCrashedChild))
 	pid, err := system.Root.SpawnNamed(props, name)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: cannot spawn %q: %w", name, err)
 	}
 	return &Handle{PID: pid, System: system, Observed: cfg.Observed, Bus: cfg.Bus}, nil
 }
-
-// deepDispatcher runs the root's mailbox, a burst of messages at a time, on
-// a goroutine of the pool lent to the children's user calls, whose stack
-// has grown while shallow (Goroutines.GoDeep), instead of on a new goroutine
-// per burst, as protoactor's default dispatcher does. The root's Receive
-// runs its children's mailboxes inline (childactor's synchronized
-// dispatcher) under a deep call chain: on a new goroutine, growing the
-// stack to it, a few times per burst, was a third of a restart's CPU.
-type deepDispatcher struct{ g *childactor.Goroutines }
-
-func (d deepDispatcher) Schedule(fn func()) { d.g.GoDeep(fn) }
-
-// Throughput is protoactor's default: messages per burst before the
-// mailbox yields.
-func (deepDispatcher) Throughput() int { return 300 }
 
 // root is the root supervisor actor. All its fields are owned by Receive.
 type root struct {
