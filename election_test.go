@@ -451,12 +451,23 @@ func TestElectionHandover(t *testing.T) {
 		a.m.ShutdownAndWait(ctx)
 		returned <- time.Now()
 	}()
-	<-inShutdown
+	select {
+	case <-inShutdown:
+	case <-time.After(elWait):
+		// a lost its lease first (a starved renewal) and shut its
+		// controllers down before the hook was set: say so, not hang.
+		t.Fatalf("a's first controller's Shutdown not called within %s; a: %+v", elWait, a.status(t))
+	}
 	elConsistently(t, 5*elRetryPeriod, "a keeps the lease while a controller is shutting down", func() bool {
 		return srv.Holder(elNamespace, elLeaseName) == "a" && !b.m.IsStarting()
 	})
-	letGo <- struct{}{}
-	returnedAt := <-returned
+	close(letGo)
+	var returnedAt time.Time
+	select {
+	case returnedAt = <-returned:
+	case <-time.After(2 * elWait):
+		t.Fatalf("a's ShutdownAndWait did not return within %s", 2*elWait)
+	}
 	b.waitStarted(t)
 
 	var releasedAt time.Time
