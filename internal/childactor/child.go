@@ -103,14 +103,15 @@ func (c *child) runOnTail(fn func()) bool {
 	return c.tail.CompareAndSwap(&tailFree, &fn)
 }
 
-// inlineDispatcher runs a child's mailbox on the goroutine that posts to it.
-var inlineDispatcher = actor.NewSynchronizedDispatcher(300)
+// childMailbox is the children's mailbox: it runs on the goroutine that
+// posts to it and holds no queue while idle (see inlineMailbox).
+var childMailbox = actor.WithMailbox(newInlineMailbox)
 
 // NewProps returns the Props of a child actor hosting spec. A parent
 // spawning many children uses a Spawner instead.
 func NewProps(spec Spec, cfg Config) *actor.Props {
 	c := &child{spec: spec, cfg: cfg.filled()}
-	return actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(inlineDispatcher))
+	return actor.PropsFromProducer(func() actor.Actor { return c }, childMailbox)
 }
 
 // filled returns a copy of cfg with its defaults, for children to share.
@@ -129,8 +130,8 @@ func (cfg Config) filled() *Config {
 // costs. Use it only from the parent's Receive, one Spawn at a time.
 //
 // A child's Receive never blocks (user calls run in goroutines of their
-// own), so its mailbox runs on the goroutine that posts to it (protoactor's
-// synchronized dispatcher) instead of a new goroutine per burst of messages:
+// own), so its mailbox (inlineMailbox) runs on the goroutine that posts to
+// it instead of a new goroutine per burst of messages:
 // a health sweep of 10,000 children then costs 10,000 health-call
 // goroutines, not twice that. The mailbox still runs one message at a time,
 // in order.
@@ -153,7 +154,7 @@ func NewSpawner(cfg Config) *Spawner {
 			return c
 		}
 		return orphan{}
-	}, actor.WithDispatcher(inlineDispatcher))
+	}, childMailbox)
 	return s
 }
 
