@@ -269,8 +269,7 @@ func TestMailboxIdleHoldsNoQueue(t *testing.T) {
 	}
 	m.PostUserMessage("first")
 	require.Len(t, inv.received(), 41)
-	assert.Nil(t, m.user.items)
-	assert.Nil(t, m.system.items)
+	assert.Nil(t, m.queued)
 
 	var cheap actor.MessageInvoker = nopInvoker{}
 	m.RegisterHandlers(cheap, nil)
