@@ -206,4 +206,3 @@ func (q *fifo) pop() any {
 	}
 	return msg
 }
-
