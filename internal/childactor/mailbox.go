@@ -43,11 +43,12 @@ import (
 type inlineMailbox struct {
 	mu sync.Mutex
 	// running is true while a goroutine is in drain; it alone may call the
-	// invoker. While it is false, system is empty, and so is user unless
-	// suspended.
+	// invoker. While it is false no system message waits, nor any user
+	// message unless suspended.
 	running   bool
 	suspended bool
-	// queued holds the messages waiting; nil while none wait.
+	// queued holds the messages waiting; nil while the mailbox is idle with
+	// none waiting.
 	queued  *queues
 	invoker actor.MessageInvoker
 }
