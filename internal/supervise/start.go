@@ -129,7 +129,6 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		s.addGroup(rec, spec.Impl.(*GroupDecl))
 		return rec
 	}
-	rec.waits = rec.waitBuf[:0]
 	if spec.Kind != actors.KindController {
 		// A controller's actor is spawned by its first start (startChild):
 		// one message less per controller, and a standby hosts none.
