@@ -309,7 +309,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
-		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
+		rec.pid = s.spawner.Spawn(s.ctx, &rec.spec, &start)
 		return
 	}
 	s.ctx.Send(rec.pid, start)
