@@ -44,8 +44,10 @@ type level struct {
 // childRecord is the supervisor's view of one child. It holds what every
 // child needs while it runs; what only a child that has failed, restarted,
 // or been waited on twice needs is in its history, allocated on first use
-// (hist), and a group's own bookkeeping is in its level (sub). Fields are
-// ordered to leave no padding: 10,000 children are 10,000 records.
+// (hist), and a group's own bookkeeping is in its level (sub). The fields
+// are ordered for the least padding: it is 208 bytes, a size class of its
+// own, and 10,000 children are 10,000 records; mind the size class when
+// adding one (the next is 224).
 type childRecord struct {
 	spec    childactor.Spec
 	pid     *actor.PID
