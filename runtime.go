@@ -86,7 +86,7 @@ type BaseManager struct {
 	unstopped atomic.Pointer[UnstoppedError]
 
 	mu      sync.Mutex
-	added   []any // runnables and stores, in the order they were added
+	added   []any // runnables and stores, in the order they were added; nil once started
 	started bool  // Start has been called
 	// controllers names the controllers given at Start, for a GetHealth the
 	// supervisor could not answer in time.
@@ -234,6 +234,7 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	}
 	m.started = true
 	added := m.added
+	m.added = nil // the supervisor's records hold them from now on: not kept twice
 	m.mu.Unlock()
 	m.observe()
 

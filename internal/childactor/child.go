@@ -50,23 +50,27 @@ const (
 	stateStopping                      // Shutdown is running
 )
 
-// child is the actor hosting one Spec.
+// child is the actor hosting one Spec. There is one per child of a
+// manager, so what most children never need is out of line: the webhook's
+// admission state (a webhook's only), what a start or stop overlapping
+// another leaves for later (rare), and the Spec itself (the parent's).
 type child struct {
-	spec   Spec
+	// spec is the parent's Spec of the child (its childRecord's, for the
+	// supervisor's children), shared, never changed once spawned.
+	spec   *Spec
 	cfg    *Config // shared by the siblings: one pointer, not a copy, per child
 	system *actor.ActorSystem
 	self   *actor.PID
 	parent *actor.PID
 
-	gen   uint64
-	state childState
+	gen            uint64
+	state          childState
+	failedReported bool // Failed already sent for this incarnation
 	// restartsLeft is how many more times the child may restart itself with
 	// ticket before it must ask (RestartTicket).
-	restartsLeft   uint32
-	cancelStart    context.CancelFunc
-	failedReported bool   // Failed already sent for this incarnation
-	pendingFailure error  // reported while the start call was running
-	pendingStart   *Start // a Start received while Shutdown was running
+	restartsLeft uint32
+	cancelStart  context.CancelFunc
+	rare         *childRare // allocated the first time one of its fields is set
 	// next is the start to run once spawned (Spawner.Spawn), then, while
 	// Shutdown runs, the restart to run once it has returned (Stop.Then).
 	next   *Start
@@ -75,21 +79,46 @@ type child struct {
 	// starting is the start call running; stopping the Shutdown call
 	// running or due, for the watches of its Stops (see ShutdownWatch).
 	starting, stopping *userCall
-	// stopAfterStart is the context of a Stop that came while the start
-	// call ran: its Shutdown runs once the start call has returned.
-	stopAfterStart context.Context
 	// inc is the running incarnation's reporter and lease guard, the
 	// guard ended once its Shutdown has returned.
 	inc *incarnation
 
 	health    healthCall
-	admission admissionState // a webhook's admission requests: see webhook.go
+	admission *admissionState // a webhook's admission requests (nil for other kinds): see webhook.go
 
 	// tail is the goroutine of a Shutdown call that has returned, while it
 	// delivers stopDone: a start call made meanwhile (a restart taken right
 	// after the Shutdown) runs on it once the delivery is done, instead of
 	// being handed to another goroutine (see runOnTail).
 	tail atomic.Pointer[func()]
+}
+
+// childRare is what a child keeps only when a message overlaps a call in
+// flight; once allocated it is kept (a child that needed it may again).
+type childRare struct {
+	pendingFailure error  // reported while the start call was running
+	pendingStart   *Start // a Start received while Shutdown was running
+	// stopAfterStart is the context of a Stop that came while the start
+	// call ran: its Shutdown runs once the start call has returned.
+	stopAfterStart context.Context
+}
+
+// later returns c.rare, allocating it: for writes.
+func (c *child) later() *childRare {
+	if c.rare == nil {
+		c.rare = &childRare{}
+	}
+	return c.rare
+}
+
+// newChild returns the actor hosting *spec, which it shares with its
+// parent: neither changes it.
+func newChild(spec *Spec, cfg *Config, start *Start) *child {
+	c := &child{spec: spec, cfg: cfg, next: start}
+	if spec.Kind == actors.KindWebhook {
+		c.admission = &admissionState{}
+	}
+	return c
 }
 
 // tailFree marks child.tail as a goroutine free to take the next call.
@@ -110,7 +139,7 @@ var childMailbox = actor.WithMailbox(newInlineMailbox)
 // NewProps returns the Props of a child actor hosting spec. A parent
 // spawning many children uses a Spawner instead.
 func NewProps(spec Spec, cfg Config) *actor.Props {
-	c := &child{spec: spec, cfg: cfg.filled()}
+	c := newChild(&spec, cfg.filled(), nil)
 	return actor.PropsFromProducer(func() actor.Actor { return c }, childMailbox)
 }
 
@@ -158,11 +187,12 @@ func NewSpawner(cfg Config) *Spawner {
 	return s
 }
 
-// Spawn spawns a child hosting spec under the parent whose context ctx is;
-// the child's id starts with its name. With a start, the child runs it as
-// soon as it is spawned, as if sent right after, but without the message.
-func (s *Spawner) Spawn(ctx actor.SpawnerContext, spec Spec, start *Start) *actor.PID {
-	s.next = &child{spec: spec, cfg: s.cfg, next: start}
+// Spawn spawns a child hosting *spec under the parent whose context ctx is;
+// the child's id starts with its name. The child keeps spec, not a copy:
+// the parent must not change it afterwards. With a start, the child runs it
+// as soon as it is spawned, as if sent right after, but without the message.
+func (s *Spawner) Spawn(ctx actor.SpawnerContext, spec *Spec, start *Start) *actor.PID {
+	s.next = newChild(spec, s.cfg, start)
 	return ctx.SpawnPrefix(s.props, spec.Name)
 }
 
@@ -211,18 +241,20 @@ func (c *child) Receive(ctx actor.Context) {
 
 func (c *child) start(ctx actor.Context, m Start) {
 	if c.state == stateStopping {
-		c.pendingStart = &m
+		c.later().pendingStart = &m
 		return
 	}
 	if c.state != stateIdle {
 		// Only the parent sends Start, and only to an idle child; anything
 		// else is a bug in the parent. Say so rather than start twice.
-		ctx.Send(c.parent, StartFailed{Name: c.spec.Name, Gen: m.Gen, Err: errStartWhileActive(c.spec)})
+		ctx.Send(c.parent, StartFailed{Name: c.spec.Name, Gen: m.Gen, Err: errStartWhileActive(*c.spec)})
 		return
 	}
 	c.gen = m.Gen
 	c.failedReported = false
-	c.pendingFailure = nil
+	if c.rare != nil {
+		c.rare.pendingFailure = nil
+	}
 	c.ticket, c.restartsLeft = m.Restart, m.Restarts
 
 	op, fn := c.startCall()
@@ -251,7 +283,7 @@ func (c *child) start(ctx actor.Context, m Start) {
 	c.inc = newIncarnation(c, gen, c.cfg.Guards)
 	runCtx = c.inc.with(runCtx)
 	clk := c.cfg.Clock
-	call := newUserCall(c.spec, op)
+	call := newUserCall(*c.spec, op)
 	c.starting = call
 	run := func() {
 		begin := clk.Now()
@@ -265,11 +297,11 @@ func (c *child) start(ctx actor.Context, m Start) {
 }
 
 func (c *child) startDone(ctx actor.Context, m startDone) {
-	if m.gen == c.gen && c.stopAfterStart != nil {
+	if r := c.rare; m.gen == c.gen && r != nil && r.stopAfterStart != nil {
 		// Stopped while starting: now that the start call has returned,
 		// its Shutdown runs, and Stopped reports the outcome.
-		stopCtx := c.stopAfterStart
-		c.stopAfterStart = nil
+		stopCtx := r.stopAfterStart
+		r.stopAfterStart = nil
 		c.starting = nil
 		c.runShutdown(stopCtx, c.stopping)
 		return
@@ -287,8 +319,8 @@ func (c *child) startDone(ctx actor.Context, m startDone) {
 	}
 	c.state = stateRunning
 	ctx.Send(c.parent, Started{Name: c.spec.Name, Gen: m.gen, Took: m.took})
-	if c.pendingFailure != nil {
-		c.fail(ctx, c.pendingFailure)
+	if r := c.rare; r != nil && r.pendingFailure != nil {
+		c.fail(ctx, r.pendingFailure)
 	}
 }
 
@@ -310,7 +342,7 @@ func (c *child) stop(ctx actorContext, m Stop) {
 	if stopCtx == nil {
 		stopCtx = context.Background()
 	}
-	call := newUserCall(c.spec, "Shutdown")
+	call := newUserCall(*c.spec, "Shutdown")
 	starting := c.state == stateStarting
 	if starting {
 		// Set before the call is published to the watch, which reads it
@@ -331,7 +363,7 @@ func (c *child) stop(ctx actorContext, m Stop) {
 		// restart): Stopped, and so the lease's release, waits too.
 		c.cancelStart()
 		c.cancelStart = nil
-		c.stopAfterStart = stopCtx
+		c.later().stopAfterStart = stopCtx
 		return
 	}
 	c.runShutdown(stopCtx, call)
@@ -391,8 +423,9 @@ func (c *child) stopDone(ctx actor.Context, m stopDone) {
 		c.start(ctx, *then)
 		return
 	}
-	if p := c.pendingStart; p != nil {
-		c.pendingStart = nil
+	if r := c.rare; r != nil && r.pendingStart != nil {
+		p := r.pendingStart
+		r.pendingStart = nil
 		c.start(ctx, *p)
 	}
 }
@@ -404,8 +437,8 @@ func (c *child) reported(ctx actor.Context, m reported) {
 	err := reportedError(c.spec.Kind, c.spec.Name, m.err)
 	switch c.state {
 	case stateStarting:
-		if c.pendingFailure == nil {
-			c.pendingFailure = err
+		if r := c.later(); r.pendingFailure == nil {
+			r.pendingFailure = err
 		}
 	case stateRunning:
 		c.fail(ctx, err)

@@ -29,7 +29,7 @@ type incarnation struct {
 func newIncarnation(c *child, gen uint64, guards Guards) *incarnation {
 	inc := &incarnation{c: c, gen: gen}
 	if inc.Guarded() && guards != nil {
-		inc.check = guards(c.spec)
+		inc.check = guards(*c.spec)
 	}
 	return inc
 }

@@ -94,7 +94,7 @@ func (c *child) admit(m *AdmissionCall) {
 		refuse(m, fmt.Errorf("%w: webhook %q is %s", actors.ErrWebhookUnavailable, c.spec.Name, c.standing()))
 		return
 	}
-	a := &c.admission
+	a := c.admission // a webhook has one
 	if limit := m.Policy.MaxInFlight; limit > 0 && a.inFlight.Load() >= int64(limit) {
 		refuse(m, fmt.Errorf("%w: webhook %q already serves %d", actors.ErrTooManyRequests, c.spec.Name, limit))
 		return
@@ -118,7 +118,7 @@ func refuse(m *AdmissionCall, err error) {
 // the child's; it accounts for the outcome before it answers, so that a
 // failure reaches the actor before the caller can send another request.
 func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, runs *admissionRuns) {
-	a := &c.admission
+	a := c.admission
 	defer a.inFlight.Add(-1)
 	name := c.spec.Name
 	ctx := m.Ctx

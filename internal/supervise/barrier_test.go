@@ -55,7 +55,33 @@ func TestABarrierDropsReportsItsOwnerNoLongerWaitsFor(t *testing.T) {
 	settleChild(rec, nil, false)
 	assert.Empty(t, o.told, "a stale report is dropped")
 	assert.True(t, old.done)
-	assert.Empty(t, rec.waits)
+	assert.Nil(t, rec.wait)
+}
+
+func TestEveryBarrierWaitingOnAChildIsSettledByItsReport(t *testing.T) {
+	rec := &childRecord{}
+	var owners []*recordingOwner
+	for range 3 { // the first in the record, the others in its history
+		o := &recordingOwner{}
+		o.wait = &barrier{owner: o}
+		o.wait.add(rec)
+		owners = append(owners, o)
+	}
+	settleChild(rec, errBoom, false)
+	for i, o := range owners {
+		assert.Equal(t, []error{errBoom}, o.told, "owner %d", i)
+	}
+	assert.Nil(t, rec.wait)
+	assert.Empty(t, rec.x.waits)
+
+	// Waited on again, by one owner: no history is needed for it.
+	again := &childRecord{}
+	o := &recordingOwner{}
+	o.wait = &barrier{owner: o}
+	o.wait.add(again)
+	settleChild(again, nil, false)
+	assert.Equal(t, []error{nil}, o.told)
+	assert.Nil(t, again.x)
 }
 
 func TestAnEmptyBarrierIsNotPending(t *testing.T) {

@@ -31,41 +31,142 @@ type level struct {
 	// on the first start that needs it; ticketMade once it was decided.
 	ticket     *childactor.RestartTicket
 	ticketMade bool
+
+	// A group's own state, kept here rather than in every child's record:
+	// touched is when a child was last added under it or removed, shown its
+	// state as Status last read it (groupSince); exhausted that it was
+	// stopped by its spent budget (ExhaustedStop).
+	touched   time.Time
+	shown     supervisor.ChildState
+	exhausted bool
 }
 
-// childRecord is the supervisor's view of one child.
+// childRecord is the supervisor's view of one child. It holds what every
+// child needs while it runs; what only a child that has failed, restarted,
+// or been waited on twice needs is in its history, allocated on first use
+// (hist), and a group's own bookkeeping is in its level (sub). The fields
+// are ordered for the least padding: it is 208 bytes, a size class of its
+// own, and 10,000 children are 10,000 records; mind the size class when
+// adding one (the next is 224).
 type childRecord struct {
-	spec     childactor.Spec
-	pid      *actor.PID
-	state    supervisor.ChildState
-	since    time.Time
-	gen      uint64 // the incarnation the child is in (or was last in)
-	restarts int
-	failures int
-	lastErr  error
-	healthy  bool
-	message  string
+	spec    childactor.Spec
+	pid     *actor.PID
+	state   supervisor.ChildState
+	since   time.Time
+	gen     uint64 // the incarnation the child is in (or was last in)
+	lastErr error
+	message string
 
-	unhealthy   int         // consecutive unhealthy probes
-	startedAt   time.Time   // when the current incarnation started
-	budget      []time.Time // restarts within the window
-	backoffStep int
+	unhealthy int // consecutive unhealthy probes
+	// startedAt is when the current incarnation started, as the time since
+	// the root's epoch (sinceEpoch); set only while started is.
+	startedAt time.Duration
 
-	stopRequested bool                  // stopped by StopChild: not supervised until started again
-	exhausted     bool                  // a group stopped by its spent budget (ExhaustedStop)
-	waits         []*barrier            // waiting for this child's next Started/StartFailed/Stopped
-	waitBuf       [1]*barrier           // waits' first backing array
-	plan          *restartPlan          // the restart plan it belongs to, if any
-	queued        *childRequest         // a group's request that has still to start it (busy meanwhile)
-	shown         supervisor.ChildState // a group's state as Status last read it (groupSince)
-	touched       time.Time             // a group's: when a child was last added under it or removed
-	pipe          *pipedRestart         // a restart sent with its Stop, until its Stopped
-	activeDirty   bool                  // its activity changed during this message (flushActive)
-	// activeObserved is its activity as Observed has it (flushActive).
-	activeObserved bool
+	wait *barrier     // the first waiting for this child's next Started/StartFailed/Stopped; more in x.waits
+	plan *restartPlan // the restart plan it belongs to, if any
+	x    *history     // allocated on first use (hist); nil for a child that never needed it
 
 	lvl *level // the level it is a child of
 	sub *level // a group's own level; nil for a hosted component
+
+	healthy       bool
+	started       bool // startedAt is set
+	stopRequested bool // stopped by StopChild: not supervised until started again
+	activeDirty   bool // its activity changed during this message (flushActive)
+	// activeObserved is its activity as Observed has it (flushActive).
+	activeObserved bool
+}
+
+// history is the part of a childRecord that a child which never failed,
+// restarted or was waited on by two owners at once does without: it is
+// allocated the first time one of its fields is set (childRecord.hist), and
+// kept (a child that failed once is likely to fail again).
+type history struct {
+	restarts    int
+	failures    int
+	backoffStep int
+	budget      []time.Time   // restarts within the window
+	waits       []*barrier    // waiting besides childRecord.wait, in the order they came
+	queued      *childRequest // a group's request that has still to start it (busy meanwhile)
+	pipe        *pipedRestart // a restart sent with its Stop, until its Stopped (a restart has a history)
+}
+
+// hist returns rec's history, allocating it: for writes.
+func (rec *childRecord) hist() *history {
+	if rec.x == nil {
+		rec.x = &history{}
+	}
+	return rec.x
+}
+
+// restarts is how many times rec has restarted.
+func (rec *childRecord) restarts() int {
+	if rec.x == nil {
+		return 0
+	}
+	return rec.x.restarts
+}
+
+// failures is how many times rec has failed.
+func (rec *childRecord) failures() int {
+	if rec.x == nil {
+		return 0
+	}
+	return rec.x.failures
+}
+
+// budget is rec's restarts within its level's window (some may have left it).
+func (rec *childRecord) budget() []time.Time {
+	if rec.x == nil {
+		return nil
+	}
+	return rec.x.budget
+}
+
+// queued is the group's request that has still to start rec, or nil.
+func (rec *childRecord) queued() *childRequest {
+	if rec.x == nil {
+		return nil
+	}
+	return rec.x.queued
+}
+
+// piped is the restart sent with rec's Stop, until its Stopped, or nil.
+func (rec *childRecord) piped() *pipedRestart {
+	if rec.x == nil {
+		return nil
+	}
+	return rec.x.pipe
+}
+
+// setPipe sets the restart sent with rec's Stop (piped); nil allocates nothing.
+func (rec *childRecord) setPipe(p *pipedRestart) {
+	if p == nil && rec.x == nil {
+		return
+	}
+	rec.hist().pipe = p
+}
+
+// waiting reports whether a barrier waits for rec's next report.
+func (rec *childRecord) waiting() bool { return rec.wait != nil }
+
+// markStarted notes that rec's current incarnation (or a group's restart)
+// started now; clearStarted that none has started since its last start.
+func (s *root) markStarted(rec *childRecord) {
+	rec.startedAt, rec.started = s.sinceEpoch(s.now()), true
+}
+
+func clearStarted(rec *childRecord) { rec.startedAt, rec.started = 0, false }
+
+// sinceEpoch is t as a duration since the root's epoch, the first time it
+// was asked for: 8 bytes in a record where a time.Time is 24. The epoch is
+// a reading of the same clock, so the difference of two such durations is
+// that of the times (monotonic, with a real clock).
+func (s *root) sinceEpoch(t time.Time) time.Duration {
+	if !s.epochSet {
+		s.epoch, s.epochSet = t, true
+	}
+	return t.Sub(s.epoch)
 }
 
 // owner is an operation in flight that waits on children through a
@@ -98,7 +199,12 @@ var errInterrupted = errors.New("supervisor: start interrupted by a stop")
 
 func (b *barrier) add(rec *childRecord) {
 	b.left++
-	rec.waits = append(rec.waits, b)
+	if rec.wait == nil {
+		rec.wait = b
+		return
+	}
+	x := rec.hist()
+	x.waits = append(x.waits, b)
 }
 
 // settle counts one child's report. A report for an owner that has ended
@@ -144,19 +250,19 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 		}
 		return err
 	}
-	switch len(rec.waits) {
-	case 0:
-	case 1: // the usual case: reuse the slice, an owner may wait again
-		b := rec.waits[0]
-		rec.waits[0] = nil
-		rec.waits = rec.waits[:0]
+	b := rec.wait
+	if b == nil {
+		return
+	}
+	rec.wait = nil
+	var more []*barrier
+	if x := rec.x; x != nil && len(x.waits) > 0 {
+		more = x.waits
+		x.waits = nil
+	}
+	b.settle(errFor(b))
+	for _, b := range more {
 		b.settle(errFor(b))
-	default:
-		waits := rec.waits
-		rec.waits = nil
-		for _, b := range waits {
-			b.settle(errFor(b))
-		}
 	}
 }
 
@@ -188,24 +294,24 @@ func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 // context of its own derived from ctx, bounded by timeout when positive. A
 // restart the child has taken already (pipedRestart) is recorded, not sent.
 func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
-	if p := rec.pipe; p != nil && p.taken {
-		rec.pipe = nil
+	if p := rec.piped(); p != nil && p.taken {
+		rec.setPipe(nil)
 		rec.gen = p.start.Gen
 		s.gen = max(s.gen, rec.gen) // a child restarting itself numbers its incarnation
 		rec.unhealthy = 0
-		rec.startedAt = time.Time{}
+		clearStarted(rec)
 		s.setState(rec, supervisor.StateStarting)
 		return
 	}
 	s.gen++
 	rec.gen = s.gen
 	rec.unhealthy = 0
-	rec.startedAt = time.Time{}
+	clearStarted(rec)
 	s.setState(rec, supervisor.StateStarting)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
-		rec.pid = s.spawner.Spawn(s.ctx, rec.spec, &start)
+		rec.pid = s.spawner.Spawn(s.ctx, &rec.spec, &start)
 		return
 	}
 	s.ctx.Send(rec.pid, start)
@@ -224,15 +330,15 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 		switch {
 		case rec.state != supervisor.StateStopping:
 			s.setState(rec, supervisor.StateStopping)
-			if p := rec.pipe; p != nil && p.self {
+			if p := rec.piped(); p != nil && p.self {
 				continue // it stops itself (RestartTicket)
 			}
 			stop := childactor.Stop{Ctx: ctx}
-			if p := rec.pipe; p != nil && !p.revoked {
+			if p := rec.piped(); p != nil && !p.revoked {
 				stop.Then = &p.start
 			}
 			s.ctx.Send(rec.pid, stop)
-		case rec.pipe != nil && !rec.pipe.revoked:
+		case rec.piped() != nil && !rec.piped().revoked:
 			// Stopping with a restart sent along (a restart plan's): this
 			// stop wants it stopped, so the restart is off.
 			s.revoke(rec, ctx)
@@ -273,7 +379,7 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 	if lvl.policy.Strategy != supervisor.OneForOne && !(lvl.group == nil && rec.spec.Kind == actors.KindStore) {
 		return nil, 0
 	}
-	left := lvl.policy.MaxRestarts - len(rec.budget)
+	left := lvl.policy.MaxRestarts - len(rec.budget())
 	if left <= 0 {
 		return nil, 0
 	}
@@ -299,14 +405,14 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 // (with election on, whether a fenced child may start again is decided
 // when it has stopped, by the lease then: leaseHeld).
 func (s *root) pipes(rec *childRecord) bool {
-	return rec.sub == nil && rec.pipe == nil && rec.pid != nil &&
+	return rec.sub == nil && rec.piped() == nil && rec.pid != nil &&
 		(rec.state == supervisor.StateRunning || rec.state == supervisor.StateFailed) &&
 		(s.cfg.Elector == nil || !fencedKind(rec.spec.Kind))
 }
 
 // revoke tells rec, stopping with a restart sent along, to stay stopped.
 func (s *root) revoke(rec *childRecord, ctx context.Context) {
-	rec.pipe.revoked = true
+	rec.piped().revoked = true
 	s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 }
 
@@ -325,7 +431,7 @@ func (s *root) onChildStarted(m childactor.Started) {
 		return
 	}
 	s.setState(rec, supervisor.StateRunning)
-	rec.startedAt = s.now()
+	s.markStarted(rec)
 	rec.healthy, rec.message = true, ""
 	s.publish(supervisor.ChildStarted, rec, nil)
 	settleChild(rec, nil, false)
@@ -338,7 +444,7 @@ func (s *root) onChildStartFailed(m childactor.StartFailed) {
 	}
 	s.setState(rec, supervisor.StateFailed)
 	s.recordFailure(rec, m.Err)
-	if len(rec.waits) > 0 {
+	if rec.waiting() {
 		settleChild(rec, m.Err, false) // the owner decides: fail the start, or supervise
 		return
 	}
@@ -350,8 +456,8 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	if rec == nil || rec.state != supervisor.StateStopping {
 		return
 	}
-	pipe := rec.pipe
-	rec.pipe = nil
+	pipe := rec.piped()
+	rec.setPipe(nil)
 	if m.Err != nil {
 		s.logFailure("child panicked in Shutdown", rec, m.Err)
 	}
@@ -366,16 +472,16 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	}
 	if pipe != nil && m.Then != 0 {
 		pipe.taken = true
-		rec.pipe = pipe // its plan's restart records it (startChild)
+		rec.setPipe(pipe) // its plan's restart records it (startChild)
 	}
 	s.setState(rec, supervisor.StateStopped)
 	s.publish(supervisor.ChildStopped, rec, m.Err)
 	settleChild(rec, nil, true) // a start barrier waiting on it: the start was interrupted
-	if p := rec.pipe; p != nil && p.taken {
+	if p := rec.piped(); p != nil && p.taken {
 		// Its plan did not restart it (never expected: whatever takes a
 		// child out of its plan revokes the restart first). It runs the
 		// new incarnation all the same: count it, and stop it.
-		rec.pipe = nil
+		rec.setPipe(nil)
 		s.adoptPiped(rec, p.start.Gen)
 		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
 	}
@@ -386,9 +492,9 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 func (s *root) adoptPiped(rec *childRecord, gen uint64) {
 	rec.gen = gen
 	s.gen = max(s.gen, gen)
-	rec.restarts++
+	rec.hist().restarts++
 	rec.unhealthy = 0
-	rec.startedAt = time.Time{}
+	clearStarted(rec)
 	s.setState(rec, supervisor.StateStopping)
 	s.publish(supervisor.ChildRestarted, rec, nil)
 }
@@ -405,10 +511,10 @@ func (s *root) onChildFailed(m childactor.Failed) {
 		// It stops itself and starts again as the plan this failure makes
 		// would have it (ticketFor): the plan sends no Stop, and records
 		// the restart when the Stopped comes.
-		rec.pipe = &pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true}
+		rec.setPipe(&pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true})
 	}
 	s.supervise(rec, m.Err)
-	if p := rec.pipe; p != nil && p.self && rec.plan == nil {
+	if p := rec.piped(); p != nil && p.self && rec.plan == nil {
 		// Supervision decided otherwise (not expected, see ticketFor):
 		// keep it stopped.
 		p.revoked = true
@@ -421,7 +527,7 @@ func (s *root) onChildFailed(m childactor.Failed) {
 
 // recordFailure counts and publishes one failure of rec.
 func (s *root) recordFailure(rec *childRecord, err error) {
-	rec.failures++
+	rec.hist().failures++
 	rec.lastErr = err
 	rec.healthy = false
 	rec.message = err.Error()
@@ -455,7 +561,7 @@ func (s *root) setState(rec *childRecord, st supervisor.ChildState) {
 // publish publishes a child event.
 func (s *root) publish(t supervisor.EventType, rec *childRecord, err error) {
 	s.emit(supervisor.Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
-		Phase: s.phase, Restarts: rec.restarts, Err: err})
+		Phase: s.phase, Restarts: rec.restarts(), Err: err})
 }
 
 // emit queues e; Receive publishes the message's events, in order, once it

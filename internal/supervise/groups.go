@@ -159,8 +159,8 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 	out := make([]supervisor.ChildStatus, 0, len(lvl.children))
 	for _, rec := range lvl.children {
 		cs := supervisor.ChildStatus{
-			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts,
-			Failures: rec.failures, Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
+			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts(),
+			Failures: rec.failures(), Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
 		}
 		if rec.sub != nil {
 			cs.State = s.groupState(rec)
@@ -180,12 +180,13 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 // moved the group is no later, and came after the Status that read the
 // old state), or g's own stop if later.
 func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
-	if g.shown == state {
+	lvl := g.sub
+	if lvl.shown == state {
 		return g.since
 	}
-	g.shown = state
-	if g.touched.After(g.since) {
-		g.since = g.touched
+	lvl.shown = state
+	if lvl.touched.After(g.since) {
+		g.since = lvl.touched
 	}
 	for _, r := range hosted(g) {
 		if r.since.After(g.since) {
@@ -201,7 +202,7 @@ func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
 // so: a failing probe would have the kubelet restart the process, the
 // escalation ExhaustedStop is there to avoid.
 func groupHealth(g *childRecord) (bool, string) {
-	if g.exhausted && g.stopRequested {
+	if g.sub.exhausted && g.stopRequested {
 		return true, "stopped: " + g.message
 	}
 	for _, c := range g.sub.children {
@@ -249,11 +250,11 @@ func (s *root) groupLines() []actors.HealthStatus {
 func (s *root) groupStatus(g *childRecord) *supervisor.GroupStatus {
 	lvl := g.sub
 	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
-		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: g.exhausted && g.stopRequested}
+		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
 	cutoff := s.now().Add(-lvl.policy.RestartWindow)
 	for _, c := range lvl.children {
 		n := 0
-		for _, at := range c.budget {
+		for _, at := range c.budget() {
 			if at.After(cutoff) {
 				n++
 			}
@@ -274,13 +275,13 @@ func (s *root) exhausted(lvl *level, member *childRecord, err error) {
 	}
 	gerr := fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
 		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err)
-	g.failures++
+	g.hist().failures++
 	g.lastErr = gerr
 	g.healthy, g.message = false, gerr.Error()
 	s.cfg.Logger.Error("group failed", "child", g.spec.Name, "err", gerr)
 	s.publish(supervisor.ChildFailed, g, gerr)
 	if lvl.stopOnExhausted {
-		g.exhausted = true
+		lvl.exhausted = true
 		s.stopForGood(&stopRequest{s: s, rec: g})
 		return
 	}
@@ -291,8 +292,8 @@ func (s *root) exhausted(lvl *level, member *childRecord, err error) {
 // group starts over, as an OTP supervisor restarted by its parent does.
 func resetBudgets(g *childRecord) {
 	for _, r := range subtree(g) {
-		if r != g {
-			r.budget, r.backoffStep = nil, 0
+		if r != g && r.x != nil {
+			r.x.budget, r.x.backoffStep = nil, 0
 		}
 	}
 }
@@ -302,22 +303,24 @@ func resetBudgets(g *childRecord) {
 func (s *root) touchGroups(rec *childRecord) {
 	now := s.now()
 	for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
-		l.group.touched = now
+		l.touched = now
 	}
 }
 
 // backoffFor is how long rec waits before it starts again on a level
-// whose restart window and backoff these are (restart.go's backoff).
-func backoffFor(rec *childRecord, now time.Time, window, initial, maxBackoff time.Duration, jitter float64) time.Duration {
-	if !rec.startedAt.IsZero() && now.Sub(rec.startedAt) >= window {
-		rec.backoffStep = 0
+// whose restart window and backoff these are (restart.go's backoff); ran
+// is how long its current incarnation has run, if it started (rec.started).
+func backoffFor(rec *childRecord, ran time.Duration, window, initial, maxBackoff time.Duration, jitter float64) time.Duration {
+	x := rec.hist()
+	if rec.started && ran >= window {
+		x.backoffStep = 0
 	}
 	d := maxBackoff
-	if rec.backoffStep < 62 {
-		if exp := initial << rec.backoffStep; exp > 0 && exp < maxBackoff && exp>>rec.backoffStep == initial {
+	if x.backoffStep < 62 {
+		if exp := initial << x.backoffStep; exp > 0 && exp < maxBackoff && exp>>x.backoffStep == initial {
 			d = exp
 		}
 	}
-	rec.backoffStep++
+	x.backoffStep++
 	return d - time.Duration(float64(d)*0.2*jitter)
 }

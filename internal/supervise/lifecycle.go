@@ -41,7 +41,7 @@ func (s *root) stopForGood(r *stopRequest) {
 	for _, x := range subtree(rec) {
 		x.stopRequested = true
 		if x.sub != nil {
-			x.touched = now // its state is Stopping or Stopped from now (groupSince)
+			x.sub.touched = now // its state is Stopping or Stopped from now (groupSince)
 		}
 	}
 	if rec.sub == nil {

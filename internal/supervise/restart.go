@@ -101,7 +101,7 @@ func (p *restartPlan) step() {
 // piped reports whether the plan's child has started again on its own
 // (pipedRestart): its backoff has passed by the clock.
 func (p *restartPlan) piped() bool {
-	return len(p.recs) == 1 && p.recs[0].pipe != nil && p.recs[0].pipe.taken
+	return len(p.recs) == 1 && p.recs[0].piped() != nil && p.recs[0].piped().taken
 }
 
 // nextChild is the plan's next child to start, or nil when none is left.
@@ -222,8 +222,8 @@ func (s *root) failIn(member *childRecord, err error) {
 	members := map[*childRecord]bool{}
 	for _, m := range s.group(lvl, member) {
 		if m.sub != nil { // a group restarts whole, counted once; it starts over
-			m.restarts++
-			m.startedAt = now
+			m.hist().restarts++
+			s.markStarted(m)
 			resetBudgets(m)
 			s.publish(supervisor.ChildRestarted, m, nil)
 		}
@@ -257,20 +257,21 @@ func (s *root) failIn(member *childRecord, err error) {
 	if len(members) == 1 && member.sub == nil { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
-		if member.pipe == nil && s.pipes(member) {
+		if member.piped() == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
 			s.gen++
-			member.pipe = &pipedRestart{start: childactor.Start{Gen: s.gen, Ctx: s.lifetimeContext(),
+			p := &pipedRestart{start: childactor.Start{Gen: s.gen, Ctx: s.lifetimeContext(),
 				Timeout: s.startTimeout, NotBefore: plan.due}}
-			member.pipe.start.Restart, member.pipe.start.Restarts = s.ticketFor(member)
+			p.start.Restart, p.start.Restarts = s.ticketFor(member)
+			member.setPipe(p)
 		}
 	} else {
 		plan.recs = s.inOrder(lvl, members)
 		for _, r := range plan.recs {
 			r.plan = plan
 		}
-		if p := member.pipe; p != nil && p.self {
+		if p := member.piped(); p != nil && p.self {
 			// Restarting itself, but this plan restarts others with it, in
 			// order: it is to stay stopped until its turn.
 			p.revoked = true
@@ -358,7 +359,7 @@ func (s *root) orderedUnder(c *childRecord) []*childRecord {
 // first counts as a restart and publishes ChildRestarted. o is told the
 // start call's outcome.
 func (s *root) restart(o owner, rec *childRecord) *barrier {
-	rec.restarts++
+	rec.hist().restarts++
 	b := s.startIncarnation(o, rec)
 	s.publish(supervisor.ChildRestarted, rec, nil)
 	return b
@@ -404,11 +405,12 @@ func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
 // already restarted MaxRestarts times within RestartWindow.
 func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 	cutoff := now.Add(-lvl.policy.RestartWindow)
-	rec.budget = slices.DeleteFunc(rec.budget, func(at time.Time) bool { return !at.After(cutoff) })
-	if len(rec.budget) >= lvl.policy.MaxRestarts {
+	x := rec.hist()
+	x.budget = slices.DeleteFunc(x.budget, func(at time.Time) bool { return !at.After(cutoff) })
+	if len(x.budget) >= lvl.policy.MaxRestarts {
 		return false
 	}
-	rec.budget = append(rec.budget, now)
+	x.budget = append(x.budget, now)
 	return true
 }
 
@@ -417,19 +419,20 @@ func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 // up to 20% of jitter; it starts from InitialBackoff again once the child
 // has run for RestartWindow without failing.
 func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
+	ran := s.sinceEpoch(now) - rec.startedAt
 	if lvl := rec.lvl; lvl != nil && lvl.group != nil {
-		return backoffFor(rec, now, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
+		return backoffFor(rec, ran, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
 	}
 	t := s.cfg.Timing
-	return backoffFor(rec, now, s.cfg.Policy.RestartWindow, t.InitialBackoff, t.MaxBackoff, s.cfg.Jitter())
+	return backoffFor(rec, ran, s.cfg.Policy.RestartWindow, t.InitialBackoff, t.MaxBackoff, s.cfg.Jitter())
 }
 
 // escalate stops the manager because rec failed past its budget.
 func (s *root) escalate(rec *childRecord, err error) {
-	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget), Window: rec.lvl.policy.RestartWindow, Err: err}
+	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget()), Window: rec.lvl.policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
 	s.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
-		Phase: s.phase, Restarts: rec.restarts, Err: e})
+		Phase: s.phase, Restarts: rec.restarts(), Err: e})
 	s.beginShutdown(e, s.boundedContext())
 }
 
@@ -480,7 +483,7 @@ func busy(rec *childRecord) bool {
 		}
 		return false
 	}
-	return rec.plan != nil || (rec.queued != nil && rec.queued.stage != requestDone) || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
+	return rec.plan != nil || (rec.queued() != nil && rec.queued().stage != requestDone) || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
 }
 
 // requestStage is where a childRequest is, in this order.
@@ -537,14 +540,15 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		}
 		now := s.now()
 		for _, x := range subtree(rec) {
-			x.stopRequested, x.exhausted = false, false
+			x.stopRequested = false
 			if x.sub != nil {
-				x.touched = now // no longer stopped (groupSince)
+				x.sub.exhausted = false
+				x.sub.touched = now // no longer stopped (groupSince)
 			}
 		}
 		r.recs = s.leaves(rec)
 		r.queue()
-		rec.restarts++
+		rec.hist().restarts++
 		s.publish(supervisor.ChildRestarted, rec, nil)
 	}
 	r.step()
@@ -555,14 +559,14 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 // meanwhile is refused (ErrBusy) rather than start it twice.
 func (r *childRequest) queue() {
 	for _, x := range r.recs {
-		x.queued = r
+		x.hist().queued = r
 	}
 }
 
 // unqueue: x's turn has come, or the request has ended.
 func (r *childRequest) unqueue(x *childRecord) {
-	if x.queued == r {
-		x.queued = nil
+	if x.queued() == r {
+		x.x.queued = nil
 	}
 }
 

@@ -183,8 +183,8 @@ func (s *root) watchStopping(ctx context.Context) {
 	}
 	for _, rec := range s.children {
 		if rec.state == supervisor.StateStopping {
-			if rec.pipe != nil {
-				rec.pipe.revoked = true // this Stop revokes a restart sent along
+			if rec.piped() != nil {
+				rec.piped().revoked = true // this Stop revokes a restart sent along
 			}
 			s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 		}

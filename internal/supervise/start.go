@@ -129,11 +129,10 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		s.addGroup(rec, spec.Impl.(*GroupDecl))
 		return rec
 	}
-	rec.waits = rec.waitBuf[:0]
 	if spec.Kind != actors.KindController {
 		// A controller's actor is spawned by its first start (startChild):
 		// one message less per controller, and a standby hosts none.
-		rec.pid = s.spawner.Spawn(s.ctx, spec, nil)
+		rec.pid = s.spawner.Spawn(s.ctx, &rec.spec, nil)
 	}
 	s.setState(rec, supervisor.StatePending)
 	s.children = append(s.children, rec)

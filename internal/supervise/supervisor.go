@@ -100,6 +100,10 @@ type root struct {
 
 	nowAt    time.Time // now's reading for the message being handled
 	nowValid bool
+	// epoch is the first reading of the clock that a record keeps as a
+	// duration since it (sinceEpoch).
+	epoch    time.Time
+	epochSet bool
 }
 
 // Receive handles one message. It never blocks: user calls run in the child

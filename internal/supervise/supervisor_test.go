@@ -92,7 +92,7 @@ func TestBackoffJitterStaysWithinTwentyPercentBelow(t *testing.T) {
 	assert.Greater(t, d, 80*time.Millisecond)
 	assert.LessOrEqual(t, d, 100*time.Millisecond)
 	s.cfg.Timing.InitialBackoff = time.Hour // overflowing shifts stay at the cap
-	rec.backoffStep = 70
+	rec.hist().backoffStep = 70
 	assert.LessOrEqual(t, s.backoff(rec, time.Now()), s.cfg.Timing.MaxBackoff)
 }
 
