@@ -2,7 +2,9 @@ package childactor
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -10,27 +12,72 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// HealthCollector gathers the HealthAnswers of one health sweep. It is a
+// HealthCollector gathers the answers of one health sweep. It is a
 // protoactor Process registered for the length of the sweep: one registry
 // entry for the whole sweep instead of one future per child, which is what
 // makes a sweep of thousands of children cheap.
 //
-// The sweep's owner creates it, has the supervisor Expect the entries and send
-// the queries, waits on Done (with a deadline of its own), then calls Close,
-// which fills in the entries that did not answer. HealthSweep is that
-// owner's part, deadline included.
+// The sweep's owner creates it, has the supervisor Expect the entries and
+// send the queries (HealthQuery with Collector set), then Dispatch, waits on
+// Done (with a deadline of its own), then calls Close, which fills in the
+// entries that did not answer. HealthSweep is that owner's part, deadline
+// included.
+//
+// A child asked by a query carrying the collector writes its answer
+// straight into its entry (each entry has an atomic state: no message and
+// no lock per answer), and queues its health call on the sweep's run queue
+// (healthRuns), whose few workers Dispatch starts. Answers sent as
+// HealthAnswer messages to PID (a query with only ReplyTo set) land in the
+// same entries.
 type HealthCollector struct {
 	system *actor.ActorSystem
 	pid    *actor.PID
 
-	mu        sync.Mutex
-	statuses  []actors.HealthStatus
-	pending   []bool
-	remaining int
-	expected  bool
-	closed    bool
-	done      chan struct{}
+	mu       sync.Mutex // Expect and Close
+	expected bool
+	closed   bool
+
+	entries atomic.Pointer[healthEntries] // set by Expect
+	// shardsLeft counts the shards of entries with an entry pending.
+	shardsLeft atomic.Int64
+	done       chan struct{}
+
+	runs healthRuns
 }
+
+// healthEntries are a sweep's entries, and the state of each. The entries
+// are cut in shards of consecutive indexes, each counting its pending
+// entries on a cache line of its own: the workers of a sweep answer
+// different ranges (healthRuns' stripes) and share no counter but the count
+// of shards left.
+type healthEntries struct {
+	statuses []actors.HealthStatus
+	state    []atomic.Uint32
+	shards   []pendingShard
+}
+
+// pendingShard counts the pending entries of one shard.
+type pendingShard struct {
+	pending atomic.Int64
+	_       [128 - 8]byte
+}
+
+// healthShards is how many shards a sweep's entries are cut in, at most.
+const healthShards = 16
+
+// shard is the shard of entry i.
+func (e *healthEntries) shard(i int) *pendingShard {
+	return &e.shards[i*len(e.shards)/len(e.state)]
+}
+
+// The states of an entry. An entry goes from pending to writing (an answer
+// took it) to final, or from pending to final (Close marked it silent);
+// whoever takes it from pending writes its status, nobody else.
+const (
+	entryFinal   uint32 = iota // not asked, answered, or marked silent
+	entryPending               // asked, not answered yet
+	entryWriting               // an answer is being written
+)
 
 var _ actor.Process = (*HealthCollector)(nil)
 
@@ -41,12 +88,13 @@ func NewHealthCollector(system *actor.ActorSystem) *HealthCollector {
 	return c
 }
 
-// PID is where the children send their answers.
+// PID is where HealthAnswer messages are sent.
 func (c *HealthCollector) PID() *actor.PID { return c.pid }
 
 // Expect sets the sweep's entries: statuses holds one entry per child in the
 // order they are reported, and pending the indexes of those still to be
-// answered by a HealthQuery; the others are final already. It is called once.
+// answered by a HealthQuery; the others are final already. It is called
+// once, before the queries are sent.
 func (c *HealthCollector) Expect(statuses []actors.HealthStatus, pending []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -54,38 +102,82 @@ func (c *HealthCollector) Expect(statuses []actors.HealthStatus, pending []int) 
 		return
 	}
 	c.expected = true
-	c.statuses = statuses
-	c.pending = make([]bool, len(statuses))
+	e := &healthEntries{
+		statuses: statuses,
+		state:    make([]atomic.Uint32, len(statuses)),
+		shards:   make([]pendingShard, min(healthShards, len(statuses))),
+	}
+	var shards int64
 	for _, i := range pending {
-		if !c.pending[i] {
-			c.pending[i] = true
-			c.remaining++
+		if e.state[i].Load() != entryPending {
+			e.state[i].Store(entryPending)
+			if e.shard(i).pending.Add(1) == 1 {
+				shards++
+			}
 		}
 	}
-	if c.remaining == 0 {
+	c.runs.setup(len(statuses), len(pending))
+	c.shardsLeft.Store(shards)
+	c.entries.Store(e)
+	if shards == 0 {
 		close(c.done)
 	}
 }
 
+// Dispatch starts the health calls the queries have queued on the sweep;
+// the calls queued later start as they are queued. The sender of the
+// queries calls it once they are sent (Close does too, so that no call
+// stays queued).
+func (c *HealthCollector) Dispatch() { c.runs.dispatch() }
+
 // Done is closed once every pending entry has been answered.
 func (c *HealthCollector) Done() <-chan struct{} { return c.done }
 
+// answer writes the status of entry i, if it is still pending. The entry
+// keeps the name it was given.
+func (c *HealthCollector) answer(i int, status actors.HealthStatus) {
+	e := c.entries.Load()
+	if e == nil || i < 0 || i >= len(e.state) || !e.state[i].CompareAndSwap(entryPending, entryWriting) {
+		return
+	}
+	status.Name = e.statuses[i].Name
+	e.statuses[i] = status
+	e.state[i].Store(entryFinal)
+	if e.shard(i).pending.Add(-1) == 0 && c.shardsLeft.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
 // Close ends the sweep: it unregisters the collector (late answers become
-// dead letters) and returns the entries, with unanswered ones marked
-// unhealthy with the message silent. ok is false when Expect was never
-// called (the supervisor did not take the request).
+// dead letters, or are ignored) and returns the entries, with unanswered
+// ones marked unhealthy with the message silent. ok is false when Expect was
+// never called (the supervisor did not take the request).
 func (c *HealthCollector) Close(silent string) (statuses []actors.HealthStatus, ok bool) {
 	c.system.ProcessRegistry.Remove(c.pid)
+	c.runs.dispatch()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
-	for i, p := range c.pending {
-		if p {
-			c.statuses[i].Healthy = false
-			c.statuses[i].Message = silent
+	expected := c.expected
+	c.mu.Unlock()
+	e := c.entries.Load()
+	if e == nil {
+		return nil, expected
+	}
+	for i := range e.state {
+		for {
+			st := e.state[i].Load()
+			if st == entryPending && e.state[i].CompareAndSwap(entryPending, entryFinal) {
+				e.statuses[i].Healthy = false
+				e.statuses[i].Message = silent
+				break
+			}
+			if st == entryFinal {
+				break
+			}
+			runtime.Gosched() // an answer is being written: a few instructions
 		}
 	}
-	return c.statuses, c.expected
+	return e.statuses, expected
 }
 
 // SendUserMessage takes one HealthAnswer.
@@ -93,22 +185,8 @@ func (c *HealthCollector) SendUserMessage(_ *actor.PID, message interface{}) {
 	if env, ok := message.(*actor.MessageEnvelope); ok {
 		message = env.Message
 	}
-	a, ok := message.(HealthAnswer)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || a.Index < 0 || a.Index >= len(c.pending) || !c.pending[a.Index] {
-		return
-	}
-	c.pending[a.Index] = false
-	name := c.statuses[a.Index].Name
-	c.statuses[a.Index] = a.Status
-	c.statuses[a.Index].Name = name
-	c.remaining--
-	if c.remaining == 0 {
-		close(c.done)
+	if a, ok := message.(HealthAnswer); ok {
+		c.answer(a.Index, a.Status)
 	}
 }
 

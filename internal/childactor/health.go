@@ -8,13 +8,15 @@ import (
 )
 
 // healthCall is the one GetHealth (or Ready) call a child runs at a time, and
-// the queries waiting for its answer. The actor adds waiters; the goroutine
-// running the call takes them and answers each directly, so a health answer
-// costs one goroutine and no extra mailbox hop.
+// the queries waiting for its answer: first, then more. The actor adds
+// waiters; whoever runs the call (a worker of the first waiter's sweep, or a
+// goroutine of its own for a query without a collector) takes them and
+// answers each directly, with no extra mailbox hop.
 type healthCall struct {
 	mu       sync.Mutex
 	inFlight bool
-	waiters  []HealthQuery
+	first    HealthQuery
+	more     *[]HealthQuery // the rare queries beyond the first
 }
 
 // callFailed is sent to the child by a hosted call other than start and stop
@@ -30,34 +32,57 @@ func (c *child) queryHealth(q HealthQuery) {
 	// except between a failure and its Shutdown's return, where the
 	// supervisor's account is the truth.
 	if c.state == stateStopping || c.state == stateStartFailed {
-		c.system.Root.Send(q.ReplyTo, HealthAnswer{Index: q.Index, Status: c.standing().Status(c.spec.Name, nil)})
+		c.answerHealth(q, c.standing().Status(c.spec.Name, nil))
 		return
 	}
 	h := &c.health
 	h.mu.Lock()
-	h.waiters = append(h.waiters, q)
 	if h.inFlight {
+		if h.more == nil {
+			h.more = new([]HealthQuery)
+		}
+		*h.more = append(*h.more, q)
 		h.mu.Unlock()
 		return
 	}
-	h.inFlight = true
+	h.inFlight, h.first = true, q
 	h.mu.Unlock()
 
-	gen, self, system := c.gen, c.self, c.system
-	c.cfg.Goroutines.Go(func() {
-		status, err := c.callHealth()
-		if err != nil {
-			system.Root.Send(self, callFailed{gen: gen, err: err})
+	if q.Collector != nil {
+		q.Collector.runs.push(q.Index, healthRun{c: c, gen: c.gen}, c.cfg.Goroutines)
+		return
+	}
+	gen := c.gen
+	c.cfg.Goroutines.Go(func() { c.runHealth(gen) })
+}
+
+// runHealth runs the health call of incarnation gen, off the actor, and
+// answers every query waiting for it.
+func (c *child) runHealth(gen uint64) {
+	status, err := c.callHealth()
+	if err != nil {
+		c.system.Root.Send(c.self, callFailed{gen: gen, err: err})
+	}
+	h := &c.health
+	h.mu.Lock()
+	first, more := h.first, h.more
+	h.inFlight, h.first, h.more = false, HealthQuery{}, nil
+	h.mu.Unlock()
+	c.answerHealth(first, status)
+	if more != nil {
+		for _, q := range *more {
+			c.answerHealth(q, status)
 		}
-		h.mu.Lock()
-		waiters := h.waiters
-		h.waiters = nil
-		h.inFlight = false
-		h.mu.Unlock()
-		for _, w := range waiters {
-			system.Root.Send(w.ReplyTo, HealthAnswer{Index: w.Index, Status: status})
-		}
-	})
+	}
+}
+
+// answerHealth answers q with status.
+func (c *child) answerHealth(q HealthQuery, status actors.HealthStatus) {
+	if q.Collector != nil {
+		q.Collector.answer(q.Index, status)
+		return
+	}
+	c.system.Root.Send(q.ReplyTo, HealthAnswer{Index: q.Index, Status: status})
 }
 
 // callHealth runs the kind's health call. The answer always carries the

@@ -60,14 +60,18 @@ type Stop struct {
 	Then *Start
 }
 
-// HealthQuery asks a child for its health; the answer, a HealthAnswer with the
-// same Index, goes to ReplyTo (usually a HealthCollector).
+// HealthQuery asks a child for its health, for entry Index of a sweep. With
+// Collector set, the child writes its answer into that entry and queues its
+// health call on the sweep (HealthCollector.Dispatch starts the queued
+// calls); ReplyTo is then ignored. Otherwise the answer, a HealthAnswer,
+// goes to ReplyTo.
 type HealthQuery struct {
-	Index   int
-	ReplyTo *actor.PID
+	Index     int
+	Collector *HealthCollector
+	ReplyTo   *actor.PID
 }
 
-// HealthAnswer is a child's answer to a HealthQuery.
+// HealthAnswer is a child's answer to a HealthQuery that has only ReplyTo.
 type HealthAnswer struct {
 	Index  int
 	Status actors.HealthStatus

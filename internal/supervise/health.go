@@ -83,12 +83,14 @@ func (rec *childRecord) standing() (standing childactor.Standing, cause error, a
 }
 
 // queryHealth has col expect statuses, then asks recs[i] for each pending
-// index i: the one way a sweep, a GetHealth's or a probe's, is sent.
+// index i, then dispatches the health calls the children queued on col: the
+// one way a sweep, a GetHealth's or a probe's, is sent.
 func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
 	for _, i := range pending {
-		s.ctx.Send(recs[i].pid, childactor.HealthQuery{Index: i, ReplyTo: col.PID()})
+		s.ctx.Send(recs[i].pid, childactor.HealthQuery{Index: i, Collector: col})
 	}
+	col.Dispatch()
 }
 
 // startProbes arms the first liveness sweep.
