@@ -154,11 +154,11 @@ func (c *HealthCollector) answer(i int, status actors.HealthStatus) {
 // never called (the supervisor did not take the request).
 func (c *HealthCollector) Close(silent string) (statuses []actors.HealthStatus, ok bool) {
 	c.system.ProcessRegistry.Remove(c.pid)
-	c.runs.dispatch()
 	c.mu.Lock()
 	c.closed = true
 	expected := c.expected
 	c.mu.Unlock()
+	c.runs.dispatch() // after Expect, which sets the run queue up, or instead of it
 	e := c.entries.Load()
 	if e == nil {
 		return nil, expected

@@ -293,3 +293,47 @@ func TestSweepCloseWhileAnswering(t *testing.T) {
 		assert.Equal(t, closed, statuses)
 	}
 }
+
+// A sweep may be closed before its queries are sent, or while they are
+// (its deadline passing before the supervisor takes it, or during): the
+// calls its queries start still run, and leave no child waiting on them,
+// so the next sweep is answered by every child.
+func TestSweepClosedBeforeOrWhileSent(t *testing.T) {
+	const n = 100
+	ctrls := make([]*testchild.Controller, n)
+	for i := range ctrls {
+		ctrls[i] = testchild.NewController(fmt.Sprintf("c%03d", i), testchild.Behavior{})
+	}
+	system, b := newBrood(t, ctrls)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	for round := range 20 {
+		col := childactor.NewHealthCollector(system)
+		if round%2 == 0 {
+			_, ok := col.Close("silent")
+			require.False(t, ok)
+			sweep(system, b, col, all)
+		} else {
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				sweep(system, b, col, all)
+			}()
+			col.Close("silent")
+			<-sent
+		}
+		next := childactor.NewHealthCollector(system)
+		sweep(system, b, next, all)
+		select {
+		case <-next.Done():
+		case <-time.After(wait):
+			t.Fatalf("round %d: a closed sweep left children waiting on its calls", round)
+		}
+		statuses, _ := next.Close("silent")
+		for i, st := range statuses {
+			assert.Equal(t, actors.HealthStatus{Name: ctrls[i].Name(), Healthy: true}, st)
+		}
+	}
+}
