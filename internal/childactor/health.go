@@ -12,12 +12,20 @@ import (
 // waiters; whoever runs the call (a worker of the first waiter's sweep, or a
 // goroutine of its own for a query without a collector) takes them and
 // answers each directly, with no extra mailbox hop.
+//
+// A call is in flight while first is set (it has somewhere to answer): no
+// flag of its own, so that the child stays in its size class.
 type healthCall struct {
-	mu       sync.Mutex
-	inFlight bool
-	first    HealthQuery
-	more     *[]HealthQuery // the rare queries beyond the first
+	mu    sync.Mutex
+	first HealthQuery
+	more  *[]HealthQuery // the rare queries beyond the first
 }
+
+// inFlight reports whether a call runs. h.mu is held.
+func (h *healthCall) inFlight() bool { return h.first.answers() }
+
+// answers reports whether q has somewhere to answer.
+func (q HealthQuery) answers() bool { return q.Collector != nil || q.ReplyTo != nil }
 
 // callFailed is sent to the child by a hosted call other than start and stop
 // (GetHealth, Ready, Handle) that panicked: a failure of the incarnation that
@@ -28,6 +36,9 @@ type callFailed struct {
 }
 
 func (c *child) queryHealth(q HealthQuery) {
+	if !q.answers() {
+		return // nobody to answer
+	}
 	// A controller is asked whether it runs or not (as furiko asks it),
 	// except between a failure and its Shutdown's return, where the
 	// supervisor's account is the truth.
@@ -37,7 +48,7 @@ func (c *child) queryHealth(q HealthQuery) {
 	}
 	h := &c.health
 	h.mu.Lock()
-	if h.inFlight {
+	if h.inFlight() {
 		if h.more == nil {
 			h.more = new([]HealthQuery)
 		}
@@ -45,7 +56,7 @@ func (c *child) queryHealth(q HealthQuery) {
 		h.mu.Unlock()
 		return
 	}
-	h.inFlight, h.first = true, q
+	h.first = q
 	h.mu.Unlock()
 
 	if q.Collector != nil {
@@ -66,7 +77,7 @@ func (c *child) runHealth(gen uint64) {
 	h := &c.health
 	h.mu.Lock()
 	first, more := h.first, h.more
-	h.inFlight, h.first, h.more = false, HealthQuery{}, nil
+	h.first, h.more = HealthQuery{}, nil
 	h.mu.Unlock()
 	c.answerHealth(first, status)
 	if more != nil {
