@@ -18,15 +18,17 @@ import (
 // sweep (where its workers start), hold up no other answer: every other
 // controller is answered healthy within HealthTimeout, sweep after sweep,
 // and the hung ones are reported silent, each with one GetHealth in flight.
+// There are enough controllers for the queries to be sent by more than one
+// goroutine.
 func TestGetHealthAnswersEveryOtherControllerWhileTwoHang(t *testing.T) {
-	const n = 100
+	const n = 1100
 	const timeout = 500 * time.Millisecond
 	hang := make(chan struct{})
 	defer close(hang)
 	m := newManager(t, nil, &cm.SupervisionSpec{HealthTimeout: metav1.Duration{Duration: timeout}})
 	hung := map[int]*testchild.Controller{}
 	for i := range n {
-		c := testchild.NewController(fmt.Sprintf("c%03d", i), testchild.Behavior{})
+		c := testchild.NewController(fmt.Sprintf("c%04d", i), testchild.Behavior{})
 		if i == 0 || i == n/2 {
 			c.Set(testchild.Behavior{Health: func() (bool, string) { <-hang; return true, "" }})
 			hung[i] = c
@@ -39,7 +41,7 @@ func TestGetHealthAnswersEveryOtherControllerWhileTwoHang(t *testing.T) {
 		health := m.GetHealth()
 		require.Len(t, health, n)
 		for i, h := range health {
-			name := fmt.Sprintf("c%03d", i)
+			name := fmt.Sprintf("c%04d", i)
 			if hung[i] != nil {
 				assert.Equal(t, cm.HealthStatus{Name: name, Message: fmt.Sprintf("no health answer within %s", timeout)}, h)
 				continue

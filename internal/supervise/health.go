@@ -2,6 +2,8 @@ package supervise
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -85,13 +87,35 @@ func (rec *childRecord) standing() (standing childactor.Standing, cause error, a
 // queryHealth has col expect statuses, then asks recs[i] for each pending
 // index i, then dispatches the health calls the children queued on col: the
 // one way a sweep, a GetHealth's or a probe's, is sent.
+//
+// A large sweep is sent by one goroutine per processor, each the queries of
+// a range of entries: sending is most of a sweep's cost (each child's
+// mailbox runs inline on its sender), and the children are independent.
+// Every query is sent before queryHealth returns, so the root's messages to
+// each child keep their order.
 func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
-	for _, i := range pending {
+	senders := max(1, min(runtime.GOMAXPROCS(0), len(pending)/minQueriesPerSender))
+	var sent sync.WaitGroup
+	root := s.system.Root
+	for k := 1; k < senders; k++ {
+		part := pending[k*len(pending)/senders : (k+1)*len(pending)/senders]
+		sent.Go(func() {
+			for _, i := range part {
+				root.Send(recs[i].pid, childactor.HealthQuery{Index: i, Collector: col})
+			}
+		})
+	}
+	for _, i := range pending[:len(pending)/senders] {
 		s.ctx.Send(recs[i].pid, childactor.HealthQuery{Index: i, Collector: col})
 	}
+	sent.Wait()
 	col.Dispatch()
 }
+
+// minQueriesPerSender is the least number of queries worth a sender
+// goroutine of their own: fewer are sent faster than a goroutine starts.
+const minQueriesPerSender = 512
 
 // startProbes arms the first liveness sweep.
 func (s *root) startProbes() {
