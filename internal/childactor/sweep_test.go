@@ -84,8 +84,8 @@ func (b *brood) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		spawner := childactor.NewSpawner(childactor.Config{})
-		for _, spec := range b.specs {
-			b.pids = append(b.pids, spawner.Spawn(ctx, spec, &childactor.Start{Gen: 1, Ctx: context.Background()}))
+		for i := range b.specs {
+			b.pids = append(b.pids, spawner.Spawn(ctx, &b.specs[i], &childactor.Start{Gen: 1, Ctx: context.Background()}))
 		}
 	case childactor.Started:
 		b.started <- struct{}{}
