@@ -160,10 +160,9 @@ func (cfg Config) filled() *Config {
 //
 // A child's Receive never blocks (user calls run in goroutines of their
 // own), so its mailbox (inlineMailbox) runs on the goroutine that posts to
-// it instead of a new goroutine per burst of messages:
-// a health sweep of 10,000 children then costs 10,000 health-call
-// goroutines, not twice that. The mailbox still runs one message at a time,
-// in order.
+// it instead of a new goroutine per burst of messages: a health sweep's
+// queries cost no goroutine at all (the calls run on the sweep's workers).
+// The mailbox still runs one message at a time, in order.
 //
 // The parent must not let protoactor restart its children (give its own
 // Props a strategy that stops them): the shared producer hands out the

@@ -15,12 +15,15 @@
 // StartFailed, Stopped and Failed, tagged with the same generation, so the
 // parent can tell a report of the current incarnation from a late one.
 //
-// Health is gathered by sending HealthQuery messages to the children with a
-// HealthCollector (a one-shot protoactor Process) as the reply target. A child
-// runs at most one GetHealth call at a time: queries that arrive while one is
-// running wait for its answer, so a hung GetHealth costs one goroutine, not one
-// per probe, and the collector's own deadline decides when silence counts as
-// unhealthy.
+// Health is gathered by sending HealthQuery messages to the children with the
+// sweep's HealthCollector. A child runs at most one GetHealth call at a time:
+// queries that arrive while one is running wait for its answer, so a hung
+// GetHealth costs one goroutine, not one per probe, and the collector's own
+// deadline decides when silence counts as unhealthy. The calls of one sweep are
+// queued on the collector's run queue and run by a few workers once the
+// queries are sent (Dispatch), each answer written into its entry; a watchdog
+// replaces the workers when a call holds them, so a hung call never delays
+// another child's answer (sweep.go).
 //
 // The interfaces a hosted component implements (Controller, Store, Webhook,
 // Runnable), what it calls from its start context (FailureReporter,
