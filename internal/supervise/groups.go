@@ -221,14 +221,13 @@ func groupHealth(g *childRecord) (bool, string) {
 	return true, ""
 }
 
-// groupLines are the groups' own lines of GetHealth, in tree order, after
-// the controllers': each group's health as groupHealth reads it from the
-// supervisor's records (its controllers' last probes).
-func (s *root) groupLines() []actors.HealthStatus {
+// appendGroupLines appends the groups' own lines of GetHealth to out, in
+// tree order, after the controllers': each group's health as groupHealth
+// reads it from the supervisor's records (its controllers' last probes).
+func (s *root) appendGroupLines(out []actors.HealthStatus) []actors.HealthStatus {
 	if len(s.groups) == 0 {
-		return nil
+		return out
 	}
-	var out []actors.HealthStatus
 	var walk func(lvl *level)
 	walk = func(lvl *level) {
 		for _, rec := range lvl.children {

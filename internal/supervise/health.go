@@ -35,7 +35,7 @@ type (
 )
 
 // onGatherHealth answers a manager's GetHealth: one entry per controller, in
-// the order they were added, then one per group (groupLines); none before
+// the order they were added, then one per group (appendGroupLines); none before
 // the manager is starting. Children
 // the supervisor knows are not running are reported from their standing;
 // the others are asked.
@@ -46,7 +46,9 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		return
 	}
 	ctrls := s.ofKind(actors.KindController)
-	statuses := make([]actors.HealthStatus, len(ctrls))
+	// The groups' own lines come after the controllers', in the same slice:
+	// room for them now, rather than a copy of every status to append them.
+	statuses := make([]actors.HealthStatus, len(ctrls), len(ctrls)+len(s.groups))
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
 		standing, cause, answers := rec.standing()
@@ -57,7 +59,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		}
 		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
-	statuses = append(statuses, s.groupLines()...) // never pending: recs stay the controllers
+	statuses = s.appendGroupLines(statuses) // never pending: recs stay the controllers
 	s.queryHealth(col, ctrls, statuses, pending)
 }
 

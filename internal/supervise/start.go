@@ -380,7 +380,13 @@ func (s *root) maxDepth() int {
 }
 
 func (s *root) ofKind(kind actors.Kind) []*childRecord {
-	var recs []*childRecord
+	n := 0
+	for _, rec := range s.children {
+		if rec.spec.Kind == kind {
+			n++
+		}
+	}
+	recs := make([]*childRecord, 0, n)
 	for _, rec := range s.children {
 		if rec.spec.Kind == kind {
 			recs = append(recs, rec)
