@@ -45,19 +45,15 @@ type level struct {
 // child needs while it runs; what only a child that has failed, restarted,
 // or been waited on twice needs is in its history, allocated on first use
 // (hist), and a group's own bookkeeping is in its level (sub). The fields
-// are ordered for the least padding: it is 208 bytes, a size class of its
-// own, and 10,000 children are 10,000 records; mind the size class when
-// adding one (the next is 224).
+// are ordered for the least padding: it is 168 bytes, in the 176-byte size
+// class, and 10,000 children are 10,000 records; mind the size class when
+// adding one (the next is 192).
 type childRecord struct {
-	spec    childactor.Spec
-	pid     *actor.PID
-	state   supervisor.ChildState
-	since   time.Time
-	gen     uint64 // the incarnation the child is in (or was last in)
-	lastErr error
-	message string
-
-	unhealthy int // consecutive unhealthy probes
+	spec  childactor.Spec
+	pid   *actor.PID
+	state supervisor.ChildState
+	since time.Time
+	gen   uint64 // the incarnation the child is in (or was last in)
 	// startedAt is when the current incarnation started, as the time since
 	// the root's epoch (sinceEpoch); set only while started is.
 	startedAt time.Duration
@@ -82,6 +78,9 @@ type childRecord struct {
 // allocated the first time one of its fields is set (childRecord.hist), and
 // kept (a child that failed once is likely to fail again).
 type history struct {
+	lastErr     error  // the last failure
+	message     string // the last health message, or the last failure's
+	unhealthy   int    // consecutive unhealthy probes
 	restarts    int
 	failures    int
 	backoffStep int
@@ -89,6 +88,46 @@ type history struct {
 	waits       []*barrier    // waiting besides childRecord.wait, in the order they came
 	queued      *childRequest // a group's request that has still to start it (busy meanwhile)
 	pipe        *pipedRestart // a restart sent with its Stop, until its Stopped (a restart has a history)
+}
+
+// lastErr is rec's last failure, nil if it never failed.
+func (rec *childRecord) lastErr() error {
+	if rec.x == nil {
+		return nil
+	}
+	return rec.x.lastErr
+}
+
+// message is rec's last health message (or failure's), "" if none.
+func (rec *childRecord) message() string {
+	if rec.x == nil {
+		return ""
+	}
+	return rec.x.message
+}
+
+// setMessage sets rec's health message; a healthy child's empty message
+// needs no history.
+func (rec *childRecord) setMessage(m string) {
+	if m == "" && rec.x == nil {
+		return
+	}
+	rec.hist().message = m
+}
+
+// unhealthy is how many probes in a row have found rec unhealthy.
+func (rec *childRecord) unhealthy() int {
+	if rec.x == nil {
+		return 0
+	}
+	return rec.x.unhealthy
+}
+
+// resetUnhealthy forgets rec's unhealthy probes.
+func (rec *childRecord) resetUnhealthy() {
+	if rec.x != nil {
+		rec.x.unhealthy = 0
+	}
 }
 
 // hist returns rec's history, allocating it: for writes.
@@ -298,14 +337,14 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 		rec.setPipe(nil)
 		rec.gen = p.start.Gen
 		s.gen = max(s.gen, rec.gen) // a child restarting itself numbers its incarnation
-		rec.unhealthy = 0
+		rec.resetUnhealthy()
 		clearStarted(rec)
 		s.setState(rec, supervisor.StateStarting)
 		return
 	}
 	s.gen++
 	rec.gen = s.gen
-	rec.unhealthy = 0
+	rec.resetUnhealthy()
 	clearStarted(rec)
 	s.setState(rec, supervisor.StateStarting)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
@@ -432,7 +471,8 @@ func (s *root) onChildStarted(m childactor.Started) {
 	}
 	s.setState(rec, supervisor.StateRunning)
 	s.markStarted(rec)
-	rec.healthy, rec.message = true, ""
+	rec.healthy = true
+	rec.setMessage("")
 	s.publish(supervisor.ChildStarted, rec, nil)
 	settleChild(rec, nil, false)
 }
@@ -493,7 +533,7 @@ func (s *root) adoptPiped(rec *childRecord, gen uint64) {
 	rec.gen = gen
 	s.gen = max(s.gen, gen)
 	rec.hist().restarts++
-	rec.unhealthy = 0
+	rec.resetUnhealthy()
 	clearStarted(rec)
 	s.setState(rec, supervisor.StateStopping)
 	s.publish(supervisor.ChildRestarted, rec, nil)
@@ -528,9 +568,9 @@ func (s *root) onChildFailed(m childactor.Failed) {
 // recordFailure counts and publishes one failure of rec.
 func (s *root) recordFailure(rec *childRecord, err error) {
 	rec.hist().failures++
-	rec.lastErr = err
+	rec.hist().lastErr = err
 	rec.healthy = false
-	rec.message = err.Error()
+	rec.hist().message = err.Error()
 	s.logFailure("child failed", rec, err)
 	s.publish(supervisor.ChildFailed, rec, err)
 }

@@ -160,7 +160,7 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 	for _, rec := range lvl.children {
 		cs := supervisor.ChildStatus{
 			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts(),
-			Failures: rec.failures(), Healthy: rec.healthy, Message: rec.message, LastError: rec.lastErr, Since: rec.since,
+			Failures: rec.failures(), Healthy: rec.healthy, Message: rec.message(), LastError: rec.lastErr(), Since: rec.since,
 		}
 		if rec.sub != nil {
 			cs.State = s.groupState(rec)
@@ -203,10 +203,10 @@ func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
 // escalation ExhaustedStop is there to avoid.
 func groupHealth(g *childRecord) (bool, string) {
 	if g.sub.exhausted && g.stopRequested {
-		return true, "stopped: " + g.message
+		return true, "stopped: " + g.message()
 	}
 	for _, c := range g.sub.children {
-		healthy, msg := c.healthy, c.message
+		healthy, msg := c.healthy, c.message()
 		if c.sub != nil {
 			healthy, msg = groupHealth(c)
 		}
@@ -275,8 +275,9 @@ func (s *root) exhausted(lvl *level, member *childRecord, err error) {
 	gerr := fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
 		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err)
 	g.hist().failures++
-	g.lastErr = gerr
-	g.healthy, g.message = false, gerr.Error()
+	g.hist().lastErr = gerr
+	g.healthy = false
+	g.hist().message = gerr.Error()
 	s.cfg.Logger.Error("group failed", "child", g.spec.Name, "err", gerr)
 	s.publish(supervisor.ChildFailed, g, gerr)
 	if lvl.stopOnExhausted {

@@ -77,9 +77,9 @@ func (rec *childRecord) standing() (standing childactor.Standing, cause error, a
 		}
 		return childactor.StandingStopped, nil, false
 	case supervisor.StateBackingOff:
-		return childactor.StandingBackingOff, rec.lastErr, false
+		return childactor.StandingBackingOff, rec.lastErr(), false
 	case supervisor.StateFailed:
-		return childactor.StandingStartFailed, rec.lastErr, false
+		return childactor.StandingStartFailed, rec.lastErr(), false
 	case supervisor.StateStopping:
 		return childactor.StandingStopping, nil, false
 	}
@@ -196,17 +196,18 @@ func (s *root) onProbeDone(m probeDone) {
 			continue // restarted, stopped or removed since the sweep began
 		}
 		st := statuses[i]
-		rec.message = st.Message
+		rec.setMessage(st.Message)
 		if st.Healthy {
-			rec.healthy, rec.unhealthy = true, 0
+			rec.healthy = true
+			rec.resetUnhealthy()
 			continue
 		}
 		rec.healthy = false
-		rec.unhealthy++
+		rec.hist().unhealthy++
 		err := fmt.Errorf("%w: %s", supervisor.ErrUnhealthy, st.Message)
 		s.publish(supervisor.ChildUnhealthy, rec, err)
-		if rec.unhealthy >= s.cfg.Timing.UnhealthyThreshold {
-			err = fmt.Errorf("%s %q: unhealthy in %d health probes in a row: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy, err)
+		if rec.unhealthy() >= s.cfg.Timing.UnhealthyThreshold {
+			err = fmt.Errorf("%s %q: unhealthy in %d health probes in a row: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy(), err)
 			s.recordFailure(rec, err)
 			s.supervise(rec, err)
 		}
