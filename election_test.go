@@ -438,6 +438,7 @@ func TestElectionHandover(t *testing.T) {
 	assert.True(t, st.Leader)
 	assert.Equal(t, "a", st.Identity)
 	assert.Equal(t, "a", st.LeaderIdentity)
+	a.events.nth(t, cm.LeaderElected, 1) // delivered to the subscriber after Start returned
 	assert.Equal(t, 1, a.events.count(cm.LeaderElected))
 	assert.Equal(t, 0, b.events.count(cm.LeaderElected))
 
@@ -693,6 +694,9 @@ func TestElectionLostWhileStarting(t *testing.T) {
 			a.waitStarted(t)
 			runs, shutdowns := a.ctrls[0].counts()
 			assert.Equal(t, [2]int{2, 1}, [2]int{runs, shutdowns})
+			// Start returns once the manager is Running; the subscriber is told of
+			// the election after that, on a goroutine of its own: wait for it.
+			a.events.nth(t, cm.LeaderElected, 2)
 			assert.Equal(t, 2, a.events.count(cm.LeaderElected))
 			assert.True(t, a.m.IsStarted())
 		})
