@@ -71,9 +71,21 @@ func TestWriteFenceWhileLeaderPaused(t *testing.T) {
 type writeFenceResult struct {
 	committed, byNonHolder, roundsWithNonHolder, refused int
 	resumeToRefusal                                      []time.Duration
+	// Per round: SIGSTOP → the other replica's first committed write (the
+	// handover, as the writes see it), and the whole round.
+	handovers, roundTimes []time.Duration
 }
 
+// runWriteFence runs rounds SIGSTOP rounds on a fresh control plane.
 func runWriteFence(t *testing.T, guarded bool, rounds int) writeFenceResult {
+	return runWriteFenceVia(t, guarded, rounds, nil)
+}
+
+// runWriteFenceVia is runWriteFence whose replicas reach the API server through
+// proxied's kubeconfig, when proxied is not nil (the soak's slow Lease writes: it is
+// given the scenario and starts the proxy); the test's own watches always go to the
+// API server directly.
+func runWriteFenceVia(t *testing.T, guarded bool, rounds int, proxied func(*scenario) string) writeFenceResult {
 	s := newScenario(t)
 	client := s.cluster.Clientset()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -87,6 +99,9 @@ func runWriteFence(t *testing.T, guarded bool, rounds int) writeFenceResult {
 
 	flags := []string{"--on-lease-lost=Reelect", "--writer-configmap=" + fencedConfigMap,
 		"--writer-guard=" + strconv.FormatBool(guarded), "--writer-every=20ms"}
+	if proxied != nil {
+		flags = append(flags, "--kubeconfig="+proxied(s))
+	}
 	rs := []*replica{s.start("replica-a", flags...), s.start("replica-b", flags...)}
 	// Resumed last, so that no stopped replica outlives the test.
 	t.Cleanup(func() {
@@ -102,6 +117,7 @@ func runWriteFence(t *testing.T, guarded bool, rounds int) writeFenceResult {
 		if other == leader {
 			other = rs[1]
 		}
+		began := time.Now()
 		// The leader is writing.
 		writes.waitFor(t, leader.id+" writing", func(ws []committedWrite) bool {
 			return len(ws) > 0 && ws[len(ws)-1].writer == leader.id
@@ -113,6 +129,7 @@ func runWriteFence(t *testing.T, guarded bool, rounds int) writeFenceResult {
 			return len(ws) > 0 && ws[len(ws)-1].writer == other.id
 		})
 		resumed := time.Now()
+		res.handovers = append(res.handovers, firstWriteBy(writes.snapshot(), other.id, paused).Sub(paused))
 		sendSignal(t, leader.proc, syscall.SIGCONT)
 		t.Logf("round %d: %s paused for %s", round+1, leader.id, resumed.Sub(paused).Round(time.Millisecond))
 		// The woken leader fences: its elector reports the loss and its controllers,
@@ -136,6 +153,7 @@ func runWriteFence(t *testing.T, guarded bool, rounds int) writeFenceResult {
 			res.roundsWithNonHolder++
 		}
 		waitLeader(t, "the next leader", startupTimeout, rs)
+		res.roundTimes = append(res.roundTimes, time.Since(began))
 		leader = other
 	}
 	// No checkNoOverlap here: a frozen leader's controllers count as active until it
@@ -246,6 +264,17 @@ func (w *writeWatch) waitFor(t *testing.T, what string, cond func([]committedWri
 	t.Helper()
 	require.Eventually(t, func() bool { return cond(w.snapshot()) },
 		leaseDuration+2*maxRetryGap+startupTimeout, pollInterval, "not seen: %s", what)
+}
+
+// firstWriteBy is when the test's watch saw writer's first write after since; since
+// itself if there is none.
+func firstWriteBy(writes []committedWrite, writer string, since time.Time) time.Time {
+	for _, w := range writes {
+		if w.writer == writer && w.seen.After(since) {
+			return w.seen
+		}
+	}
+	return since
 }
 
 // nonHolderWrites returns the writes since since committed while the Lease version in
