@@ -61,7 +61,9 @@ const (
 	// this replica could renew it all along: no partition, no Steal and no
 	// slow-API step had come before, and every Lease write was answered
 	// within the retry period (Scenario.WriteLatency). A slow API server
-	// must cost campaigns, never a lease held.
+	// must cost campaigns, never a lease held. Excused when the process
+	// paused, or the replica sent no Lease write at all, for half the fence
+	// budget: a replica that does not run cannot renew.
 	RenewableLost Invariant = "renewable-lost"
 	// RestartUncaused (trees): a child was restarted (ChildRestarted) with
 	// no cause its groups' strategies allow since its previous restart: no

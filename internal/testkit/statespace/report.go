@@ -12,7 +12,9 @@ type Result struct {
 	Violations []Violation
 	// Excused are Unfenced violations that a pause of the whole process
 	// longer than half the fence budget explains (the paused-process limit
-	// no lease can fence): logged, not failed.
+	// no lease can fence), and RenewableLost ones that the replica's own
+	// silence explains (no Lease write at all for that long): logged, not
+	// failed.
 	Excused  []Violation
 	Steps    int // steps run
 	Skipped  int // steps whose phase did not come

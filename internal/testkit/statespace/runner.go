@@ -161,6 +161,16 @@ func (r *runner) violate(v Violation) {
 	r.violations = append(r.violations, v)
 }
 
+// excuseOnce records v as excused, once per key.
+func (r *runner) excuseOnce(key string, v Violation) {
+	r.vmu.Lock()
+	defer r.vmu.Unlock()
+	if !r.seen[key] {
+		r.seen[key] = true
+		r.excused = append(r.excused, v)
+	}
+}
+
 // violateOnce reports v once per key.
 func (r *runner) violateOnce(key string, v Violation, excusable bool) {
 	r.vmu.Lock()
