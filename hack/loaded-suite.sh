@@ -19,6 +19,13 @@ logdir="${LOGDIR:-/tmp/loaded-suite}"
 mkdir -p "$logdir"
 
 pids=()
+run_pgid="" # the make run in progress: a process group of its own
+stop_run() {
+	if [ -n "$run_pgid" ]; then
+		kill -TERM -- "-$run_pgid" 2>/dev/null
+		run_pgid=""
+	fi
+}
 stop_loops() {
 	for pid in "${pids[@]}"; do
 		kill "$pid" 2>/dev/null
@@ -29,7 +36,9 @@ stop_loops() {
 	pids=()
 }
 trap stop_loops EXIT
-trap 'stop_loops; exit 130' INT TERM
+# The run goes on in the background, waited for, so that a signal is handled
+# at once: the run (make and every test binary under it) is stopped with it.
+trap 'stop_run; stop_loops; exit 130' INT TERM
 
 for _ in $(seq 1 "$loops"); do
 	( while :; do :; done ) &
@@ -43,12 +52,15 @@ failed=0
 for i in $(seq 1 "$runs"); do
 	before="$(loadavg)"
 	start=$(date +%s)
-	if make "$target" >"$logdir/run-$i.log" 2>&1; then
+	setsid make "$target" >"$logdir/run-$i.log" 2>&1 &
+	run_pgid=$!
+	if wait "$run_pgid"; then
 		result=pass
 	else
 		result=FAIL
 		failed=$((failed + 1))
 	fi
+	run_pgid=""
 	took=$(($(date +%s) - start))
 	printf 'run %d: %s in %dm%02ds (load before %s, after %s) %s\n' \
 		"$i" "$result" $((took / 60)) $((took % 60)) "$before" "$(loadavg)" "$logdir/run-$i.log"
