@@ -132,17 +132,17 @@ func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 func (e *Elector) campaign(i int) {
 	name := e.leaseName(i)
 	o := e.observed[name]
-	version := ""
+	var decided *coordinationv1.Lease
 	if o != nil {
-		version = o.lease.ResourceVersion
+		decided = o.lease
 		if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
 			return
 		}
 	}
-	if v, ok := e.tried[i]; ok && v == version {
+	if v, ok := e.tried[i]; ok && sameVersion(v, decided) {
 		return
 	}
-	e.tried[i] = version
+	e.tried[i] = decided
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity

@@ -229,9 +229,9 @@ type Elector struct {
 	// owned by Run's goroutine
 	observed    map[string]*observed
 	held        map[int]*held
-	fencing     map[int]bool   // lost, waiting for the Lost callback's done
-	campaigning map[int]bool   // a campaign in flight
-	tried       map[int]string // the resourceVersion last campaigned on, per shard
+	fencing     map[int]bool                  // lost, waiting for the Lost callback's done
+	campaigning map[int]bool                  // a campaign in flight
+	tried       map[int]*coordinationv1.Lease // the version last campaigned on (nil: none), per shard
 	// seenWhileWriting is, per shard with a write in flight, the versions of
 	// its Lease the watch showed meanwhile, in order (replaySeen).
 	seenWhileWriting map[int][]*coordinationv1.Lease
@@ -292,7 +292,7 @@ func New(cfg Config) (*Elector, error) {
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
-		tried:            map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
+		tried:            map[int]*coordinationv1.Lease{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
 		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // see records l, with the local time when it changed.
 func (e *Elector) see(l *coordinationv1.Lease) {
-	o := e.observed[l.Name]
-	if o == nil || o.lease.ResourceVersion != l.ResourceVersion {
+	if o := e.observed[l.Name]; o == nil || !sameVersion(o.lease, l) {
 		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
 	}
 	i, ok := e.shardIndex(l)
@@ -31,7 +31,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	}
 	switch {
 	case h == nil:
-	case l.ResourceVersion == h.lease.ResourceVersion:
+	case sameVersion(l, h.lease):
 		h.confirmed = true
 	case h.released:
 		// Released (our write, its answer still to come) or taken after the
@@ -74,7 +74,7 @@ func (e *Elector) replaySeen(i int, h *held) {
 		return
 	}
 	for k, l := range seen {
-		if l.ResourceVersion != h.lease.ResourceVersion {
+		if !sameVersion(l, h.lease) {
 			continue
 		}
 		h.confirmed = true
@@ -86,6 +86,18 @@ func (e *Elector) replaySeen(i int, h *held) {
 		}
 		return
 	}
+}
+
+// sameVersion reports whether a and b are one version of a Lease (or both
+// none): the same resourceVersion and the same record. The record is
+// compared too, as client-go's observedRawRecord is, because client-go's
+// fake clientsets leave every resourceVersion empty: there the record alone
+// tells a renewal or a release from the version before it.
+func sameVersion(a, b *coordinationv1.Lease) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ResourceVersion == b.ResourceVersion && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 // renewedAfter reports whether l was renewed after base was: the order of
