@@ -206,6 +206,9 @@ type Elector struct {
 	store  leaseStore    // where the Leases are read and written
 	events chan any      // from the watch goroutine
 	wake   chan struct{} // 1-buffered: acks has grown
+	// pollNow (1-buffered) asks the watch goroutine to list now: the
+	// watch has been silent for a retry period (pollIfSilent).
+	pollNow chan struct{}
 
 	mu      sync.Mutex
 	acks    []any // from the done functions and the writes, which must never block
@@ -238,6 +241,7 @@ type Elector struct {
 	holders          map[int]string // each shard's holder as last told (HolderChanged)
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
+	heard            bool // the watch showed something since the last tick
 	stopping         bool
 	done             <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
 
@@ -289,7 +293,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.MaxCampaigns == 0 {
 		cfg.MaxCampaigns = DefaultMaxCampaigns
 	}
-	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}),
+	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]*coordinationv1.Lease{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},

@@ -224,7 +224,10 @@ func (e *Elector) publish() {
 // watch lists and watches the group's Leases (the single lease: by name),
 // forwarding them to the loop, until ctx ends. After an error or a closed
 // watch it waits RetryPeriod and lists again (from scratch: a list is the
-// whole truth). A lock (Config.Lock) cannot be watched: it is polled.
+// whole truth). A watch that stays open and silent for a retry period (a
+// stuck watch cache, a proxy that buffers) is polled: the loop asks
+// (pollNow) and a list goes to it as polled. A lock (Config.Lock) cannot be
+// watched: it is polled always.
 func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.Lock != nil {
 		e.poll(ctx)
@@ -243,7 +246,19 @@ func (e *Elector) watch(ctx context.Context) {
 			return false
 		}
 	}
+	poll := func() bool {
+		list, err := leases.List(ctx, opts)
+		if err != nil {
+			e.cfg.Logger.Warn("cannot list leases", "err", err)
+			return true
+		}
+		return forward(polled{leases: list.Items})
+	}
 	for ctx.Err() == nil {
+		select {
+		case <-e.pollNow: // the list below is fresher
+		default:
+		}
 		if list, err := leases.List(ctx, opts); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 		} else if forward(listed{leases: list.Items}) {
@@ -252,7 +267,7 @@ func (e *Elector) watch(ctx context.Context) {
 			if w, err := leases.Watch(ctx, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
-				e.forwardWatch(ctx, w, forward)
+				e.forwardWatch(ctx, w, forward, poll)
 			}
 		}
 		select {
@@ -262,10 +277,14 @@ func (e *Elector) watch(ctx context.Context) {
 	}
 }
 
-func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool) {
+func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool, poll func() bool) {
 	defer w.Stop()
 	for {
 		select {
+		case <-e.pollNow:
+			if !poll() {
+				return
+			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				forward(watchEnded{})
