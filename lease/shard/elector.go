@@ -207,7 +207,7 @@ type Elector struct {
 	events chan any      // from the watch goroutine
 	wake   chan struct{} // 1-buffered: acks has grown
 	// pollNow (1-buffered) asks the watch goroutine to list now: the
-	// watch has been silent for a retry period (pollIfSilent).
+	// watch has been silent for two retry periods (pollIfSilent).
 	pollNow chan struct{}
 
 	mu      sync.Mutex
@@ -242,6 +242,7 @@ type Elector struct {
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
 	heard            bool // the watch showed something since the last tick
+	silentTicks      int  // ticks in a row with nothing from the watch (pollIfSilent)
 	stopping         bool
 	done             <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
 

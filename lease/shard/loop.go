@@ -194,11 +194,17 @@ func (e *Elector) handle(ev any) {
 }
 
 // pollIfSilent, at each tick, asks the watch goroutine for a poll when the
-// watch has shown nothing since the last tick: a whole retry period. A
-// holder renews every retry period, so a live watch is never that silent
-// for long; a silent one must not leave expiry judged on a stale read.
+// watch has shown nothing for two whole retry periods. A holder renews
+// every retry period, so a live watch is never that silent (one period
+// would be too short: a watch may lag its writes' answers by a tick); a
+// silent one must not leave expiry judged on a stale read. What the watch
+// has queued counts: the loop's select may have taken other messages first.
 func (e *Elector) pollIfSilent() {
-	if !e.heard && e.cfg.Lock == nil {
+	e.drainEvents()
+	if e.silentTicks++; e.heard {
+		e.silentTicks = 0
+	}
+	if e.silentTicks >= 2 && e.cfg.Lock == nil {
 		select {
 		case e.pollNow <- struct{}{}:
 		default:

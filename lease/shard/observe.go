@@ -224,9 +224,9 @@ func (e *Elector) publish() {
 // watch lists and watches the group's Leases (the single lease: by name),
 // forwarding them to the loop, until ctx ends. After an error or a closed
 // watch it waits RetryPeriod and lists again (from scratch: a list is the
-// whole truth). A watch that stays open and silent for a retry period (a
-// stuck watch cache, a proxy that buffers) is polled: the loop asks
-// (pollNow) and a list goes to it as polled. A lock (Config.Lock) cannot be
+// whole truth). A watch that stays open and silent for two retry periods
+// (a stuck watch cache, a proxy that buffers) is polled: the loop asks
+// (pollNow) each retry period and a list goes to it as polled. A lock (Config.Lock) cannot be
 // watched: it is polled always.
 func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.Lock != nil {
