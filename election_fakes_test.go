@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/util/retry"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease/leasetest"
@@ -388,4 +389,50 @@ func holderIdentity(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// A Lease taken behind the holder's back (a replica that ignores the
+// election, an operator's edit) must be noticed on every API server: on the
+// fakes, whose update takes any version, only the holder's read before its
+// renewal shows it, or the holder would write itself back over the thief at
+// its next renewal and never notice. The holder gives the lease up (it
+// fences), and the lease is campaigned for again once the thief's expires.
+func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
+	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			srv, activity := newFakeServer(backend), newElActivity(t)
+			a := newFakeReplica(t, srv, "a", 1, activity)
+			elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
+			b := newFakeReplica(t, srv, "b", 1, activity)
+			elEventually(t, "b stands by", func() bool {
+				st, err := b.m.Status(context.Background())
+				return err == nil && st.LeaderIdentity == "a"
+			})
+			leases := srv.client("thief").CoordinationV1().Leases(elNamespace)
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				thief, seconds, now := "thief", int32(elLeaseDuration/time.Second), metav1.NewMicroTime(time.Now())
+				l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &thief, &seconds, &now, &now
+				_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+				return err
+			}))
+			elEventually(t, "a gives the stolen lease up", func() bool { return a.losses() > 0 })
+			elEventually(t, "a or b leads again once the thief's lease has expired", func() bool {
+				return a.holds(t)+b.holds(t) == 1
+			})
+			report := t.Errorf
+			if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
+				report = t.Logf
+			}
+			activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+				func(x, y elSpan, xEnd, yEnd time.Time) {
+					report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+						xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+				})
+		})
+	}
 }
