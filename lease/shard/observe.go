@@ -277,25 +277,36 @@ func (e *Elector) watch(ctx context.Context) {
 	}
 }
 
+// forwardWatch forwards w's events until it ends or ctx does, and polls
+// when the loop asks. A poll asked for while an event is ready is not made:
+// the watch is behind, not silent.
 func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool, poll func() bool) {
 	defer w.Stop()
+	deliver := func(ev watch.Event, ok bool) bool {
+		if !ok {
+			forward(watchEnded{})
+			return false
+		}
+		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+			return forward(leaseSeen{lease: l})
+		}
+		return true
+	}
 	for {
+		var more bool
 		select {
 		case <-e.pollNow:
-			if !poll() {
-				return
+			select {
+			case ev, ok := <-w.ResultChan():
+				more = deliver(ev, ok)
+			default:
+				more = poll()
 			}
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				forward(watchEnded{})
-				return
-			}
-			if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				if !forward(leaseSeen{lease: l}) {
-					return
-				}
-			}
+			more = deliver(ev, ok)
 		case <-ctx.Done():
+		}
+		if !more {
 			return
 		}
 	}
