@@ -7,6 +7,33 @@
 // be cut off from the server to simulate a network partition. Leases can be
 // listed and watched too, as informers and watch-driven electors need (see
 // watch.go); a partition stops the client's watches.
+//
+// # Which fakes a manager's election runs on
+//
+// A ControllerManager's election (package lease/shard's Elector) runs on
+// three in-memory API servers, and passes the same tests on each
+// (election_fakes_test.go in the root package: handover within a few retry
+// periods, never two holders, with live watches and with watches that stop
+// delivering):
+//
+//   - this package, the one to test election with: every write gets a new
+//     resourceVersion and a stale one is refused, as on the API server, so
+//     a race between two replicas ends in 409 Conflict for one of them and
+//     nothing is ever overwritten; it adds partitions, latency, Steal and
+//     History;
+//   - client-go's fake.NewClientset and fake.NewSimpleClientset, the usual
+//     unit-test clientsets, supported so that a manager in a user's own
+//     tests behaves: they leave every Lease's resourceVersion empty and
+//     take any update. The Elector then tells versions apart by their
+//     record (holder, times, transitions) and reads the Lease before each
+//     write, refusing to write over a record that is not the one it
+//     decided on, as client-go's LeaderElector does. That keeps two holders
+//     apart but for the instant between a read and the write that follows
+//     it, which a fake that checks no version cannot close: two replicas
+//     that campaign for a free Lease in that same instant may both win, and
+//     the one overwritten finds out from its watch or, at the latest, from
+//     the read before its next renewal, a retry period later. Use this
+//     package where that matters.
 package leasetest
 
 import (

@@ -126,23 +126,24 @@ func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 
 // campaign tries to acquire shard i, once per version of its Lease seen:
 // created if it does not exist, else updated from the version we saw if
-// it is free or expired. A conflict means someone else wrote first; the
-// watch brings their version. The write goes out on its own goroutine;
-// campaigned takes its answer.
+// it is free or expired, once a fresh read has shown that version still
+// stored (update): what the watch showed may be stale. A conflict means
+// someone else wrote first; the read, or the watch, brings their version.
+// The write goes out on its own goroutine; campaigned takes its answer.
 func (e *Elector) campaign(i int) {
 	name := e.leaseName(i)
 	o := e.observed[name]
-	version := ""
+	var decided *coordinationv1.Lease
 	if o != nil {
-		version = o.lease.ResourceVersion
+		decided = o.lease
 		if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
 			return
 		}
 	}
-	if v, ok := e.tried[i]; ok && v == version {
+	if v, ok := e.tried[i]; ok && sameVersion(v, decided) {
 		return
 	}
-	e.tried[i] = version
+	e.tried[i] = decided
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	id := e.cfg.Identity
@@ -179,7 +180,7 @@ func (e *Elector) campaign(i int) {
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
 	w.sent = w.term.Elapsed()
 	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l)
+		return e.update(ctx, decided, l, true)
 	})
 }
 
@@ -193,6 +194,9 @@ func (e *Elector) campaigned(w *written) {
 		delete(e.seenWhileWriting, i)
 		if !apierrors.IsConflict(w.err) && !apierrors.IsAlreadyExists(w.err) {
 			e.cfg.Logger.Warn("cannot acquire shard", "shard", i, "err", w.err)
+		}
+		if w.got != nil {
+			e.see(w.got) // the read that refused the write: expiry is judged afresh from it
 		}
 		return
 	}

@@ -206,6 +206,9 @@ type Elector struct {
 	store  leaseStore    // where the Leases are read and written
 	events chan any      // from the watch goroutine
 	wake   chan struct{} // 1-buffered: acks has grown
+	// pollNow (1-buffered) asks the watch goroutine to list now: the
+	// watch has been silent for two retry periods (pollIfSilent).
+	pollNow chan struct{}
 
 	mu      sync.Mutex
 	acks    []any // from the done functions and the writes, which must never block
@@ -229,15 +232,17 @@ type Elector struct {
 	// owned by Run's goroutine
 	observed    map[string]*observed
 	held        map[int]*held
-	fencing     map[int]bool   // lost, waiting for the Lost callback's done
-	campaigning map[int]bool   // a campaign in flight
-	tried       map[int]string // the resourceVersion last campaigned on, per shard
+	fencing     map[int]bool                  // lost, waiting for the Lost callback's done
+	campaigning map[int]bool                  // a campaign in flight
+	tried       map[int]*coordinationv1.Lease // the version last campaigned on (nil: none), per shard
 	// seenWhileWriting is, per shard with a write in flight, the versions of
 	// its Lease the watch showed meanwhile, in order (replaySeen).
 	seenWhileWriting map[int][]*coordinationv1.Lease
 	holders          map[int]string // each shard's holder as last told (HolderChanged)
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
+	heard            bool // the watch showed something since the last tick
+	silentTicks      int  // ticks in a row with nothing from the watch (pollIfSilent)
 	stopping         bool
 	done             <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
 
@@ -289,10 +294,10 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.MaxCampaigns == 0 {
 		cfg.MaxCampaigns = DefaultMaxCampaigns
 	}
-	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), ticking: make(chan struct{}),
+	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
-		tried:            map[int]string{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
+		tried:            map[int]*coordinationv1.Lease{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
 		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())

@@ -11,6 +11,7 @@ import (
 type (
 	leaseSeen  struct{ lease *coordinationv1.Lease }
 	listed     struct{ leases []coordinationv1.Lease }
+	polled     struct{ leases []coordinationv1.Lease } // listed while the watch was silent
 	shardDone  struct{ shard int }
 	fenceDone  struct{ shard int }
 	watchEnded struct{}
@@ -91,6 +92,7 @@ func (e *Elector) Run(ctx context.Context) {
 				ticked = true
 				e.absorbEarly()
 				clear(e.tried) // campaign again, on the same versions too: they may have expired
+				e.pollIfSilent()
 				if !e.stopping && !e.cfg.SingleLease {
 					e.renewMember()
 				}
@@ -139,8 +141,20 @@ func (e *Elector) abandonAll() {
 func (e *Elector) handle(ev any) {
 	switch m := ev.(type) {
 	case leaseSeen:
+		e.heard = true
 		e.see(m.lease)
+	case polled:
+		for k := range m.leases {
+			// A Lease this replica holds or is writing is judged by its
+			// writes' answers and by the watch, whose order a poll would
+			// break: the list may come before a late event it is newer than.
+			l := &m.leases[k]
+			if i, ok := e.shardIndex(l); !ok || e.held[i] == nil && !e.campaigning[i] {
+				e.see(l)
+			}
+		}
 	case listed:
+		e.heard = true
 		names := map[string]bool{}
 		for i := range m.leases {
 			names[m.leases[i].Name] = true
@@ -177,6 +191,26 @@ func (e *Elector) handle(ev any) {
 		delete(e.fencing, m.shard)
 	case watchEnded:
 	}
+}
+
+// pollIfSilent, at each tick, asks the watch goroutine for a poll when the
+// watch has shown nothing for two whole retry periods. A holder renews
+// every retry period, so a live watch is never that silent (one period
+// would be too short: a watch may lag its writes' answers by a tick); a
+// silent one must not leave expiry judged on a stale read. What the watch
+// has queued counts: the loop's select may have taken other messages first.
+func (e *Elector) pollIfSilent() {
+	e.drainEvents()
+	if e.silentTicks++; e.heard {
+		e.silentTicks = 0
+	}
+	if e.silentTicks >= 2 && e.cfg.Lock == nil {
+		select {
+		case e.pollNow <- struct{}{}:
+		default:
+		}
+	}
+	e.heard = false
 }
 
 // send queues a message for the loop; it never blocks, so done functions

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // see records l, with the local time when it changed.
 func (e *Elector) see(l *coordinationv1.Lease) {
-	o := e.observed[l.Name]
-	if o == nil || o.lease.ResourceVersion != l.ResourceVersion {
+	if o := e.observed[l.Name]; o == nil || !sameVersion(o.lease, l) {
 		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
 	}
 	i, ok := e.shardIndex(l)
@@ -31,7 +31,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	}
 	switch {
 	case h == nil:
-	case l.ResourceVersion == h.lease.ResourceVersion:
+	case sameVersion(l, h.lease):
 		h.confirmed = true
 	case h.released:
 		// Released (our write, its answer still to come) or taken after the
@@ -74,7 +74,7 @@ func (e *Elector) replaySeen(i int, h *held) {
 		return
 	}
 	for k, l := range seen {
-		if l.ResourceVersion != h.lease.ResourceVersion {
+		if !sameVersion(l, h.lease) {
 			continue
 		}
 		h.confirmed = true
@@ -86,6 +86,18 @@ func (e *Elector) replaySeen(i int, h *held) {
 		}
 		return
 	}
+}
+
+// sameVersion reports whether a and b are one version of a Lease (or both
+// none): the same resourceVersion and the same record. The record is
+// compared too, as client-go's observedRawRecord is, because client-go's
+// fake clientsets leave every resourceVersion empty: there the record alone
+// tells a renewal or a release from the version before it.
+func sameVersion(a, b *coordinationv1.Lease) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ResourceVersion == b.ResourceVersion && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 // renewedAfter reports whether l was renewed after base was: the order of
@@ -212,7 +224,10 @@ func (e *Elector) publish() {
 // watch lists and watches the group's Leases (the single lease: by name),
 // forwarding them to the loop, until ctx ends. After an error or a closed
 // watch it waits RetryPeriod and lists again (from scratch: a list is the
-// whole truth). A lock (Config.Lock) cannot be watched: it is polled.
+// whole truth). A watch that stays open and silent for two retry periods
+// (a stuck watch cache, a proxy that buffers) is polled: the loop asks
+// (pollNow) each retry period and a list goes to it as polled. A lock (Config.Lock) cannot be
+// watched: it is polled always.
 func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.Lock != nil {
 		e.poll(ctx)
@@ -231,7 +246,19 @@ func (e *Elector) watch(ctx context.Context) {
 			return false
 		}
 	}
+	poll := func() bool {
+		list, err := leases.List(ctx, opts)
+		if err != nil {
+			e.cfg.Logger.Warn("cannot list leases", "err", err)
+			return true
+		}
+		return forward(polled{leases: list.Items})
+	}
 	for ctx.Err() == nil {
+		select {
+		case <-e.pollNow: // the list below is fresher
+		default:
+		}
 		if list, err := leases.List(ctx, opts); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 		} else if forward(listed{leases: list.Items}) {
@@ -240,7 +267,7 @@ func (e *Elector) watch(ctx context.Context) {
 			if w, err := leases.Watch(ctx, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
-				e.forwardWatch(ctx, w, forward)
+				e.forwardWatch(ctx, w, forward, poll)
 			}
 		}
 		select {
@@ -250,21 +277,36 @@ func (e *Elector) watch(ctx context.Context) {
 	}
 }
 
-func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool) {
+// forwardWatch forwards w's events until it ends or ctx does, and polls
+// when the loop asks. A poll asked for while an event is ready is not made:
+// the watch is behind, not silent.
+func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool, poll func() bool) {
 	defer w.Stop()
+	deliver := func(ev watch.Event, ok bool) bool {
+		if !ok {
+			forward(watchEnded{})
+			return false
+		}
+		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+			return forward(leaseSeen{lease: l})
+		}
+		return true
+	}
 	for {
+		var more bool
 		select {
+		case <-e.pollNow:
+			select {
+			case ev, ok := <-w.ResultChan():
+				more = deliver(ev, ok)
+			default:
+				more = poll()
+			}
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				forward(watchEnded{})
-				return
-			}
-			if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-				if !forward(leaseSeen{lease: l}) {
-					return
-				}
-			}
+			more = deliver(ev, ok)
 		case <-ctx.Done():
+		}
+		if !more {
 			return
 		}
 	}

@@ -25,11 +25,11 @@ func (e *Elector) release(i int) {
 		return
 	}
 	h.term.End(false) // nothing of the shard runs any more: no write may pass its guard
-	l := released(h.lease, e.cfg.Clock.Now())
+	decided := h.lease
+	l := released(decided, e.cfg.Clock.Now())
 	h.writing = true
-	leases := e.store
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l)
+		return e.update(ctx, decided, l, false)
 	})
 }
 

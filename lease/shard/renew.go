@@ -22,7 +22,6 @@ import (
 // another's.
 func (e *Elector) renewAll() {
 	e.loseOverdue()
-	leases := e.store
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
 		h := e.held[i]
 		if h.writing {
@@ -37,9 +36,9 @@ func (e *Elector) renewAll() {
 		l.Spec.RenewTime = &now
 		h.writing = true
 		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
-		unsure, term := h.unsure, h.term
+		unsure, term, decided := h.unsure, h.term, h.lease
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-			got, err := leases.Update(ctx, l)
+			got, err := e.update(ctx, decided, l, false)
 			if apierrors.IsConflict(err) && unsure {
 				if adopted, ok := e.adoptOwnWrite(ctx, l, term); ok {
 					w.adopted, w.sent = true, adopted.sent

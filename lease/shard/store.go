@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -17,8 +18,10 @@ import (
 
 // leaseStore is where the Elector reads and writes its Leases: the API
 // server's Lease client, or a client-go lock (Config.Lock). Update is
-// optimistic: it fails with a conflict unless l.ResourceVersion is still
-// the stored version.
+// optimistic where the store keeps versions (the API server, a lock): it
+// fails with a conflict unless l.ResourceVersion is still the stored
+// version. client-go's fake clientsets keep none: Elector.update reads
+// before it writes there.
 type leaseStore interface {
 	Get(ctx context.Context, name string) (*coordinationv1.Lease, error)
 	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
@@ -30,6 +33,30 @@ func newStore(cfg Config) leaseStore {
 		return &lockStore{lock: cfg.Lock, namespace: cfg.Namespace, name: cfg.Name}
 	}
 	return clientStore{cfg.Client.CoordinationV1().Leases(cfg.Namespace)}
+}
+
+var leasesResource = schema.GroupResource{Group: coordinationv1.GroupName, Resource: "leases"}
+
+// update writes l over decided, the version of its Lease the loop decided
+// on, from a write's goroutine. It reads the Lease first (client-go's
+// tryAcquireOrRenew) when read says so, and always where decided has no
+// resourceVersion: client-go's fake clientsets leave every one empty and
+// take any update, and there the read is all that keeps two holders apart
+// (but for the moment between the read and the write, which no fake
+// closes). A Lease that is no longer decided comes back with a conflict,
+// unwritten. Where decided has a version, the API server's precondition on
+// it is the check, made with the write itself: a renewal needs no read.
+func (e *Elector) update(ctx context.Context, decided, l *coordinationv1.Lease, read bool) (*coordinationv1.Lease, error) {
+	if read || decided.ResourceVersion == "" {
+		cur, err := e.store.Get(ctx, decided.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !sameVersion(cur, decided) {
+			return cur, apierrors.NewConflict(leasesResource, decided.Name, errors.New("the Lease changed since it was read"))
+		}
+	}
+	return e.store.Update(ctx, l)
 }
 
 // clientStore is the API server's Lease client.
@@ -93,7 +120,7 @@ func (s *lockStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coord
 		return nil, err
 	}
 	if cur.ResourceVersion != l.ResourceVersion {
-		return nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, l.Name,
+		return nil, apierrors.NewConflict(leasesResource, l.Name,
 			fmt.Errorf("the lock's record changed since version %s", l.ResourceVersion))
 	}
 	rec := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)

@@ -1,0 +1,438 @@
+package controllermanager_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/util/retry"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+)
+
+// The same election, through the public API, on every API server a user's
+// tests may run it on: client-go's fake clientsets (fake.NewClientset and
+// fake.NewSimpleClientset), which leave every Lease's resourceVersion
+// empty and take an update whatever version it carries, and leasetest,
+// which refuses a stale one as the API server does; each with every watch
+// working, and with watches that stop delivering without closing (a stuck
+// watch cache, a proxy that buffers); and leasetest answering every call
+// in 100ms. Two managers, the timing of
+// election_test.go (a 2s lease, 1s renew deadline, 100ms retry period),
+// one lease and four shards. Each run checks that the two never run a
+// controller at once, that the standby takes nothing from a live holder
+// over two lease durations, and that the holder's ShutdownAndWait hands
+// everything to the standby within a few retry periods: a release must be
+// seen, not waited out. The elector's safety must come from reading before
+// it writes; a watch may only make it faster (docs/leader-election.md,
+// "The safety model").
+
+// fakeServer is one API server shared by the replicas of a test: the
+// clientset each gets, and whether its watches still deliver.
+type fakeServer struct {
+	client func(id string) kubernetes.Interface
+	// stalled[id]: id's watches deliver nothing more, and stay open.
+	mu      sync.Mutex
+	stalled map[string]*atomic.Bool
+}
+
+func newFakeServer(backend string) *fakeServer {
+	s := &fakeServer{stalled: map[string]*atomic.Bool{}}
+	switch backend {
+	case "NewClientset":
+		c := fake.NewClientset()
+		s.client = func(string) kubernetes.Interface { return c }
+	case "NewSimpleClientset":
+		c := fake.NewSimpleClientset()
+		s.client = func(string) kubernetes.Interface { return c }
+	case "leasetest":
+		srv := leasetest.NewServer()
+		s.client = func(id string) kubernetes.Interface { return srv.Client(id) }
+	case "leasetest-100ms":
+		// An API server that answers every Lease call in 100ms: a campaign
+		// (read, then write) takes two round trips.
+		srv := leasetest.NewServer()
+		s.client = func(id string) kubernetes.Interface {
+			c := srv.Client(id)
+			c.SetLatency(leasetest.Latency{Verbs: map[string]time.Duration{
+				"get": 100 * time.Millisecond, "list": 100 * time.Millisecond, "create": 100 * time.Millisecond,
+				"update": 100 * time.Millisecond, "watch": 100 * time.Millisecond}})
+			return c
+		}
+	default:
+		panic(backend)
+	}
+	return s
+}
+
+// clientFor is id's clientset, whose Lease watches stop delivering once
+// stall(id) has been called.
+func (s *fakeServer) clientFor(id string) kubernetes.Interface {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	flag := &atomic.Bool{}
+	s.stalled[id] = flag
+	return stallingClient{Interface: s.client(id), stalled: flag}
+}
+
+func (s *fakeServer) stall(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled[id].Store(true)
+}
+
+// stallingClient is a clientset whose Lease watches can be made to stop
+// delivering without closing.
+type stallingClient struct {
+	kubernetes.Interface
+	stalled *atomic.Bool
+}
+
+func (c stallingClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return stallingCoordination{CoordinationV1Interface: c.Interface.CoordinationV1(), stalled: c.stalled}
+}
+
+type stallingCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	stalled *atomic.Bool
+}
+
+func (c stallingCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return stallingLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), stalled: c.stalled}
+}
+
+type stallingLeases struct {
+	coordinationv1client.LeaseInterface
+	stalled *atomic.Bool
+}
+
+func (l stallingLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := l.LeaseInterface.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	sw := &stallingWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go sw.pump(l.stalled)
+	return sw, nil
+}
+
+// stallingWatch forwards its inner watch's events until stalled, then
+// swallows them: the channel stays open, silent, until Stop.
+type stallingWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func (w *stallingWatch) pump(stalled *atomic.Bool) {
+	defer close(w.out)
+	defer w.inner.Stop()
+	for {
+		select {
+		case ev, ok := <-w.inner.ResultChan():
+			if !ok {
+				if stalled.Load() {
+					<-w.stop // a stuck watch does not close either
+				}
+				return
+			}
+			if stalled.Load() {
+				continue
+			}
+			select {
+			case w.out <- ev:
+			case <-w.stop:
+				return
+			}
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+func (w *stallingWatch) ResultChan() <-chan watch.Event { return w.out }
+func (w *stallingWatch) Stop()                          { w.once.Do(func() { close(w.stop) }) }
+
+// fakeReplica is one manager of these tests.
+type fakeReplica struct {
+	id     string
+	m      *cm.ControllerManager
+	events *elEvents
+	done   chan error // Start's result
+}
+
+func newFakeReplica(t *testing.T, srv *fakeServer, id string, shards int, activity *elActivity) *fakeReplica {
+	t.Helper()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = int32(shards)
+	r := &fakeReplica{id: id, events: &elEvents{}, done: make(chan error, 1)}
+	m, err := cm.NewControllerManager(cm.NewContext(srv.clientFor(id)), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+		cm.WithIdentity(id), elQuiet)
+	require.NoError(t, err)
+	r.m = m
+	r.events.subscribe(m)
+	m.AddStore(&elStore{c: elController{replica: id, name: "store", activity: activity}})
+	if shards > 1 {
+		m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
+			return &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
+		})
+	} else {
+		m.Add(&elController{replica: id, name: "ctl", activity: activity})
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	go func() { r.done <- m.Start(context.Background(), 0) }()
+	return r
+}
+
+// holds returns how many of the shards (the single lease: 1) r holds, as
+// its Status says.
+func (r *fakeReplica) holds(t *testing.T) int {
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	st, err := r.m.Status(ctx)
+	require.NoError(t, err)
+	if len(st.Shards) == 0 {
+		if st.Leader {
+			return 1
+		}
+		return 0
+	}
+	n := 0
+	for _, s := range st.Shards {
+		if s.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// gains counts r's LeaderElected and ShardAcquired events, and the time of
+// the last of them.
+func (r *fakeReplica) gains() (int, time.Time) {
+	n, last := 0, time.Time{}
+	for _, ev := range r.events.all() {
+		if ev.Type == cm.LeaderElected || ev.Type == cm.ShardAcquired {
+			n, last = n+1, ev.Time
+		}
+	}
+	return n, last
+}
+
+// losses counts r's LeaderLost and ShardLost events.
+func (r *fakeReplica) losses() int {
+	return r.events.count(cm.LeaderLost) + r.events.count(cm.ShardLost)
+}
+
+func TestElectionOnFakeClientsets(t *testing.T) {
+	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest", "leasetest-100ms"} {
+		for _, shards := range []int{1, 4} {
+			for _, stall := range []string{"", "standby", "all"} {
+				name := fmt.Sprintf("%s/S=%d/watch=live", backend, shards)
+				if stall != "" {
+					name = fmt.Sprintf("%s/S=%d/watch=stalled-%s", backend, shards, stall)
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					runFakeElection(t, backend, shards, stall)
+				})
+			}
+		}
+	}
+}
+
+// runFakeElection: a holds everything, b joins (the lease: stands by;
+// shards: takes its half), watches stall as told, nothing changes hands for
+// two lease durations, then a leaves with ShutdownAndWait and b takes all.
+func runFakeElection(t *testing.T, backend string, shards int, stall string) {
+	srv, activity := newFakeServer(backend), newElActivity(t)
+	a := newFakeReplica(t, srv, "a", shards, activity)
+	elEventually(t, "a holds everything", func() bool { return a.holds(t) == shards })
+	b := newFakeReplica(t, srv, "b", shards, activity)
+	want := 0 // what b holds once settled
+	if shards > 1 {
+		want = shards / 2
+	}
+	elEventually(t, "a and b settled", func() bool {
+		st, err := b.m.Status(context.Background())
+		na, _ := a.gains() // events are published after Status changes
+		nb, _ := b.gains()
+		return err == nil && (shards > 1 || st.LeaderIdentity == "a") && a.holds(t) == shards-want && b.holds(t) == want &&
+			na >= shards && nb >= want
+	})
+	switch stall {
+	case "standby":
+		srv.stall("b")
+	case "all":
+		srv.stall("a")
+		srv.stall("b")
+	}
+
+	// Nothing changes hands while both renew: a standby judging expiry on
+	// what it saw first would campaign a lease duration after it did, while
+	// the holder still holds everything. A holder whose renewals a loaded
+	// machine starves gives a lease up first (its deadline, a second, comes
+	// long before the standby's lease duration): then a change is no fault.
+	aGains, _ := a.gains()
+	bGains, _ := b.gains()
+	aLosses, bLosses := a.losses(), b.losses()
+	quiet := time.Now()
+	deadline := time.After(2 * elLeaseDuration)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+watch:
+	for {
+		select {
+		case <-deadline:
+			break watch
+		case <-tick.C:
+		}
+		na, _ := a.gains()
+		nb, _ := b.gains()
+		if na != aGains || nb != bGains || a.holds(t) != shards-want {
+			aHolds := a.holds(t)
+			lost := a.losses() - aLosses + b.losses() - bLosses // b may lose, and win again, a shard of its own
+			if pause := activity.pauses.Longest(); pause > elFenceBudget/2 || lost > 0 || aHolds < shards-want {
+				t.Logf("excused, a lease was given up first (%d losses, a holds %d) or the process stalled (%s): leases changed hands %s after settling",
+					lost, aHolds, pause, time.Since(quiet))
+				break
+			}
+			t.Errorf("leases changed hands %s after settling, both replicas renewing: a %d→%d gains, b %d→%d, a holds %d",
+				time.Since(quiet).Round(time.Millisecond), aGains, na, bGains, nb, a.holds(t))
+			break
+		}
+	}
+
+	// a leaves: b takes everything over once a has released it (its
+	// controllers stop at once: ShutdownAndWait is the release).
+	bGains, _ = b.gains()
+	bLosses = b.losses()
+	leaving := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	a.m.ShutdownAndWait(ctx)
+	cancel()
+	require.NoError(t, a.m.Err())
+	elEventually(t, "b holds everything", func() bool {
+		n, _ := b.gains()
+		return b.holds(t) == shards && n >= bGains+shards-want
+	})
+	_, tookAll := b.gains()
+	handover := tookAll.Sub(leaving)
+	t.Logf("handover %s S=%d watch=%s: %s from a's ShutdownAndWait", backend, shards, stallName(stall), handover.Round(time.Millisecond))
+	// A release seen is taken within a retry period or two. One unseen is
+	// waited out: a lease duration after the last renewal b saw, which a
+	// wrote at most a retry period (and its jitter) before its release.
+	// Anything sooner than that proves the release was seen, however loaded
+	// the machine, unless b lost a lease of its own meanwhile (a renewal
+	// starved by the machine) and was fencing it.
+	if bound := elLeaseDuration - 2*elRetryPeriod; handover > bound {
+		report := t.Errorf
+		if b.losses() != bLosses || activity.pauses.Longest() > elRetryPeriod {
+			report = t.Logf // a stalled process delays a seen release too
+		}
+		report("handover took %s, more than %s: the release was waited out, not seen (b lost %d leases meanwhile)",
+			handover, bound, b.losses()-bLosses)
+	}
+
+	// Never two holders: no controller ran on both at once (stores run on
+	// every replica that holds a shard).
+	pause := activity.pauses.Longest()
+	report := t.Errorf
+	if pause > elFenceBudget/2 {
+		t.Logf("the test process was paused for %s (fence budget %s): overlaps are logged, not failed", pause, elFenceBudget)
+		report = t.Logf
+	}
+	activity.overlaps(func(x, y elSpan) bool { return x.child == y.child && (shards == 1 || x.child != "store") },
+		func(x, y elSpan, xEnd, yEnd time.Time) {
+			report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+				xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+		})
+	assert.Equal(t, "b", holderOf(t, srv, shards), "the Lease names b")
+}
+
+func stallName(stall string) string {
+	if stall == "" {
+		return "live"
+	}
+	return "stalled-" + stall
+}
+
+// holderOf reads the holder of the lease (shard 0's) as stored.
+func holderOf(t *testing.T, srv *fakeServer, shards int) string {
+	name := elLeaseName
+	if shards > 1 {
+		name += "-0"
+	}
+	l, err := srv.client("reader").CoordinationV1().Leases(elNamespace).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return holderIdentity(l)
+}
+
+func holderIdentity(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// A Lease taken behind the holder's back (a replica that ignores the
+// election, an operator's edit) must be noticed on every API server: on the
+// fakes, whose update takes any version, only the holder's read before its
+// renewal shows it, or the holder would write itself back over the thief at
+// its next renewal and never notice. The holder gives the lease up (it
+// fences), and the lease is campaigned for again once the thief's expires.
+func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
+	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			srv, activity := newFakeServer(backend), newElActivity(t)
+			a := newFakeReplica(t, srv, "a", 1, activity)
+			elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
+			b := newFakeReplica(t, srv, "b", 1, activity)
+			elEventually(t, "b stands by", func() bool {
+				st, err := b.m.Status(context.Background())
+				return err == nil && st.LeaderIdentity == "a"
+			})
+			leases := srv.client("thief").CoordinationV1().Leases(elNamespace)
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				thief, seconds, now := "thief", int32(elLeaseDuration/time.Second), metav1.NewMicroTime(time.Now())
+				l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &thief, &seconds, &now, &now
+				_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+				return err
+			}))
+			elEventually(t, "a gives the stolen lease up", func() bool { return a.losses() > 0 })
+			elEventually(t, "a or b leads again once the thief's lease has expired", func() bool {
+				return a.holds(t)+b.holds(t) == 1
+			})
+			report := t.Errorf
+			if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
+				report = t.Logf
+			}
+			activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+				func(x, y elSpan, xEnd, yEnd time.Time) {
+					report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+						xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+				})
+		})
+	}
+}
