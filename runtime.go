@@ -372,13 +372,24 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 //     them to take those for at most WithSubscriberDrainTimeout (default
 //     one second), so that a subscriber that blocks never holds it.
 //
+// Whether the shutdown overran is decided by one rule, the same on every
+// run: it overran when ctx ended before the last Shutdown returned. A
+// Shutdown that returns because ctx has ended (one that honours its
+// context) returned after it, so it overran, however soon it returned and
+// whichever of the two ShutdownAndWait saw first; one that returned before
+// ctx ended did not, even when ctx ends before the lease has been given up.
+// Each Shutdown call records which it was as it returns.
+//
 // When ctx ends first, ShutdownAndWait returns at once and reports the
-// children whose Shutdown has not returned (an UnstoppedError: each one's
-// name, how long its Shutdown has run and the stack of the goroutine running
-// it; a child whose Shutdown had not even been called yet, because ctx ended
+// children that overran (an UnstoppedError: each one's name, how long its
+// Shutdown has run and the stack of the goroutine running it; a child
+// whose Shutdown returned after ctx ended is named with how long it ran; a
+// child whose Shutdown had not even been called yet, because ctx ended
 // before the manager had handed out the Stops, is named too, with an empty
 // Call), in the log, as a ChildUnstopped event each, and in Err, which
-// returns it from the moment ShutdownAndWait returns. Done is not closed
+// returns it from the moment ShutdownAndWait returns. The same report is
+// made when the manager stopped but ctx ended on the way, with a Shutdown
+// that returned after it. Done is not closed
 // then: the manager goes on waiting for those Shutdown calls; it keeps the
 // lease until they return (the lease then expires on its own if the process
 // exits). Calling it again waits again; calling it before Start stops the
@@ -389,6 +400,11 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	if _, err := m.ask(watched, supervisor.ShutdownManager{Ctx: watched}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
 		m.reportUnstopped(watch, err)
 		return
+	} else if ctx.Err() != nil {
+		// Stopped, but ctx ended on the way: whether a Shutdown returned
+		// after it is decided by the same rule, not by which of the two
+		// this goroutine happened to see first.
+		m.reportUnstopped(watch, ctx.Err())
 	}
 	select {
 	case <-m.handle.Observed.Terminated():
@@ -421,8 +437,10 @@ func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 // Err is why the manager stopped: nil while it runs and after a requested
 // shutdown that finished within its context; an *EscalationError, an error
 // wrapping lease.ErrLost, or the error that ended Start, otherwise. A
-// ShutdownAndWait whose context ended while a child had not returned from
-// Shutdown has overrun: from the moment it returns, on every run and whether
+// ShutdownAndWait whose context ended before the last Shutdown returned
+// has overrun, whether that Shutdown was still running when ShutdownAndWait
+// returned or returned just after the context ended (as one that honours
+// its context does): from the moment it returns, on every run and whether
 // or not Done is closed yet, Err reports those children, and goes on
 // reporting them once they have stopped: an *UnstoppedError (errors.Is
 // ErrUnstopped; joined to the cause, if any). It is nil after a
