@@ -24,6 +24,7 @@ func TestErrOneAnswerPerShutdown(t *testing.T) {
 		name      string
 		shutdown  func(ctx context.Context, release <-chan struct{}, cancel context.CancelFunc)
 		deadline  time.Duration // 0: no deadline; ctx ends by cancel
+		inGroup   bool          // the child is "g/slow", in group g
 		unstopped bool
 	}{
 		{
@@ -40,6 +41,13 @@ func TestErrOneAnswerPerShutdown(t *testing.T) {
 			shutdown: func(_ context.Context, _ <-chan struct{}, cancel context.CancelFunc) {
 				cancel()
 			},
+			unstopped: true,
+		},
+		{
+			name:      "honours its context, in a group",
+			shutdown:  func(ctx context.Context, _ <-chan struct{}, _ context.CancelFunc) { <-ctx.Done() },
+			deadline:  50 * time.Millisecond,
+			inGroup:   true,
 			unstopped: true,
 		},
 		{
@@ -67,9 +75,16 @@ func TestErrOneAnswerPerShutdown(t *testing.T) {
 				defer cancel()
 			}
 			m := newManager(t, nil, nil)
-			m.Add(testchild.NewController("slow", testchild.Behavior{Shutdown: func(sctx context.Context, _ int) {
+			slow := testchild.NewController("slow", testchild.Behavior{Shutdown: func(sctx context.Context, _ int) {
 				tc.shutdown(sctx, release, cancel)
-			}}))
+			}})
+			want := "slow"
+			if tc.inGroup {
+				m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, slow))
+				want = "g/slow"
+			} else {
+				m.Add(slow)
+			}
 			require.NoError(t, m.Start(context.Background(), 0))
 
 			m.ShutdownAndWait(ctx)
@@ -89,7 +104,7 @@ func TestErrOneAnswerPerShutdown(t *testing.T) {
 			var uerr *cm.UnstoppedError
 			require.ErrorAs(t, have, &uerr)
 			require.Len(t, uerr.Children, 1)
-			assert.Equal(t, "slow", uerr.Children[0].Name)
+			assert.Equal(t, want, uerr.Children[0].Name)
 			assert.ErrorIs(t, m.Err(), cm.ErrUnstopped, "the same answer once the manager has stopped")
 		})
 	}
