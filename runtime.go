@@ -197,8 +197,10 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 // Add adds runnables to the manager. A ControllerManager runs the
 // Controllers among them (and starts Webhooks, before election); a
 // WebhookManager starts the Webhooks; every other Runnable is only shut
-// down. Add after Start has no effect; Add cannot fail, so a nil runnable or
-// a duplicate name makes Start fail with an error naming it.
+// down. Add after Start has no effect; Add cannot fail, so a nil runnable,
+// a duplicate name or an invalid one (empty, blank or holding a "/", at any
+// depth: an error wrapping ErrInvalidName) makes Start fail with an error
+// naming it.
 func (m *BaseManager) Add(runnables ...Runnable) {
 	vals := make([]any, len(runnables))
 	for i, r := range runnables {
@@ -505,7 +507,9 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // AddChild adds a controller, webhook, store or runnable to the running
 // manager and waits until it has started; it is then supervised like the
 // others. Its name comes from its Name method or, for a controller, from
-// GetHealth().Name. A group (NewGroup) is added whole, at the root: its
+// GetHealth().Name; an empty or blank name, or one holding a "/" (its own
+// or one inside a group it brings), is refused with an error wrapping
+// ErrInvalidName, and one taken already with ErrDuplicateChild. A group (NewGroup) is added whole, at the root: its
 // children start one after another, at each level its stores first, and
 // AddChild returns once they have (supervisor.AddChild's Parent adds a
 // child or a group under a group).
