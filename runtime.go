@@ -476,8 +476,12 @@ func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, ms
 // Request sends a lifecycle message to the root supervisor and waits for its
 // answer or for ctx, whichever is first. After the manager has stopped,
 // GetStatus answers the final Status and other messages
-// supervisor.ErrStopped.
+// supervisor.ErrStopped. A ctx that has ended already returns an error
+// wrapping ctx's error, and nothing is sent: the message does not act.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
+	}
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
@@ -507,12 +511,14 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // AddChild adds a controller, webhook, store or runnable to the running
 // manager and waits until it has started; it is then supervised like the
 // others. Its name comes from its Name method or, for a controller, from
-// GetHealth().Name; an empty or blank name, or one holding a "/" (its own
-// or one inside a group it brings), is refused with an error wrapping
-// ErrInvalidName, and one taken already with ErrDuplicateChild. A group (NewGroup) is added whole, at the root: its
+// GetHealth().Name. A group (NewGroup) is added whole, at the root: its
 // children start one after another, at each level its stores first, and
 // AddChild returns once they have (supervisor.AddChild's Parent adds a
-// child or a group under a group).
+// child or a group under a group). An empty or blank name, or one holding
+// a "/" (its own or one inside a group it brings), is refused with an error
+// wrapping ErrInvalidName; a name taken already, with ErrDuplicateChild. A
+// ctx that has ended already returns an error wrapping ctx's error, and
+// nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
@@ -520,7 +526,10 @@ func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 
 // RemoveChild shuts the named child down and removes it from the manager:
 // it is gone from health and status. A group goes whole: its children shut
-// down together, then everything under it is removed.
+// down together, then everything under it is removed. A ctx that has ended
+// already returns an error wrapping ctx's error, and nothing is removed;
+// when ctx ends before the Shutdown returns, RemoveChild returns that error
+// and the removal goes on.
 func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
 	return err
