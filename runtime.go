@@ -191,6 +191,7 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 	m.handle = handle
 	m.metrics = newManagerMetrics(m, identity, o)
 	m.events = el.kubeEvents(o)
+	m.events.countDrops(m.metrics.KubeEventsDropped)
 	return m
 }
 
