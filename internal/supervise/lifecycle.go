@@ -130,7 +130,7 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 			if spec.Name == "" {
 				spec.Name, err = childactor.ResolveName(m.Runnable, timeout)
 			}
-			if err == nil && spec.Name == "" && m.Name == "" {
+			if err == nil && spec.Name == "" {
 				err = fmt.Errorf("%s %T has no name: give AddChild a Name: %w", spec.Kind, m.Runnable, CheckName("", spec.Kind, m.Parent))
 			}
 			if err == nil {
