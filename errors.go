@@ -38,6 +38,15 @@ var (
 	// controller whose shard this replica does not hold; it starts once the
 	// shard is acquired.
 	ErrShardNotHeld = supervisor.ErrShardNotHeld
+	// ErrInvalidName: a child's or a group's name is empty, blank or holds
+	// a "/" (Start for what Add, AddStore, AddSharded and NewGroup gave;
+	// AddChild). A name is one segment of a child's path. The error quotes
+	// the name, its kind and where it was given.
+	ErrInvalidName = supervisor.ErrInvalidName
+	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
+	// RestartChild, AddChild) waited for was cut short by a concurrent stop
+	// of the same child.
+	ErrStartInterrupted = supervisor.ErrStartInterrupted
 	// ErrShutdown is wrapped by the error Start returns when the manager was
 	// shut down before it had started, and by a RestartChild or StartChild
 	// that a shutdown interrupted.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/supervise"
 )
 
@@ -22,8 +22,9 @@ type Group struct {
 	shard    int // AddShardedGroup's shard + 1: its controllers are pinned to it; 0: none
 }
 
-// NewGroup returns a group named name (no "/" in it; unique among its
-// siblings) that supervises children with spec's strategy, restart budget
+// NewGroup returns a group named name (unique among its siblings; an
+// empty or blank name, or one holding a "/", makes Start or AddChild fail
+// with an error wrapping ErrInvalidName) that supervises children with spec's strategy, restart budget
 // and backoff; each zero field inherits the parent's (the manager's for a
 // group added to the manager). spec's OnExhausted says what the group does
 // once a child has spent its budget. Its other fields (health probes,
@@ -106,7 +107,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 		if parent != "" {
 			path = parent + "/" + g.name
 		}
-		decl := g.decl(path)
+		decl := g.decl(parent, path)
 		out = append(out, decl)
 		if decl.Err != nil {
 			return
@@ -125,15 +126,13 @@ func flattenGroupsAt(parent string, vals []any) []any {
 	return out
 }
 
-// decl is g's declaration at path, its spec validated.
-func (g *Group) decl(path string) supervise.GroupDecl {
+// decl is g's declaration at path, in the group at path parent ("" for
+// the root), its name and spec validated.
+func (g *Group) decl(parent, path string) supervise.GroupDecl {
 	d := supervise.GroupDecl{Path: path}
 	var errs []error
-	switch {
-	case strings.TrimSpace(g.name) == "":
-		errs = append(errs, errors.New("a group has an empty name"))
-	case strings.Contains(g.name, "/"):
-		errs = append(errs, fmt.Errorf("group %q: \"/\" is not allowed in a name", g.name))
+	if err := supervise.CheckName(g.name, actors.KindGroup, parent); err != nil {
+		errs = append(errs, err)
 	}
 	spec := g.spec
 	checked := spec // the backoffs are checked against each other once inherited

@@ -120,7 +120,13 @@ func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 // dynamic clients and its WebSocket executor). A request acts on the
 // cluster when it is
 //
-//   - mutating: POST, PUT, PATCH, DELETE;
+//   - mutating: any method but GET, HEAD and OPTIONS, the reads. That is
+//     POST, PUT, PATCH and DELETE, and every other method (WebDAV's MKCOL,
+//     LOCK or MOVE, PURGE, TRACE, CONNECT, a method of the workload's own):
+//     the API server forwards any method through the proxy subresources
+//     (pods/NAME/proxy, services/NAME/proxy, nodes/NAME/proxy, the kubelet's
+//     own API included) to the workload, which may act on it, while the API
+//     server's own resources refuse a method they do not know;
 //   - an upgrade to another protocol, whatever its method: a Connection
 //     header naming upgrade, an Upgrade header, or the headers client-go's
 //     executors send before the upgrade (Sec-WebSocket-Protocol,
@@ -134,7 +140,11 @@ func (m *ControllerManager) ShardLeaseGuard(shard int) error {
 // at its end, so that a request whose headers went out just before the
 // process was paused is aborted on waking rather than completed (the API
 // server acts on a request only once its body has ended). Other reads (GET,
-// HEAD, OPTIONS, watches) always pass. A nil rt is http.DefaultTransport; a
+// HEAD, OPTIONS, watches) always pass, through a proxy subresource too: a
+// read of a workload's /metrics or /healthz through pods/NAME/proxy is a
+// read, authorized by the API server as get on pods/proxy, and a fenced
+// replica may still need it; an endpoint that acts on a GET is the
+// workload's to guard. A nil rt is http.DefaultTransport; a
 // nil guard refuses every request that acts on the cluster.
 //
 // Fence a controller's whole clientset with rest.Config's Wrap, in its Run:
@@ -204,14 +214,15 @@ func (t *guardedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 }
 
 // actsOnCluster reports whether req needs the guard (see GuardTransport):
-// a mutating method, an upgrade, or a pod's exec, attach or portforward
-// subresource.
+// any method but the reads (an unknown one included: a proxy subresource
+// forwards it to a workload), an upgrade, or a pod's exec, attach or
+// portforward subresource.
 func actsOnCluster(req *http.Request) bool {
 	switch req.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		return true
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions: // "" is GET
+		return asksUpgrade(req.Header) || streamsToPod(req.URL.Path)
 	}
-	return asksUpgrade(req.Header) || streamsToPod(req.URL.Path)
+	return true
 }
 
 // upgradeHeaders are the headers of a request that asks for another

@@ -1,6 +1,7 @@
 package controllermanager
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
@@ -26,6 +27,13 @@ import (
 // describe, POD_UID from the downward API), else on the Lease. The Lease
 // lock also records client-go's own Normal LeaderElection events ("<identity>
 // became leader", "<identity> stopped leading") on the Lease.
+//
+// The manager's own recorder writes the Events of a loss (LeaderLost,
+// ShardLost, Escalated) on a lane of their own, so that they never wait
+// behind routine ones queued on the clientset's rate limit; the Events
+// still queued when the manager stops and its flush has waited 5s are
+// dropped and counted in controllermanager_kube_events_dropped_total
+// (docs/observability.md says what else can be dropped).
 const (
 	// EventReasonLeaderElected is the reason of the Normal Event recorded
 	// when this replica acquires the lease.
@@ -76,6 +84,14 @@ func (k *kubeEvents) lockRecorder() resourcelock.EventRecorder {
 		return nil
 	}
 	return k.rec.LockRecorder()
+}
+
+// countDrops has the Events the manager's own recorder drops counted in
+// dropped (controllermanager_kube_events_dropped_total), by reason.
+func (k *kubeEvents) countDrops(dropped *prometheus.CounterVec) {
+	if k != nil {
+		k.rec.OnDrop(func(reason string, n int) { dropped.WithLabelValues(reason).Add(float64(n)) })
+	}
 }
 
 // start makes the manager's own recorder, unless the host gave one.

@@ -191,14 +191,17 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 	m.handle = handle
 	m.metrics = newManagerMetrics(m, identity, o)
 	m.events = el.kubeEvents(o)
+	m.events.countDrops(m.metrics.KubeEventsDropped)
 	return m
 }
 
 // Add adds runnables to the manager. A ControllerManager runs the
 // Controllers among them (and starts Webhooks, before election); a
 // WebhookManager starts the Webhooks; every other Runnable is only shut
-// down. Add after Start has no effect; Add cannot fail, so a nil runnable or
-// a duplicate name makes Start fail with an error naming it.
+// down. Add after Start has no effect; Add cannot fail, so a nil runnable,
+// a duplicate name or an invalid one (empty, blank or holding a "/", at any
+// depth: an error wrapping ErrInvalidName) makes Start fail with an error
+// naming it.
 func (m *BaseManager) Add(runnables ...Runnable) {
 	vals := make([]any, len(runnables))
 	for i, r := range runnables {
@@ -372,13 +375,24 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 //     them to take those for at most WithSubscriberDrainTimeout (default
 //     one second), so that a subscriber that blocks never holds it.
 //
+// Whether the shutdown overran is decided by one rule, the same on every
+// run: it overran when ctx ended before the last Shutdown returned. A
+// Shutdown that returns because ctx has ended (one that honours its
+// context) returned after it, so it overran, however soon it returned and
+// whichever of the two ShutdownAndWait saw first; one that returned before
+// ctx ended did not, even when ctx ends before the lease has been given up.
+// Each Shutdown call records which it was as it returns.
+//
 // When ctx ends first, ShutdownAndWait returns at once and reports the
-// children whose Shutdown has not returned (an UnstoppedError: each one's
-// name, how long its Shutdown has run and the stack of the goroutine running
-// it; a child whose Shutdown had not even been called yet, because ctx ended
+// children that overran (an UnstoppedError: each one's name, how long its
+// Shutdown has run and the stack of the goroutine running it; a child
+// whose Shutdown returned after ctx ended is named with how long it ran; a
+// child whose Shutdown had not even been called yet, because ctx ended
 // before the manager had handed out the Stops, is named too, with an empty
 // Call), in the log, as a ChildUnstopped event each, and in Err, which
-// returns it from the moment ShutdownAndWait returns. Done is not closed
+// returns it from the moment ShutdownAndWait returns. The same report is
+// made when the manager stopped but ctx ended on the way, with a Shutdown
+// that returned after it. Done is not closed
 // then: the manager goes on waiting for those Shutdown calls; it keeps the
 // lease until they return (the lease then expires on its own if the process
 // exits). Calling it again waits again; calling it before Start stops the
@@ -389,6 +403,11 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	if _, err := m.ask(watched, supervisor.ShutdownManager{Ctx: watched}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
 		m.reportUnstopped(watch, err)
 		return
+	} else if ctx.Err() != nil {
+		// Stopped, but ctx ended on the way: whether a Shutdown returned
+		// after it is decided by the same rule, not by which of the two
+		// this goroutine happened to see first.
+		m.reportUnstopped(watch, ctx.Err())
 	}
 	select {
 	case <-m.handle.Observed.Terminated():
@@ -421,8 +440,10 @@ func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 // Err is why the manager stopped: nil while it runs and after a requested
 // shutdown that finished within its context; an *EscalationError, an error
 // wrapping lease.ErrLost, or the error that ended Start, otherwise. A
-// ShutdownAndWait whose context ended while a child had not returned from
-// Shutdown has overrun: from the moment it returns, on every run and whether
+// ShutdownAndWait whose context ended before the last Shutdown returned
+// has overrun, whether that Shutdown was still running when ShutdownAndWait
+// returned or returned just after the context ended (as one that honours
+// its context does): from the moment it returns, on every run and whether
 // or not Done is closed yet, Err reports those children, and goes on
 // reporting them once they have stopped: an *UnstoppedError (errors.Is
 // ErrUnstopped; joined to the cause, if any). It is nil after a
@@ -456,8 +477,12 @@ func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, ms
 // Request sends a lifecycle message to the root supervisor and waits for its
 // answer or for ctx, whichever is first. After the manager has stopped,
 // GetStatus answers the final Status and other messages
-// supervisor.ErrStopped.
+// supervisor.ErrStopped. A ctx that has ended already returns an error
+// wrapping ctx's error, and nothing is sent: the message does not act.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
+	}
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
@@ -490,7 +515,11 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // GetHealth().Name. A group (NewGroup) is added whole, at the root: its
 // children start one after another, at each level its stores first, and
 // AddChild returns once they have (supervisor.AddChild's Parent adds a
-// child or a group under a group).
+// child or a group under a group). An empty or blank name, or one holding
+// a "/" (its own or one inside a group it brings), is refused with an error
+// wrapping ErrInvalidName; a name taken already, with ErrDuplicateChild. A
+// ctx that has ended already returns an error wrapping ctx's error, and
+// nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
@@ -498,7 +527,10 @@ func (m *BaseManager) AddChild(ctx context.Context, child any) error {
 
 // RemoveChild shuts the named child down and removes it from the manager:
 // it is gone from health and status. A group goes whole: its children shut
-// down together, then everything under it is removed.
+// down together, then everything under it is removed. A ctx that has ended
+// already returns an error wrapping ctx's error, and nothing is removed;
+// when ctx ends before the Shutdown returns, RemoveChild returns that error
+// and the removal goes on.
 func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 	_, err := m.Request(ctx, supervisor.RemoveChild{Name: name})
 	return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -30,49 +31,57 @@ var ErrUnstopped = supervisor.ErrUnstopped
 const ChildUnstopped = supervisor.ChildUnstopped
 
 // watchShutdown returns ctx carrying a new actors.ShutdownWatch, for the
-// Shutdown calls of a ShutdownAndWait. When ctx has a deadline, the watch
+// Shutdown calls of a ShutdownAndWait, which judges each against ctx as it
+// returns (childactor.NewShutdownWatchUntil). When ctx has a deadline, the watch
 // takes its stack dump shortly before it (the later of halfway there and
 // 20ms plus 3µs per goroutine before it): the dump stops the world for
 // about 1.5ms per thousand goroutines, and taken at the deadline it would
-// make ShutdownAndWait late by as much. disarm cancels the early dump.
+// make ShutdownAndWait late by as much. disarm cancels the early dump and
+// closes the watch, once the ShutdownAndWait has reported.
 func watchShutdown(ctx context.Context) (watched context.Context, watch *childactor.ShutdownWatch, disarm func()) {
-	watch = childactor.NewShutdownWatch()
+	watch = childactor.NewShutdownWatchUntil(ctx)
 	watched = childactor.WithShutdownWatch(ctx, watch)
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		return watched, watch, func() {}
+		return watched, watch, watch.Close
 	}
 	until := time.Until(deadline)
 	lead := 20*time.Millisecond + time.Duration(runtime.NumGoroutine())*3*time.Microsecond
 	if until <= 0 {
-		return watched, watch, func() {}
+		return watched, watch, watch.Close
 	}
 	early := time.AfterFunc(max(until-lead, until/2), watch.Snapshot)
-	return watched, watch, func() { early.Stop() }
+	return watched, watch, func() { early.Stop(); watch.Close() }
 }
 
-// reportUnstopped reports, once a ShutdownAndWait has stopped waiting
-// (cause: its context's error), the children that have not returned from
-// Shutdown: in the log (one record per child, with its stack), as a
-// ChildUnstopped event each, and in Err. It costs one dump of every
-// goroutine's stack, and only when a child is stuck.
+// reportUnstopped reports, once a ShutdownAndWait's context has ended
+// (cause: its error, or the ask's), the children that overran it: in the
+// log (one record per child, with its stack), as a ChildUnstopped event
+// each, and in Err. It costs one dump of every goroutine's stack, and only
+// when a child is stuck.
 //
-// Those are the watch's calls that have not returned, and the children the
-// supervisor last saw active that have not yet taken the Stop carrying the
-// watch: the context may end before the supervisor has handed out the
-// Stops (a starved process, a context that had ended already), and the
-// shutdown has overrun all the same. So Err is an *UnstoppedError whenever
-// a child had not returned from Shutdown when ShutdownAndWait gave up,
-// whatever the scheduling.
+// One rule decides, on every run: the context ended before the last
+// Shutdown returned. Those are the watch's calls that have not returned or
+// returned after the context had ended (each call records that itself as
+// it returns, so neither how soon this runs nor whether the manager has
+// stopped meanwhile changes the verdict), and the children the supervisor
+// last saw active that have not yet taken the Stop carrying the watch: the
+// context may end before the supervisor has handed out the Stops (a
+// starved process, a context that had ended already), and those children
+// will return after it.
 func (m *BaseManager) reportUnstopped(watch *childactor.ShutdownWatch, cause error) {
+	stopped := false
 	select {
 	case <-m.Done():
-		return // stopped as ctx ended: nothing overran
+		stopped = true // nothing is active; a Shutdown may have returned late all the same
 	default:
 	}
 	// In this order, a child that takes its Stop meanwhile is found in
-	// one of the three: active before watched, watched before stuck.
-	active := m.handle.Observed.Active()
+	// one of the three: active before watched, watched before judged.
+	var active []supervise.ActiveChild
+	if !stopped {
+		active = m.handle.Observed.Active()
+	}
 	watched := watch.Watched()
 	stuck := watch.Unstopped()
 	listed := make(map[string]bool, len(stuck))
@@ -85,9 +94,11 @@ func (m *BaseManager) reportUnstopped(watch *childactor.ShutdownWatch, cause err
 		}
 	}
 	if len(stuck) == 0 {
-		// Every Shutdown returned as ctx ended; what remains (the lease's
-		// release) is not a child's.
-		m.opts.logger.Error("shutdown did not complete", "err", cause)
+		if !stopped {
+			// Every Shutdown returned before ctx ended; what remains (the
+			// lease's release) is not a child's.
+			m.opts.logger.Error("shutdown did not complete", "err", cause)
+		}
 		return
 	}
 	uerr := &UnstoppedError{Children: stuck}

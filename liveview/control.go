@@ -92,8 +92,9 @@ func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
 		respond.JSON(w, http.StatusBadRequest, controlAnswer{Error: "the child field is empty: name the child to " + action})
 		return
 	}
-	// A name the manager's Status has is sent as it is (without groups "/"
-	// may be in a name, even "a//b"); another must be a well-formed path.
+	// A name the manager's Status has is sent as it is; another must be a
+	// well-formed path (no name has a "/" since the manager refuses one,
+	// ErrInvalidName, but the Status is the manager's word, not the view's).
 	// The Status also says what is where an unknown path points. When it
 	// fails the path is checked alone; either way the supervisor has the
 	// last word.

@@ -43,6 +43,17 @@ var (
 	// shard this replica does not hold; it starts once the shard is
 	// acquired.
 	ErrShardNotHeld = errors.New("supervisor: the child's shard is not held by this replica")
+	// ErrInvalidName is wrapped by the error that refuses a child's or a
+	// group's name (at Start for what Add, AddStore, AddSharded and NewGroup
+	// gave; at AddChild): an empty or blank name, or one holding a "/". A
+	// name is one segment of a path ("tenant-a/store" is the child "store"
+	// of the group "tenant-a"), at the root as in a group. The error quotes
+	// the name, its kind and where it was given.
+	ErrInvalidName = errors.New("supervisor: invalid name")
+	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
+	// RestartChild, AddChild) waited for was cut short by a concurrent stop
+	// of the same child (StopChild, RemoveChild, a lost lease or shard).
+	ErrStartInterrupted = errors.New("supervisor: start interrupted by a stop")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's

@@ -735,7 +735,11 @@ func TestWebhookIsUnavailableWhileRestarting(t *testing.T) {
 	})
 	f := admServe(t, webhook.Config{}, nil, hook)
 	f.post(t, "/validate", v1).wantDenial(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", 500, "corrupt cache")
-	<-inShutdown
+	select {
+	case <-inShutdown:
+	case <-time.After(admWait):
+		t.Fatalf("the failed webhook's Shutdown was not called within %s", admWait)
+	}
 	hook.setShutdown(nil)
 	r := f.post(t, "/validate", v1)
 	if r.code != 503 || !strings.Contains(r.text, `webhook "validate" is shutting down`) {

@@ -351,7 +351,7 @@ func (c *child) stop(ctx actorContext, m Stop) {
 	}
 	c.stopping = call
 	c.next = m.Then
-	watchOf(stopCtx).add(call)
+	watchOf(stopCtx).handOut(call)
 	c.state = stateStopping
 	if starting {
 		// The start call's context is cancelled, and Shutdown waits for the

@@ -3,6 +3,7 @@ package childactor
 import (
 	"bytes"
 	"context"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -22,9 +23,24 @@ import (
 // arrives (a restart's Shutdown that has not returned when the manager
 // shuts down) adds its running call to that watch too: it is watched by
 // every Stop that waits for it.
+//
+// A watch made with NewShutdownWatchUntil also judges every call against
+// its context, by one rule: a call overran when the context had ended
+// before it returned. The call itself records that, as it returns (it reads
+// the context's Err there), so the verdict cannot depend on when the waiter
+// next looks: see Unstopped.
 type ShutdownWatch struct {
 	mu    sync.Mutex
 	calls []*userCall
+	// handedOutLate are the calls made for a Stop taken once ctx had
+	// ended: their Shutdown had not even been called when it ended.
+	handedOutLate map[*userCall]bool
+
+	// ctx is the context the watched calls are judged against (nil: none).
+	ctx context.Context
+	// late holds, by call, how long each call that returned after ctx had
+	// ended ran: written by the returning call, under openWatches.mu.
+	late map[*userCall]time.Duration
 
 	// snapshot holds where Snapshot found the calls that had not returned,
 	// by call.
@@ -41,6 +57,56 @@ type foundCall struct {
 
 // NewShutdownWatch returns an empty watch.
 func NewShutdownWatch() *ShutdownWatch { return &ShutdownWatch{} }
+
+// openWatches are the watches made by NewShutdownWatchUntil that are not
+// closed yet. A Shutdown call that returns records, under mu, in each of
+// them whether its context had ended, and only then counts as returned: a
+// waiter that reads a call under mu sees either a call that has not
+// returned or one whose verdict is written.
+var openWatches struct {
+	mu  sync.Mutex
+	set map[*ShutdownWatch]struct{}
+}
+
+// NewShutdownWatchUntil returns an empty watch that judges the calls it
+// watches against ctx (see Unstopped). Close it once its waiter has
+// reported.
+func NewShutdownWatchUntil(ctx context.Context) *ShutdownWatch {
+	w := &ShutdownWatch{ctx: ctx}
+	openWatches.mu.Lock()
+	if openWatches.set == nil {
+		openWatches.set = map[*ShutdownWatch]struct{}{}
+	}
+	openWatches.set[w] = struct{}{}
+	openWatches.mu.Unlock()
+	return w
+}
+
+// Close stops w judging the calls that return from now on.
+func (w *ShutdownWatch) Close() {
+	if w == nil || w.ctx == nil {
+		return
+	}
+	openWatches.mu.Lock()
+	delete(openWatches.set, w)
+	openWatches.mu.Unlock()
+}
+
+// settle marks c returned, having recorded in every open watch whose
+// context has ended that c returned after it.
+func (c *userCall) settle() {
+	openWatches.mu.Lock()
+	for w := range openWatches.set {
+		if w.ctx.Err() != nil {
+			if w.late == nil {
+				w.late = map[*userCall]time.Duration{}
+			}
+			w.late[c] = time.Since(c.began)
+		}
+	}
+	c.returned.Store(true)
+	openWatches.mu.Unlock()
+}
 
 type watchKey struct{}
 
@@ -119,16 +185,23 @@ func (w *ShutdownWatch) Snapshot() {
 // stuck: from the last Snapshot when it found it, else from a dump of
 // every goroutine's stack (runtime.Stack with all set), taken only when
 // needed.
+//
+// A watch made by NewShutdownWatchUntil adds the calls that returned after
+// its context had ended: they overran it as surely as those still running.
+// Each is listed as the context's end found it: a call made for a Stop
+// taken after the end as not stopped yet (no Call, no For), any other with
+// how long it ran in all and, when the last Snapshot found it, its stack
+// then.
 func (w *ShutdownWatch) Unstopped() []actors.Unstopped {
 	if w == nil {
 		return nil
 	}
-	stuck := w.stuck()
-	if len(stuck) == 0 {
+	stuck, late := w.judge()
+	if len(stuck) == 0 && len(late) == 0 {
 		return nil
 	}
 	now := time.Now()
-	out := make([]actors.Unstopped, len(stuck))
+	out := make([]actors.Unstopped, len(stuck), len(stuck)+len(late))
 	found := make([]foundCall, len(stuck))
 	var missing map[uint64]foundCall
 	w.snapMu.Lock() // also waits for a Snapshot in progress
@@ -154,7 +227,67 @@ func (w *ShutdownWatch) Unstopped() []actors.Unstopped {
 		}
 		out[i].Goroutine, out[i].Stack = f.goroutine, f.stack
 	}
+	if len(late) == 0 {
+		return out
+	}
+	// In the order they began, the late among the stuck.
+	listed := make([]listedCall, 0, len(out)+len(late))
+	for i := range out {
+		listed = append(listed, listedCall{Unstopped: out[i], began: stuck[i].call.began})
+	}
+	listed = append(listed, late...)
+	slices.SortStableFunc(listed, func(a, b listedCall) int { return a.began.Compare(b.began) })
+	for i, l := range listed {
+		if i < len(out) {
+			out[i] = l.Unstopped
+			continue
+		}
+		out = append(out, l.Unstopped)
+	}
 	return out
+}
+
+// listedCall is a call as Unstopped lists it, and when it began.
+type listedCall struct {
+	actors.Unstopped
+	began time.Time
+}
+
+// judge returns the calls that have not returned and, for a watch with a
+// context, those that returned after it had ended, read at one moment:
+// under openWatches.mu, which a returning call holds from its verdict to
+// its being marked returned.
+func (w *ShutdownWatch) judge() (stuck []stuckCall, late []listedCall) {
+	if w.ctx == nil {
+		return w.stuck(), nil
+	}
+	openWatches.mu.Lock()
+	defer openWatches.mu.Unlock()
+	stuck = w.stuck()
+	w.mu.Lock()
+	calls := slices.Clone(w.calls)
+	handedOutLate := maps.Clone(w.handedOutLate)
+	w.mu.Unlock()
+	seen := make(map[*userCall]bool, len(calls))
+	for _, c := range calls {
+		ran, ok := w.late[c]
+		if seen[c] || !ok {
+			continue
+		}
+		seen[c] = true
+		u := actors.Unstopped{Name: c.name, Kind: c.kind}
+		if !handedOutLate[c] {
+			u.Call, u.For = c.op, ran
+			w.snapMu.Lock()
+			if f, ok := w.snapshot[c.id]; ok && f.goroutine != 0 {
+				u.Goroutine, u.Stack = f.goroutine, f.stack
+			}
+			w.snapMu.Unlock()
+		}
+		late = append(late, listedCall{Unstopped: u, began: c.began})
+	}
+	slices.SortStableFunc(late, func(a, b listedCall) int { return a.began.Compare(b.began) })
+	return stuck, late
 }
 
 // Watched returns the names of the children with a call in w, returned or
@@ -178,6 +311,23 @@ func (w *ShutdownWatch) add(c *userCall) {
 	}
 	w.mu.Lock()
 	w.calls = append(w.calls, c) // a call added twice is reported once
+	w.mu.Unlock()
+}
+
+// handOut adds c, a Shutdown call made for a Stop carrying w, noting
+// whether w's context had ended already.
+func (w *ShutdownWatch) handOut(c *userCall) {
+	if w == nil || c == nil {
+		return
+	}
+	w.mu.Lock()
+	w.calls = append(w.calls, c)
+	if w.ctx != nil && w.ctx.Err() != nil {
+		if w.handedOutLate == nil {
+			w.handedOutLate = map[*userCall]bool{}
+		}
+		w.handedOutLate[c] = true
+	}
 	w.mu.Unlock()
 }
 
@@ -209,11 +359,19 @@ func newUserCall(spec Spec, op string) *userCall {
 func (c *userCall) run(fn func()) {
 	c.begun.Store(true)
 	hostCall(c.id, fn)
-	c.returned.Store(true)
+	c.exit()
 }
 
-// exit records that the call has returned (or was never made).
-func (c *userCall) exit() { c.returned.Store(true) }
+// exit records that the call has returned (or was never made). A Shutdown
+// call is judged by the open watches as it returns (settle); a start call
+// only ever matters to a watch as what a Shutdown waits for.
+func (c *userCall) exit() {
+	if c.op == "Shutdown" {
+		c.settle()
+		return
+	}
+	c.returned.Store(true)
+}
 
 // hostCall runs fn, the user call whose id is id. Its frame prints as
 // "childactor.hostCall(0x2a, ...)" in a stack dump: id stays live after fn

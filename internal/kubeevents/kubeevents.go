@@ -103,12 +103,73 @@ type Recorder struct {
 	client    kubernetes.Interface // for the manager's own recorder; nil with host
 	component string
 
-	current atomic.Pointer[recorderRef] // what records now: host, or the own one once started
+	current atomic.Pointer[recorderRef] // what records now: host, or the own routine lane once started
+	urgent  atomic.Pointer[recorderRef] // what records the loss's Events: host, or the own urgent lane
 
-	stopOnce    sync.Once
-	broadcaster record.EventBroadcaster // the own recorder's; nil with host
+	stopOnce sync.Once
+	// routine and urgent are the own recorder's two lanes (nil with host):
+	// the loss's Events (urgent: LeaderLost, ShardLost, Escalated) are
+	// written by a writer of their own, so that they never wait behind a
+	// backlog of routine ones on a clientset's rate limit.
+	routine, urgentLane *lane
+	flushRef            *corev1.ObjectReference
+	onDrop              func(reason string, n int)
+}
+
+// lane is one broadcaster of the manager's own recorder and its writer
+// (client-go's StartRecordingToSink: one goroutine, first in first out,
+// each write waiting on the clientset's rate limit), with what it was
+// handed and what its writer took up, by reason: an Event handed and never
+// taken up when the lane shuts down is dropped.
+type lane struct {
+	name        string
+	broadcaster record.EventBroadcaster
 	sink        *flushSink
-	flushRef    *corev1.ObjectReference
+
+	mu            sync.Mutex
+	handed, taken map[string]int
+}
+
+func (l *lane) hand(reason string) {
+	l.mu.Lock()
+	l.handed[reason]++
+	l.mu.Unlock()
+}
+
+func (l *lane) take(reason string) {
+	l.mu.Lock()
+	l.taken[reason]++
+	l.mu.Unlock()
+}
+
+// untaken returns, by reason, the Events handed to l that its writer never
+// took up.
+func (l *lane) untaken() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for reason, n := range l.handed {
+		if left := n - l.taken[reason]; left > 0 {
+			out[reason] = left
+		}
+	}
+	return out
+}
+
+// countingRecorder is a lane's recorder: it counts what it is handed.
+type countingRecorder struct {
+	record.EventRecorder
+	lane *lane
+}
+
+func (r countingRecorder) Event(object runtime.Object, eventtype, reason, message string) {
+	r.lane.hand(reason)
+	r.EventRecorder.Event(object, eventtype, reason, message)
+}
+
+func (r countingRecorder) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	r.lane.hand(reason)
+	r.EventRecorder.Eventf(object, eventtype, reason, messageFmt, args...)
 }
 
 type recorderRef struct{ record.EventRecorder }
@@ -141,6 +202,7 @@ func New(c Config) *Recorder {
 		k.client = c.Client
 	} else {
 		k.current.Store(&recorderRef{c.Host})
+		k.urgent.Store(&recorderRef{c.Host})
 	}
 	if c.Name != "" {
 		k.lease = c.Namespace + "/" + c.Name
@@ -157,7 +219,17 @@ func New(c Config) *Recorder {
 
 // Flushes reports whether Stop has a queue of the manager's own recorder to
 // flush: the recorder started, and the host gave none.
-func (k *Recorder) Flushes() bool { return k != nil && k.broadcaster != nil }
+func (k *Recorder) Flushes() bool { return k != nil && k.routine != nil }
+
+// OnDrop has fn called, when the manager's own recorder stops, with the
+// number of Events of each reason that it dropped: handed to it, and still
+// queued, never taken up by its writer, once Stop's flush had waited
+// FlushTimeout. Call it before Start.
+func (k *Recorder) OnDrop(fn func(reason string, n int)) {
+	if k != nil {
+		k.onDrop = fn
+	}
+}
 
 // LockRecorder is the recorder of the Lease lock: client-go's own leader
 // election Events go through the manager's recorder once it records.
@@ -183,17 +255,35 @@ func (k *Recorder) Start() {
 		return
 	}
 	logger := logr.FromSlogHandler(k.logger.With("component", "events").Handler())
-	k.broadcaster = record.NewBroadcaster(
+	k.flushRef = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "flush", UID: types.UID(uuid.NewString())}
+	var routine, urgent record.EventRecorder
+	k.routine, routine = k.newLane("routine", logger)
+	k.urgentLane, urgent = k.newLane("urgent", logger)
+	k.urgent.Store(&recorderRef{urgent})
+	k.current.Store(&recorderRef{routine})
+}
+
+// newLane starts a broadcaster writing to the clientset, and returns it
+// with its recorder. Each lane has its own correlator: the spam filter and
+// the aggregation key on the reason, and a reason has one lane, so they
+// count as they would with one.
+func (k *Recorder) newLane(name string, logger logr.Logger) (*lane, record.EventRecorder) {
+	l := &lane{name: name, handed: map[string]int{}, taken: map[string]int{}}
+	correlation := eventCorrelation
+	correlation.SpamKeyFunc = func(e *corev1.Event) string {
+		l.take(e.Reason) // called once for every Event the writer takes up
+		return spamKey(e)
+	}
+	l.broadcaster = record.NewBroadcaster(
 		record.WithContext(klog.NewContext(context.Background(), logger)),
-		record.WithCorrelatorOptions(eventCorrelation))
-	k.sink = &flushSink{
+		record.WithCorrelatorOptions(correlation))
+	l.sink = &flushSink{
 		EventSink: &typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")},
 		flushed:   make(chan struct{}, 1),
 	}
-	k.broadcaster.StartRecordingToSink(k.sink)
-	own := k.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: k.component, Host: k.identity}).WithLogger(logger)
-	k.flushRef = &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "flush", UID: types.UID(uuid.NewString())}
-	k.current.Store(&recorderRef{own})
+	l.broadcaster.StartRecordingToSink(l.sink)
+	own := l.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: k.component, Host: k.identity}).WithLogger(logger)
+	return l, countingRecorder{EventRecorder: own, lane: l}
 }
 
 // Record records e, if it is one of the Events.
@@ -202,6 +292,13 @@ func (k *Recorder) Record(e supervisor.Event) {
 		return
 	}
 	r := k.current.Load()
+	switch e.Type {
+	case supervisor.LeaderLost, supervisor.ShardLost, supervisor.Escalated:
+		// A loss's Events: what an operator needs first when a replica
+		// stops leading, and what a manager stopping on the loss must not
+		// leave queued behind routine ones.
+		r = k.urgent.Load()
+	}
 	if r == nil {
 		return
 	}
@@ -240,24 +337,51 @@ func (k *Recorder) shardObject(i int) *corev1.ObjectReference {
 	return &o
 }
 
-// Stop writes what the own recorder has queued, within FlushTimeout,
-// then shuts it down. It is called once the manager has stopped.
+// Stop writes what the own recorder has queued, within FlushTimeout for
+// both lanes together, then shuts it down, and reports (OnDrop, and the
+// log) the Events it dropped: those still queued, never taken up by a
+// writer. It is called once the manager has stopped.
 func (k *Recorder) Stop() {
-	if k == nil || k.broadcaster == nil {
+	if k == nil || k.routine == nil {
 		return
 	}
 	k.stopOnce.Do(func() {
-		if r := k.current.Load(); r != nil {
-			r.AnnotatedEventf(k.flushRef, map[string]string{flushAnnotation: "true"}, corev1.EventTypeNormal, "Flush", "flush")
+		lanes := []*lane{k.urgentLane, k.routine}
+		for _, l := range lanes {
+			l.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: k.component, Host: k.identity}).
+				AnnotatedEventf(k.flushRef, map[string]string{flushAnnotation: "true"}, corev1.EventTypeNormal, "Flush", "flush")
 		}
 		timer := time.NewTimer(FlushTimeout)
 		defer timer.Stop()
-		select {
-		case <-k.sink.flushed:
-		case <-timer.C:
-			k.logger.Warn("Kubernetes Events: not every queued Event was written before the manager stopped", "waited", FlushTimeout)
+		expired := false
+		for _, l := range lanes {
+			if !expired {
+				select {
+				case <-l.sink.flushed:
+					continue
+				case <-timer.C:
+					expired = true
+				}
+			}
+			select {
+			case <-l.sink.flushed:
+			default:
+				k.logger.Warn("Kubernetes Events: not every queued Event was written before the manager stopped", "lane", l.name, "waited", FlushTimeout)
+			}
 		}
-		k.broadcaster.Shutdown()
+		dropped := map[string]int{}
+		for _, l := range lanes {
+			l.broadcaster.Shutdown()
+			for reason, n := range l.untaken() {
+				dropped[reason] += n
+			}
+		}
+		for reason, n := range dropped {
+			k.logger.Warn("Kubernetes Events dropped: still queued when the manager stopped", "reason", reason, "count", n)
+			if k.onDrop != nil {
+				k.onDrop(reason, n)
+			}
+		}
 	})
 }
 

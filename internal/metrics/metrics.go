@@ -81,6 +81,10 @@ type Manager struct {
 	probe prometheus.Histogram
 	// Webhooks counts the admission requests of every WebhookHandler.
 	Webhooks *webhook.Metrics
+	// KubeEventsDropped counts, by reason, the Kubernetes Events the
+	// manager's own recorder dropped: still queued when it stopped
+	// (internal/kubeevents' Recorder.OnDrop).
+	KubeEventsDropped *prometheus.CounterVec
 	// panicsMu guards panics and lastPanic, written by the subscriber's
 	// goroutine and read by scrapes.
 	panicsMu sync.Mutex
@@ -129,14 +133,18 @@ func New(src Source) *Manager {
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
-		Webhooks:  webhook.NewMetrics(),
+		Webhooks: webhook.NewMetrics(),
+		KubeEventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controllermanager_kube_events_dropped_total",
+			Help: "Kubernetes Events the manager's own recorder dropped: still queued, behind the clientset's rate limit, when the manager stopped and its flush had waited 5s. By reason.",
+		}, []string{"reason"}),
 		panics:    map[string]uint64{},
 		lastPanic: map[string]*actors.PanicError{},
 	}
 	col := &statusCollector{src: src, mm: mm}
-	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks)
+	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.KubeEventsDropped)
 	if r := src.Registerer; r != nil {
-		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks)); err != nil {
+		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.KubeEventsDropped)); err != nil {
 			src.Logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}

@@ -234,7 +234,9 @@ type barrier struct {
 	done        bool
 }
 
-var errInterrupted = errors.New("supervisor: start interrupted by a stop")
+// errInterrupted is the exported sentinel itself, so that the identity
+// checks of the start's owners (err != errInterrupted) still hold.
+var errInterrupted = supervisor.ErrStartInterrupted
 
 func (b *barrier) add(rec *childRecord) {
 	b.left++

@@ -6,6 +6,10 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
+// Facade plumbing: Describe names a request to the root supervisor in
+// words, as the errors of Ask do (describe).
+func Describe(msg any) string { return describe(msg) }
+
 // describe names a request to the root supervisor in words, for the errors
 // that say which request failed: "start", `restart of child "jobs"`. A
 // message it does not know is named by its type.

@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -132,16 +131,16 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 				spec.Name, err = childactor.ResolveName(m.Runnable, timeout)
 			}
 			if err == nil && spec.Name == "" {
-				err = fmt.Errorf("%s %T has no name: give AddChild a Name", spec.Kind, m.Runnable)
+				err = fmt.Errorf("%s %T has no name: give AddChild a Name: %w", spec.Kind, m.Runnable, CheckName("", spec.Kind, m.Parent))
+			}
+			if err == nil {
+				err = CheckName(spec.Name, spec.Kind, m.Parent)
 			}
 			if err == nil && spec.Kind == actors.KindController && shardOf != nil {
 				spec.Shard = shardOf(spec.Name)
 			}
 		}
 		if err == nil && m.Parent != "" {
-			if strings.Contains(spec.Name, "/") {
-				err = fmt.Errorf("%s %q: \"/\" is not allowed in a name", spec.Kind, spec.Name)
-			}
 			spec.Name = m.Parent + "/" + spec.Name
 		}
 		s.sendSelf(childNamed{spec: spec, err: err, parent: m.Parent, replyTo: replyTo})
@@ -196,9 +195,18 @@ func (s *root) onChildNamed(m childNamed) {
 		}
 	}
 	if err == nil {
-		_, group := s.groups[m.spec.Name]
-		if _, dup := s.byName[m.spec.Name]; dup || group {
-			err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, m.spec.Name)
+		// Every path the child brings (a group's, at any depth), not only
+		// its own: each must be new to the manager.
+		paths := m.tree
+		if paths == nil {
+			paths = []childactor.Spec{m.spec}
+		}
+		for _, spec := range paths {
+			_, group := s.groups[spec.Name]
+			if _, dup := s.byName[spec.Name]; dup || group {
+				err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, spec.Name)
+				break
+			}
 		}
 	}
 	if err != nil {

@@ -20,20 +20,15 @@ import (
 // named and pinned itself); an Invalid is reported as that child's problem.
 func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec, error) {
 	specs := make([]childactor.Spec, len(added))
-	groups := false
-	for _, v := range added {
-		if _, ok := v.(GroupDecl); ok {
-			groups = true
-		}
-	}
 	errs := make([]error, len(added))
 	var byHealth []int // controllers named by GetHealth().Name
 	prefix := make([]string, len(added))
 	added = slices.Clone(added)
 	for i, v := range added {
 		switch given := v.(type) {
-		case childactor.Spec: // named and classified by the facade already
+		case childactor.Spec: // named and classified by the facade already, at the root
 			specs[i] = given
+			errs[i] = CheckName(given.Name, given.Kind, "")
 			continue
 		case Invalid:
 			errs[i] = given.Err
@@ -82,8 +77,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 		if errs[i] != nil || specs[i].Kind == actors.KindGroup {
 			continue
 		}
-		if strings.Contains(specs[i].Name, "/") && (prefix[i] != "" || groups) {
-			errs[i] = fmt.Errorf("%s %q: \"/\" is not allowed in a name", specs[i].Kind, specs[i].Name)
+		if errs[i] = CheckName(specs[i].Name, specs[i].Kind, strings.TrimSuffix(prefix[i], "/")); errs[i] != nil {
 			continue
 		}
 		specs[i].Name = prefix[i] + specs[i].Name

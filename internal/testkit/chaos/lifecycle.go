@@ -170,7 +170,7 @@ func (h *Harness) allowed(err error) bool {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrUnknownChild),
-		strings.Contains(msg, "already running"), strings.Contains(msg, "start interrupted by a stop"):
+		strings.Contains(msg, "already running"), errors.Is(err, supervisor.ErrStartInterrupted):
 		return true
 	}
 	h.mu.Lock()
