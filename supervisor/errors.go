@@ -43,6 +43,14 @@ var (
 	// shard this replica does not hold; it starts once the shard is
 	// acquired.
 	ErrShardNotHeld = errors.New("supervisor: the child's shard is not held by this replica")
+	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was stopped meanwhile, by a
+	// StopChild or its group's spent budget: it stays stopped.
+	ErrChildStopped = errors.New("supervisor: child stopped meanwhile")
+	// ErrChildRemoved: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was removed meanwhile by a
+	// RemoveChild: it never runs again.
+	ErrChildRemoved = errors.New("supervisor: child removed meanwhile")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's
