@@ -19,8 +19,9 @@ import (
 // checks the child and makes a childRequest; a failure (children.go: a
 // child's report) makes a restartPlan (supervise). Either stops the
 // children through a barrier (children.go), then starts them again with
-// restart, the one way a child starts again; the child's actor
-// (actors/child.go) runs the calls.
+// startIncarnation; startChild (children.go), the one way any start call
+// is sent, counts every one after a child's first as a restart. The
+// child's actor (internal/childactor/child.go) runs the calls.
 
 // planStage is where a restart plan is, in this order.
 type planStage uint8
