@@ -47,6 +47,15 @@ var (
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
 	// of the same child.
 	ErrStartInterrupted = supervisor.ErrStartInterrupted
+	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was stopped meanwhile (a
+	// StopChild, or its group's spent budget with OnExhausted Stop): it
+	// stays stopped.
+	ErrChildStopped = supervisor.ErrChildStopped
+	// ErrChildRemoved: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was removed meanwhile: it
+	// never runs again.
+	ErrChildRemoved = supervisor.ErrChildRemoved
 	// ErrShutdown is wrapped by the error Start returns when the manager was
 	// shut down before it had started, and by a RestartChild or StartChild
 	// that a shutdown interrupted.

@@ -108,6 +108,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 			path = parent + "/" + g.name
 		}
 		decl := g.decl(parent, path)
+		decl.Shard = shard
 		out = append(out, decl)
 		if decl.Err != nil {
 			return

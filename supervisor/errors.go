@@ -54,6 +54,14 @@ var (
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
 	// of the same child (StopChild, RemoveChild, a lost lease or shard).
 	ErrStartInterrupted = errors.New("supervisor: start interrupted by a stop")
+	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was stopped meanwhile, by a
+	// StopChild or its group's spent budget: it stays stopped.
+	ErrChildStopped = errors.New("supervisor: child stopped meanwhile")
+	// ErrChildRemoved: a RestartChild, StartChild or AddChild ended
+	// because its child (or a group above it) was removed meanwhile by a
+	// RemoveChild: it never runs again.
+	ErrChildRemoved = errors.New("supervisor: child removed meanwhile")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's

@@ -27,6 +27,9 @@ type level struct {
 	parent                     *level       // nil at the root
 	depth                      int          // 0 at the root
 	stopOnExhausted            bool         // ExhaustedStop: a spent budget stops the group
+	// shard, when positive, pins every controller under the level to
+	// shard shard-1 (GroupDecl.Shard, inherited by the groups inside).
+	shard int
 	// ticket is the restart ticket its children get (see ticketFor), made
 	// on the first start that needs it; ticketMade once it was decided.
 	ticket     *childactor.RestartTicket
@@ -334,7 +337,14 @@ func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 // startChild sends Start for a new incarnation of rec, its start call on a
 // context of its own derived from ctx, bounded by timeout when positive. A
 // restart the child has taken already (pipedRestart) is recorded, not sent.
+//
+// It is the one place a start call is counted: every start call after a
+// child's first is a restart, whatever decided it (a restart plan,
+// RestartChild, StartChild, a start round after a re-election, a shard
+// acquired again), and publishes ChildRestarted, so that Restarts is always
+// the number of start calls minus one.
 func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
+	again := rec.gen != 0
 	if p := rec.piped(); p != nil && p.taken {
 		rec.setPipe(nil)
 		rec.gen = p.start.Gen
@@ -342,6 +352,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 		rec.resetUnhealthy()
 		clearStarted(rec)
 		s.setState(rec, supervisor.StateStarting)
+		s.countRestart(rec, again)
 		return
 	}
 	s.gen++
@@ -349,6 +360,7 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	rec.resetUnhealthy()
 	clearStarted(rec)
 	s.setState(rec, supervisor.StateStarting)
+	s.countRestart(rec, again)
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
@@ -356,6 +368,15 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 		return
 	}
 	s.ctx.Send(rec.pid, start)
+}
+
+// countRestart counts the start call startChild has just made as a
+// restart of rec, again when it is not rec's first.
+func (s *root) countRestart(rec *childRecord, again bool) {
+	if again {
+		rec.hist().restarts++
+		s.publish(supervisor.ChildRestarted, rec, nil)
+	}
 }
 
 // stopAll shuts down every active child of recs in parallel with ctx for o,
@@ -477,6 +498,9 @@ func (s *root) onChildStarted(m childactor.Started) {
 	rec.setMessage("")
 	s.publish(supervisor.ChildStarted, rec, nil)
 	settleChild(rec, nil, false)
+	if rec.spec.Kind == actors.KindStore {
+		s.storeRecovered(rec)
+	}
 }
 
 func (s *root) onChildStartFailed(m childactor.StartFailed) {

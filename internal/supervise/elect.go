@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -77,13 +78,56 @@ func (s *root) acquire(i int) {
 // startShard starts shard i's controllers, just acquired while Starting or
 // Running, outside any start round: a failed start is supervised like any
 // failure.
-func (s *root) startShard(i int) {
-	for _, rec := range s.scope(shardChild(i)) {
-		if rec.stopRequested || rec.state.Active() || rec.plan != nil || !s.leaseHeld(rec) {
+func (s *root) startShard(i int) { s.startUnowned(s.scope(shardChild(i))) }
+
+// startUnowned starts the controllers among recs that may run now and that
+// nothing else will start: not stopped by StopChild, not active, not owned
+// by a decision in progress (a restart plan, a group's request: they start
+// them in their order), under a shard held, and whose groups' stores have
+// recovered (storesUp). Stores first wins over "a shard acquired while
+// Running starts its controllers at once": a controller whose group's
+// store is still recovering (restarting, or backing off) waits for it, and
+// starts once it has (onChildStarted).
+func (s *root) startUnowned(recs []*childRecord) {
+	for _, rec := range recs {
+		if rec.spec.Kind != actors.KindController || rec.stopRequested || rec.state.Active() || owned(rec) ||
+			!s.leaseHeld(rec) || !s.storesUp(rec) {
 			continue
 		}
 		s.startIncarnation(shardStart{s: s, rec: rec}, rec)
 	}
+}
+
+// owned reports whether a decision in progress is to start rec in its
+// turn: a restart plan, or a group's request that has still to start it.
+func owned(rec *childRecord) bool {
+	return rec.plan != nil || (rec.queued() != nil && rec.queued().stage != requestDone)
+}
+
+// storesUp reports whether every store of rec's groups (at every level
+// above it but the root's, whose stores restart alone) that this replica
+// runs has recovered: the order a group starts in, stores first.
+func (s *root) storesUp(rec *childRecord) bool {
+	for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
+		for _, c := range l.children {
+			if c.spec.Kind == actors.KindStore && !c.stopRequested && s.leaseHeld(c) && c.state != supervisor.StateRunning {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// storeRecovered starts what waited for store, a group's store that has
+// just recovered while Starting or Running: the controllers of its group
+// (at any depth) whose shard was acquired meanwhile (startUnowned).
+func (s *root) storeRecovered(store *childRecord) {
+	g := store.lvl.group
+	if g == nil || s.shards == nil || s.shutdown != nil || s.fencing != nil ||
+		(s.phase != supervisor.PhaseStarting && s.phase != supervisor.PhaseRunning) {
+		return
+	}
+	s.startUnowned(hosted(g))
 }
 
 // shardStart owns the start of a controller whose shard was acquired

@@ -20,7 +20,10 @@ import (
 func (s *root) addGroup(rec *childRecord, decl *GroupDecl) {
 	parent := rec.lvl
 	lvl := &level{policy: decl.Policy, initialBackoff: decl.InitialBackoff, maxBackoff: decl.MaxBackoff,
-		group: rec, parent: parent, depth: parent.depth + 1, stopOnExhausted: decl.StopOnExhausted}
+		group: rec, parent: parent, depth: parent.depth + 1, stopOnExhausted: decl.StopOnExhausted, shard: decl.Shard}
+	if lvl.shard <= 0 {
+		lvl.shard = parent.shard // a group inside a group of AddShardedGroup is pinned with it
+	}
 	if lvl.policy.Strategy == "" {
 		lvl.policy.Strategy = parent.policy.Strategy
 	}

@@ -32,10 +32,17 @@ type stopRequest struct {
 	done    bool
 }
 
-// stopForGood takes r's child (every child of a group) out of supervision
-// and any restart plan, and shuts it down.
+// stopForGood takes r's child (every child of a group) out of supervision,
+// any restart plan and any lifecycle request (which it ends, saying why:
+// stopReaches), and shuts it down: nothing starts it again until a
+// StartChild or RestartChild of it, and nothing ever once removed.
 func (s *root) stopForGood(r *stopRequest) {
 	rec := r.rec
+	why := supervisor.ErrChildStopped
+	if r.remove {
+		why = supervisor.ErrChildRemoved
+	}
+	s.stopReaches(rec, why)
 	now := s.now()
 	for _, x := range subtree(rec) {
 		x.stopRequested = true
@@ -224,7 +231,9 @@ func (s *root) onChildNamed(m childNamed) {
 		s.respond(m.replyTo, nil, nil)
 		return
 	}
-	r := &childRequest{s: s, stage: requestStarting, rec: rec, recs: []*childRecord{rec}, next: 1, op: "AddChild", replyTo: m.replyTo}
+	r := s.newRequest(rec, "AddChild", m.replyTo)
+	r.become(requestStarting) // nothing to stop: it has never run
+	r.recs, r.next = []*childRecord{rec}, 1
 	r.wait = s.startIncarnation(r, rec)
 }
 
@@ -240,7 +249,9 @@ func (s *root) startTree(m childNamed) {
 			top = rec
 		}
 	}
-	r := &childRequest{s: s, stage: requestStarting, rec: top, recs: s.leaves(top), first: true, op: "AddChild", replyTo: m.replyTo}
+	r := s.newRequest(top, "AddChild", m.replyTo)
+	r.become(requestStarting) // nothing to stop: it has never run, and a first start is no restart
+	r.recs = s.leaves(top)
 	r.queue()
 	r.step()
 }

@@ -19,8 +19,9 @@ import (
 // checks the child and makes a childRequest; a failure (children.go: a
 // child's report) makes a restartPlan (supervise). Either stops the
 // children through a barrier (children.go), then starts them again with
-// restart, the one way a child starts again; the child's actor
-// (actors/child.go) runs the calls.
+// startIncarnation; startChild (children.go), the one way any start call
+// is sent, counts every one after a child's first as a restart. The
+// child's actor (internal/childactor/child.go) runs the calls.
 
 // planStage is where a restart plan is, in this order.
 type planStage uint8
@@ -35,6 +36,39 @@ const (
 var planStageNames = [...]string{"stopping", "backing off", "starting", "done"}
 
 func (st planStage) String() string { return planStageNames[st] }
+
+// planMoves is every move of a restart plan's stage: down the stages in
+// order, or to done from any (cancelled: cancelPlan).
+var planMoves = map[planStage][]planStage{
+	planStopping:   {planBackingOff, planDone},
+	planBackingOff: {planStarting, planDone},
+	planStarting:   {planDone},
+	planDone:       nil,
+}
+
+// become is the one way a plan's stage moves (moveStage).
+func (p *restartPlan) become(to planStage) {
+	p.stage = moveStage("restart plan", p.stage, to, planMoves)
+}
+
+// moveStage is the transition check of every operation in this file: from
+// to to must be a move legal lists; staying put is nothing; any other move
+// is a bug of this package and panics naming both stages, which Receive
+// turns into an internal error (the manager fails, the stack logged).
+func moveStage[S interface {
+	comparable
+	String() string
+}](op string, from, to S, legal map[S][]S) S {
+	if from == to {
+		return to
+	}
+	for _, ok := range legal[from] {
+		if ok == to {
+			return to
+		}
+	}
+	panic(fmt.Sprintf("supervisor: illegal %s move %s → %s", op, from, to))
+}
 
 // restartPlan restarts a group of children of one level after one of them
 // failed: they are shut down together, then, once the backoff has passed,
@@ -86,7 +120,7 @@ func (p *restartPlan) step() {
 			}
 		case planStarting:
 			if r := p.nextChild(); r != nil {
-				p.wait = s.restart(p, r)
+				p.wait = s.startIncarnation(p, r)
 				return
 			}
 			s.cancelPlan(p)
@@ -94,7 +128,7 @@ func (p *restartPlan) step() {
 		case planDone:
 			return
 		}
-		p.stage++
+		p.become(p.stage + 1)
 	}
 }
 
@@ -160,13 +194,13 @@ func (p *restartPlan) settled(b *barrier, err error) {
 		return
 	}
 	p.overdue.Stop()
-	p.stage++
+	p.become(planBackingOff)
 	p.step()
 }
 
 func (s *root) onRestartDue(m restartDue) {
 	if m.plan.stage == planBackingOff {
-		m.plan.stage++
+		m.plan.become(planStarting)
 		m.plan.step()
 	}
 }
@@ -188,7 +222,7 @@ func (s *root) onStopOverdue(m stopOverdue) {
 }
 
 func (s *root) cancelPlan(plan *restartPlan) {
-	plan.stage = planDone
+	plan.become(planDone)
 	if plan.timer != nil {
 		plan.timer.Stop()
 	}
@@ -354,17 +388,6 @@ func (s *root) orderedUnder(c *childRecord) []*childRecord {
 	return out
 }
 
-// restart is the one way a child starts again, whatever decided it (a
-// restart plan, RestartChild, StartChild): every start call after a child's
-// first counts as a restart and publishes ChildRestarted. o is told the
-// start call's outcome.
-func (s *root) restart(o owner, rec *childRecord) *barrier {
-	rec.hist().restarts++
-	b := s.startIncarnation(o, rec)
-	s.publish(supervisor.ChildRestarted, rec, nil)
-	return b
-}
-
 // group is what lvl's strategy restarts when rec fails. At the root stores
 // restart alone; a group's strategy names its stores too. Children stopped
 // by StopChild are left alone, and so are plain runnables.
@@ -499,10 +522,33 @@ var requestStageNames = [...]string{"stopping", "starting", "done"}
 
 func (st requestStage) String() string { return requestStageNames[st] }
 
+// requestMoves is every move of a request's stage: down the stages in
+// order, or to done from any (answered early: a shutdown, a StopChild or
+// RemoveChild of its child, a failed start).
+var requestMoves = map[requestStage][]requestStage{
+	requestStopping: {requestStarting, requestDone},
+	requestStarting: {requestDone},
+	requestDone:     nil,
+}
+
+// become is the one way a request's stage moves (moveStage).
+func (r *childRequest) become(to requestStage) {
+	r.stage = moveStage("lifecycle request", r.stage, to, requestMoves)
+}
+
 // childRequest is a RestartChild, StartChild or AddChild in progress: the
 // child is shut down if it is active (a Failed child still owes its
 // Shutdown), then started, and the requester answered once its start call
 // has returned; a failed start is then supervised like any failure.
+//
+// A group's request owns the children it has still to start (queue): they
+// are busy, and nothing else starts them (a start round, a shard acquired)
+// until their turn, so that they start in the group's order, stores first.
+// Three decisions reach it meanwhile: a StopChild or RemoveChild of its
+// child (or of a group above it) ends it with ErrChildStopped or
+// ErrChildRemoved (stopReaches); a stand-down takes the fenced children out
+// (the next start round starts them afresh: takeOut); a child of a shard
+// not held at its turn is left for the shard's acquisition.
 type childRequest struct {
 	s     *root
 	stage requestStage
@@ -512,9 +558,21 @@ type childRequest struct {
 	// rec is a group); next is the index of the next to start.
 	recs    []*childRecord
 	next    int
-	first   bool   // the children's first start (an AddChild of a group), not a restart
 	op      string // the message, for the errors
 	replyTo *actor.PID
+	// lost: a child it was to start was left to the lease's (its shard's)
+	// next acquisition, lost meanwhile: the answer says so.
+	lost bool
+}
+
+// newRequest makes a request of op on rec, in flight until answered.
+func (s *root) newRequest(rec *childRecord, op string, replyTo *actor.PID) *childRequest {
+	r := &childRequest{s: s, rec: rec, op: op, replyTo: replyTo}
+	if s.requests == nil {
+		s.requests = map[*childRequest]struct{}{}
+	}
+	s.requests[r] = struct{}{}
+	return r
 }
 
 // restartOnRequest is RestartChild and StartChild once their own checks
@@ -530,7 +588,7 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		s.respond(replyTo, nil, err)
 		return
 	}
-	r := &childRequest{s: s, rec: rec, op: op, replyTo: replyTo}
+	r := s.newRequest(rec, op, replyTo)
 	if rec.sub == nil {
 		rec.stopRequested = false
 		r.recs = []*childRecord{rec}
@@ -548,22 +606,22 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		}
 		r.recs = s.leaves(rec)
 		r.queue()
-		rec.hist().restarts++
-		s.publish(supervisor.ChildRestarted, rec, nil)
 	}
 	r.step()
 }
 
 // queue marks the children a group's request is to start one after
 // another as busy until their turn: a lifecycle request on one of them
-// meanwhile is refused (ErrBusy) rather than start it twice.
+// meanwhile is refused (ErrBusy) rather than start it twice, and neither a
+// start round nor a shard acquired starts them.
 func (r *childRequest) queue() {
 	for _, x := range r.recs {
 		x.hist().queued = r
 	}
 }
 
-// unqueue: x's turn has come, or the request has ended.
+// unqueue: x's turn has come, the request has ended, or x was taken out
+// of it (takeOut).
 func (r *childRequest) unqueue(x *childRecord) {
 	if x.queued() == r {
 		x.x.queued = nil
@@ -580,43 +638,59 @@ func (r *childRequest) step() {
 			if r.wait = s.stopAll(r, r.recs, s.boundedContext()); r.wait != nil {
 				return
 			}
+			r.stopped()
 		case requestStarting:
 			if r.next >= len(r.recs) {
-				r.answer(nil)
+				var err error
+				if r.lost {
+					err = fmt.Errorf("%s %q: %w meanwhile: what it had still to start starts once it is acquired", r.op, rec.spec.Name, supervisor.ErrShardNotHeld)
+				}
+				r.answer(err)
 				return
 			}
 			next := r.recs[r.next]
 			r.next++
+			owned := rec.sub == nil || next.queued() == r
 			r.unqueue(next)
 			switch {
-			case s.phase != supervisor.PhaseRunning:
+			case s.shutdown != nil || s.phase.Ended():
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
-			case next.stopRequested && rec.sub != nil:
-				continue // stopped meanwhile by a StopChild of its own
+			case rec.sub != nil && (!owned || next.stopRequested || !s.leaseHeld(next)):
+				// Taken out by a stand-down (the next start round starts
+				// it), stopped meanwhile by a StopChild of its own, or its
+				// shard is not held now: it starts when acquired.
+				r.lost = r.lost || (!next.stopRequested && (!owned || !s.leaseHeld(next)))
+				continue
 			case !s.leaseHeld(next):
-				if rec.sub != nil {
-					continue
-				}
 				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
-			case r.first || next.gen == 0: // never started: a first start, not a restart
-				r.wait = s.startIncarnation(r, next)
 			default:
-				r.wait = s.restart(r, next)
+				r.wait = s.startIncarnation(r, next)
 			}
 			return
 		case requestDone:
 			return
 		}
-		r.stage++
+	}
+}
+
+// stopped: every child the request names has stopped, and they start
+// again; a group's restart is counted once, now.
+func (r *childRequest) stopped() {
+	r.become(requestStarting)
+	if r.rec.sub != nil {
+		r.rec.hist().restarts++
+		r.s.publish(supervisor.ChildRestarted, r.rec, nil)
 	}
 }
 
 // answer ends the request.
 func (r *childRequest) answer(err error) {
-	r.stage = requestDone
+	r.become(requestDone)
+	r.wait = nil
 	for _, x := range r.recs[min(r.next, len(r.recs)):] {
 		r.unqueue(x)
 	}
+	delete(r.s.requests, r)
 	r.s.respond(r.replyTo, nil, err)
 }
 
@@ -624,11 +698,18 @@ func (r *childRequest) current(b *barrier) bool { return r.stage != requestDone 
 
 // settled: the child has stopped, and starts; or its start call has
 // returned, and the requester is answered (a failed start is then
-// supervised like any failure).
+// supervised like any failure). A group's child stopped while it started
+// (a fence, a shard lost, a StopChild of its own) is left to what stopped
+// it, and the group goes on.
 func (r *childRequest) settled(b *barrier, err error) {
 	r.wait = nil
 	if r.stage == requestStopping {
-		r.stage++
+		r.stopped()
+		r.step()
+		return
+	}
+	if err == errInterrupted && r.rec.sub != nil {
+		r.lost = r.lost || !r.s.leaseHeld(r.recs[r.next-1])
 		r.step()
 		return
 	}
@@ -640,4 +721,31 @@ func (r *childRequest) settled(b *barrier, err error) {
 		return
 	}
 	r.step() // the next child, or the answer
+}
+
+// stopReaches is a StopChild or RemoveChild of rec reaching the requests
+// in flight: a request on rec, or on a child or group under it, ends now
+// with err (ErrChildStopped, ErrChildRemoved), and what it had still to
+// start stays stopped; a group's request above rec goes on without it
+// (step skips a child stopped meanwhile).
+func (s *root) stopReaches(rec *childRecord, err error) {
+	for r := range s.requests {
+		if inside(r.rec, rec) {
+			r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, err))
+		}
+	}
+}
+
+// takeOut takes the children touches selects out of every group request
+// that has still to start them: a stand-down's, whose next start round
+// starts them afresh, stores first at every depth.
+func (s *root) takeOut(touches func(*childRecord) bool) {
+	for r := range s.requests {
+		for _, x := range r.recs[min(r.next, len(r.recs)):] {
+			if touches(x) && x.queued() == r {
+				r.unqueue(x)
+				r.lost = true
+			}
+		}
+	}
 }

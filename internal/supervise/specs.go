@@ -105,6 +105,10 @@ type GroupDecl struct {
 	// StopOnExhausted: when its budget is spent the group stops and stays
 	// stopped, instead of failing to its parent.
 	StopOnExhausted bool
+	// Shard, when positive, pins every controller under the group, at any
+	// depth and whenever added (at Start or by AddChild), to shard Shard-1:
+	// a group of AddShardedGroup. A group inside it inherits it.
+	Shard int
 	// Err, when set, is why the group could not be built (Specs reports it
 	// by its position).
 	Err error

@@ -123,6 +123,11 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 			rec.lvl = g.sub
 		}
 	}
+	if spec.Kind == actors.KindController && rec.lvl.shard > 0 {
+		// Under a group of AddShardedGroup, however it was added (at
+		// Start, or by AddChild, alone or in a group): its group's shard.
+		rec.spec.Shard = rec.lvl.shard - 1
+	}
 	rec.lvl.children = append(rec.lvl.children, rec)
 	s.touchGroups(rec)
 	if spec.Kind == actors.KindGroup {
@@ -348,12 +353,13 @@ func (s *root) endStart(err error) {
 
 // toStart is what a start round starts of kind: every child of that kind
 // but those stopped by StopChild, those still running (webhooks and plain
-// runnables outlive a lost lease) and those whose shard this replica does
-// not hold.
+// runnables outlive a lost lease), those whose shard this replica does
+// not hold, and those a decision in progress owns (a restart plan, a
+// group's request still to start them: owned), which start them in turn.
 func (s *root) toStart(kind actors.Kind) []*childRecord {
 	var recs []*childRecord
 	for _, rec := range s.ofKind(kind) {
-		if !rec.stopRequested && !rec.state.Active() && s.leaseHeld(rec) {
+		if !rec.stopRequested && !rec.state.Active() && !owned(rec) && s.leaseHeld(rec) {
 			recs = append(recs, rec)
 		}
 	}

@@ -75,7 +75,8 @@ type root struct {
 	start        *startAttempt
 	startTimeout time.Duration // bounds every start call, restarts included
 	shutdown     *shutdownAttempt
-	plans        map[*restartPlan]struct{} // in flight, in every level
+	plans        map[*restartPlan]struct{}  // in flight, in every level
+	requests     map[*childRequest]struct{} // lifecycle requests in flight (RestartChild, StartChild, AddChild)
 	probe        *probeState
 
 	lifetime    context.Context // ends when the manager shuts down

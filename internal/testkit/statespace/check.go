@@ -21,6 +21,103 @@ func (r *runner) check(ctx context.Context) {
 	r.checkLease(now)
 	r.checkGuards(false)
 	r.checkTree()
+	r.checkStoppedRan()
+}
+
+// stopDone is a StopChild or RemoveChild of path, sent at sent, answered
+// nil at answered.
+type stopDone struct {
+	path           string
+	sent, answered time.Time
+}
+
+// noteStop records msg, sent at sent, when it is a StopChild or
+// RemoveChild answered nil.
+func (r *runner) noteStop(msg any, sent time.Time, err error) {
+	var path string
+	starts := false
+	switch m := msg.(type) {
+	case supervisor.StopChild:
+		path = m.Name
+	case supervisor.RemoveChild:
+		path = m.Name
+	case supervisor.StartChild:
+		path, starts = m.Name, true
+	case supervisor.RestartChild:
+		path, starts = m.Name, true
+	default:
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := stopDone{path: path, sent: sent, answered: time.Now()}
+	switch {
+	case starts:
+		r.startsDone = append(r.startsDone, done)
+	case err == nil:
+		r.stopsDone = append(r.stopsDone, done)
+	}
+}
+
+// answeredBefore reports whether the StartChild or RestartChild q was
+// answered before at (then it was handled before anything sent at at).
+// r.mu is held.
+// Answers are matched to steps by path only, so it says yes only when
+// every such step of q.path from q on was answered before at.
+func (r *runner) answeredBefore(q lifecycleReq, at time.Time) bool {
+	steps, answered := 0, 0
+	for _, p := range r.reqs {
+		if p.path == q.path && (p.do == DoStartChild || p.do == DoRestart) && !p.at.Before(q.at) {
+			steps++
+		}
+	}
+	for _, d := range r.startsDone {
+		if d.path != q.path || d.sent.Before(q.at) {
+			continue
+		}
+		if !d.answered.Before(at) {
+			return false
+		}
+		answered++
+	}
+	return answered >= steps
+}
+
+// checkStoppedRan: a child stopped or removed (its StopChild or
+// RemoveChild, or its group's, answered nil) runs no start call begun
+// after that answer, unless a StartChild or RestartChild of it or of a
+// group above it may have been handled after the stop (it had not been
+// answered when the stop was sent, or has not been answered yet).
+func (r *runner) checkStoppedRan() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range r.stopsDone {
+		for path := range r.children {
+			if !within(path, st.path) {
+				continue
+			}
+			for _, in := range r.journal.Of(path) {
+				if !in.From.After(st.answered) {
+					continue
+				}
+				allowed := false
+				for _, q := range r.reqs {
+					if (q.do == DoStartChild || q.do == DoRestart) && q.at.Before(in.From) && within(path, q.path) && !r.answeredBefore(q, st.sent) {
+						allowed = true
+						break
+					}
+				}
+				if allowed {
+					continue
+				}
+				r.violateOnceLocked(fmt.Sprintf("stoppedran/%s/%d", path, in.Inc), Violation{
+					Invariant: StoppedRan, Child: path, Time: in.From,
+					Detail: fmt.Sprintf("incarnation %d started at %s, after StopChild or RemoveChild of %s answered nil at %s, with no StartChild or RestartChild of it or above it sent since",
+						in.Inc, stamp(in.From), st.path, stamp(st.answered)),
+				})
+			}
+		}
+	}
 }
 
 // guardSlack is how long after a Shutdown has returned (as its child

@@ -211,7 +211,9 @@ func (r *runner) request(msg any) {
 		defer r.background.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
+		sent := time.Now()
 		_, err := r.m.Request(ctx, msg)
+		r.noteStop(msg, sent, err)
 		desc := fmt.Sprintf("%T%+v", msg, msg)
 		if add, ok := msg.(supervisor.AddChild); ok {
 			desc = fmt.Sprintf("AddChild %s", add.Runnable.(interface{ Name() string }).Name())

@@ -77,6 +77,11 @@ const (
 	// started after the group's ChildStopped, before any StartChild or
 	// RestartChild of the group, above or in it.
 	StoppedGroupRan Invariant = "stopped-group-ran"
+	// StoppedRan: a child started after a StopChild or RemoveChild of it
+	// (or of a group above it) had answered nil, with no StartChild or
+	// RestartChild of it or above it sent since that stop was sent: a
+	// removed or stopped child never runs again.
+	StoppedRan Invariant = "stopped-ran"
 	// SinceWrong: Status said a child entered its State (Since) before an
 	// earlier Status saw it in another state: Since is not when it
 	// entered State.

@@ -101,6 +101,8 @@ type runner struct {
 	obligations []*obligation
 	stopReq     map[string]bool
 	reqs        []lifecycleReq       // the lifecycle steps sent, in order
+	stopsDone   []stopDone           // the StopChild and RemoveChild answered nil
+	startsDone  []stopDone           // the StartChild and RestartChild answered
 	order       map[string][]string  // each level's children (names) in the order added; "" is the root
 	addedAt     map[string]time.Time // when each child added by a step was sent
 	lastSeen    map[string]seenState // each child's state in the last Status checked

@@ -1,0 +1,578 @@
+package controllermanager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// The seams of a restart on request (issue 34 §3): a RestartChild meeting
+// a StopChild or RemoveChild of the same child, a group's restart meeting a
+// re-election or a shard won back, a re-election's new Run, and AddChild
+// under a group of AddShardedGroup. Each goes through the public API.
+
+// seamLog is the order of the children's calls, shared by a test's
+// children: "start g/c 2" when Run (Recover, Start) number 2 of g/c
+// began, "started g/c 2" when it returned, "stop g/c 1" when Shutdown
+// number 1 returned.
+type seamLog struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *seamLog) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, fmt.Sprintf(format, args...))
+}
+
+func (l *seamLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.entries)
+}
+
+// index is where entry is in the log, -1 if absent.
+func (l *seamLog) index(entry string) int { return slices.Index(l.snapshot(), entry) }
+
+// seamChild is a controller, store or webhook (seamController, seamStore,
+// seamWebhook) whose n-th start call runs onRun[n] when set (else returns
+// at once) and whose n-th Shutdown waits for holdStop[n] when set.
+type seamChild struct {
+	path, name string
+	log        *seamLog
+
+	mu        sync.Mutex
+	runs      int
+	shutdowns int
+	report    func(error)
+	onRun     map[int]func(ctx context.Context) error
+	holdStop  map[int]chan struct{}
+}
+
+func newSeamChild(log *seamLog, parent, name string) *seamChild {
+	path := name
+	if parent != "" {
+		path = parent + "/" + name
+	}
+	return &seamChild{path: path, name: name, log: log, onRun: map[int]func(context.Context) error{}, holdStop: map[int]chan struct{}{}}
+}
+
+func (c *seamChild) Name() string { return c.name }
+
+func (c *seamChild) start(ctx context.Context) error {
+	c.mu.Lock()
+	c.runs++
+	n, hook := c.runs, c.onRun[c.runs]
+	c.report, _ = actors.FailureReporter(ctx)
+	c.mu.Unlock()
+	c.log.add("start %s %d", c.path, n)
+	var err error
+	if hook != nil {
+		err = hook(ctx)
+	}
+	c.log.add("started %s %d", c.path, n)
+	return err
+}
+
+func (c *seamChild) Shutdown(context.Context) {
+	c.mu.Lock()
+	n := c.shutdowns + 1
+	hold := c.holdStop[n]
+	c.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	c.mu.Lock()
+	c.shutdowns++
+	c.mu.Unlock()
+	c.log.add("stop %s %d", c.path, n)
+}
+
+func (c *seamChild) counts() (runs, shutdowns int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs, c.shutdowns
+}
+
+func (c *seamChild) runCount() int {
+	runs, _ := c.counts()
+	return runs
+}
+
+// setRun makes start call n run hook.
+func (c *seamChild) setRun(n int, hook func(ctx context.Context) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onRun[n] = hook
+}
+
+// holdShutdown makes Shutdown n wait until the returned function is called.
+func (c *seamChild) holdShutdown(t *testing.T, n int) (release func()) {
+	hold := make(chan struct{})
+	c.mu.Lock()
+	c.holdStop[n] = hold
+	c.mu.Unlock()
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	return release
+}
+
+// blockRun makes start call n signal entered, then wait until release is
+// called or its context ends (then it returns the context's error).
+func (c *seamChild) blockRun(t *testing.T, n int) (entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	c.setRun(n, func(ctx context.Context) error {
+		close(in)
+		select {
+		case <-out:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	release = sync.OnceFunc(func() { close(out) })
+	t.Cleanup(release)
+	return in, release
+}
+
+func (c *seamChild) fail() {
+	c.mu.Lock()
+	report := c.report
+	c.mu.Unlock()
+	report(errors.New(c.path + " failed"))
+}
+
+type seamController struct{ *seamChild }
+
+func (c seamController) Run(ctx context.Context) error { return c.start(ctx) }
+func (c seamController) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: c.name, Healthy: true}
+}
+
+type seamStore struct{ *seamChild }
+
+func (s seamStore) Recover(ctx context.Context) error { return s.start(ctx) }
+
+type seamWebhook struct{ *seamChild }
+
+func (w seamWebhook) Start(ctx context.Context) error { return w.start(ctx) }
+func (w seamWebhook) Ready() bool                     { return true }
+func (w seamWebhook) Path() string                    { return "/" + w.path }
+func (w seamWebhook) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, nil
+}
+
+// seamManager is a manager with fast restarts, election on srv's Lease
+// (shards > 1: sharded) when srv is not nil, whose cleanup shuts it down.
+func seamManager(t *testing.T, srv *leasetest.Server, shards int32) *cm.ControllerManager {
+	t.Helper()
+	cfg := cm.ControllerManagerConfigSpec{Supervision: gFast()}
+	host := cm.NewContext(nil)
+	if srv != nil {
+		cfg.LeaderElection = elSpec(cm.LeaseLostReelect)
+		cfg.LeaderElection.Shards = shards
+		host = cm.NewContext(srv.Client("a"))
+	}
+	m, err := cm.NewControllerManager(host, cfg, "", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	return m
+}
+
+// seamCall runs call in a goroutine; its result comes on the channel.
+func seamCall(call func(ctx context.Context) error) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		out <- call(ctx)
+	}()
+	return out
+}
+
+// seamResult waits for a call's result.
+func seamResult(t *testing.T, what string, res <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(elWait):
+		t.Fatalf("%s: no answer within %s", what, elWait)
+		return nil
+	}
+}
+
+// seamReached waits for ch to close.
+func seamReached(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(elWait):
+		t.Fatalf("not within %s: %s", elWait, what)
+	}
+}
+
+// seamShutdown shuts m down, and fails unless it stopped within elWait
+// with Err nil.
+func seamShutdown(t *testing.T, m *cm.ControllerManager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	m.ShutdownAndWait(ctx)
+	select {
+	case <-m.Done():
+	default:
+		t.Fatal("ShutdownAndWait returned and Done is open")
+	}
+	assert.NoError(t, m.Err())
+}
+
+// seamBooks checks that Status counts every start call of each child but
+// its first as a restart, once the manager has stopped, and that every
+// incarnation was shut down once.
+func seamBooks(t *testing.T, m *cm.ControllerManager, children ...*seamChild) {
+	t.Helper()
+	st := mustStatus(t, m)
+	for _, c := range children {
+		runs, shutdowns := c.counts()
+		cs, ok := st.Child(c.path)
+		if !ok {
+			continue // removed
+		}
+		assert.Equal(t, runs-1, cs.Restarts, "%s: Restarts = runs - 1", c.path)
+		assert.Equal(t, runs, shutdowns, "%s: every incarnation shut down once", c.path)
+	}
+}
+
+// noFailures fails for any ChildFailed rec saw.
+func noFailures(t *testing.T, rec *recorder) {
+	t.Helper()
+	for _, e := range rec.snapshot() {
+		if e.Type == cm.ChildFailed {
+			t.Errorf("ChildFailed %s: %v", e.Child, e.Err)
+		}
+	}
+}
+
+// A StopChild or RemoveChild of a child (or of its group) that a
+// RestartChild is restarting reaches the restart: RestartChild answers at
+// once with ErrChildStopped or ErrChildRemoved, the child never runs
+// again, and nothing is left running after ShutdownAndWait.
+func TestRestartChildMeetsStopOrRemove(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		group    bool // RestartChild and the stop name the group "g"
+		remove   bool
+		starting bool // the stop comes while Run 2 runs, not while Shutdown 1 does
+	}{
+		{name: "RemoveChild while its Shutdown runs", remove: true},
+		{name: "StopChild while its Shutdown runs"},
+		{name: "RemoveChild while its Run starts again", remove: true, starting: true},
+		{name: "StopChild while its Run starts again", starting: true},
+		{name: "RemoveChild of its group while its Shutdown runs", group: true, remove: true},
+		{name: "StopChild of its group while its Shutdown runs", group: true},
+		{name: "RemoveChild of its group while its Run starts again", group: true, remove: true, starting: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			log := &seamLog{}
+			m := seamManager(t, nil, 0)
+			rec := record(m)
+			parent := ""
+			if tc.group {
+				parent = "g"
+			}
+			c := newSeamChild(log, parent, "c")
+			if tc.group {
+				m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, seamController{c}))
+			} else {
+				m.Add(seamController{c})
+			}
+			gStart(t, m)
+			target := c.path
+			if tc.group {
+				target = "g"
+			}
+
+			var reached <-chan struct{}
+			var release func()
+			if tc.starting {
+				reached, release = c.blockRun(t, 2)
+			} else {
+				release = c.holdShutdown(t, 1)
+			}
+			restarted := seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, target) })
+			if tc.starting {
+				seamReached(t, "Run 2 under way", reached)
+			} else {
+				gEventually(t, "the restart stops it", func() bool { return gState(t, m, c.path) == supervisor.StateStopping })
+			}
+
+			stopped := seamCall(func(ctx context.Context) error {
+				if tc.remove {
+					return m.RemoveChild(ctx, target)
+				}
+				return m.StopChild(ctx, target)
+			})
+			want := cm.ErrChildStopped
+			if tc.remove {
+				want = cm.ErrChildRemoved
+			}
+			// Answered when the stop reaches it, before the child has stopped.
+			err := seamResult(t, "RestartChild", restarted)
+			require.ErrorIs(t, err, want, "RestartChild says why it did not restart")
+			release()
+			require.NoError(t, seamResult(t, "the stop", stopped))
+
+			runsBefore := c.runCount()
+			if tc.remove {
+				gEventually(t, "removed", func() bool { return rec.count(cm.ChildRemoved, target) == 1 })
+				_, still := mustStatus(t, m).Child(c.path)
+				assert.False(t, still, "removed from Status")
+			} else {
+				assert.Equal(t, supervisor.StateStopped, gState(t, m, target))
+			}
+			seamShutdown(t, m)
+			runs, shutdowns := c.counts()
+			assert.Equal(t, runsBefore, runs, "a removed or stopped child never runs again")
+			assert.Equal(t, runs, shutdowns, "every incarnation shut down once")
+			if tc.group && !tc.starting {
+				assert.Zero(t, rec.count(cm.ChildRestarted, "g"), "nothing of the group started again: no ChildRestarted")
+			}
+			noFailures(t, rec)
+			seamBooks(t, m, c)
+		})
+	}
+}
+
+// seamEvents counts rec's events of typ for shard (ShardAcquired, ShardLost).
+func seamShardEvents(rec *recorder, typ cm.EventType, shard int) int {
+	n := 0
+	for _, e := range rec.snapshot() {
+		if e.Type == typ && e.Shard == shard {
+			n++
+		}
+	}
+	return n
+}
+
+// A group's RestartChild waiting on a slow start call (a webhook's Start,
+// a store's Recover) while the lease is stolen and won back: the children
+// it had still to start are the next start round's, started once; the
+// request answers, saying the lease was lost meanwhile; no failure is
+// counted; ShutdownAndWait completes.
+func TestGroupRestartMeetsReelection(t *testing.T) {
+	for _, slow := range []string{"webhook", "store"} {
+		t.Run(slow, func(t *testing.T) {
+			t.Parallel()
+			srv, log := leasetest.NewServer(), &seamLog{}
+			m := seamManager(t, srv, 0)
+			rec := record(m)
+			first, ctrl := newSeamChild(log, "g", slow), newSeamChild(log, "g", "ctrl")
+			var firstChild cm.Runnable = seamWebhook{first}
+			if slow == "store" {
+				firstChild = seamStore{first}
+			}
+			m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, firstChild, seamController{ctrl}))
+			gStart(t, m)
+			entered, release := first.blockRun(t, 2)
+
+			restarted := seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "g") })
+			seamReached(t, "the group's restart waits on "+slow, entered)
+			require.NoError(t, srv.Steal(elNamespace, elLeaseName, "thief", elLeaseDuration))
+			gEventually(t, "the lease lost", func() bool { return rec.count(cm.LeaderLost, "") == 1 })
+			gEventually(t, "elected again and running", func() bool {
+				return rec.count(cm.LeaderElected, "") == 2 && mustStatus(t, m).Phase == cm.PhaseRunning
+			})
+			gEventually(t, "the controller runs again", func() bool { return gState(t, m, ctrl.path) == supervisor.StateRunning })
+			release()
+			err := seamResult(t, "RestartChild", restarted)
+			require.ErrorIs(t, err, cm.ErrShardNotHeld, "the restart says the lease was lost meanwhile")
+
+			gEventually(t, "the group running", func() bool { return gState(t, m, "g") == supervisor.StateRunning })
+			assert.Equal(t, 2, ctrl.runCount(), "the controller started once after the re-election")
+			if slow == "store" {
+				assert.Less(t, log.index("started g/store 3"), log.index("start g/ctrl 2"), "stores first: %v", log.snapshot())
+			}
+			noFailures(t, rec)
+			seamShutdown(t, m)
+			seamBooks(t, m, first, ctrl)
+		})
+	}
+}
+
+// A group's RestartChild waiting on its store's Recover while the group's
+// shard is stolen and won back; and the same for a restart plan after
+// the store failed. The controller the restart has still to start stays
+// its own (busy, Stopped) when the shard is acquired again, and starts
+// only once the store has recovered: stores first wins over "a shard
+// acquired while Running starts its controllers at once".
+func TestGroupRestartMeetsShardWonBack(t *testing.T) {
+	for _, by := range []string{"RestartChild", "a failure"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			srv, log := leasetest.NewServer(), &seamLog{}
+			m := seamManager(t, srv, 2)
+			rec := record(m)
+			var mu sync.Mutex
+			built := map[int][2]*seamChild{}
+			m.AddShardedGroup("t", cm.SupervisionSpec{Strategy: cm.AllForOne}, func(sh cm.Shard) []cm.Runnable {
+				g := fmt.Sprintf("t-%d", sh.Index)
+				store, ctrl := newSeamChild(log, g, "store"), newSeamChild(log, g, "ctrl")
+				mu.Lock()
+				built[sh.Index] = [2]*seamChild{store, ctrl}
+				mu.Unlock()
+				return []cm.Runnable{seamController{ctrl}, seamStore{store}}
+			})
+			gStart(t, m)
+			gEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
+			store, ctrl := built[1][0], built[1][1]
+			gEventually(t, "t-1 running", func() bool { return gState(t, m, "t-1") == supervisor.StateRunning })
+			entered, release := store.blockRun(t, 2)
+
+			var restarted <-chan error
+			if by == "RestartChild" {
+				restarted = seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "t-1") })
+			} else {
+				store.fail()
+			}
+			seamReached(t, "the store recovers again", entered)
+			require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-1", "thief", elLeaseDuration))
+			gEventually(t, "shard 1 lost", func() bool { return seamShardEvents(rec, cm.ShardLost, 1) == 1 })
+			gEventually(t, "shard 1 won back", func() bool { return seamShardEvents(rec, cm.ShardAcquired, 1) == 2 })
+			// The acquisition has been handled (its event is published
+			// after it): the controller waits for its store.
+			assert.Equal(t, supervisor.StateStopped, gState(t, m, ctrl.path), "the controller waits for its group's store")
+			assert.Equal(t, 1, ctrl.runCount())
+			release()
+			if restarted != nil {
+				require.NoError(t, seamResult(t, "RestartChild", restarted), "the shard is held again when the controller's turn comes")
+			}
+			gEventually(t, "the controller runs again", func() bool { return gState(t, m, ctrl.path) == supervisor.StateRunning })
+			assert.Equal(t, 2, ctrl.runCount())
+			assert.Less(t, log.index("started t-1/store 2"), log.index("start t-1/ctrl 2"), "stores first: %v", log.snapshot())
+			for _, e := range rec.snapshot() {
+				if e.Type == cm.ChildFailed && e.Child != store.path {
+					t.Errorf("ChildFailed %s: %v", e.Child, e.Err)
+				}
+			}
+			seamShutdown(t, m)
+			seamBooks(t, m, store, ctrl, built[0][0], built[0][1])
+		})
+	}
+}
+
+// A re-election's new Run is a restart: after a stolen lease (or shard)
+// is won back, Status.Restarts is the number of start calls minus one and
+// a ChildRestarted was published for each new Run.
+func TestReelectionCountsTheNewRun(t *testing.T) {
+	for _, shards := range []int32{0, 2} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			t.Parallel()
+			srv, log := leasetest.NewServer(), &seamLog{}
+			m := seamManager(t, srv, shards)
+			rec := record(m)
+			store, ctrl := newSeamChild(log, "", "store"), newSeamChild(log, "", "ctrl")
+			m.AddStore(seamStore{store})
+			m.Add(seamController{ctrl})
+			gStart(t, m)
+			lease, lost, won := elLeaseName, cm.LeaderLost, cm.LeaderElected
+			children := []*seamChild{store, ctrl}
+			if shards > 1 {
+				// Another shard held keeps the stores running: only the
+				// controller starts again.
+				i := cm.ShardOf("ctrl", int(shards))
+				gEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
+				lease, lost, won = fmt.Sprintf("%s-%d", elLeaseName, i), cm.ShardLost, cm.ShardAcquired
+				children = []*seamChild{ctrl}
+			}
+			require.NoError(t, srv.Steal(elNamespace, lease, "thief", elLeaseDuration))
+			gEventually(t, "lost", func() bool { return rec.count(lost, "") >= 1 })
+			gEventually(t, "won back", func() bool {
+				return rec.count(won, "") >= 2 && mustStatus(t, m).Phase == cm.PhaseRunning
+			})
+			for _, c := range children {
+				gEventually(t, c.path+" runs again", func() bool { return c.runCount() == 2 && gState(t, m, c.path) == supervisor.StateRunning })
+				gEventually(t, c.path+"'s ChildRestarted", func() bool { return rec.count(cm.ChildRestarted, c.path) >= 1 })
+				assert.Equal(t, 1, rec.count(cm.ChildRestarted, c.path))
+				cs, _ := mustStatus(t, m).Child(c.path)
+				assert.Equal(t, 1, cs.Restarts, "%s: Restarts = runs - 1", c.path)
+			}
+			noFailures(t, rec)
+			seamShutdown(t, m)
+			seamBooks(t, m, store, ctrl)
+		})
+	}
+}
+
+// AddChild under a group of AddShardedGroup, of a controller or of a
+// group, pins the controllers to the group's shard, whatever the shard of
+// their own name or path: they run on the replica holding the group's
+// shard.
+func TestAddChildUnderAShardedGroupTakesItsShard(t *testing.T) {
+	t.Parallel()
+	srv, log := leasetest.NewServer(), &seamLog{}
+	m := seamManager(t, srv, 2)
+	m.AddShardedGroup("t", cm.SupervisionSpec{}, func(sh cm.Shard) []cm.Runnable {
+		return []cm.Runnable{seamController{newSeamChild(log, fmt.Sprintf("t-%d", sh.Index), "ctrl")}}
+	})
+	gStart(t, m)
+	gEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
+	// Shard 1 goes to another replica for good: only shard 0 is held here.
+	require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-1", "thief", time.Hour))
+	gEventually(t, "shard 1 lost", func() bool { return !holdsShard(t, m, 1) })
+
+	// Names whose own shard (a child added under a group was pinned by
+	// it) and whose path's (a group added under a group pinned its
+	// children by their paths) is 1. (FNV-1a's low bit is the parity of
+	// the key's bytes: for the deep child only its path can be 1.)
+	pick := func(format string, ok func(string) bool) string {
+		for i := range 100 {
+			if name := fmt.Sprintf(format, i); ok(name) {
+				return name
+			}
+		}
+		t.Fatalf("no name %q found", format)
+		return ""
+	}
+	plainName := pick("plain-%d", func(n string) bool { return cm.ShardOf(n, 2) == 1 && cm.ShardOf("t-0/"+n, 2) == 1 })
+	deepName := pick("deep-%d", func(n string) bool { return cm.ShardOf("t-0/inner/"+n, 2) == 1 })
+	plain := newSeamChild(log, "t-0", plainName)
+	deep := newSeamChild(log, "t-0/inner", deepName)
+
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	_, err := m.Request(ctx, supervisor.AddChild{Parent: "t-0", Runnable: seamController{plain}})
+	require.NoError(t, err)
+	_, err = m.Request(ctx, supervisor.AddChild{Parent: "t-0", Runnable: cm.NewGroup("inner", cm.SupervisionSpec{}, seamController{deep})})
+	require.NoError(t, err)
+	for _, c := range []*seamChild{plain, deep} {
+		assert.Equal(t, supervisor.StateRunning, gState(t, m, c.path), "%s runs under its group's shard", c.path)
+		assert.Equal(t, 1, c.runCount(), c.path)
+	}
+	st := mustStatus(t, m)
+	require.Len(t, st.Shards, 2)
+	assert.Contains(t, st.Shards[0].Children, plain.path)
+	assert.Contains(t, st.Shards[0].Children, deep.path)
+	assert.NotContains(t, st.Shards[1].Children, plain.path)
+	assert.NotContains(t, st.Shards[1].Children, deep.path)
+	seamShutdown(t, m)
+}
