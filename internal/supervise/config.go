@@ -97,10 +97,9 @@ func (t Timing) withDefaults() Timing {
 
 // Clock is the time the supervisor uses: timers for backoff, tickers for
 // probes. Tests inject k8s.io/utils/clock/testing.FakeClock.
-type Clock interface {
-	clock.WithTicker
-	AfterFunc(d time.Duration, f func()) clock.Timer
-}
+// It is k8s.io/utils/clock's WithTickerAndDelayedExecution, so that the
+// facade's WithClock names a public type.
+type Clock = clock.WithTickerAndDelayedExecution
 
 // Facade plumbing: Config configures a root supervisor (Spawn).
 type Config struct {
