@@ -21,7 +21,7 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
-	"github.com/actorkube/controllermanager/webhook"
+	"github.com/actorkube/controllermanager/internal/admission"
 )
 
 // The manager's metrics. The supervisor's state is their only source: the
@@ -80,7 +80,7 @@ type Manager struct {
 	// controller's health.
 	probe prometheus.Histogram
 	// Webhooks counts the admission requests of every WebhookHandler.
-	Webhooks *webhook.Metrics
+	Webhooks *admission.Metrics
 	// panicsMu guards panics and lastPanic, written by the subscriber's
 	// goroutine and read by scrapes.
 	panicsMu sync.Mutex
@@ -129,7 +129,7 @@ func New(src Source) *Manager {
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
-		Webhooks:  webhook.NewMetrics(),
+		Webhooks:  admission.NewMetrics(),
 		panics:    map[string]uint64{},
 		lastPanic: map[string]*actors.PanicError{},
 	}
