@@ -132,7 +132,7 @@ type Config struct {
 	Tree func(parent string, v any) ([]any, bool)
 	// FenceTimeout is how long after a lost lease every controller and
 	// store must have returned from Shutdown: the time left before another
-	// replica may take the lease over, less a margin (lease.Config's
+	// replica may take the lease over, less a margin (lease/shard's
 	// FenceTimeout). Their Shutdown contexts end at three quarters of it; at
 	// its end, one still shutting down fails the manager at once, with an
 	// error wrapping lease.ErrLost, so that the host exits. Zero uses
