@@ -85,7 +85,7 @@ var (
 // Refusals of an admission request before the webhook's Handle runs, in
 // the Refused field of the actors.AdmissionResult that answers an
 // actors.AdmissionCall; the handler of WebhookHandler answers them with an
-// HTTP status instead (webhook.NewHandler lists which).
+// HTTP status instead (WebhookHandler lists which).
 var (
 	// ErrWebhookUnavailable: the webhook is not running (starting,
 	// restarting after a failure, or stopped), or the child named is not a

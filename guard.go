@@ -20,8 +20,7 @@ import (
 // synchronously and without an API call, whether this replica can still
 // prove it holds the lease. The proof is the send time of the last
 // successful renewal on the monotonic clock: no other replica can acquire the
-// lease before that plus the lease duration, less a margin (see lease.Fence
-// and lease.Config.ClockSkewMargin). docs/leader-election.md sets out what it
+// lease before that plus the lease duration, less a margin (see lease.Term). docs/leader-election.md sets out what it
 // closes and what it cannot.
 
 // LeaseGuard returns the lease guard of the controller (or store) whose Run

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
-	"github.com/actorkube/controllermanager/internal/supervise"
 )
 
 // Option configures a manager beyond its seed arguments. Constructors take
@@ -21,7 +20,7 @@ type Option func(*options)
 
 type options struct {
 	logger      *slog.Logger
-	clock       supervise.Clock
+	clock       clock.WithTickerAndDelayedExecution
 	identity    string
 	lock        resourcelock.Interface
 	eventBuffer int
@@ -53,7 +52,7 @@ func (o options) subscriberDrain() time.Duration {
 }
 
 // clockOrReal is the clock of WithClock, or the real one.
-func (o options) clockOrReal() supervise.Clock {
+func (o options) clockOrReal() clock.WithTickerAndDelayedExecution {
 	if o.clock != nil {
 		return o.clock
 	}
@@ -71,12 +70,12 @@ func WithLogger(logger *slog.Logger) Option {
 // probes, health deadlines, the fence and shutdown bounds), of the
 // GetHealth deadline, of the sharded elector (renewals, expiry on the
 // local-observation clock) and the one the lease guards read (renewals'
-// send times and checks). client-go's own single-lease election timing
-// stays on the real clock, and so do the HTTP servers' deadlines and the
-// timings measured for logs. Tests pass
-// k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
-func WithClock(clock supervise.Clock) Option {
-	return func(o *options) { o.clock = clock }
+// send times and checks). The HTTP servers' deadlines and the timings
+// measured for logs stay on the real clock. Tests pass
+// k8s.io/utils/clock/testing.FakeClock, which implements
+// clock.WithTickerAndDelayedExecution. Default: the real clock.
+func WithClock(c clock.WithTickerAndDelayedExecution) Option {
+	return func(o *options) { o.clock = c }
 }
 
 // WithIdentity sets this replica's lease holder identity. Default: the host

@@ -114,7 +114,10 @@ func (m *ControllerManager) Subscribe(fn func(Event)) (cancel func()) {
 }
 
 // WebhookHandler returns an http.Handler that serves the manager's webhooks,
-// bounded by cfg: see webhook.NewHandler for the routing and every status. See
+// bounded by cfg: a POST to a webhook's Path() with an admission.k8s.io/v1 (or
+// v1beta1) AdmissionReview runs the webhook's Handle, in a goroutine owned by
+// the webhook's actor, and is answered with an AdmissionReview of the same
+// apiVersion whose response.uid is the request's. See
 // BaseManager.WebhookHandler.
 func (m *ControllerManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 	return m.BaseManager.WebhookHandler(cfg)
@@ -232,7 +235,10 @@ func (m *WebhookManager) Subscribe(fn func(Event)) (cancel func()) {
 }
 
 // WebhookHandler returns an http.Handler that serves the manager's webhooks,
-// bounded by cfg: see webhook.NewHandler for the routing and every status. See
+// bounded by cfg: a POST to a webhook's Path() with an admission.k8s.io/v1 (or
+// v1beta1) AdmissionReview runs the webhook's Handle, in a goroutine owned by
+// the webhook's actor, and is answered with an AdmissionReview of the same
+// apiVersion whose response.uid is the request's. See
 // BaseManager.WebhookHandler.
 func (m *WebhookManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 	return m.BaseManager.WebhookHandler(cfg)

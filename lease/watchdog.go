@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
-
-	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
 )
@@ -33,29 +30,18 @@ const DefaultWatchdogGrace = defaults.WatchdogGrace
 // election can hand one out.
 type Watchdog struct {
 	grace time.Duration
-	check func(grace time.Duration) error // NewWatchdogFor's; nil: the election's
-
-	mu sync.Mutex
-	le *leaderelection.LeaderElector
+	check func(grace time.Duration) error
 }
 
-// NewWatchdog returns a Watchdog that tolerates grace past the lease
-// duration; grace <= 0 means DefaultWatchdogGrace.
-func NewWatchdog(grace time.Duration) *Watchdog {
+// NewWatchdogFor returns a Watchdog over an elector (lease/shard's: every
+// shard it holds): check returns an error when a lease held has not been
+// renewed for its duration plus grace. grace <= 0 means
+// DefaultWatchdogGrace.
+func NewWatchdogFor(grace time.Duration, check func(grace time.Duration) error) *Watchdog {
 	if grace <= 0 {
 		grace = DefaultWatchdogGrace
 	}
-	return &Watchdog{grace: grace}
-}
-
-// NewWatchdogFor returns a Watchdog over lease code of its own (lease/shard's
-// elector: every shard it holds): check returns an error when a lease held
-// has not been renewed for its duration plus grace. grace <= 0 means
-// DefaultWatchdogGrace.
-func NewWatchdogFor(grace time.Duration, check func(grace time.Duration) error) *Watchdog {
-	w := NewWatchdog(grace)
-	w.check = check
-	return w
+	return &Watchdog{grace: grace, check: check}
 }
 
 // Name is the check's name: "leaderElection", as client-go's.
@@ -72,38 +58,6 @@ func (w *Watchdog) Check(*http.Request) error {
 		if err := w.check(w.grace); err != nil {
 			return fmt.Errorf("%w: %v", ErrRenewalOverdue, err)
 		}
-		return nil
-	}
-	w.mu.Lock()
-	le := w.le
-	w.mu.Unlock()
-	if le == nil {
-		return nil
-	}
-	if err := le.Check(w.grace); err != nil {
-		return fmt.Errorf("%w: %v", ErrRenewalOverdue, err)
 	}
 	return nil
-}
-
-// watch points the watchdog at the election le runs; unwatch forgets it
-// once it has ended.
-func (w *Watchdog) watch(le *leaderelection.LeaderElector) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	w.le = le
-	w.mu.Unlock()
-}
-
-func (w *Watchdog) unwatch(le *leaderelection.LeaderElector) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	if w.le == le {
-		w.le = nil
-	}
-	w.mu.Unlock()
 }

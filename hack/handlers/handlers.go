@@ -23,7 +23,7 @@ import (
 // Packages are the directories, relative to the module's root, whose types
 // with a Receive(actor.Context) method are actors: the root supervisor, the
 // child actor, and the two electors.
-var Packages = []string{"internal/supervise", "internal/childactor", "lease", "lease/shard"}
+var Packages = []string{"internal/supervise", "internal/childactor", "internal/elector"}
 
 // pkg is one parsed package: its files and every function and method in
 // them, by name.

@@ -113,7 +113,7 @@ const (
 	// Shards is LeaderElectionSpec.Shards's default: 1, the single Lease
 	// named leaseName (0 means the same).
 	Shards = 1
-	// WatchdogGrace is lease.NewWatchdog's default grace (grace <= 0): the
+	// WatchdogGrace is lease.NewWatchdogFor's default grace (grace <= 0): the
 	// watchdog fails 20s past the lease duration without a renewal, well
 	// after a live elector would have reported Lost and fenced, so that it
 	// fires only on a stuck election.

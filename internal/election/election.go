@@ -23,6 +23,7 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
+	"github.com/actorkube/controllermanager/internal/elector"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/shard"
@@ -93,12 +94,12 @@ func New(cfg Config) (*Election, error) {
 			scfg.RecordEvent = func(message string) { recordLeaderElection(rec, namespace, name, identity, message) }
 		}
 	}
-	e, err := shard.New(scfg)
+	e, props, err := elector.New(scfg)
 	if err != nil {
 		return nil, err
 	}
 	return &Election{
-		cfg: cfg, elector: e, props: shard.Props(e),
+		cfg: cfg, elector: e, props: props,
 		// The watchdog tolerates a renew deadline past the lease's
 		// expiry: a live elector reports Lost long before.
 		watchdog:     lease.NewWatchdogFor(cfg.RenewDeadline, e.Check),

@@ -31,12 +31,14 @@ var Layers = []Layer{
 	{"test kits: children, the chaos and state-space harnesses", []string{"internal/testkit/chaos", "internal/testkit/docsection", "internal/testkit/statespace", "internal/testkit/testchild"}},
 	{"the root facade: managers, options, errors", []string{"."}},
 	{"probes, metrics, Kubernetes Events and the election wiring", []string{"health", "internal/election", "internal/kubeevents", "internal/metrics"}},
-	{"the live view and the admission server", []string{"liveview", "webhook"}},
+	{"the live view and the admission handler", []string{"internal/admission", "liveview"}},
+	{"the admission server and its config", []string{"webhook"}},
 	{"the root supervisor actor", []string{"internal/supervise"}},
-	{"the child actor and the shard elector", []string{"internal/childactor", "lease/shard"}},
+	{"the child actor and the elector actor", []string{"internal/childactor", "internal/elector"}},
+	{"the shard elector", []string{"lease/shard"}},
 	{"the vocabulary of supervision: lifecycle messages, Status, Event, Phase, errors", []string{"supervisor"}},
 	{"what a hosted component implements and calls", []string{"actors"}},
-	{"leases: errors, guards, fences, the previous release's elector", []string{"lease"}},
+	{"leases: errors, the terms the guards read, the watchdog, the locks", []string{"lease"}},
 	{"leaves: defaults, plain-text and JSON answers, the start context, a fake Lease API", []string{"internal/defaults", "internal/respond", "internal/startctx", "internal/testkit/pausewatch", "lease/leasetest"}},
 }
 

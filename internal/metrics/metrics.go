@@ -19,9 +19,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/admission"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
-	"github.com/actorkube/controllermanager/webhook"
 )
 
 // The manager's metrics. The supervisor's state is their only source: the
@@ -80,7 +80,7 @@ type Manager struct {
 	// controller's health.
 	probe prometheus.Histogram
 	// Webhooks counts the admission requests of every WebhookHandler.
-	Webhooks *webhook.Metrics
+	Webhooks *admission.Metrics
 	// KubeEventsDropped counts, by reason, the Kubernetes Events the
 	// manager's own recorder dropped: still queued when it stopped
 	// (internal/kubeevents' Recorder.OnDrop).
@@ -133,7 +133,7 @@ func New(src Source) *Manager {
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
-		Webhooks: webhook.NewMetrics(),
+		Webhooks: admission.NewMetrics(),
 		KubeEventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "controllermanager_kube_events_dropped_total",
 			Help: "Kubernetes Events the manager's own recorder dropped: still queued, behind the clientset's rate limit, when the manager stopped and its flush had waited 5s. By reason.",

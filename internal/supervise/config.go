@@ -97,10 +97,9 @@ func (t Timing) withDefaults() Timing {
 
 // Clock is the time the supervisor uses: timers for backoff, tickers for
 // probes. Tests inject k8s.io/utils/clock/testing.FakeClock.
-type Clock interface {
-	clock.WithTicker
-	AfterFunc(d time.Duration, f func()) clock.Timer
-}
+// It is k8s.io/utils/clock's WithTickerAndDelayedExecution, so that the
+// facade's WithClock names a public type.
+type Clock = clock.WithTickerAndDelayedExecution
 
 // Facade plumbing: Config configures a root supervisor (Spawn).
 type Config struct {
@@ -133,7 +132,7 @@ type Config struct {
 	Tree func(parent string, v any) ([]any, bool)
 	// FenceTimeout is how long after a lost lease every controller and
 	// store must have returned from Shutdown: the time left before another
-	// replica may take the lease over, less a margin (lease.Config's
+	// replica may take the lease over, less a margin (lease/shard's
 	// FenceTimeout). Their Shutdown contexts end at three quarters of it; at
 	// its end, one still shutting down fails the manager at once, with an
 	// error wrapping lease.ErrLost, so that the host exits. Zero uses

@@ -2,15 +2,14 @@ package supervise
 
 import (
 	"github.com/actorkube/controllermanager/actors"
-	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/internal/elector"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Leadership is a phase of the tree: nothing in Recovering, Starting or
-// Running runs without the lease. The elector reports shard.Acquired,
-// shard.HolderChanged, shard.Releasing and shard.Lost, the single lease
-// being shard 0 of the same messages, and lease.Released after Resign; this
+// Running runs without the lease. The elector reports elector.Acquired,
+// elector.HolderChanged, elector.Releasing and elector.Lost, the single lease
+// being shard 0 of the same messages, and elector.Released after Resign; this
 // file is what the supervisor does with them, one handler each, whether
 // there is one lease or many.
 //
@@ -25,9 +24,20 @@ import (
 //
 // Fencing runs on Config.Clock, as every timer of the supervisor does.
 
-var resignMessage = lease.Resign{}
+var resignMessage = elector.Resign{}
 
-func (s *root) onShardAcquired(m shard.Acquired) {
+// answerElector returns the function that sends msg (HandedOver or Fenced)
+// to the elector actor, if it still runs: how the root answers a Releasing
+// or a Lost once what they ask for is done.
+func (s *root) answerElector(msg any) func() {
+	return func() {
+		if s.elector != nil {
+			s.ctx.Send(s.elector, msg)
+		}
+	}
+}
+
+func (s *root) onShardAcquired(m elector.Acquired) {
 	if !s.validShard(m.Shard) {
 		return
 	}
@@ -39,7 +49,7 @@ func (s *root) onShardAcquired(m shard.Acquired) {
 
 // onHolderChanged records who holds the single lease, for Status; with
 // shards, Config.ShardHolders says.
-func (s *root) onHolderChanged(m shard.HolderChanged) {
+func (s *root) onHolderChanged(m elector.HolderChanged) {
 	if !s.sharded() && m.Shard == 0 {
 		s.holder = m.Identity
 	}

@@ -6,14 +6,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/actorkube/controllermanager/internal/elector"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
-	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -22,6 +22,7 @@ import (
 // Released as both electors do.
 type scriptedElector struct {
 	spawned, stopped atomic.Int32
+	fenced           atomic.Int32 // Fenced answers received
 	mu               sync.Mutex
 	parent           *actor.PID
 	system           *actor.ActorSystem
@@ -37,8 +38,10 @@ func (e *scriptedElector) props() *actor.Props {
 			e.spawned.Add(1)
 		case *actor.Stopping:
 			e.stopped.Add(1)
-		case lease.Resign:
-			ctx.Send(ctx.Parent(), lease.Released{})
+		case elector.Resign:
+			ctx.Send(ctx.Parent(), elector.Released{})
+		case elector.Fenced:
+			e.fenced.Add(1)
 		}
 	})
 }
@@ -61,7 +64,7 @@ func electionHarness(t *testing.T, e *scriptedElector) *harness {
 }
 
 // With one lease the elector's shard messages drive the election, shard 0
-// being the lease: a loss fences, campaigns again through Done once the
+// being the lease: a loss fences, campaigns again once the elector is answered Fenced, once the
 // controllers have stopped, and leaves the elector running.
 func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	e := &scriptedElector{}
@@ -74,7 +77,7 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	}()
 	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
 
-	e.report(t, shard.Acquired{Shard: 0})
+	e.report(t, elector.Acquired{Shard: 0})
 	require.NoError(t, <-started)
 	st := h.status()
 	assert.Equal(t, supervisor.PhaseRunning, st.Phase)
@@ -83,20 +86,19 @@ func TestTheSingleLeaseIsShardZero(t *testing.T) {
 	assert.Empty(t, st.Shards, "one lease has no shards to report")
 	h.events.waitCount(t, supervisor.LeaderElected, "", 1)
 
-	var reelected atomic.Int32
-	e.report(t, shard.Lost{Shard: 0, Reason: "taken by r2", Done: func() { reelected.Add(1) }})
+	e.report(t, elector.Lost{Shard: 0, Reason: "taken by r2"})
 	h.waitFor("stood down", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting && !s.Leader })
 	h.waitState("c", supervisor.StateStopped)
-	require.True(t, testchild.Eventually(wait, func() bool { return reelected.Load() == 1 }), "Done called once the controller stopped")
-	e.report(t, shard.HolderChanged{Shard: 0, Identity: "r2"})
+	require.True(t, testchild.Eventually(wait, func() bool { return e.fenced.Load() == 1 }), "Fenced answered once the controller stopped")
+	e.report(t, elector.HolderChanged{Shard: 0, Identity: "r2"})
 	h.waitFor("the new holder", func(s supervisor.Status) bool { return s.LeaderIdentity == "r2" })
 	h.events.waitCount(t, supervisor.LeaderLost, "", 1)
 	assert.Equal(t, int32(1), e.spawned.Load(), "the elector runs on across a loss")
 	assert.Equal(t, int32(0), e.stopped.Load())
 
-	e.report(t, shard.Acquired{Shard: 0})
+	e.report(t, elector.Acquired{Shard: 0})
 	h.waitState("c", supervisor.StateRunning)
 	assert.Equal(t, 2, runs(c), "elected again: the controller runs afresh")
-	assert.Equal(t, int32(1), reelected.Load())
+	assert.Equal(t, int32(1), e.fenced.Load())
 	assert.Equal(t, 0, h.events.count(supervisor.ShardAcquired, "")+h.events.count(supervisor.ShardLost, ""), "one lease publishes leader events only")
 }

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/actorkube/controllermanager/internal/elector"
+
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -50,7 +51,7 @@ type fenceOverdue struct{ f *fencing }
 // controllers (and, with the last shard held, the stores) stop now. Done,
 // when not nil, is called once they have stopped, with Reelect only, to
 // campaign for the shard again; the elector runs on.
-func (s *root) onShardLost(m shard.Lost) {
+func (s *root) onShardLost(m elector.Lost) {
 	if !s.validShard(m.Shard) {
 		return
 	}
@@ -58,7 +59,7 @@ func (s *root) onShardLost(m shard.Lost) {
 	if reason == "" {
 		reason = "taken by another replica or not renewed in time"
 	}
-	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), m.Done)
+	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), s.answerElector(elector.Fenced{Shard: m.Shard}))
 }
 
 // lose records that this replica lost shard i (the single lease is shard 0)

@@ -1,7 +1,7 @@
 package supervise
 
 import (
-	"github.com/actorkube/controllermanager/lease/shard"
+	"github.com/actorkube/controllermanager/internal/elector"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -29,21 +29,22 @@ type shardRelease struct {
 	i     int
 	stage releaseStage
 	wait  *barrier
-	done  func() // the elector's: hand the Lease over
+	done  func() // answers the elector HandedOver: hand the Lease over
 }
 
 // onShardReleasing begins the hand-over of shard m.Shard.
-func (s *root) onShardReleasing(m shard.Releasing) {
+func (s *root) onShardReleasing(m elector.Releasing) {
+	done := s.answerElector(elector.HandedOver{Shard: m.Shard})
 	if !s.validShard(m.Shard) {
-		m.Done()
+		done()
 		return
 	}
 	sh := s.shards[m.Shard]
 	if !sh.held {
-		m.Done() // lost meanwhile and fenced: nothing of it runs
+		done() // lost meanwhile and fenced: nothing of it runs
 		return
 	}
-	r := &shardRelease{s: s, i: m.Shard, done: m.Done}
+	r := &shardRelease{s: s, i: m.Shard, done: done}
 	sh.release = r
 	s.quiesce(shardChild(r.i))
 	s.cfg.Logger.Info("shard moving to another replica: stopping its controllers", "shard", r.i)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actorkube/controllermanager/internal/elector"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +15,6 @@ import (
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
-	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -21,8 +22,8 @@ import (
 // standby, and resigns when asked.
 func neverElected() *actor.Props {
 	return actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(lease.Resign); ok {
-			ctx.Send(ctx.Parent(), lease.Released{})
+		if _, ok := ctx.Message().(elector.Resign); ok {
+			ctx.Send(ctx.Parent(), elector.Released{})
 		}
 	})
 }

@@ -7,11 +7,11 @@ import (
 	"time"
 	"weak"
 
+	"github.com/actorkube/controllermanager/internal/elector"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/actorkube/controllermanager/internal/childactor"
-	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -160,15 +160,15 @@ func (s *root) Receive(ctx actor.Context) {
 	case childactor.Failed:
 		s.onChildFailed(m)
 
-	case shard.Acquired:
+	case elector.Acquired:
 		s.onShardAcquired(m)
-	case shard.HolderChanged:
+	case elector.HolderChanged:
 		s.onHolderChanged(m)
-	case shard.Releasing:
+	case elector.Releasing:
 		s.onShardReleasing(m)
-	case shard.Lost:
+	case elector.Lost:
 		s.onShardLost(m)
-	case lease.Released:
+	case elector.Released:
 		s.onLeaseReleased()
 	case fenceOverdue:
 		s.onFenceOverdue(m)

@@ -332,7 +332,7 @@ func (e *Elector) count() {
 // FenceTimeout is how long after a lost shard its children must have
 // stopped: four fifths of LeaseDuration − RenewDeadline − RetryPeriod, the
 // time before another replica may take the shard over, the rest being the
-// margin for network latency and clock-rate drift (as lease.Config's).
+// margin for network latency and clock-rate drift.
 func (c Config) FenceTimeout() time.Duration { return c.fenceBudget() * 4 / 5 }
 
 func (c Config) fenceBudget() time.Duration { return c.LeaseDuration - c.RenewDeadline - c.RetryPeriod }

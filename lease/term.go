@@ -1,89 +1,39 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 )
 
-// ErrNotHeld is wrapped by every error of a Fence or of a guard: this
+// ErrNotHeld is wrapped by every error of a Term or of a guard: this
 // replica cannot prove, now, that it holds the lease. Match it with
 // errors.Is; the error is a *NotHeldError with the figures.
 var ErrNotHeld = errors.New("lease: not held")
 
-// Fence tells, without any API call, whether this replica can prove that it
-// holds the lease at this instant: the fencing at the write that client-go's
-// leader election does not give. A worker asks it synchronously just before
-// each write (see the root package's GuardTransport), so that a leader that
-// was paused (a GC pause, SIGSTOP, a starved node) refuses its first write
-// after waking instead of racing its own elector to notice the loss.
+// A Term is the fencing at the write that client-go's leader election does
+// not give: it tells, without any API call, whether this replica can prove
+// that it holds a Lease at this instant. A worker asks it synchronously just
+// before each write (see the root package's GuardTransport), so that a
+// leader that was paused (a GC pause, SIGSTOP, a starved node) refuses its
+// first write after waking instead of racing its own elector to notice the
+// loss.
 //
 // The proof: every successful renewal is a write of the Lease naming this
 // replica. Another replica starts its expiry clock only when it observes
 // that write, which is after it was sent; so, by this replica's clock, the
 // lease cannot pass to anybody before
 //
-//	send time of the last successful renewal + LeaseDuration (whole seconds, as the Lease records it) − ClockSkewMargin
+//	send time of the last successful renewal + LeaseDuration (whole seconds, as the Lease records it) − margin
 //
 // The send time is read on the monotonic clock just before the request was
-// sent, and published only once the request has succeeded. The margin
-// covers the difference between the replicas' clock rates and the time a
-// write that passed the check takes to be committed (see Config).
-//
-// One Fence serves one lease, across every election its elector Props run:
-// each election is a term of the fence. A Fence is safe for concurrent use;
-// its checks are an atomic load and a clock read, with no lock and no
-// allocation when they pass. The zero Fence and a nil *Fence hold nothing:
-// their checks fail.
-type Fence struct {
-	cur atomic.Pointer[term]
-}
-
-// NewFence returns a Fence that holds nothing until an elector whose Config
-// names it has acquired the lease.
-func NewFence() *Fence { return &Fence{} }
-
-// Check returns nil while this replica can prove it holds the lease, in the
-// current election; else a *NotHeldError wrapping ErrNotHeld (and ErrLost
-// once the election that held the lease has been lost).
-func (f *Fence) Check() error {
-	if f == nil {
-		return &NotHeldError{Reason: "no election"}
-	}
-	t := f.cur.Load()
-	if t == nil {
-		return &NotHeldError{Reason: "no election has run"}
-	}
-	return t.check()
-}
-
-// Guard returns a check bound to the current election: it behaves as Check
-// while that election lasts, and fails for ever once it has ended, even when
-// this replica acquires the lease again in a later election. What runs under
-// one election (a controller's incarnation) takes its guard from here.
-func (f *Fence) Guard() func() error {
-	if f == nil {
-		return f.Check
-	}
-	t := f.cur.Load()
-	if t == nil {
-		return f.Check
-	}
-	return t.checkFunc
-}
-
-// begin makes t the fence's current election.
-func (f *Fence) begin(t *term) {
-	if f != nil {
-		f.cur.Store(t)
-	}
-}
+// sent (Elapsed), and published only once the request has succeeded
+// (Renewed). The margin covers the difference between the replicas' clock
+// rates and the time a write that passed the check takes to be committed.
 
 // The states of a term's sent, besides a send time.
 const (
@@ -91,7 +41,7 @@ const (
 	termEnded    = math.MinInt64 + 1 // the election is over: for ever not held
 )
 
-// term is one election: what the elector running it publishes, and what the
+// term is one hold: what the elector holding it publishes, and what the
 // guards of the children running under it read.
 type term struct {
 	clk      clock.PassiveClock
@@ -108,16 +58,6 @@ type term struct {
 	why atomic.Pointer[string]
 	// checkFunc is check, made once: Guard hands it to every incarnation.
 	checkFunc func() error
-}
-
-func newTerm(cfg Config) *term {
-	t := &term{
-		clk: cfg.Clock, base: cfg.Clock.Now(), validFor: cfg.guardValidity(),
-		lease: cfg.Lock.Describe(), duration: cfg.recordedDuration(), margin: cfg.clockSkewMargin(),
-	}
-	t.sent.Store(neverRenewed)
-	t.checkFunc = t.check
-	return t
 }
 
 // check is the hot path: one atomic load and one clock read.
@@ -176,9 +116,8 @@ func (t *term) end(why string) {
 
 // Why a term ended.
 const (
-	reasonLost      = "lost"
-	reasonResigned  = "resigned"
-	reasonTakenOver = "the Lease names another holder"
+	reasonLost     = "lost"
+	reasonResigned = "resigned"
 )
 
 // NotHeldError is the error of a failed check: why this replica cannot
@@ -190,7 +129,7 @@ type NotHeldError struct {
 	LastRenewalSent time.Time     // send time of the last successful renewal; zero if none
 	Now             time.Time     // when the check ran, on the same clock
 	LeaseDuration   time.Duration // as the Lease records it
-	Margin          time.Duration // Config's ClockSkewMargin, or its default
+	Margin          time.Duration // the term's margin for clock-rate skew and write latency
 	lost            bool
 }
 
@@ -216,53 +155,15 @@ func (e *NotHeldError) Unwrap() []error {
 	return []error{ErrNotHeld}
 }
 
-// recordingLock is the lock an election runs over: it publishes to its term
-// the send time of each successful write that names this replica holder.
-type recordingLock struct {
-	resourcelock.Interface
-	term *term
-}
-
-func (l *recordingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
-	rec, raw, err := l.Interface.Get(ctx)
-	if err == nil && rec != nil && rec.HolderIdentity != l.Identity() && l.term.sent.Load() > termEnded {
-		// Held until now, and the Lease names somebody else: whatever
-		// the clock says, it is not ours any more.
-		l.term.end(reasonTakenOver)
-	}
-	return rec, raw, err
-}
-
-func (l *recordingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	return l.write(ler, func() error { return l.Interface.Create(ctx, ler) })
-}
-
-func (l *recordingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	return l.write(ler, func() error { return l.Interface.Update(ctx, ler) })
-}
-
-func (l *recordingLock) write(ler resourcelock.LeaderElectionRecord, call func() error) error {
-	if ler.HolderIdentity != l.Identity() {
-		// Giving the lease away (client-go never does here; be safe).
-		l.term.end(reasonResigned)
-		return call()
-	}
-	sent := l.term.clk.Since(l.term.base)
-	err := call()
-	if err == nil {
-		l.term.renewed(sent)
-	}
-	return err
-}
-
-// Term is one hold of a Lease by this replica, for lease code other than
-// this package's Elector (lease/shard's elector holds one per shard Lease):
-// what a Fence's election is for the single lease. Its owner reads Elapsed
-// just before sending each write that names this replica holder, calls
-// Renewed with that reading once the write has succeeded, and End once the
-// hold is over (lost, or about to be released). Guard and Check then behave
-// as a Fence's: an atomic load and a clock read, and once the term has ended
-// they fail for ever. A nil *Term holds nothing.
+// Term is one hold of a Lease by this replica (lease/shard's elector holds
+// one per shard Lease, the single lease being shard 0). Its owner reads
+// Elapsed just before sending each write that names this replica holder,
+// calls Renewed with that reading once the write has succeeded, and End once
+// the hold is over (lost, or about to be released). Check and Guard are an
+// atomic load and a clock read, with no lock and no allocation when they
+// pass; once the term has ended they fail for ever, even when this replica
+// acquires the Lease again under a new Term. A Term is safe for concurrent
+// use. A nil *Term holds nothing.
 type Term struct{ t *term }
 
 // NewTerm starts a term for the Lease described by lease (namespace/name,

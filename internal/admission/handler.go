@@ -1,4 +1,7 @@
-package webhook
+// Package admission is the HTTP handler behind a manager's Handler: it routes
+// AdmissionReviews to the manager's webhook actors. Only the root package
+// uses it; package webhook holds its Config and the HTTPS server.
+package admission
 
 import (
 	"bytes"
@@ -23,56 +26,9 @@ import (
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
-	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
-)
-
-// Config configures the admission handler of a manager. Its zero
-// value serves with the defaults each field states.
-type Config struct {
-	// MaxBodyBytes bounds a request's body; a larger one is answered 413.
-	// Default (0 or negative) 7 MiB: an AdmissionReview carries at most two
-	// objects (old and new) of at most 3 MiB each (the API server's limit on
-	// a request body), and less than 1 MiB of the rest.
-	MaxBodyBytes int64
-	// MaxInFlight bounds, per webhook, the Handle calls running at once,
-	// those that outlived their request's deadline included; a request past
-	// it is answered 429. Default (0) 256; negative: no bound.
-	MaxInFlight int
-	// MaxBodyReads bounds the request bodies being read and decoded at
-	// once, across the handler's webhooks: a request past it is answered
-	// 429 with Retry-After: 1 (which the API server retries, as it does
-	// MaxInFlight's 429) before any of its body is read, so that clients
-	// that claim large bodies and send them slowly, or not at all, cannot
-	// pile up buffers. A body's buffer grows with the bytes that arrive,
-	// never ahead of them on the Content-Length a client claims, so the
-	// bodies held at once are at most MaxBodyReads × MaxBodyBytes, and only
-	// when that much has been sent. Default (0) 64; negative: no bound.
-	MaxBodyReads int
-	// DefaultTimeout is how long a request may take when it has no
-	// ?timeout= parameter (the API server always sends one). Default 10s,
-	// the API server's default timeoutSeconds.
-	DefaultTimeout time.Duration
-	// ReadyTimeout bounds the wait for a webhook's Ready before a request is
-	// answered 503. Default 1s.
-	ReadyTimeout time.Duration
-	// FailureThreshold is how many failed Handle calls in a row (an error,
-	// no response, or no answer before the request's deadline) make the
-	// webhook fail, so that the supervision strategy restarts it; a panic
-	// in Handle fails it at once. Default (0) 5; negative: only panics fail
-	// it.
-	FailureThreshold int
-}
-
-// The defaults of Config (internal/defaults; docs/defaults.md lists them).
-const (
-	DefaultMaxBodyBytes     = defaults.WebhookMaxBodyBytes
-	DefaultMaxInFlight      = defaults.WebhookMaxInFlight
-	DefaultMaxBodyReads     = defaults.WebhookMaxBodyReads
-	DefaultTimeout          = defaults.WebhookTimeout
-	DefaultReadyTimeout     = defaults.WebhookReadyTimeout
-	DefaultFailureThreshold = defaults.WebhookFailureThreshold
+	"github.com/actorkube/controllermanager/webhook"
 )
 
 // The bounds of ?timeout=, those of a webhook configuration's
@@ -83,31 +39,32 @@ const (
 	maxTimeout = 30 * time.Second
 )
 
-func (c Config) withDefaults() Config {
+// withDefaults fills c's zero fields with the defaults each states.
+func withDefaults(c webhook.Config) webhook.Config {
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = webhook.DefaultMaxBodyBytes
 	}
 	switch {
 	case c.MaxInFlight == 0:
-		c.MaxInFlight = DefaultMaxInFlight
+		c.MaxInFlight = webhook.DefaultMaxInFlight
 	case c.MaxInFlight < 0:
 		c.MaxInFlight = 0
 	}
 	switch {
 	case c.MaxBodyReads == 0:
-		c.MaxBodyReads = DefaultMaxBodyReads
+		c.MaxBodyReads = webhook.DefaultMaxBodyReads
 	case c.MaxBodyReads < 0:
 		c.MaxBodyReads = 0
 	}
 	if c.DefaultTimeout <= 0 {
-		c.DefaultTimeout = DefaultTimeout
+		c.DefaultTimeout = webhook.DefaultTimeout
 	}
 	if c.ReadyTimeout <= 0 {
-		c.ReadyTimeout = DefaultReadyTimeout
+		c.ReadyTimeout = webhook.DefaultReadyTimeout
 	}
 	switch {
 	case c.FailureThreshold == 0:
-		c.FailureThreshold = DefaultFailureThreshold
+		c.FailureThreshold = webhook.DefaultFailureThreshold
 	case c.FailureThreshold < 0:
 		c.FailureThreshold = 0
 	}
@@ -161,8 +118,8 @@ type Host interface {
 // change. Of two webhooks with one path, the one added first serves it.
 // The handler may be created before the manager starts; until then it
 // answers 503. See docs/webhooks.md for the flow and every status.
-func NewHandler(host Host, cfg Config, logger *slog.Logger, metrics *Metrics) http.Handler {
-	cfg = cfg.withDefaults()
+func NewHandler(host Host, cfg webhook.Config, logger *slog.Logger, metrics *Metrics) http.Handler {
+	cfg = withDefaults(cfg)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +141,7 @@ func NewHandler(host Host, cfg Config, logger *slog.Logger, metrics *Metrics) ht
 
 // admissionHandler is what NewHandler returns.
 type admissionHandler struct {
-	cfg     Config
+	cfg     webhook.Config
 	host    Host
 	logger  *slog.Logger
 	metrics *Metrics // nil: none
