@@ -52,9 +52,9 @@ const (
 //   - on every replica, from Start until Start returns: the shared cache
 //     (started before the election, so a standby is warm), the metrics
 //     server, the health probe server, the webhook server (once
-//     GetWebhookServer has been called) and every runnable whose
-//     NeedLeaderElection is false, the last two as supervised children
-//     restarted on failure;
+//     GetWebhookServer has been called) and every runnable or controller
+//     whose NeedLeaderElection is false, the last two as supervised
+//     children restarted on failure;
 //   - only while elected, fenced: controllers built with
 //     NewControllerManagedBy (each restarted alone on failure, RestartChild
 //     rebuilds it), controllers built with controller-runtime's own builder
@@ -378,16 +378,18 @@ func (m *Manager) AddMetricsServerExtraHandler(path string, handler http.Handler
 	return nil
 }
 
-// Add adds a runnable, as a child of the supervision tree:
+// Add adds a runnable, as a child of the supervision tree. Where it runs
+// is decided first, as controller-runtime decides it: whatever its kind, a
+// runnable whose NeedLeaderElection is false runs on every replica, from
+// the pre-flight, standby included; any other only while elected, fenced.
+// What it is decides how it is restarted:
 //   - a *Controller or *TypedController from NewControllerManagedBy or New,
 //     a *Runnable, or any controllermanager.Controller: as it is;
-//   - a controller-runtime controller (ctrl.NewControllerManagedBy): run
-//     once elected, fenced and health-checked, never restarted (see
-//     Manager);
-//   - another manager.Runnable whose NeedLeaderElection is false: on every
-//     replica, restarted on failure by calling its Start again;
-//   - any other manager.Runnable: only while elected, restarted on failure
-//     by calling its Start again.
+//   - a controller-runtime controller (controller.New, or wrapped as
+//     cert-controller wraps its rotator's): started once, health-checked,
+//     never restarted (see Manager);
+//   - any other manager.Runnable: restarted on failure by calling its
+//     Start again.
 //
 // Added after Start, it starts at once.
 func (m *Manager) Add(r manager.Runnable) error {
@@ -402,21 +404,29 @@ func (m *Manager) childFor(r manager.Runnable) (cm.Runnable, error) {
 	if r == nil || reflect.ValueOf(r).Kind() == reflect.Pointer && reflect.ValueOf(r).IsNil() {
 		return nil, errors.New("ctrlruntime: Add: runnable is nil")
 	}
-	if c, ok := r.(cm.Controller); ok {
-		return c, nil
+	// Where it runs is decided first, as controller-runtime's runnable
+	// groups do: a runnable that needs no election runs on every replica,
+	// whatever it is (cert-controller's rotator adds its reconciler as a
+	// controller whose NeedLeaderElection is false).
+	le, ok := r.(manager.LeaderElectionRunnable)
+	everywhere := ok && !le.NeedLeaderElection()
+	var child cm.Controller
+	switch c := r.(type) {
+	case cm.Controller:
+		child = c
+	case ctrlController:
+		child = newOnceController(m.uniqueName(controllerName(c)), c)
+	default:
+		hosted, err := NewRunnable(m.uniqueName("runnable"), func() (manager.Runnable, error) { return r, nil })
+		if err != nil {
+			return nil, err
+		}
+		child = hosted
 	}
-	if c, ok := r.(ctrlController); ok {
-		return newOnceController(m.uniqueName(controllerName(c)), c), nil
+	if everywhere {
+		return onEveryReplica(child), nil
 	}
-	name := m.uniqueName("runnable")
-	hosted, err := NewRunnable(name, func() (manager.Runnable, error) { return r, nil })
-	if err != nil {
-		return nil, err
-	}
-	if le, ok := r.(manager.LeaderElectionRunnable); ok && !le.NeedLeaderElection() {
-		return everyReplica{hosted}, nil
-	}
-	return hosted, nil
+	return child, nil
 }
 
 // uniqueName is base, or base-2, base-3... when taken.

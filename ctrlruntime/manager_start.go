@@ -44,7 +44,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.pending = nil
 	if m.webhookUsed {
 		hosted, _ := NewRunnable(m.uniqueNameLocked("webhook-server"), func() (manager.Runnable, error) { return m.webhookServer, nil })
-		pending = append([]cm.Runnable{everyReplica{hosted}}, pending...)
+		pending = append([]cm.Runnable{onEveryReplica(hosted)}, pending...)
 	}
 	m.mu.Unlock()
 
