@@ -109,7 +109,8 @@ var _ manager.Manager = (*Manager)(nil)
 //
 // Fields it cannot honour are refused, each named in the error:
 // LeaderElectionResourceLock other than "leases", LeaderElectionLabels,
-// PprofBindAddress, BaseContext, and Controller.NeedLeaderElection false.
+// PprofBindAddress and BaseContext. Controller.NeedLeaderElection false
+// runs every controller on every replica, as with controller-runtime.
 // opts are the ControllerManager's (WithRegisterer, WithIdentity,
 // WithLogger...); the manager logs through options.Logger unless opts say
 // otherwise.
@@ -227,9 +228,6 @@ func refuse(o manager.Options) error {
 	}
 	if o.BaseContext != nil {
 		errs = append(errs, errors.New("BaseContext is not supported: runnables get contexts of their supervisor, ended when they are stopped"))
-	}
-	if o.Controller.NeedLeaderElection != nil && !*o.Controller.NeedLeaderElection {
-		errs = append(errs, errors.New("Controller.NeedLeaderElection false is not supported: controllers run only while elected, fenced"))
 	}
 	return errors.Join(errs...)
 }

@@ -57,7 +57,7 @@ func TestEnvProbesDoNotFlapWhileCachesSync(t *testing.T) {
 	require.NoError(t, err)
 	gate := make(chan struct{})
 	require.NoError(t, ctrlruntime.NewControllerManagedBy(mgr).Named("gated").
-		WatchesRawSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
+		WatchesSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
 		Complete(&recorder{}))
 	startManager(t, mgr)
 

@@ -52,6 +52,12 @@ type supervised[request comparable] struct {
 	inner  reconcile.TypedReconciler[request]
 	opts   TypedOptions[request]
 	report func(error)
+	// repanic passes a panic on, once counted, to the controller-runtime
+	// controller that hosts the reconcile, which counts it in
+	// controller_runtime_reconcile_panics_total, logs "Observed a panic"
+	// with its stack and retries the request; false: the panic is returned
+	// as a *ReconcilePanicError.
+	repanic bool
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -82,12 +88,17 @@ func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res r
 	s.inFlight[id] = running{req: fmt.Sprint(req), since: s.opts.Clock.Now()}
 	s.mu.Unlock()
 	defer func() {
-		var perr *ReconcilePanicError
-		if v := recover(); v != nil {
-			perr = &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
-			res, err = reconcile.Result{}, perr
+		v := recover()
+		if v == nil {
+			s.end(id, err, nil)
+			return
 		}
-		s.end(id, err, perr)
+		perr := &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
+		s.end(id, perr, perr)
+		if s.repanic {
+			panic(v)
+		}
+		res, err = reconcile.Result{}, perr
 	}()
 	return s.inner.Reconcile(ctx, req)
 }
