@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // ReconcilePanicError is a panic in a reconcile, recovered by the reconciler's
@@ -28,10 +31,16 @@ func (e *ReconcilePanicError) Error() string {
 	return fmt.Sprintf("ctrlruntime: reconciler %q: reconcile of %s panicked (%d in this incarnation): %v", e.Controller, e.Request, e.Panics, e.Value)
 }
 
-// Unwrap returns the panic value when it is an error.
-func (e *ReconcilePanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
+// Unwrap returns the panic as a controllermanager.PanicError of the
+// reconciler's child (so that the manager counts it in
+// controllermanager_child_panics_total when it fails the child), and the
+// panic value when it is an error.
+func (e *ReconcilePanicError) Unwrap() []error {
+	errs := []error{&cm.PanicError{Child: e.Controller, Kind: actors.KindController, Op: "Reconcile", Value: e.Value, Stack: e.Stack}}
+	if err, ok := e.Value.(error); ok {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // maxOutcomes bounds the reconcile outcomes kept for the error rate: a
