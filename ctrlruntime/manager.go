@@ -25,7 +25,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
@@ -65,6 +64,13 @@ const (
 // ControllerManager returns the supervision tree, for Status, RestartChild,
 // Subscribe and the live view.
 type Manager struct {
+	// hostCluster is the cluster, embedded for one method: its
+	// GetEventRecorder (events.k8s.io/v1 Events reported by name, sent
+	// until Start returns), whose result type changed in controller-runtime
+	// v0.25 (recorder.EventRecorder, before it client-go's
+	// events.EventRecorder). Promoted, it has the signature manager.Manager
+	// wants in the version the build selects.
+	hostCluster
 	config          *rest.Config
 	options         manager.Options
 	logger          logr.Logger
@@ -89,6 +95,10 @@ type Manager struct {
 }
 
 var _ manager.Manager = (*Manager)(nil)
+
+// hostCluster names the embedded cluster.Cluster of a Manager without
+// exporting it.
+type hostCluster = cluster.Cluster
 
 // NewManager builds a Manager from the options of controller-runtime's
 // manager.New, plus options of the ControllerManager under it. Every field
@@ -203,7 +213,7 @@ func newManager(config *rest.Config, options manager.Options, supervision *cm.Su
 		options.LivenessEndpointName = "/healthz"
 	}
 	return &Manager{
-		config: config, options: options, logger: options.Logger, cluster: cl, cctx: cctx, ctrl: ctrl,
+		hostCluster: cl, config: config, options: options, logger: options.Logger, cluster: cl, cctx: cctx, ctrl: ctrl,
 		metricsServer: metricsSrv, webhookServer: webhookSrv, converters: conversion.NewRegistry(),
 		shutdownTimeout: shutdown,
 		healthz:         map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{},
@@ -294,12 +304,6 @@ func (m *Manager) GetAPIReader() client.Reader { return m.cluster.GetAPIReader()
 // Deprecated: as controller-runtime's, use GetEventRecorder.
 func (m *Manager) GetEventRecorderFor(name string) record.EventRecorder {
 	return m.cluster.GetEventRecorderFor(name) //nolint:staticcheck // the interface requires it
-}
-
-// GetEventRecorder returns a recorder of events.k8s.io/v1 Events reported
-// by name; events are sent until Start returns.
-func (m *Manager) GetEventRecorder(name string) recorder.EventRecorder {
-	return m.cluster.GetEventRecorder(name)
 }
 
 // GetLogger is options.Logger (default: controller-runtime's log.Log).
