@@ -203,7 +203,9 @@ func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
 // EnableWarmup is always true (Run returns once the sources have synced)
 // and SkipNameValidation is always true (every incarnation is a new
 // controller of the same name; the manager keeps child names unique).
-// NeedLeaderElection false runs the controller on every replica.
+// NeedLeaderElection false makes a Manager run the controller on every
+// replica (Complete, or Add of what Build returns); a ControllerManager
+// built by hand runs every controller only while elected.
 func (b *Builder) WithOptions(opts controller.Options) *Builder {
 	if b.up != nil {
 		b.up = b.up.WithOptions(opts)
