@@ -246,19 +246,18 @@ func (b *Builder) Complete(r reconcile.Reconciler) error {
 	if b.mgr == nil && len(b.errs) == 0 {
 		return errors.New("ctrlruntime: Complete adds the reconciler to a Manager, and this builder is on a Context: use Build, then the ControllerManager's Add")
 	}
-	c, err := b.Build(r)
-	if err != nil {
-		return err
-	}
-	return b.mgr.Add(c)
+	_, err := b.Build(r)
+	return err
 }
 
 // Build is builder.Builder.Build: it builds the reconciler, failing with
-// controller-runtime's errors. The controller it returns is a
+// controller-runtime's errors, and on a manager adds it to the manager, as
+// controller-runtime's Build does. The controller it returns is a
 // controller.Controller; on a Manager or a Context it is also a
-// controllermanager.Controller, to Add to a ControllerManager (Complete
-// does that on a Manager). The kinds watched are given to the Context's
-// Warm, so that their informers sync in the pre-flight.
+// controllermanager.Controller: built on a Context, it is to Add to a
+// ControllerManager (or to return from AddSharded's build). The kinds
+// watched are given to the Context's Warm, so that their informers sync in
+// the pre-flight.
 func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	if err := errors.Join(b.errs...); err != nil {
 		return nil, fmt.Errorf("ctrlruntime: %w", err)
@@ -287,6 +286,11 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	c.newController = b.replay
 	c.needLeaderElection = b.needLeaderElection()
 	b.ctx.Warm(b.warm...)
+	if b.mgr != nil {
+		if err := b.mgr.Add(c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

@@ -106,6 +106,23 @@ func doReconcileTest(t *testing.T, cl client.Client, ns string, rec *recorder) {
 }
 
 var builderCases = []reconcileCase{
+	{name: "Build adds to the manager, then Watch", build: func(mgr manager.Manager, ns string, rec *recorder) error {
+		rec.events = make(chan event.GenericEvent, 1)
+		c, err := ctrlruntime.NewControllerManagedBy(mgr).For(&appsv1.Deployment{}).Named("deployment-b-" + ns).
+			Owns(&appsv1.ReplicaSet{}).WithEventFilter(inNS(ns)).Build(rec)
+		if err != nil {
+			return err
+		}
+		// As with controller-runtime's Build, the controller is a
+		// controller.Controller a source may be added to before Start.
+		var asControllerRuntimes controller.Controller = c
+		return asControllerRuntimes.Watch(source.Channel(rec.events, &handler.EnqueueRequestForObject{}))
+	}, check: func(t *testing.T, cl client.Client, ns string, rec *recorder) {
+		doReconcileTest(t, cl, ns, rec)
+		rec.events <- event.GenericEvent{Object: configMap(ns, "watched-after-build")}
+		require.Eventually(t, func() bool { return rec.saw("watched-after-build") }, time.Minute, 5*time.Millisecond,
+			"a source added with Watch after Build is reconciled")
+	}},
 	{name: "Owns", build: func(mgr manager.Manager, ns string, rec *recorder) error {
 		return ctrlruntime.NewControllerManagedBy(mgr).For(&appsv1.Deployment{}).Named("deployment-0-" + ns).
 			Owns(&appsv1.ReplicaSet{}).WithEventFilter(inNS(ns)).Complete(rec)
@@ -147,6 +164,14 @@ var builderCases = []reconcileCase{
 		return ctrlruntime.NewControllerManagedBy(mgr).For(&appsv1.Deployment{}, builder.WithPredicates(deployPrct)).Named("deployment-3-"+ns).
 			Owns(&appsv1.ReplicaSet{}, builder.WithPredicates(rsPrct)).WithEventFilter(inNS(ns)).Complete(rec)
 	}},
+	{name: "GroupKindConcurrency", build: func(mgr manager.Manager, ns string, rec *recorder) error {
+		return ctrlruntime.NewControllerManagedBy(mgr).For(&appsv1.StatefulSet{}).Named("statefulset-" + ns).
+			WithEventFilter(inNS(ns)).Complete(rec)
+	}, check: func(t *testing.T, _ client.Client, ns string, _ *recorder) {
+		require.Eventually(t, func() bool {
+			return gathered(t, ctrlmetrics.Registry, "controller_runtime_max_concurrent_reconciles", "controller", "statefulset-"+ns) == 4
+		}, time.Minute, 5*time.Millisecond, "the manager's Controller.GroupKindConcurrency for the For kind")
+	}},
 	{name: "WithOptions, WithLogConstructor, WatchesRawSource", build: func(mgr manager.Manager, ns string, rec *recorder) error {
 		rec.logged = &atomic.Int32{}
 		rec.events = make(chan event.GenericEvent, 1)
@@ -175,7 +200,9 @@ func TestEnvBuilderAsControllerRuntimesTestsUseIt(t *testing.T) {
 	cfg := testenv.Config(t)
 	for _, host := range []string{"ctrlruntime", "controller-runtime"} {
 		t.Run(host, func(t *testing.T) {
-			mgr := newHost(t, host, cfg, manager.Options{})
+			mgr := newHost(t, host, cfg, manager.Options{Controller: config.Controller{
+				GroupKindConcurrency: map[string]int{"StatefulSet.apps": 4},
+			}})
 			namespaces := make([]string, len(builderCases))
 			recs := make([]*recorder, len(builderCases))
 			for i, c := range builderCases {

@@ -91,5 +91,7 @@
 // With LeaderElectionSpec.Shards > 1, build one reconciler per shard with
 // the manager's AddSharded and Builder.ForShard (or ShardReconciler): each
 // reconciles only the keys its Shard owns, on whichever replica holds that
-// shard's Lease, so the replicas share the objects of one kind.
+// shard's Lease, so the replicas share the objects of one kind. Build them
+// on a Context (a Manager's is Manager.Context): Build on a Manager adds
+// the reconciler to it, as controller-runtime's Build does.
 package ctrlruntime
