@@ -85,8 +85,8 @@ type Host interface {
 // NewControllerManagedBy starts declaring a reconciler on host: the
 // counterpart of ctrl.NewControllerManagedBy(mgr), and the only line of a
 // kubebuilder SetupWithManager(mgr ctrl.Manager) that changes.
-//   - On a *Manager, Complete adds the reconciler to it, as a supervised
-//     child restarted alone.
+//   - On a *Manager, Complete (and Build) add the reconciler to it, as a
+//     supervised child restarted alone.
 //   - On a *Context, Build returns it, to Add to a ControllerManager.
 //   - On any other manager.Manager (controller-runtime's own, from
 //     ctrl.NewManager), it is controller-runtime's builder: the same
