@@ -296,7 +296,16 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 
 // replay builds one controller-runtime controller from the recorded calls,
 // its sources on c, reconciling with r.
-func (b *Builder) replay(c cache.Cache, r reconcile.TypedReconciler[reconcile.Request]) (controller.Controller, error) {
+func (b *Builder) replay(c cache.Cache, r reconcile.TypedReconciler[reconcile.Request]) (_ controller.Controller, err error) {
+	defer func() {
+		// A WatchesSource func that panics, or a controller-runtime
+		// release whose builder calls a manager method incarnationHost
+		// lacks: an error (a failed Build, or a failed Run the supervisor
+		// handles), not a crash.
+		if v := recover(); v != nil {
+			err = fmt.Errorf("ctrlruntime: building the controller panicked: %v", v)
+		}
+	}()
 	host := &incarnationHost{cache: c, ctx: b.ctx, mgr: b.mgr}
 	u := builder.ControllerManagedBy(host)
 	for _, s := range b.steps {
