@@ -48,11 +48,15 @@ bench:
 # The controller-runtime adapter, a module of its own (ctrlruntime/): vet, then
 # its unit tests and its scenarios against a real kube-apiserver and etcd (the
 # binaries of e2e-binaries.sh), with the race detector; -v shows the figures.
+# Twice: against the oldest controller-runtime it supports (go.mod) and the
+# newest (go.latest.mod).
 .PHONY: ctrlruntime
 ctrlruntime:
 	$(GO) -C ctrlruntime vet ./...
+	$(GO) -C ctrlruntime vet -modfile=go.latest.mod ./...
 	assets="$$(hack/e2e-binaries.sh)" && cd ctrlruntime && \
-		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 15m -v ./...
+		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 15m -v ./... && \
+		KUBEBUILDER_ASSETS="$$assets" $(GO) test -modfile=go.latest.mod -race -count=1 -timeout 15m -v ./...
 
 # The fencing soak (docs/reliability.md, "The fencing soak"), outside CI: the
 # real-API-server fencing scenarios for SOAK_ROUNDS rounds of a SIGSTOPped

@@ -3,17 +3,20 @@ package ctrlruntime
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -21,71 +24,73 @@ import (
 	cm "github.com/actorkube/controllermanager"
 )
 
-// Builder declares a reconciler the way controller-runtime's
-// builder.ControllerManagedBy does: the kind it is For, the kinds it Owns,
-// other Watches, then Complete with the reconcile.Reconciler. What it
-// builds is a *Controller to Add to a controllermanager.ControllerManager,
-// not a controller added to a manager.Manager.
+// Builder is controller-runtime's builder.Builder, whose controller is a
+// supervised child: every method and option of controller-runtime's
+// builder (For, Owns, Watches, WatchesMetadata, WatchesRawSource,
+// WithEventFilter, WithOptions, WithLogConstructor, Named, Complete, Build;
+// builder.WithPredicates, builder.OnlyMetadata, builder.MatchEveryOwner)
+// is taken as it is and means what it means there.
+//
+// It records the calls and replays them on controller-runtime's own
+// builder, once when Build or Complete is called (so that a declaration
+// fails with controller-runtime's error) and again for every incarnation
+// of the controller, on a fresh controller with a fresh queue, whose
+// sources watch the shared cache through handlers removed when the
+// incarnation stops. On a manager that is not a *Manager (ctrl.NewManager's),
+// every call goes straight to controller-runtime's builder: the result is
+// exactly ctrl.NewControllerManagedBy(mgr)'s.
 type Builder struct {
-	ctx     *Context
-	mgr     *Manager // nil: built on a Context, Build only
-	name    string
-	forObj  client.Object
-	forOpts watchOptions
-	owns    []ownsInput
-	watches []watchesInput
-	raw     []TypedSource[reconcile.Request]
-	opts    Options
-	shard   cm.Shard // ForShard's; Count < 2: every key
-	errs    []error
+	mgr   *Manager // nil: built on a Context or another manager
+	ctx   *Context
+	up    *builder.Builder // on another manager.Manager: the builder every call goes to
+	upMgr manager.Manager  // that manager
+	steps []step
+	warm  []client.Object // the kinds watched, as the informers will hold them
+	sup   Options
+	opts  controller.Options // the last WithOptions
+	shard cm.Shard           // ForShard's; Count < 2: every key
+	errs  []error
 }
 
-type ownsInput struct {
-	obj  client.Object
-	opts watchOptions
+// step replays one call on controller-runtime's builder; c is the cache an
+// incarnation's per-incarnation sources watch.
+type step func(b *builder.Builder, c cache.Cache) *builder.Builder
+
+// WatchOption configures one For, Owns or Watches: controller-runtime's
+// builder.WithPredicates is one, and so are builder.OnlyMetadata and
+// builder.MatchEveryOwner where controller-runtime takes them.
+//
+// Deprecated: pass controller-runtime's builder options.
+type WatchOption = builder.Predicates
+
+// WithPredicates is builder.WithPredicates.
+//
+// Deprecated: use builder.WithPredicates.
+func WithPredicates(preds ...predicate.Predicate) builder.Predicates {
+	return builder.WithPredicates(preds...)
 }
 
-type watchesInput struct {
-	obj     client.Object
-	handler handler.EventHandler
-	opts    watchOptions
-}
+// MatchEveryOwner is builder.MatchEveryOwner.
+//
+// Deprecated: use builder.MatchEveryOwner.
+func MatchEveryOwner() builder.OwnsOption { return builder.MatchEveryOwner }
 
-// WatchOption configures one For, Owns or Watches.
-type WatchOption func(*watchOptions)
-
-type watchOptions struct {
-	predicates      []predicate.Predicate
-	matchEveryOwner bool
-}
-
-// WithPredicates filters the events of one For, Owns or Watches, as
-// builder.WithPredicates does.
-func WithPredicates(preds ...predicate.Predicate) WatchOption {
-	return func(o *watchOptions) { o.predicates = append(o.predicates, preds...) }
-}
-
-// MatchEveryOwner makes an Owns enqueue the object's every owner of the For
-// kind, not only its controller owner, as builder.MatchEveryOwner does.
-func MatchEveryOwner() WatchOption {
-	return func(o *watchOptions) { o.matchEveryOwner = true }
-}
-
-// Host is what NewControllerManagedBy builds on: a *Manager, also when it
-// is held as the manager.Manager a SetupWithManager is given, or a
+// Host is what NewControllerManagedBy builds on: any manager.Manager, or a
 // *Context. Both have the shared cache and scheme.
 type Host interface {
 	GetCache() cache.Cache
 	GetScheme() *runtime.Scheme
 }
 
-// NewControllerManagedBy starts declaring a reconciler on the shared cache
-// of host: the counterpart of ctrl.NewControllerManagedBy(mgr), and the
-// only line of a kubebuilder SetupWithManager(mgr ctrl.Manager) that
-// changes. On a *Manager, Complete adds the reconciler to it, as a
-// supervised child restarted alone; on a *Context, Build returns it, to Add
-// to a ControllerManager. Any other manager.Manager (controller-runtime's
-// own) is an error at Complete: it cannot host a restartable reconciler.
+// NewControllerManagedBy starts declaring a reconciler on host: the
+// counterpart of ctrl.NewControllerManagedBy(mgr), and the only line of a
+// kubebuilder SetupWithManager(mgr ctrl.Manager) that changes.
+//   - On a *Manager, Complete (and Build) add the reconciler to it, as a
+//     supervised child restarted alone.
+//   - On a *Context, Build returns it, to Add to a ControllerManager.
+//   - On any other manager.Manager (controller-runtime's own, from
+//     ctrl.NewManager), it is controller-runtime's builder: the same
+//     SetupWithManager runs on either manager.
 func NewControllerManagedBy(host Host) *Builder {
 	b := &Builder{}
 	switch h := host.(type) {
@@ -101,224 +106,298 @@ func NewControllerManagedBy(host Host) *Builder {
 			b.errs = append(b.errs, errors.New("context is nil"))
 		}
 	case nil:
-		b.errs = append(b.errs, errors.New("host is nil: give a *ctrlruntime.Manager or a *ctrlruntime.Context"))
+		b.errs = append(b.errs, errors.New("host is nil: give a manager.Manager or a *ctrlruntime.Context"))
+	case manager.Manager:
+		b.up, b.upMgr = builder.ControllerManagedBy(h), h
 	default:
-		b.errs = append(b.errs, fmt.Errorf("%T is neither a *ctrlruntime.Manager nor a *ctrlruntime.Context: build the manager with ctrlruntime.NewManager", host))
+		b.errs = append(b.errs, fmt.Errorf("%T is neither a manager.Manager nor a *ctrlruntime.Context", host))
 	}
 	return b
 }
 
-// Named sets the reconciler's name (its child name and metrics label).
-// Default: the For kind, lower-cased, as controller-runtime names it.
+// record replays s on controller-runtime's builder: at once on another
+// manager, per build here.
+func (b *Builder) record(s step) *Builder {
+	if b.up != nil {
+		b.up = s(b.up, nil)
+		return b
+	}
+	b.steps = append(b.steps, s)
+	return b
+}
+
+// Named is builder.Builder.Named: the controller's name, its child name
+// and its metrics' "controller" label. Default: the For kind, lower-cased.
 func (b *Builder) Named(name string) *Builder {
-	b.name = name
-	return b
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.Named(name) })
 }
 
-// For sets the kind reconciled: each of its events enqueues the object's own
-// namespace and name. It may be given once.
-func (b *Builder) For(obj client.Object, opts ...WatchOption) *Builder {
-	if b.forObj != nil {
-		b.errs = append(b.errs, errors.New("For given more than once"))
+// For is builder.Builder.For: the kind reconciled, given once.
+func (b *Builder) For(obj client.Object, opts ...builder.ForOption) *Builder {
+	b.warmKind(obj, metadataOnly(opts))
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.For(obj, opts...) })
+}
+
+// Owns is builder.Builder.Owns: a kind the reconciler creates, whose events
+// enqueue its controller owner of the For kind (every owner with
+// builder.MatchEveryOwner).
+func (b *Builder) Owns(obj client.Object, opts ...builder.OwnsOption) *Builder {
+	b.warmKind(obj, metadataOnly(opts))
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.Owns(obj, opts...) })
+}
+
+// Watches is builder.Builder.Watches: a kind whose events h maps to
+// requests.
+func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...builder.WatchesOption) *Builder {
+	b.warmKind(obj, metadataOnly(opts))
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.Watches(obj, h, opts...) })
+}
+
+// WatchesMetadata is builder.Builder.WatchesMetadata: Watches with
+// builder.OnlyMetadata.
+func (b *Builder) WatchesMetadata(obj client.Object, h handler.EventHandler, opts ...builder.WatchesOption) *Builder {
+	b.warmKind(obj, true)
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.WatchesMetadata(obj, h, opts...) })
+}
+
+// WatchesRawSource is builder.Builder.WatchesRawSource. The one src is
+// started again by every incarnation of the controller: a source.Kind on
+// the manager's GetCache adds a handler to the shared informer at each
+// restart that is not removed. For a source that is built afresh per
+// incarnation, on a cache whose handlers are removed, use WatchesSource.
+func (b *Builder) WatchesRawSource(src source.Source) *Builder {
+	if src == nil && b.up == nil {
+		b.errs = append(b.errs, errors.New("WatchesRawSource: source is nil"))
 		return b
 	}
-	if obj == nil {
-		b.errs = append(b.errs, errors.New("For: object is nil"))
-		return b
-	}
-	b.forObj = obj
-	b.forOpts = collectWatchOptions(opts)
-	return b
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.WatchesRawSource(src) })
 }
 
-// Owns watches a kind the reconciler creates: each of its events enqueues
-// the object's controller owner of the For kind (every owner of that kind
-// with MatchEveryOwner).
-func (b *Builder) Owns(obj client.Object, opts ...WatchOption) *Builder {
-	if obj == nil {
-		b.errs = append(b.errs, fmt.Errorf("Owns #%d: object is nil", len(b.owns)))
-		return b
-	}
-	b.owns = append(b.owns, ownsInput{obj: obj, opts: collectWatchOptions(opts)})
-	return b
-}
-
-// Watches watches a kind whose events h maps to requests (for example
-// handler.EnqueueRequestsFromMapFunc).
-func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...WatchOption) *Builder {
-	switch {
-	case obj == nil:
-		b.errs = append(b.errs, fmt.Errorf("Watches #%d: object is nil", len(b.watches)))
-	case h == nil:
-		b.errs = append(b.errs, fmt.Errorf("Watches #%d: handler is nil", len(b.watches)))
-	default:
-		b.watches = append(b.watches, watchesInput{obj: obj, handler: h, opts: collectWatchOptions(opts)})
-	}
-	return b
-}
-
-// WatchesRawSource adds a source built per incarnation (a channel, a timer,
-// a kind with a typed handler): see TypedSource.
-func (b *Builder) WatchesRawSource(src TypedSource[reconcile.Request]) *Builder {
+// WatchesSource adds a source built for each incarnation on the cache it
+// is given (a channel, a timer, a kind with a typed handler): see
+// TypedSource. On another manager it is built once, on that manager's
+// cache.
+func (b *Builder) WatchesSource(src TypedSource[reconcile.Request]) *Builder {
 	if src == nil {
-		b.errs = append(b.errs, fmt.Errorf("WatchesRawSource #%d: source is nil", len(b.raw)))
+		b.errs = append(b.errs, errors.New("WatchesSource: source is nil"))
 		return b
 	}
-	b.raw = append(b.raw, src)
+	if b.up != nil {
+		b.up = b.up.WatchesRawSource(src(b.upCache()))
+		return b
+	}
+	b.steps = append(b.steps, func(u *builder.Builder, c cache.Cache) *builder.Builder { return u.WatchesRawSource(src(c)) })
 	return b
 }
 
-// WithOptions sets the reconciler's options.
-func (b *Builder) WithOptions(opts Options) *Builder {
+// WithEventFilter is builder.Builder.WithEventFilter: p filters the events
+// of every watch.
+func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.WithEventFilter(p) })
+}
+
+// WithOptions is builder.Builder.WithOptions; each call replaces the
+// options of the one before, LogConstructor included, as there. Under a
+// Manager or a Context, RecoverPanic is always true (a panic is counted and
+// logged by controller-runtime, then supervised: see WithSupervision),
+// EnableWarmup is always true (Run returns once the sources have synced)
+// and SkipNameValidation is always true (every incarnation is a new
+// controller of the same name; the manager keeps child names unique).
+// NeedLeaderElection false makes a Manager run the controller on every
+// replica (Complete, or Add of what Build returns); a ControllerManager
+// built by hand runs every controller only while elected.
+func (b *Builder) WithOptions(opts controller.Options) *Builder {
+	if b.up != nil {
+		b.up = b.up.WithOptions(opts)
+		return b
+	}
 	b.opts = opts
+	forced := opts
+	forced.RecoverPanic, forced.EnableWarmup, forced.SkipNameValidation = ptr.To(true), ptr.To(true), ptr.To(true)
+	b.steps = append(b.steps, func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.WithOptions(forced) })
 	return b
 }
 
-// Complete builds the reconciler and adds it to the Manager given to
-// NewControllerManagedBy, as controller-runtime's Complete does; every
-// problem of the declaration is in the error. On a Context, use Build.
+// WithLogConstructor is builder.Builder.WithLogConstructor.
+func (b *Builder) WithLogConstructor(f func(*reconcile.Request) logr.Logger) *Builder {
+	return b.record(func(u *builder.Builder, _ cache.Cache) *builder.Builder { return u.WithLogConstructor(f) })
+}
+
+// WithSupervision sets how the supervisor judges the reconciler: its
+// PanicThreshold, StuckAfter, ErrorRate* and Clock fields (the others are
+// controller-runtime's, given with WithOptions). On another manager it has
+// no effect.
+func (b *Builder) WithSupervision(opts Options) *Builder {
+	b.sup = Options{
+		PanicThreshold: opts.PanicThreshold, StuckAfter: opts.StuckAfter,
+		ErrorRateThreshold: opts.ErrorRateThreshold, ErrorRateWindow: opts.ErrorRateWindow,
+		ErrorRateMinReconciles: opts.ErrorRateMinReconciles, Clock: opts.Clock,
+	}
+	return b
+}
+
+// Complete is builder.Builder.Complete: it builds the reconciler and adds
+// it to the manager given to NewControllerManagedBy. On a Context, use
+// Build.
 func (b *Builder) Complete(r reconcile.Reconciler) error {
+	if b.up != nil && len(b.errs) == 0 {
+		return b.up.Complete(r)
+	}
 	if b.mgr == nil && len(b.errs) == 0 {
 		return errors.New("ctrlruntime: Complete adds the reconciler to a Manager, and this builder is on a Context: use Build, then the ControllerManager's Add")
 	}
-	ctrl, err := b.Build(r)
-	if err != nil {
-		return err
-	}
-	return b.mgr.addChild(ctrl)
+	_, err := b.Build(r)
+	return err
 }
 
-// Build builds the reconciler, to Add to a manager; every problem of the
-// declaration is in the error. The kinds watched are given to the
-// Context's Warm, so their informers sync in the pre-flight. On a Manager,
-// the options left zero take the manager's controller defaults
-// (manager.Options.Controller) and its logger, and the reconciler logs
-// with controller-runtime's fields: controller, controllerGroup,
-// controllerKind, the For kind's name with the object's key, namespace,
-// name and reconcileID.
+// Build is builder.Builder.Build: it builds the reconciler, failing with
+// controller-runtime's errors, and on a manager adds it to the manager, as
+// controller-runtime's Build does. The controller it returns is a
+// controller.Controller; on a Manager or a Context it is also a
+// controllermanager.Controller: built on a Context, it is to Add to a
+// ControllerManager (or to return from AddSharded's build). The kinds
+// watched are given to the Context's Warm, so that their informers sync in
+// the pre-flight.
 func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
-	errs := append([]error(nil), b.errs...)
-	if r == nil {
-		errs = append(errs, errors.New("reconciler is nil"))
+	if err := errors.Join(b.errs...); err != nil {
+		return nil, fmt.Errorf("ctrlruntime: %w", err)
 	}
-	if b.forObj == nil && len(b.owns) > 0 {
-		errs = append(errs, errors.New("Owns needs For: the owner kind"))
-	}
-	if b.forObj == nil && len(b.watches) == 0 && len(b.raw) == 0 {
-		errs = append(errs, errors.New("nothing watched: give For, Watches or WatchesRawSource"))
-	}
-	name := b.name
-	if name == "" && b.forObj != nil && b.ctx != nil {
-		kind := b.ctx.kindOf(b.forObj)
-		name = strings.ToLower(strings.SplitN(kind, ".", 2)[0])
-	}
-	if name == "" && len(errs) == 0 {
-		errs = append(errs, errors.New("no name: give Named, or For"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("ctrlruntime: reconciler %q: %w", name, err)
-	}
-
-	var sources []TypedSource[reconcile.Request]
-	var warm []client.Object
-	if b.forObj != nil {
-		obj, preds := b.forObj, b.forOpts.predicates
-		sources = append(sources, func(c cache.Cache) source.TypedSource[reconcile.Request] {
-			return source.Kind(c, obj, &handler.EnqueueRequestForObject{}, preds...)
-		})
-		warm = append(warm, obj)
-	}
-	for _, o := range b.owns {
-		var hopts []handler.OwnerOption
-		if !o.opts.matchEveryOwner {
-			hopts = append(hopts, handler.OnlyControllerOwner())
-		}
-		h, err := ownerHandler(b.ctx, b.forObj, hopts)
+	if b.up != nil {
+		c, err := b.up.Build(r)
 		if err != nil {
-			return nil, fmt.Errorf("ctrlruntime: reconciler %q: Owns %s: %w", name, b.ctx.kindOf(o.obj), err)
+			return nil, err
 		}
-		obj, preds := o.obj, o.opts.predicates
-		sources = append(sources, func(c cache.Cache) source.TypedSource[reconcile.Request] {
-			return source.Kind(c, obj, h, preds...)
-		})
-		warm = append(warm, obj)
+		return &Controller{name: controllerName(c), upstream: c}, nil
 	}
-	for _, w := range b.watches {
-		obj, h, preds := w.obj, w.handler, w.opts.predicates
-		sources = append(sources, func(c cache.Cache) source.TypedSource[reconcile.Request] {
-			return source.Kind(c, obj, h, preds...)
-		})
-		warm = append(warm, obj)
-	}
-	sources = append(sources, b.raw...)
-	opts := b.opts
-	if b.mgr != nil {
-		opts = b.mgr.controllerDefaults(opts, b.forGVK())
-	}
-	if opts.LogConstructor == nil {
-		opts.LogConstructor = logConstructor(opts.Logger, name, b.forGVK())
-	}
-	ctrl, err := New(b.ctx, name, ShardReconciler(b.shard, r), opts, sources...)
+	// A first build, never started, checks the declaration as
+	// controller-runtime does and names the controller.
+	dry, err := b.replay(b.ctx.GetCache(), r)
 	if err != nil {
 		return nil, err
 	}
-	b.ctx.Warm(warm...)
-	return ctrl, nil
-}
-
-// forGVK is the For kind, when the scheme knows it.
-func (b *Builder) forGVK() *schema.GroupVersionKind {
-	if b.forObj == nil || b.ctx == nil {
-		return nil
+	name := controllerName(dry)
+	if r != nil {
+		r = ShardReconciler(b.shard, r)
 	}
-	gvk, err := apiutil.GVKForObject(b.forObj, b.ctx.scheme)
+	c, err := newTypedController(b.ctx, name, r, b.sup, nil)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return &gvk
+	c.newController = b.replay
+	c.needLeaderElection = b.needLeaderElection()
+	b.ctx.Warm(b.warm...)
+	if b.mgr != nil {
+		if err := b.mgr.Add(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
-// logConstructor logs as controller-runtime's builder does: the
-// controller's name, group and kind, and per request the kind's name with
-// the object's key, its namespace and name (controller-runtime adds the
-// reconcileID).
-func logConstructor(base logr.Logger, name string, gvk *schema.GroupVersionKind) func(*reconcile.Request) logr.Logger {
-	if base.GetSink() == nil {
-		base = logr.Discard()
-	}
-	log := base.WithValues("controller", name)
-	if gvk != nil {
-		log = log.WithValues("controllerGroup", gvk.Group, "controllerKind", gvk.Kind)
-	}
-	return func(req *reconcile.Request) logr.Logger {
-		if req == nil {
-			return log
+// replay builds one controller-runtime controller from the recorded calls,
+// its sources on c, reconciling with r.
+func (b *Builder) replay(c cache.Cache, r reconcile.TypedReconciler[reconcile.Request]) (_ controller.Controller, err error) {
+	defer func() {
+		// A WatchesSource func that panics, or a controller-runtime
+		// release whose builder calls a manager method incarnationHost
+		// lacks: an error (a failed Build, or a failed Run the supervisor
+		// handles), not a crash.
+		if v := recover(); v != nil {
+			err = fmt.Errorf("ctrlruntime: building the controller panicked: %v", v)
 		}
-		l := log
-		if gvk != nil {
-			l = l.WithValues(gvk.Kind, klog.KRef(req.Namespace, req.Name))
-		}
-		return l.WithValues("namespace", req.Namespace, "name", req.Name)
+	}()
+	host := &incarnationHost{cache: c, ctx: b.ctx, mgr: b.mgr}
+	u := builder.ControllerManagedBy(host)
+	for _, s := range b.steps {
+		u = s(u, c)
 	}
+	return u.Build(r)
 }
 
-func collectWatchOptions(opts []WatchOption) watchOptions {
-	var o watchOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+// needLeaderElection is the controller's NeedLeaderElection: WithOptions',
+// else the manager's controller default, else true.
+func (b *Builder) needLeaderElection() bool {
+	if b.opts.NeedLeaderElection != nil {
+		return *b.opts.NeedLeaderElection
+	}
+	if b.mgr != nil && b.mgr.options.Controller.NeedLeaderElection != nil {
+		return *b.mgr.options.Controller.NeedLeaderElection
+	}
+	return true
+}
+
+// warmKind notes a watched kind for the pre-flight, as its informer will
+// hold it: metadata only with builder.OnlyMetadata.
+func (b *Builder) warmKind(obj client.Object, metadata bool) {
+	if obj == nil || b.ctx == nil || b.up != nil {
+		return
+	}
+	if metadata {
+		if projected, err := asMetadata(obj, b.ctx.scheme); err == nil {
+			obj = projected
 		}
 	}
+	b.warm = append(b.warm, obj)
+}
+
+// upCache is the cache of the other manager the builder forwards to.
+func (b *Builder) upCache() cache.Cache { return b.upMgr.GetCache() }
+
+// metadataOnly says whether builder.OnlyMetadata is among opts.
+func metadataOnly[option any](opts []option) bool {
+	for _, o := range opts {
+		if any(o) == any(builder.OnlyMetadata) {
+			return true
+		}
+	}
+	return false
+}
+
+// asMetadata is obj as a metadata-only watch holds it, as
+// controller-runtime's builder projects it.
+func asMetadata(obj client.Object, scheme *runtime.Scheme) (client.Object, error) {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return nil, err
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m, nil
+}
+
+// incarnationHost is the manager.Manager controller-runtime's builder
+// builds one incarnation on: the incarnation's cache, the Context's
+// scheme and mapper, the Manager's logger and controller defaults. The
+// builder calls nothing else; Add keeps nothing, the incarnation starts the
+// controller itself.
+type incarnationHost struct {
+	manager.Manager // nil: any other method is a bug of this package, and panics
+	cache           cache.Cache
+	ctx             *Context
+	mgr             *Manager
+}
+
+func (h *incarnationHost) GetCache() cache.Cache          { return h.cache }
+func (h *incarnationHost) GetScheme() *runtime.Scheme     { return h.ctx.GetScheme() }
+func (h *incarnationHost) GetRESTMapper() meta.RESTMapper { return h.ctx.GetRESTMapper() }
+func (h *incarnationHost) GetClient() client.Client       { return h.ctx.GetClient() }
+func (h *incarnationHost) Add(manager.Runnable) error     { return nil }
+func (h *incarnationHost) GetLogger() logr.Logger         { return h.logger() }
+func (h *incarnationHost) GetControllerOptions() config.Controller {
+	var o config.Controller
+	if h.mgr != nil {
+		o = h.mgr.options.Controller
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = h.logger()
+	}
+	o.RecoverPanic, o.EnableWarmup, o.SkipNameValidation = ptr.To(true), ptr.To(true), ptr.To(true)
 	return o
 }
 
-// ownerHandler is handler.EnqueueRequestForOwner, whose panic on a For kind
-// the scheme does not know becomes an error.
-func ownerHandler(ctx *Context, owner client.Object, opts []handler.OwnerOption) (h handler.EventHandler, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("owner kind %T: %v", owner, v)
-		}
-	}()
-	return handler.EnqueueRequestForOwner(ctx.scheme, ctx.mapper, owner, opts...), nil
+func (h *incarnationHost) logger() logr.Logger {
+	if h.mgr != nil {
+		return h.mgr.logger
+	}
+	return logr.Discard()
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/go-logr/logr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -53,6 +55,13 @@ type TypedController[request comparable] struct {
 	reconciler reconcile.TypedReconciler[request]
 	sources    []TypedSource[request]
 	opts       TypedOptions[request]
+	// newController builds an incarnation's controller on its cache (the
+	// builder's replay); nil: New's, from opts and sources.
+	newController      func(c cache.Cache, r reconcile.TypedReconciler[request]) (controller.TypedController[request], error)
+	needLeaderElection bool
+	// upstream is the controller built by controller-runtime's builder on
+	// another manager, which runs it: every method goes to it.
+	upstream controller.TypedController[request]
 
 	mu   sync.Mutex
 	cur  *incarnation[request]
@@ -79,6 +88,25 @@ type incarnation[request comparable] struct {
 // informers synced before the election.
 func New[request comparable](ctx *Context, name string, r reconcile.TypedReconciler[request], opts TypedOptions[request], sources ...TypedSource[request]) (*TypedController[request], error) {
 	var errs []error
+	if len(sources) == 0 {
+		errs = append(errs, errors.New("no source: nothing would be reconciled"))
+	}
+	for i, s := range sources {
+		if s == nil {
+			errs = append(errs, fmt.Errorf("source #%d is nil", i))
+		}
+	}
+	c, err := newTypedController(ctx, name, r, opts, errs)
+	if err != nil {
+		return nil, err
+	}
+	c.sources = sources
+	return c, nil
+}
+
+// newTypedController checks what New and Build have in common, and joins
+// errs with what it finds.
+func newTypedController[request comparable](ctx *Context, name string, r reconcile.TypedReconciler[request], opts TypedOptions[request], errs []error) (*TypedController[request], error) {
 	if ctx == nil {
 		errs = append(errs, errors.New("context is nil"))
 	}
@@ -88,21 +116,13 @@ func New[request comparable](ctx *Context, name string, r reconcile.TypedReconci
 	if r == nil {
 		errs = append(errs, errors.New("reconciler is nil"))
 	}
-	if len(sources) == 0 {
-		errs = append(errs, errors.New("no source: nothing would be reconciled"))
-	}
-	for i, s := range sources {
-		if s == nil {
-			errs = append(errs, fmt.Errorf("source #%d is nil", i))
-		}
-	}
 	if opts.ErrorRateThreshold > 1 {
 		errs = append(errs, fmt.Errorf("ErrorRateThreshold %v is past 1", opts.ErrorRateThreshold))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("ctrlruntime: reconciler %q: %w", name, err)
 	}
-	return &TypedController[request]{name: name, ctx: ctx, reconciler: r, sources: sources, opts: opts.withDefaults()}, nil
+	return &TypedController[request]{name: name, ctx: ctx, reconciler: r, opts: opts.withDefaults(), needLeaderElection: true}, nil
 }
 
 // Name is the reconciler's name: its child's name in the manager, and the
@@ -114,36 +134,21 @@ func (c *TypedController[request]) Name() string { return c.name }
 // returns. The workers run on a context of their own, ended by Shutdown (a
 // manager cancels Run's context once Run has returned).
 func (c *TypedController[request]) Run(ctx context.Context) error {
+	if c.upstream != nil {
+		return fmt.Errorf("ctrlruntime: reconciler %q was built on %s and runs there: its Start is that manager's", c.name, "another manager")
+	}
 	report, _ := cm.FailureReporter(ctx)
 	icache := newIncarnationCache(c.ctx.cache, c.ctx.kindOf)
 	sup := newSupervised(c.name, c.reconciler, c.opts, report)
-	ctrl, err := controller.NewTypedUnmanaged(c.name, controller.TypedOptions[request]{
-		// Every incarnation is a new controller of the same name; the
-		// manager keeps names unique.
-		SkipNameValidation:      ptr.To(true),
-		MaxConcurrentReconciles: c.opts.MaxConcurrentReconciles,
-		CacheSyncTimeout:        c.opts.CacheSyncTimeout,
-		Reconciler:              sup,
-		RateLimiter:             c.opts.RateLimiter,
-		Logger:                  c.opts.Logger,
-		LogConstructor:          c.opts.LogConstructor,
-		UsePriorityQueue:        c.opts.UsePriorityQueue,
-		ReconciliationTimeout:   c.opts.ReconciliationTimeout,
-		// Warmup starts the sources and waits for them without starting
-		// the workers: what Run must do before it returns.
-		EnableWarmup: ptr.To(true),
-	})
+	// The controller-runtime controller recovers the panic sup passes on:
+	// it counts and logs it as it does for any controller.
+	sup.repanic = true
+	ctrl, err := c.buildController(icache, sup)
 	if err != nil {
 		return fmt.Errorf("ctrlruntime: reconciler %q: %w", c.name, err)
 	}
-	for i, build := range c.sources {
-		src := build(icache)
-		if src == nil {
-			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d built nil", c.name, i)
-		}
-		if err := ctrl.Watch(src); err != nil {
-			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d: %w", c.name, i, err)
-		}
+	if err := c.watchSources(ctrl, icache); err != nil {
+		return err
 	}
 	warm, ok := ctrl.(interface{ Warmup(context.Context) error })
 	if !ok { // controller-runtime's controllers have had Warmup since v0.21
@@ -186,6 +191,48 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 			report(fmt.Errorf("ctrlruntime: reconciler %q stopped: %w", c.name, err))
 		}
 	}()
+	return nil
+}
+
+// buildController builds one incarnation's controller-runtime controller.
+func (c *TypedController[request]) buildController(icache cache.Cache, sup *supervised[request]) (controller.TypedController[request], error) {
+	if c.newController != nil {
+		return c.newController(icache, sup)
+	}
+	return controller.NewTypedUnmanaged(c.name, controller.TypedOptions[request]{
+		// Every incarnation is a new controller of the same name; the
+		// manager keeps names unique.
+		SkipNameValidation:      ptr.To(true),
+		MaxConcurrentReconciles: c.opts.MaxConcurrentReconciles,
+		CacheSyncTimeout:        c.opts.CacheSyncTimeout,
+		Reconciler:              sup,
+		RateLimiter:             c.opts.RateLimiter,
+		Logger:                  c.opts.Logger,
+		LogConstructor:          c.opts.LogConstructor,
+		UsePriorityQueue:        c.opts.UsePriorityQueue,
+		ReconciliationTimeout:   c.opts.ReconciliationTimeout,
+		// Warmup starts the sources and waits for them without starting
+		// the workers: what Run must do before it returns.
+		EnableWarmup: ptr.To(true),
+		RecoverPanic: ptr.To(true),
+	})
+}
+
+// watchSources adds the sources of New (and of Watch) to ctrl, built on
+// icache.
+func (c *TypedController[request]) watchSources(ctrl controller.TypedController[request], icache cache.Cache) error {
+	c.mu.Lock()
+	sources := append([]TypedSource[request](nil), c.sources...)
+	c.mu.Unlock()
+	for i, build := range sources {
+		src := build(icache)
+		if src == nil {
+			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d built nil", c.name, i)
+		}
+		if err := ctrl.Watch(src); err != nil {
+			return fmt.Errorf("ctrlruntime: reconciler %q: source #%d: %w", c.name, i, err)
+		}
+	}
 	return nil
 }
 
@@ -281,4 +328,75 @@ func (c *TypedController[request]) Stats() Stats {
 		s.Handlers = inc.cache.handlerCount()
 	}
 	return s
+}
+
+// The methods below make a *TypedController the controller.TypedController
+// that controller-runtime's Build returns, so that code written against
+// that (c, err := ...Build(r); c.Watch(src)) compiles and runs unchanged.
+var (
+	_ controller.Controller          = (*Controller)(nil)
+	_ manager.LeaderElectionRunnable = (*Controller)(nil)
+)
+
+// Watch adds a source to every incarnation from the next Run on, and to the
+// running one: the same src is started by each (see
+// Builder.WatchesRawSource). Built on another manager, it is that
+// controller's Watch.
+func (c *TypedController[request]) Watch(src source.TypedSource[request]) error {
+	if c.upstream != nil {
+		return c.upstream.Watch(src)
+	}
+	if src == nil {
+		return fmt.Errorf("ctrlruntime: reconciler %q: Watch: source is nil", c.name)
+	}
+	c.mu.Lock()
+	c.sources = append(c.sources, func(cache.Cache) source.TypedSource[request] { return src })
+	c.mu.Unlock()
+	return nil
+}
+
+// Start runs the controller as a manager.Runnable does, until ctx ends:
+// Run, then Shutdown once ctx has ended. Built on another manager, it is
+// that controller's Start.
+func (c *TypedController[request]) Start(ctx context.Context) error {
+	if c.upstream != nil {
+		return c.upstream.Start(ctx)
+	}
+	if err := c.Run(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultCacheSyncTimeout)
+	defer cancel()
+	c.Shutdown(sctx)
+	return nil
+}
+
+// Reconcile calls the reconciler, as controller-runtime's controller does.
+func (c *TypedController[request]) Reconcile(ctx context.Context, req request) (reconcile.Result, error) {
+	if c.upstream != nil {
+		return c.upstream.Reconcile(ctx, req)
+	}
+	return c.reconciler.Reconcile(ctx, req)
+}
+
+// GetLogger is the controller's logger.
+func (c *TypedController[request]) GetLogger() logr.Logger {
+	if c.upstream != nil {
+		return c.upstream.GetLogger()
+	}
+	if c.opts.Logger.GetSink() == nil {
+		return logr.Discard()
+	}
+	return c.opts.Logger.WithValues("controller", c.name)
+}
+
+// NeedLeaderElection is false for a controller built with
+// controller.Options.NeedLeaderElection false: a Manager runs it on every
+// replica.
+func (c *TypedController[request]) NeedLeaderElection() bool {
+	if le, ok := c.upstream.(manager.LeaderElectionRunnable); ok {
+		return le.NeedLeaderElection()
+	}
+	return c.needLeaderElection
 }

@@ -18,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -53,6 +55,9 @@ type recorder struct {
 	mu     sync.Mutex
 	seen   []reconcile.Request
 	behave func(ctx context.Context, req reconcile.Request) error
+	// What some builder tests keep beside it.
+	logged *atomic.Int32
+	events chan event.GenericEvent
 }
 
 func (r *recorder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -89,6 +94,11 @@ func (r *recorder) count(name string) int {
 	return n
 }
 
+// unregistered is a kind no scheme knows.
+type unregistered struct{ corev1.ConfigMap }
+
+// The builder refuses what controller-runtime's refuses, with
+// controller-runtime's errors (its builder tests' cases), plus its own.
 func TestBuilderRejectsBadDeclarations(t *testing.T) {
 	ctx, _ := fakeContext(t)
 	r := &recorder{}
@@ -97,20 +107,32 @@ func TestBuilderRejectsBadDeclarations(t *testing.T) {
 		build func() (*ctrlruntime.Controller, error)
 		want  []string
 	}{
-		{"nil context", func() (*ctrlruntime.Controller, error) {
+		{"nil host", func() (*ctrlruntime.Controller, error) {
 			return ctrlruntime.NewControllerManagedBy(nil).Named("x").WatchesRawSource(nil).Build(r)
-		}, []string{"host is nil", "WatchesRawSource #0: source is nil"}},
+		}, []string{"host is nil", "WatchesRawSource: source is nil"}},
+		{"For twice", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).For(&corev1.Secret{}).Owns(&corev1.ConfigMap{}).Build(r)
+		}, []string{"For(...) should only be called once, could not assign multiple objects for reconciliation"}},
+		{"neither For nor Named", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).Watches(&corev1.ConfigMap{}, &handler.EnqueueRequestForObject{}).Build(r)
+		}, []string{"one of For() or Named() must be called"}},
+		{"Owns without For", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Owns(&corev1.ConfigMap{}).Build(r)
+		}, []string{"Owns() can only be used together with For()"}},
 		{"nothing watched", func() (*ctrlruntime.Controller, error) {
 			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Build(r)
-		}, []string{"nothing watched"}},
-		{"owns without for, nil reconciler", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).Named("x").Owns(&corev1.ConfigMap{}).Build(nil)
-		}, []string{"Owns needs For", "reconciler is nil"}},
-		{"for twice, nil watches", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).For(&corev1.Pod{}).Watches(nil, nil).Build(r)
-		}, []string{`"pod"`, "For given more than once", "Watches #0: object is nil"}},
+		}, []string{"there are no watches configured, controller will never get triggered. Use For(), Owns(), Watches() or WatchesRawSource() to set them up"}},
+		{"no kind for the For type", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&unregistered{}).Owns(&corev1.ConfigMap{}).Build(r)
+		}, []string{"no kind is registered for the type"}},
+		{"nil reconciler", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).Build(nil)
+		}, []string{"must provide a non-nil Reconciler"}},
+		{"two reconcilers", func() (*ctrlruntime.Controller, error) {
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).WithOptions(controller.Options{Reconciler: r}).Build(r)
+		}, []string{"reconciler was set via WithOptions() and via Build() or Complete()"}},
 		{"error rate past 1", func() (*ctrlruntime.Controller, error) {
-			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).WithOptions(ctrlruntime.Options{ErrorRateThreshold: 2}).Build(r)
+			return ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.Pod{}).WithSupervision(ctrlruntime.Options{ErrorRateThreshold: 2}).Build(r)
 		}, []string{"ErrorRateThreshold 2 is past 1"}},
 	}
 	for _, tt := range tests {
@@ -126,6 +148,9 @@ func TestBuilderRejectsBadDeclarations(t *testing.T) {
 	c, err := ctrlruntime.NewControllerManagedBy(ctx).For(&corev1.ConfigMap{}).Build(r)
 	require.NoError(t, err)
 	assert.Equal(t, "configmap", c.Name(), "named after the For kind, as controller-runtime names it")
+	c, err = ctrlruntime.NewControllerManagedBy(ctx).Named("no-for").Watches(&corev1.ConfigMap{}, &handler.EnqueueRequestForObject{}).Build(r)
+	require.NoError(t, err, "a controller without For")
+	assert.Equal(t, "no-for", c.Name())
 }
 
 // A reconciler's every incarnation is a fresh controller-runtime controller:
@@ -258,7 +283,7 @@ func TestPanicsPastThresholdRestartTheReconcilerAlone(t *testing.T) {
 	}}
 	good := &recorder{}
 	badC, err := ctrlruntime.NewControllerManagedBy(ctx).Named("bad").For(&corev1.ConfigMap{}).
-		WithOptions(ctrlruntime.Options{PanicThreshold: 2}).Build(bad)
+		WithSupervision(ctrlruntime.Options{PanicThreshold: 2}).Build(bad)
 	require.NoError(t, err)
 	goodC, err := ctrlruntime.NewControllerManagedBy(ctx).Named("good").For(&corev1.Secret{}).Build(good)
 	require.NoError(t, err)
@@ -333,7 +358,7 @@ func TestHealthUnhealthyUntilSourcesSync(t *testing.T) {
 	ctx, _ := fakeContext(t)
 	gate := make(chan struct{})
 	c, err := ctrlruntime.NewControllerManagedBy(ctx).Named("gated").
-		WatchesRawSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
+		WatchesSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
 		Build(&recorder{})
 	require.NoError(t, err)
 	ran := make(chan error, 1)

@@ -15,6 +15,10 @@
 // builder line of each SetupWithManager(mgr ctrl.Manager) error to
 // ctrlruntime.NewControllerManagedBy(mgr): each reconciler is then a
 // supervised child, restarted alone, on a cache warm before the election.
+// The builder is controller-runtime's, every method and option; given any
+// other manager.Manager (ctrl.NewManager's, in a test or a binary not yet
+// moved) it is exactly ctrl.NewControllerManagedBy(mgr), so the move can
+// be undone line by line.
 // Webhooks (ctrl.NewWebhookManagedBy), field indexes, health checks and the
 // metrics server stay as written; see docs/migrating.md and
 // examples/kubebuilder.
@@ -29,19 +33,19 @@
 //	the manager's cache, started before        one shared cache.Cache per Context, started in the
 //	  election, informers created lazily         pre-flight (Context.Start) with the informers of every
 //	  by controllers after it                    watched kind: a standby is warm, a failover does not relist
-//	builder.ControllerManagedBy(mgr)           NewControllerManagedBy(ctx): For, Owns, Watches,
-//	  .For().Owns().Watches().Complete(r)        WithPredicates, WithOptions, Build(r) -> *Controller
+//	builder.ControllerManagedBy(mgr)           NewControllerManagedBy(ctx): controller-runtime's
+//	  .For().Owns().Watches().Complete(r)        builder, every method and option; Build(r) -> *Controller
 //	controller.NewTyped(name, mgr, opts)       New[request](ctx, name, r, opts, sources...)
 //	controller.Options                         Options: MaxConcurrentReconciles, RateLimiter, ...,
 //	                                           plus how the supervisor judges the reconciler
 //	a controller, one per process, started     a supervised Controller: every Run builds a fresh
 //	  once ("started more than once")            controller-runtime controller, queue and sources
 //	reconcile.Reconciler / TypedReconciler     the same, unchanged
-//	RecoverPanic: a panic becomes an error     counted; past Options.PanicThreshold in one
-//	                                             incarnation, a failure: the reconciler restarts alone
+//	RecoverPanic: a panic becomes an error     the same, counted and logged; past PanicThreshold
+//	                                             in one incarnation, a failure: the reconciler restarts alone
 //	mgr.Add(manager.Runnable)                  NewRunnable(name, build): a fresh Runnable per restart
-//	LeaderElectionRunnable.NeedLeaderElection  hosted reconcilers and runnables run only while
-//	                                             elected; webhooks on every replica
+//	LeaderElectionRunnable.NeedLeaderElection  the same: false runs a runnable or controller on
+//	                                             every replica, standby included
 //	a Runnable's error stops the manager       the child restarts alone (strategy, backoff, budget)
 //	webhook.Server + admission.Handler         NewWebhook(name, path, h), served by a manager's Handler
 //	mgr.AddHealthzCheck                        GetHealth of every child, with a deadline: unsynced
@@ -73,15 +77,21 @@
 //     Options.ErrorRateMinReconciles (default 10) have ended in it.
 //
 // The supervisor restarts a controller after SupervisionSpec.UnhealthyThreshold
-// unhealthy probes in a row. A reconcile that panics is recovered and retried
-// like an error; the Options.PanicThreshold-th panic (default 3) of one
-// incarnation is reported through controllermanager.FailureReporter, and the
-// supervisor restarts that reconciler alone, the others reconciling on.
+// unhealthy probes in a row. A reconcile that panics is handled by
+// controller-runtime first, as under its own manager: counted in
+// controller_runtime_reconcile_panics_total, logged as "Observed a panic"
+// with its stack on the controller's logger, and retried like an error.
+// The Options.PanicThreshold-th panic (default 3) of one incarnation is
+// then reported through controllermanager.FailureReporter (and counted in
+// controllermanager_child_panics_total), and the supervisor restarts that
+// reconciler alone, the others reconciling on.
 //
 // # Sharded leadership
 //
 // With LeaderElectionSpec.Shards > 1, build one reconciler per shard with
 // the manager's AddSharded and Builder.ForShard (or ShardReconciler): each
 // reconciles only the keys its Shard owns, on whichever replica holds that
-// shard's Lease, so the replicas share the objects of one kind.
+// shard's Lease, so the replicas share the objects of one kind. Build them
+// on a Context (a Manager's is Manager.Context): Build on a Manager adds
+// the reconciler to it, as controller-runtime's Build does.
 package ctrlruntime

@@ -149,7 +149,7 @@ func TestEnvStuckReconcileShowsOnHealthz(t *testing.T) {
 		return nil
 	}}
 	c, err := ctrlruntime.NewControllerManagedBy(cctx).Named("wedging").For(&corev1.ConfigMap{}, inNamespace(ns)).
-		WithOptions(ctrlruntime.Options{StuckAfter: 300 * time.Millisecond}).Build(stuck)
+		WithSupervision(ctrlruntime.Options{StuckAfter: 300 * time.Millisecond}).Build(stuck)
 	require.NoError(t, err)
 	m, err := cm.NewControllerManager(cctx, cm.ControllerManagerConfigSpec{}, "env-stuck")
 	require.NoError(t, err)

@@ -25,7 +25,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
@@ -52,9 +51,9 @@ const (
 //   - on every replica, from Start until Start returns: the shared cache
 //     (started before the election, so a standby is warm), the metrics
 //     server, the health probe server, the webhook server (once
-//     GetWebhookServer has been called) and every runnable whose
-//     NeedLeaderElection is false, the last two as supervised children
-//     restarted on failure;
+//     GetWebhookServer has been called) and every runnable or controller
+//     whose NeedLeaderElection is false, the last two as supervised
+//     children restarted on failure;
 //   - only while elected, fenced: controllers built with
 //     NewControllerManagedBy (each restarted alone on failure, RestartChild
 //     rebuilds it), controllers built with controller-runtime's own builder
@@ -65,6 +64,13 @@ const (
 // ControllerManager returns the supervision tree, for Status, RestartChild,
 // Subscribe and the live view.
 type Manager struct {
+	// hostCluster is the cluster, embedded for one method: its
+	// GetEventRecorder (events.k8s.io/v1 Events reported by name, sent
+	// until Start returns), whose result type changed in controller-runtime
+	// v0.25 (recorder.EventRecorder, before it client-go's
+	// events.EventRecorder). Promoted, it has the signature manager.Manager
+	// wants in the version the build selects.
+	hostCluster
 	config          *rest.Config
 	options         manager.Options
 	logger          logr.Logger
@@ -90,6 +96,10 @@ type Manager struct {
 
 var _ manager.Manager = (*Manager)(nil)
 
+// hostCluster names the embedded cluster.Cluster of a Manager without
+// exporting it.
+type hostCluster = cluster.Cluster
+
 // NewManager builds a Manager from the options of controller-runtime's
 // manager.New, plus options of the ControllerManager under it. Every field
 // of options that a kubebuilder scaffold sets means what controller-runtime
@@ -109,7 +119,8 @@ var _ manager.Manager = (*Manager)(nil)
 //
 // Fields it cannot honour are refused, each named in the error:
 // LeaderElectionResourceLock other than "leases", LeaderElectionLabels,
-// PprofBindAddress, BaseContext, and Controller.NeedLeaderElection false.
+// PprofBindAddress and BaseContext. Controller.NeedLeaderElection false
+// runs every controller on every replica, as with controller-runtime.
 // opts are the ControllerManager's (WithRegisterer, WithIdentity,
 // WithLogger...); the manager logs through options.Logger unless opts say
 // otherwise.
@@ -202,7 +213,7 @@ func newManager(config *rest.Config, options manager.Options, supervision *cm.Su
 		options.LivenessEndpointName = "/healthz"
 	}
 	return &Manager{
-		config: config, options: options, logger: options.Logger, cluster: cl, cctx: cctx, ctrl: ctrl,
+		hostCluster: cl, config: config, options: options, logger: options.Logger, cluster: cl, cctx: cctx, ctrl: ctrl,
 		metricsServer: metricsSrv, webhookServer: webhookSrv, converters: conversion.NewRegistry(),
 		shutdownTimeout: shutdown,
 		healthz:         map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{},
@@ -227,9 +238,6 @@ func refuse(o manager.Options) error {
 	}
 	if o.BaseContext != nil {
 		errs = append(errs, errors.New("BaseContext is not supported: runnables get contexts of their supervisor, ended when they are stopped"))
-	}
-	if o.Controller.NeedLeaderElection != nil && !*o.Controller.NeedLeaderElection {
-		errs = append(errs, errors.New("Controller.NeedLeaderElection false is not supported: controllers run only while elected, fenced"))
 	}
 	return errors.Join(errs...)
 }
@@ -296,12 +304,6 @@ func (m *Manager) GetAPIReader() client.Reader { return m.cluster.GetAPIReader()
 // Deprecated: as controller-runtime's, use GetEventRecorder.
 func (m *Manager) GetEventRecorderFor(name string) record.EventRecorder {
 	return m.cluster.GetEventRecorderFor(name) //nolint:staticcheck // the interface requires it
-}
-
-// GetEventRecorder returns a recorder of events.k8s.io/v1 Events reported
-// by name; events are sent until Start returns.
-func (m *Manager) GetEventRecorder(name string) recorder.EventRecorder {
-	return m.cluster.GetEventRecorder(name)
 }
 
 // GetLogger is options.Logger (default: controller-runtime's log.Log).
@@ -378,16 +380,18 @@ func (m *Manager) AddMetricsServerExtraHandler(path string, handler http.Handler
 	return nil
 }
 
-// Add adds a runnable, as a child of the supervision tree:
+// Add adds a runnable, as a child of the supervision tree. Where it runs
+// is decided first, as controller-runtime decides it: whatever its kind, a
+// runnable whose NeedLeaderElection is false runs on every replica, from
+// the pre-flight, standby included; any other only while elected, fenced.
+// What it is decides how it is restarted:
 //   - a *Controller or *TypedController from NewControllerManagedBy or New,
 //     a *Runnable, or any controllermanager.Controller: as it is;
-//   - a controller-runtime controller (ctrl.NewControllerManagedBy): run
-//     once elected, fenced and health-checked, never restarted (see
-//     Manager);
-//   - another manager.Runnable whose NeedLeaderElection is false: on every
-//     replica, restarted on failure by calling its Start again;
-//   - any other manager.Runnable: only while elected, restarted on failure
-//     by calling its Start again.
+//   - a controller-runtime controller (controller.New, or wrapped as
+//     cert-controller wraps its rotator's): started once, health-checked,
+//     never restarted (see Manager);
+//   - any other manager.Runnable: restarted on failure by calling its
+//     Start again.
 //
 // Added after Start, it starts at once.
 func (m *Manager) Add(r manager.Runnable) error {
@@ -402,21 +406,29 @@ func (m *Manager) childFor(r manager.Runnable) (cm.Runnable, error) {
 	if r == nil || reflect.ValueOf(r).Kind() == reflect.Pointer && reflect.ValueOf(r).IsNil() {
 		return nil, errors.New("ctrlruntime: Add: runnable is nil")
 	}
-	if c, ok := r.(cm.Controller); ok {
-		return c, nil
+	// Where it runs is decided first, as controller-runtime's runnable
+	// groups do: a runnable that needs no election runs on every replica,
+	// whatever it is (cert-controller's rotator adds its reconciler as a
+	// controller whose NeedLeaderElection is false).
+	le, ok := r.(manager.LeaderElectionRunnable)
+	everywhere := ok && !le.NeedLeaderElection()
+	var child cm.Controller
+	switch c := r.(type) {
+	case cm.Controller:
+		child = c
+	case ctrlController:
+		child = newOnceController(m.uniqueName(controllerName(c)), c)
+	default:
+		hosted, err := NewRunnable(m.uniqueName("runnable"), func() (manager.Runnable, error) { return r, nil })
+		if err != nil {
+			return nil, err
+		}
+		child = hosted
 	}
-	if c, ok := r.(ctrlController); ok {
-		return newOnceController(m.uniqueName(controllerName(c)), c), nil
+	if everywhere {
+		return onEveryReplica(child), nil
 	}
-	name := m.uniqueName("runnable")
-	hosted, err := NewRunnable(name, func() (manager.Runnable, error) { return r, nil })
-	if err != nil {
-		return nil, err
-	}
-	if le, ok := r.(manager.LeaderElectionRunnable); ok && !le.NeedLeaderElection() {
-		return everyReplica{hosted}, nil
-	}
-	return hosted, nil
+	return child, nil
 }
 
 // uniqueName is base, or base-2, base-3... when taken.

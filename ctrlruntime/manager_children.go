@@ -62,21 +62,41 @@ func controllerName(c ctrlController) string {
 	return "controller"
 }
 
-// everyReplica hosts a runnable whose NeedLeaderElection is false as a
-// webhook-kind child: the supervision tree starts webhooks on every
-// replica, before the election, and restarts them on failure. It serves no
-// admission request (nothing routes to its Path).
-type everyReplica struct{ r *Runnable }
+// everyReplica hosts a controller or runnable whose NeedLeaderElection is
+// false as a webhook-kind child: the supervision tree starts webhooks on
+// every replica, before the election, and restarts them on failure. It
+// serves no admission request (nothing routes to its Path).
+type everyReplica struct {
+	c    cm.Controller
+	name string
+}
 
 var _ cm.Webhook = everyReplica{}
 
-func (e everyReplica) Name() string                    { return e.r.Name() }
-func (e everyReplica) Start(ctx context.Context) error { return e.r.Run(ctx) }
-func (e everyReplica) Ready() bool                     { return e.r.GetHealth().Healthy }
-func (e everyReplica) Shutdown(ctx context.Context)    { e.r.Shutdown(ctx) }
-func (e everyReplica) Path() string                    { return "/.ctrlruntime/runnable/" + e.r.Name() }
+// onEveryReplica wraps c, named by its Name method, else by its health's
+// name, as the manager names a controller.
+func onEveryReplica(c cm.Controller) everyReplica {
+	if n, ok := c.(interface{ Name() string }); ok {
+		return everyReplica{c: c, name: n.Name()}
+	}
+	return everyReplica{c: c, name: c.GetHealth().Name}
+}
+
+func (e everyReplica) Name() string                    { return e.name }
+func (e everyReplica) Start(ctx context.Context) error { return e.c.Run(ctx) }
+func (e everyReplica) Ready() bool                     { return e.c.GetHealth().Healthy }
+func (e everyReplica) Shutdown(ctx context.Context)    { e.c.Shutdown(ctx) }
+func (e everyReplica) Path() string                    { return "/.ctrlruntime/runnable/" + e.name }
 func (e everyReplica) Handle(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
-	return nil, fmt.Errorf("ctrlruntime: %q is a runnable, not an admission webhook", e.r.Name())
+	return nil, fmt.Errorf("ctrlruntime: %q is a runnable, not an admission webhook", e.name)
+}
+
+// unsyncedCaches reports the hosted controller's, for readiness.
+func (e everyReplica) unsyncedCaches() []string {
+	if r, ok := e.c.(syncReporter); ok {
+		return r.unsyncedCaches()
+	}
+	return nil
 }
 
 // controllerDefaults fills the zero fields of opts from the manager's

@@ -55,9 +55,10 @@ func TestEnvProbesDoNotFlapWhileCachesSync(t *testing.T) {
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: probeAddr,
 	})
 	require.NoError(t, err)
+	require.NoError(t, mgr.AddReadyzCheck(ctrlruntime.ReadyzCachesCheck, mgr.CachesSynced), "readiness of the caches is opt-in")
 	gate := make(chan struct{})
 	require.NoError(t, ctrlruntime.NewControllerManagedBy(mgr).Named("gated").
-		WatchesRawSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
+		WatchesSource(func(cache.Cache) source.TypedSource[reconcile.Request] { return gatedSource{gate: gate} }).
 		Complete(&recorder{}))
 	startManager(t, mgr)
 

@@ -12,7 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	cm "github.com/actorkube/controllermanager"
@@ -29,7 +31,8 @@ import (
 //     once elected, Elected is closed and the controllers run;
 //  3. when ctx ends, the tree shuts down (bounded by
 //     GracefulShutdownTimeout, default 30s) and gives the Lease up;
-//  4. the servers stop, then the cache and the event recorders.
+//  4. the cache stops, then the servers, each step logged with
+//     controller-runtime's line ("Stopping and waiting for caches", ...).
 //
 // Every step that started is stopped, also when a later one fails. Start
 // may be called once.
@@ -44,17 +47,18 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.pending = nil
 	if m.webhookUsed {
 		hosted, _ := NewRunnable(m.uniqueNameLocked("webhook-server"), func() (manager.Runnable, error) { return m.webhookServer, nil })
-		pending = append([]cm.Runnable{everyReplica{hosted}}, pending...)
+		pending = append([]cm.Runnable{onEveryReplica(hosted)}, pending...)
 	}
 	m.mu.Unlock()
 
-	// The cache is stopped last: whatever started it (the tree's
-	// pre-flight), nothing else stops it.
-	defer func() {
+	// Whatever started the cache (the tree's pre-flight), nothing else
+	// stops it.
+	stopCache := sync.OnceFunc(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), m.boundedShutdown())
 		defer cancel()
 		m.cctx.Stop(sctx)
-	}()
+	})
+	defer stopCache()
 
 	unshare, err := shareMetrics(m.ctrl)
 	if err != nil {
@@ -74,7 +78,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ctrlruntime: Manager.Start: %w", err)
 	}
-	defer servers.stop()
+	stopServers := sync.OnceFunc(servers.stop)
+	defer stopServers()
 
 	serveCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -85,10 +90,34 @@ func (m *Manager) Start(ctx context.Context) error {
 		case <-serveCtx.Done():
 		}
 	}()
+	// controller-runtime's shutdown lines, each logged as the step it
+	// names begins. The tree stops the runnables that need no election,
+	// those that do and the controllers warming up together, so their
+	// three lines come together.
+	stopping := make(chan struct{})
+	go func() {
+		defer close(stopping)
+		select {
+		case <-serveCtx.Done():
+		case <-m.ctrl.Done():
+		}
+		m.logger.Info("Stopping and waiting for warmup runnables")
+		m.logger.Info("Stopping and waiting for non leader election runnables")
+		m.logger.Info("Stopping and waiting for leader election runnables")
+	}()
 	err = m.ctrl.Serve(serveCtx, 0, m.shutdownTimeout)
 	if cause := context.Cause(serveCtx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = errors.Join(err, cause) // a server failed: Serve saw a stop
 	}
+	cancel(nil)
+	<-stopping
+	m.logger.Info("Stopping and waiting for caches")
+	stopCache()
+	// The webhook server is a child of the tree: it has stopped with it.
+	m.logger.Info("Stopping and waiting for webhooks")
+	m.logger.Info("Stopping and waiting for HTTP servers")
+	stopServers()
+	m.logger.Info("Wait completed, proceeding to shutdown the manager")
 	return err
 }
 
@@ -113,7 +142,6 @@ func (m *Manager) uniqueNameLocked(base string) string {
 type runningServers struct {
 	failed chan error // one server's failure, buffered for every server
 	cancel context.CancelFunc
-	probe  *http.Server
 	wg     sync.WaitGroup
 }
 
@@ -128,9 +156,16 @@ func (m *Manager) startServers() (*runningServers, error) {
 			cancel()
 			return nil, fmt.Errorf("HealthProbeBindAddress %q: %w", addr, err)
 		}
-		s.probe = &http.Server{Handler: m.probeHandler(), ReadHeaderTimeout: 32 * time.Second}
+		// controller-runtime's own server runnable: it logs "starting
+		// server" and "shutting down server" with name "health probe" and
+		// addr, as under controller-runtime's manager, but on the manager's
+		// logger (controller-runtime's go to the global log.Log, which is
+		// the manager's logger unless manager.Options.Logger is set).
+		probe := &manager.Server{Name: "health probe", Listener: l,
+			Server:          &http.Server{Handler: m.probeHandler(), ReadHeaderTimeout: 32 * time.Second},
+			ShutdownTimeout: ptr.To(5 * time.Second)}
 		s.wg.Go(func() {
-			if err := s.probe.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := probe.Start(ctrllog.IntoContext(ctx, m.logger)); err != nil {
 				s.failed <- fmt.Errorf("health probe server: %w", err)
 			}
 		})
@@ -147,38 +182,36 @@ func (m *Manager) startServers() (*runningServers, error) {
 
 func (s *runningServers) stop() {
 	s.cancel()
-	if s.probe != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.probe.Shutdown(ctx)
-		cancel()
-	}
 	s.wg.Wait()
 }
 
-// ReadyzCachesCheck names the readiness check that fails while a running
-// controller's caches have not synced.
+// ReadyzCachesCheck is the name to give CachesSynced with AddReadyzCheck.
 const ReadyzCachesCheck = "caches"
 
-// ReadyzManagerCheck names the readiness check that fails until the
-// manager's pre-flight (the shared cache's first sync) is done.
+// ReadyzManagerCheck is the name to give PreflightDone with
+// AddReadyzCheck.
 const ReadyzManagerCheck = "manager"
+
+// PreflightDone is a healthz.Checker that fails until the manager's
+// pre-flight (the shared cache's first sync) is done. The probe server
+// does not run it unless it is added with AddReadyzCheck, as with
+// controller-runtime's manager, whose readiness is only the checks added.
+func (m *Manager) PreflightDone(*http.Request) error { return m.ctrl.GetReadiness() }
+
+// CachesSynced is a healthz.Checker that fails, naming each, while a
+// running controller's caches have not synced; controllers not running (a
+// standby's) pass. Add it with AddReadyzCheck to have it in readiness.
+func (m *Manager) CachesSynced(*http.Request) error { return m.cachesSynced() }
 
 // probeHandler serves liveness and readiness as controller-runtime's
 // manager does (healthz.Handler at LivenessEndpointName and
-// ReadinessEndpointName, with /<check> subpaths and ?verbose). Liveness
-// runs the host's checks only: a controller whose caches sync, or which is
-// unhealthy, is the supervisor's to restart, not a reason to kill the
-// process. Readiness runs the host's checks, "manager" and "caches".
+// ReadinessEndpointName, with /<check> subpaths and ?verbose), with the
+// checks added and no other: a probe answers as under controller-runtime
+// from the moment the server listens.
 func (m *Manager) probeHandler() http.Handler {
 	m.mu.Lock()
 	live, ready := maps.Clone(m.healthz), maps.Clone(m.readyz)
 	m.mu.Unlock()
-	if _, taken := ready[ReadyzManagerCheck]; !taken {
-		ready[ReadyzManagerCheck] = func(*http.Request) error { return m.ctrl.GetReadiness() }
-	}
-	if _, taken := ready[ReadyzCachesCheck]; !taken {
-		ready[ReadyzCachesCheck] = func(*http.Request) error { return m.cachesSynced() }
-	}
 	mux := http.NewServeMux()
 	for path, checks := range map[string]map[string]healthz.Checker{
 		m.options.LivenessEndpointName:  live,

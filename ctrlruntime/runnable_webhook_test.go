@@ -53,6 +53,10 @@ func TestRunnableRestartsWithAFreshValue(t *testing.T) {
 	_, ev := hostedManager(t, cm.NewContext(nil), r)
 	<-running // the second value runs
 	assert.Equal(t, int32(2), built.Load())
+	// The failure is published to subscribers apart from the restart:
+	// wait for its event rather than expect it to be there already.
+	require.Eventually(t, func() bool { return len(ev.of("flaky", cm.ChildFailed)) > 0 }, 30*time.Second, time.Millisecond,
+		"the first value's failure is published")
 	require.Len(t, ev.of("flaky", cm.ChildFailed), 1)
 	assert.ErrorIs(t, ev.of("flaky", cm.ChildFailed)[0].Err, errBoom)
 	h := r.GetHealth()

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
 )
 
 // ReconcilePanicError is a panic in a reconcile, recovered by the reconciler's
@@ -28,10 +31,16 @@ func (e *ReconcilePanicError) Error() string {
 	return fmt.Sprintf("ctrlruntime: reconciler %q: reconcile of %s panicked (%d in this incarnation): %v", e.Controller, e.Request, e.Panics, e.Value)
 }
 
-// Unwrap returns the panic value when it is an error.
-func (e *ReconcilePanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
+// Unwrap returns the panic as a controllermanager.PanicError of the
+// reconciler's child (so that the manager counts it in
+// controllermanager_child_panics_total when it fails the child), and the
+// panic value when it is an error.
+func (e *ReconcilePanicError) Unwrap() []error {
+	errs := []error{&cm.PanicError{Child: e.Controller, Kind: actors.KindController, Op: "Reconcile", Value: e.Value, Stack: e.Stack}}
+	if err, ok := e.Value.(error); ok {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // maxOutcomes bounds the reconcile outcomes kept for the error rate: a
@@ -52,6 +61,12 @@ type supervised[request comparable] struct {
 	inner  reconcile.TypedReconciler[request]
 	opts   TypedOptions[request]
 	report func(error)
+	// repanic passes a panic on, once counted, to the controller-runtime
+	// controller that hosts the reconcile, which counts it in
+	// controller_runtime_reconcile_panics_total, logs "Observed a panic"
+	// with its stack and retries the request; false: the panic is returned
+	// as a *ReconcilePanicError.
+	repanic bool
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -82,12 +97,17 @@ func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res r
 	s.inFlight[id] = running{req: fmt.Sprint(req), since: s.opts.Clock.Now()}
 	s.mu.Unlock()
 	defer func() {
-		var perr *ReconcilePanicError
-		if v := recover(); v != nil {
-			perr = &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
-			res, err = reconcile.Result{}, perr
+		v := recover()
+		if v == nil {
+			s.end(id, err, nil)
+			return
 		}
-		s.end(id, err, perr)
+		perr := &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
+		s.end(id, perr, perr)
+		if s.repanic {
+			panic(v)
+		}
+		res, err = reconcile.Result{}, perr
 	}()
 	return s.inner.Reconcile(ctx, req)
 }

@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/ctrlruntime"
@@ -94,9 +96,9 @@ func run(ctx context.Context, config *rest.Config, s settings) error {
 	}
 	mirror, err := ctrlruntime.NewControllerManagedBy(cctx).
 		Named("mirror").
-		For(&corev1.ConfigMap{}, ctrlruntime.WithPredicates(sources)).
+		For(&corev1.ConfigMap{}, builder.WithPredicates(sources)).
 		Owns(&corev1.ConfigMap{}).
-		WithOptions(ctrlruntime.Options{MaxConcurrentReconciles: 2}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Build(&MirrorReconciler{Client: cctx.GetClient(), Scheme: cctx.GetScheme(), Reconciled: s.onReconciled})
 	if err != nil {
 		return err
