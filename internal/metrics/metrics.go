@@ -81,6 +81,11 @@ type Manager struct {
 	probe prometheus.Histogram
 	// Webhooks counts the admission requests of every WebhookHandler.
 	Webhooks *webhook.Metrics
+	// ClusterReady is controllermanager_cluster_ready{fleet, cluster}: 1
+	// while a fleet's member cluster is Online (its subtree runs), 0
+	// otherwise; the fleet sets it and deletes a disengaged cluster's
+	// series.
+	ClusterReady *prometheus.GaugeVec
 	// panicsMu guards panics and lastPanic, written by the subscriber's
 	// goroutine and read by scrapes.
 	panicsMu sync.Mutex
@@ -129,14 +134,18 @@ func New(src Source) *Manager {
 			Help:    "Time GetHealth took to gather every controller's health (each /healthz request calls it once; concurrent requests share a call).",
 			Buckets: probeBuckets,
 		}),
-		Webhooks:  webhook.NewMetrics(),
+		Webhooks: webhook.NewMetrics(),
+		ClusterReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controllermanager_cluster_ready",
+			Help: "Whether a fleet's member cluster is Online, its API server answering and its subtree running (1), or not: Offline, or not yet probed (0).",
+		}, []string{"fleet", "cluster"}),
 		panics:    map[string]uint64{},
 		lastPanic: map[string]*actors.PanicError{},
 	}
 	col := &statusCollector{src: src, mm: mm}
-	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks)
+	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.ClusterReady)
 	if r := src.Registerer; r != nil {
-		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks)); err != nil {
+		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.ClusterReady)); err != nil {
 			src.Logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}
