@@ -492,6 +492,7 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // AddChild returns once they have (supervisor.AddChild's Parent adds a
 // child or a group under a group).
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
+	m.bindFleets([]any{child})
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }

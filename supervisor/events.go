@@ -58,6 +58,9 @@ const (
 	// member cluster Event.Child ("<fleet>/<cluster>"), or took on its
 	// changed config; Kind is "cluster". Published by the fleet when its
 	// provider engages the cluster, before the cluster is first probed.
+	// With Err set, the provider could not engage it (Err says why: a
+	// kubeconfig that does not parse, a second Secret for one cluster) and
+	// nothing changed: a cluster engaged before stays on its config.
 	ClusterEngaged EventType = "ClusterEngaged"
 	// ClusterOffline: a member cluster's subtree is not running: its API
 	// server failed its probes for the fleet's FailureThreshold (its
