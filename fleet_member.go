@@ -136,6 +136,9 @@ func (mb *member) step(ctx context.Context) bool {
 		}
 		mb.apply(ctx, want, gen)
 	}
+	if ctx.Err() != nil {
+		return false
+	}
 	mb.reconcile(ctx)
 	return false
 }
@@ -170,7 +173,9 @@ func (mb *member) apply(ctx context.Context, cfg *rest.Config, gen uint64) {
 		return
 	}
 	mb.cluster = c
-	mb.probe(ctx, true)
+	if !mb.probe(ctx, true) { // asked to stop before the verdict: apply again next time
+		mb.applied = 0
+	}
 }
 
 // reconcile moves the group towards the verdict: running while Online and
@@ -287,14 +292,15 @@ func (mb *member) removeGroup(ctx context.Context) bool {
 // does not answer when engaged starts Offline); after it, an Online cluster
 // goes Offline once failing for FailureThreshold, an Offline one Online once
 // answering for SuccessThreshold.
-func (mb *member) probe(ctx context.Context, first bool) {
+// It reports whether the probe gave a verdict (not when ctx ended first).
+func (mb *member) probe(ctx context.Context, first bool) bool {
 	if mb.cluster == nil {
-		return
+		return false
 	}
 	f := mb.f
 	err := mb.cluster.probe(ctx, f.spec.ProbeTimeout.Duration)
 	if ctx.Err() != nil {
-		return // asked to stop: no verdict
+		return false // asked to stop: no verdict
 	}
 	now := f.now()
 	f.mu.Lock()
@@ -306,7 +312,7 @@ func (mb *member) probe(ctx context.Context, first bool) {
 	case err == nil:
 		mb.failingSince = time.Time{}
 		if mb.online {
-			return
+			return true
 		}
 		if mb.answeringSince.IsZero() {
 			mb.answeringSince = now
@@ -318,7 +324,7 @@ func (mb *member) probe(ctx context.Context, first bool) {
 		mb.answeringSince = time.Time{}
 		if !mb.online {
 			mb.cause = err
-			return
+			return true
 		}
 		if mb.failingSince.IsZero() {
 			mb.failingSince = now
@@ -328,6 +334,7 @@ func (mb *member) probe(ctx context.Context, first bool) {
 			mb.cause = fmt.Errorf("API server failed its probes for %s: %w", d, err)
 		}
 	}
+	return true
 }
 
 // announce publishes where the cluster stands, once per change: its

@@ -106,8 +106,8 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 	owner := map[string]string{}
 	seen := map[string]string{} // Secret → the resourceVersion last handled
 	handle := func(s *corev1.Secret) {
-		if seen[s.Name] == s.ResourceVersion {
-			return
+		if rv, ok := seen[s.Name]; ok && rv != "" && rv == s.ResourceVersion {
+			return // a relist of what was handled; an equal config would be a no-op anyway
 		}
 		seen[s.Name] = s.ResourceVersion
 		cluster := ClusterNameForSecret(s.Name)
