@@ -179,9 +179,11 @@ func (c *clusterCtrl) Run(context.Context) error {
 	}
 	return nil
 }
-func (c *clusterCtrl) Shutdown(context.Context)    { c.stops.Add(1) }
-func (c *clusterCtrl) Name() string                { return "ctrl" }
-func (c *clusterCtrl) GetHealth() cm.HealthStatus { return cm.HealthStatus{Name: "ctrl", Healthy: true} }
+func (c *clusterCtrl) Shutdown(context.Context) { c.stops.Add(1) }
+func (c *clusterCtrl) Name() string             { return "ctrl" }
+func (c *clusterCtrl) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "ctrl", Healthy: true}
+}
 
 // builds records what build made, by cluster.
 type builds struct {
@@ -454,7 +456,9 @@ func TestFleetOutageIsContainedWithHysteresis(t *testing.T) {
 	// SuccessThreshold.
 	answeredAt := clk.Now()
 	b.set(memberOK)
-	on := log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool { return e.Type == cm.ClusterOnline && e.Child == "fleet/b" && e.Time.After(off.Time) })
+	on := log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+		return e.Type == cm.ClusterOnline && e.Child == "fleet/b" && e.Time.After(off.Time)
+	})
 	require.GreaterOrEqual(t, on.Time.Sub(answeredAt), fleetSucceed, "Online again only after SuccessThreshold of answers")
 	require.Equal(t, int32(2), ctrl.runs.Load(), "started again once (StartChild)")
 	v, _ = clusterReady(t, mgr, "fleet", "b")
