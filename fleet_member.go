@@ -54,9 +54,10 @@ type member struct {
 	applied        uint64 // the gen cluster was built from; 0: none
 	cluster        *memberCluster
 	group          groupState
-	online         bool  // the probes' verdict, with the thresholds
-	cause          error // the probe failure that made it Offline
-	failed         error // the applied config or build cannot make a subtree
+	online         bool   // the probes' verdict, with the thresholds
+	cause          error  // the probe failure that made it Offline
+	failed         error  // the applied config or build cannot make a subtree
+	pending        *Group // built for the applied config, not yet added
 	announced      ClusterState
 	failingSince   time.Time // first failed probe while Online; zero while answering
 	answeringSince time.Time // first answered probe while Offline; zero while failing
@@ -152,6 +153,7 @@ func (mb *member) forget() {
 	}
 	mb.applied = 0
 	mb.announced = ""
+	mb.pending = nil
 	if mb.group != groupAbsent {
 		mb.group = groupUnknown
 	}
@@ -216,23 +218,28 @@ func (mb *member) reconcile(ctx context.Context) {
 // fleet.
 func (mb *member) addGroup(ctx context.Context) {
 	f := mb.f
-	children, err := buildCluster(f.build, mb.cluster)
-	if err != nil {
-		mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
-		mb.announce(ClusterStateFailed, mb.failed)
-		return
-	}
-	g := NewGroup(mb.name, f.spec.Supervision, children...)
 	f.mu.Lock()
-	parent := f.pathLocked()
+	parent, host := f.pathLocked(), f.host
 	f.mu.Unlock()
-	err = f.request(ctx, supervisor.AddChild{Runnable: g, Parent: parent})
+	if host.handle.Observed.Phase() != PhaseRunning {
+		return // AddChild would be refused: wait for the phase
+	}
+	if mb.pending == nil { // built once per config, whatever the retries
+		children, err := buildCluster(f.build, mb.cluster)
+		if err != nil {
+			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
+			mb.announce(ClusterStateFailed, mb.failed)
+			return
+		}
+		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
+	}
+	err := f.request(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
 	switch {
 	case err == nil:
-		mb.group = groupRunning
+		mb.group, mb.pending = groupRunning, nil
 	case isWaitForPhase(err):
 	case ctx.Err() != nil, errors.Is(err, supervisor.ErrDuplicateChild):
-		mb.group = groupUnknown
+		mb.group, mb.pending = groupUnknown, nil
 	default:
 		// The group may be in the tree with a child whose start failed
 		// (supervised from now on), or refused whole (a bad name, a child
@@ -242,7 +249,7 @@ func (mb *member) addGroup(ctx context.Context) {
 		case xerr != nil:
 			mb.group = groupUnknown
 		case exists:
-			mb.group = groupRunning
+			mb.group, mb.pending = groupRunning, nil
 		default:
 			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
 			mb.announce(ClusterStateFailed, mb.failed)

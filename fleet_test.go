@@ -246,6 +246,12 @@ func (l *eventLog) find(pred func(cm.Event) bool) (cm.Event, bool) {
 	return cm.Event{}, false
 }
 
+func (l *eventLog) all() []cm.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]cm.Event(nil), l.events...)
+}
+
 func (l *eventLog) count(pred func(cm.Event) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -513,7 +519,7 @@ func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
 	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
 
 	ctrls := bl.of("a")
-	require.Len(t, ctrls, 2, "built once more, on the new config")
+	require.Len(t, ctrls, 2, "built once more, on the new config; events: %v", log.all())
 	require.Equal(t, int32(1), ctrls[0].stops.Load())
 	require.Error(t, ctrls[0].cluster.Context().Err(), "the old cluster's context ended")
 	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
