@@ -452,7 +452,7 @@ func TestFleetOutageIsContainedWithHysteresis(t *testing.T) {
 	require.Equal(t, supervisor.StateRunning, cs.State)
 	require.Zero(t, bl.of("a")[0].stops.Load())
 	h := health.NewHandler(mgr)
-	for _, path := range []string{"/livez", "/readyz"} {
+	for _, path := range []string{"/livez", "/readyz", "/healthz"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		require.Equal(t, http.StatusOK, rec.Code, "%s: %s", path, rec.Body)
