@@ -52,14 +52,15 @@ func main() {
 	}
 }
 
-// spec makes the story quick: probes every 50 ms, Offline after 200 ms of
-// failures, Online again after 150 ms of answers (the defaults are 10 s,
-// 30 s and 30 s).
+// spec makes the story quick: probes every 100 ms, Offline after 300 ms of
+// failures, Online again after 200 ms of answers (the defaults are 10 s,
+// 30 s and 30 s). A probe may take the whole period: a loaded machine
+// (a race build) must not make the stand-ins look down.
 var spec = cm.FleetSpec{
-	ProbePeriod:      metav1.Duration{Duration: 50 * time.Millisecond},
-	ProbeTimeout:     metav1.Duration{Duration: 50 * time.Millisecond},
-	FailureThreshold: metav1.Duration{Duration: 200 * time.Millisecond},
-	SuccessThreshold: metav1.Duration{Duration: 150 * time.Millisecond},
+	ProbePeriod:      metav1.Duration{Duration: 100 * time.Millisecond},
+	ProbeTimeout:     metav1.Duration{Duration: 100 * time.Millisecond},
+	FailureThreshold: metav1.Duration{Duration: 300 * time.Millisecond},
+	SuccessThreshold: metav1.Duration{Duration: 200 * time.Millisecond},
 }
 
 // run tells the story, printing to out.
@@ -116,6 +117,7 @@ func run(ctx context.Context, out io.Writer) error {
 		step.act()
 		for _, w := range step.wait {
 			if err := events.wait(ctx, w.typ, "fleet/"+w.cluster); err != nil {
+				_ = s.print(context.Background(), "failed: "+step.heading)
 				return fmt.Errorf("%s: %w", step.heading, err)
 			}
 		}

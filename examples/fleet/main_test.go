@@ -19,7 +19,7 @@ func TestStory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	require.NoError(t, run(ctx, &out))
+	require.NoError(t, run(ctx, &out), out.String())
 	text := out.String()
 	steps := strings.Split(text, "\n== ")
 	require.Len(t, steps, 6, text)
