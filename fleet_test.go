@@ -741,3 +741,27 @@ func TestFleetRotatedWhileOffline(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateRunning, cs.State)
 }
+
+// A fleet goes wherever a group goes: added to a running manager, or
+// inside a group, its members' paths under the fleet's.
+func TestFleetAddedAtRunTimeAndInsideAGroup(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	inner := cm.NewFleet("inner", cm.StaticClusters(map[string]*rest.Config{"a": a.config()}), bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, cm.NewGroup("outer", cm.SupervisionSpec{}, inner))
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "outer/inner/a"))
+	_, ok := fleetChild(t, mgr, "outer/inner/a/ctrl")
+	require.True(t, ok)
+	v, ok := clusterReady(t, mgr, "outer/inner", "a")
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
+
+	late := cm.NewFleet("late", cm.StaticClusters(map[string]*rest.Config{"b": a.config()}), bl.build, fleetSpec())
+	require.NoError(t, mgr.AddChild(context.Background(), late))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "late/b"))
+	cs, ok := fleetChild(t, mgr, "late/b/ctrl")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
