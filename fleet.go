@@ -68,8 +68,9 @@ var (
 	// ErrDuplicateCluster: two sources of a provider name the same member
 	// cluster (KubeconfigSecrets: two Secrets for one cluster).
 	ErrDuplicateCluster = errors.New("controllermanager: duplicate cluster")
-	// ErrClusterDisengaged is the error a disengaged cluster's Config
-	// refuses writes with.
+	// ErrClusterDisengaged is wrapped by the error a Cluster's Config
+	// refuses writes with once its Context has ended: the cluster was
+	// disengaged, its config replaced, or the manager stopped.
 	ErrClusterDisengaged = errors.New("controllermanager: cluster disengaged")
 )
 
@@ -148,8 +149,8 @@ type Cluster interface {
 	// Config is a copy of the cluster's config whose requests that act on
 	// the cluster (see GuardTransport) pass the manager's lease guard
 	// first: with election on, the single lease (ShardLeaseGuard(0)); with
-	// election off, nil until the manager stops. Once the cluster is
-	// disengaged they fail with ErrClusterDisengaged.
+	// election off, nil until the manager stops. Once Context has ended
+	// they fail with ErrClusterDisengaged.
 	Config() *rest.Config
 	// Client is a clientset built from Config.
 	Client() kubernetes.Interface

@@ -408,7 +408,7 @@ func newMemberCluster(f *Fleet, name string, raw *rest.Config) (*memberCluster, 
 	manager := &ControllerManager{BaseManager: host}
 	guard := func() error {
 		if ctx.Err() != nil {
-			return fmt.Errorf("cluster %q: %w", name, ErrClusterDisengaged)
+			return fmt.Errorf("cluster %q (disengaged, its config replaced, or the manager stopped): %w", name, ErrClusterDisengaged)
 		}
 		return manager.ShardLeaseGuard(0)
 	}

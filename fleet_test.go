@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -403,6 +404,10 @@ func TestFleetEngagesAndDisengagesAtRunTime(t *testing.T) {
 	require.False(t, ok, "a disengaged cluster has no series")
 	_, ok = fleet.Cluster("b")
 	require.False(t, ok)
+	gone := bl.of("b")[0].cluster
+	require.Error(t, gone.Context().Err(), "a disengaged cluster's context has ended")
+	_, err := gone.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
+	require.ErrorIs(t, err, cm.ErrClusterDisengaged, "its writes are refused")
 
 	for _, name := range []string{"a", "c"} {
 		cs, ok := fleetChild(t, mgr, "fleet/"+name+"/ctrl")
@@ -418,7 +423,7 @@ func TestFleetEngagesAndDisengagesAtRunTime(t *testing.T) {
 	// The cluster's config and client reach its API server.
 	ctrl := bl.of("a")[0]
 	require.Equal(t, a.srv.URL, ctrl.cluster.Config().Host)
-	_, err := ctrl.cluster.Client().CoreV1().ConfigMaps("default").Create(context.Background(), nil, metav1.CreateOptions{})
+	_, err = ctrl.cluster.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
 	require.NoError(t, err, "a write passes the guard while the manager runs (election off)")
 	require.NoError(t, ctrl.cluster.Context().Err())
 }
@@ -532,6 +537,14 @@ func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
 	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
 	require.NoError(t, ctrls[1].cluster.Context().Err())
 	require.Equal(t, 2, log.count(is(cm.ClusterEngaged, "fleet/a")), "the equal config engaged nothing")
+
+	// Once the manager has stopped, the cluster's writes are refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mgr.ShutdownAndWait(ctx)
+	require.Error(t, ctrls[1].cluster.Context().Err())
+	_, err := ctrls[1].cluster.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
+	require.ErrorIs(t, err, cm.ErrClusterDisengaged)
 }
 
 func TestFleetRefusesBadClusterNames(t *testing.T) {
