@@ -232,6 +232,7 @@ type Fleet struct {
 	path    string       // the fleet's group's path in the manager's tree
 	members map[string]*member
 	inc     *fleetIncarnation // the runner's running incarnation, or nil
+	last    *fleetIncarnation // the latest incarnation, running or shut down
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
 }
 

@@ -87,11 +87,20 @@ func (mb *member) run(ctx context.Context) {
 	f := mb.f
 	ticker := f.clock().NewTicker(f.spec.ProbePeriod.Duration)
 	defer ticker.Stop()
+	settle := 0 // steps taken at once since the last wait
 	for {
 		phase := f.phaseSignal()
 		if mb.step(ctx) {
 			return
 		}
+		// A group whose state a lost answer left unknown, or one the tree
+		// had after all, is looked at again at once, a few times, rather
+		// than at the next probe.
+		if mb.unsettled() && settle < 3 && ctx.Err() == nil {
+			settle++
+			continue
+		}
+		settle = 0
 		select {
 		case <-ctx.Done():
 			return
@@ -101,6 +110,15 @@ func (mb *member) run(ctx context.Context) {
 			mb.probe(ctx, false)
 		}
 	}
+}
+
+// unsettled reports whether the group is not where the verdict wants it
+// for a reason another step may clear at once.
+func (mb *member) unsettled() bool {
+	if mb.cluster == nil || mb.failed != nil {
+		return false
+	}
+	return mb.group == groupUnknown || (mb.online && mb.group == groupStopped)
 }
 
 // step takes the next steps towards what is wanted; true once the cluster
@@ -238,8 +256,12 @@ func (mb *member) addGroup(ctx context.Context) {
 	case err == nil:
 		mb.group, mb.pending = groupRunning, nil
 	case isWaitForPhase(err):
-	case ctx.Err() != nil, errors.Is(err, supervisor.ErrDuplicateChild):
-		mb.group, mb.pending = groupUnknown, nil
+	case errors.Is(err, supervisor.ErrDuplicateChild):
+		// In the tree already: an AddChild whose answer an earlier loop
+		// lost. StartChild says whether it runs.
+		mb.group, mb.pending = groupStopped, nil
+	case ctx.Err() != nil:
+		mb.group = groupUnknown // pending kept: not built twice if it never arrived
 	default:
 		// The group may be in the tree with a child whose start failed
 		// (supervised from now on), or refused whole (a bad name, a child

@@ -27,6 +27,12 @@ type fleetIncarnation struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the provider's goroutine and the member loops
 	unsub  func()
+	// live: its loops and provider run (f.mu); until then engage starts
+	// no loop, so that a member never has two.
+	live bool
+	// done is closed once every goroutine of the incarnation has returned
+	// (after its Shutdown, which may return earlier when its ctx ends).
+	done chan struct{}
 }
 
 // Name is FleetProviderChild.
@@ -48,7 +54,7 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet %q: sharded leadership (%d shards) is not supported by fleets yet", f.name, host.shardCount())
 	}
 	report, _ := FailureReporter(ctx)
-	inc := &fleetIncarnation{}
+	inc := &fleetIncarnation{done: make(chan struct{})}
 	// Run's ctx ends when Run returns; the incarnation lives until Shutdown.
 	inc.ctx, inc.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	inc.unsub = host.Subscribe(func(e Event) {
@@ -57,14 +63,33 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		}
 	})
 	f.mu.Lock()
-	f.inc = inc
-	for _, mb := range f.members {
-		f.startLoop(inc, mb)
-	}
+	prev := f.last
+	f.inc, f.last = inc, inc
 	f.mu.Unlock()
 	inc.wg.Add(1)
 	go func() {
 		defer inc.wg.Done()
+		// A previous incarnation whose Shutdown overran its context (a
+		// provider that ignores ctx, a member's removal that hangs) still
+		// has goroutines: wait for them, so that there is never a second
+		// provider or a second loop for a member.
+		if prev != nil {
+			select {
+			case <-prev.done:
+			case <-inc.ctx.Done():
+				return
+			}
+		}
+		f.mu.Lock()
+		if inc.ctx.Err() != nil {
+			f.mu.Unlock()
+			return
+		}
+		inc.live = true
+		for _, mb := range f.members {
+			f.startLoop(inc, mb)
+		}
+		f.mu.Unlock()
 		err := runProvider(context.WithValue(inc.ctx, problemKey{}, f), f.provider, f.engage, f.disengage)
 		if inc.ctx.Err() != nil || err == nil {
 			return // asked to stop, or done engaging: the clusters stay
@@ -92,13 +117,12 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 	}
 	inc.cancel()
 	inc.unsub()
-	done := make(chan struct{})
 	go func() {
 		inc.wg.Wait()
-		close(done)
+		close(inc.done)
 	}()
 	select {
-	case <-done:
+	case <-inc.done:
 	case <-ctx.Done():
 		return
 	}
@@ -154,7 +178,7 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	case mb == nil:
 		mb = newMember(f, name)
 		f.members[name] = mb
-		if f.inc != nil {
+		if f.inc != nil && f.inc.live {
 			f.startLoop(f.inc, mb)
 		}
 	case !mb.gone && mb.key == key:
@@ -335,7 +359,7 @@ func ReportClusterProblem(ctx context.Context, cluster string, err error) {
 		mb.gone = false
 		mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
 		f.members[cluster] = mb
-		if f.inc != nil {
+		if f.inc != nil && f.inc.live {
 			f.startLoop(f.inc, mb)
 		}
 	}
