@@ -323,7 +323,12 @@ func (l *eventLog) waitUntil(t *testing.T, clk *clocktesting.FakeClock, step tim
 // fleetManager starts a manager (election off) with fleet on clk.
 func fleetManager(t *testing.T, clk *clocktesting.FakeClock, children ...cm.Runnable) (*cm.ControllerManager, *eventLog) {
 	t.Helper()
-	mgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
+	return fleetManagerWith(t, clk, cm.ControllerManagerConfigSpec{}, children...)
+}
+
+func fleetManagerWith(t *testing.T, clk *clocktesting.FakeClock, cfg cm.ControllerManagerConfigSpec, children ...cm.Runnable) (*cm.ControllerManager, *eventLog) {
+	t.Helper()
+	mgr, err := cm.NewControllerManager(cm.NewContext(nil), cfg, "",
 		cm.WithClock(clk), cm.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	mgr.Add(children...)
@@ -775,6 +780,53 @@ func TestFleetAddedAtRunTimeAndInsideAGroup(t *testing.T) {
 	require.NoError(t, mgr.AddChild(context.Background(), late))
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "late/b"))
 	cs, ok := fleetChild(t, mgr, "late/b/ctrl")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+// stubbornProvider engages "a" and then ignores its context until
+// released.
+type stubbornProvider struct {
+	cfg     *rest.Config
+	release chan struct{}
+	runs    atomic.Int32
+}
+
+func (p *stubbornProvider) Run(_ context.Context, engage func(string, *rest.Config) error, _ func(string)) error {
+	p.runs.Add(1)
+	if err := engage("a", p.cfg); err != nil {
+		return err
+	}
+	<-p.release
+	return nil
+}
+
+// A runner restarted while its provider ignores its context: the runner's
+// Shutdown gives up when its context ends, and the new incarnation waits
+// for the old provider to return before it runs one of its own.
+func TestFleetRestartWaitsForAProviderThatIgnoresItsContext(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := &stubbornProvider{cfg: a.config(), release: make(chan struct{})}
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	// The runner's Shutdown gives up at ShutdownTimeout, on the real clock.
+	mgr, log := fleetManagerWith(t, clk, cm.ControllerManagerConfigSpec{
+		Supervision: &cm.SupervisionSpec{ShutdownTimeout: metav1.Duration{Duration: 200 * time.Millisecond}}}, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	restarted := make(chan error, 1)
+	go func() { restarted <- mgr.RestartChild(context.Background(), "fleet/provider") }()
+	log.waitFor(t, nil, 0, is(cm.ChildRestarted, "fleet/provider")) // past the Shutdown's deadline
+	require.NoError(t, <-restarted)
+	require.Equal(t, int32(1), prov.runs.Load(), "no second provider while the first runs")
+
+	close(prov.release)
+	log.waitUntil(t, nil, 0, func() bool { return prov.runs.Load() == 2 })
+	require.Len(t, bl.of("a"), 1, "the cluster was kept")
+	require.Zero(t, bl.of("a")[0].stops.Load())
+	cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateRunning, cs.State)
 }
