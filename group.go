@@ -70,7 +70,7 @@ func flattenGroups(vals []any) []any { return flattenGroupsAt("", vals) }
 // groupTree is supervise.Config.Tree: v's values for supervise.Specs at
 // path parent when v is a Group.
 func groupTree(parent string, v any) ([]any, bool) {
-	g, ok := v.(*Group)
+	g, ok := fleetGroup(parent, v).(*Group)
 	if !ok || g == nil {
 		return nil, false
 	}
@@ -82,7 +82,8 @@ func groupTree(parent string, v any) ([]any, bool) {
 func flattenGroupsAt(parent string, vals []any) []any {
 	has := false
 	for _, v := range vals {
-		if _, ok := v.(*Group); ok {
+		switch v.(type) {
+		case *Group, *Fleet:
 			has = true
 		}
 	}
@@ -92,6 +93,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 	out := make([]any, 0, len(vals))
 	var walk func(parent string, shard int, v any)
 	walk = func(parent string, shard int, v any) {
+		v = fleetGroup(parent, v) // a Fleet goes where a Group goes
 		g, ok := v.(*Group)
 		if !ok || g == nil {
 			if parent != "" {

@@ -521,6 +521,7 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // ctx that has ended already returns an error wrapping ctx's error, and
 // nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
+	m.bindFleets([]any{child})
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }

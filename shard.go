@@ -182,6 +182,7 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 			vals[i] = v
 		}
 	}
+	m.bindFleets(vals)
 	grouped := flattenGroups(vals)
 	specs, err := supervise.Specs(m.mode, grouped, m.timing.HealthTimeout)
 	if err != nil {

@@ -54,6 +54,27 @@ const (
 	// run and the stack of the goroutine running it. Published by the
 	// manager's facade, once per child and per ShutdownAndWait that gave up.
 	ChildUnstopped EventType = "ChildUnstopped"
+	// ClusterEngaged: a fleet (controllermanager.NewFleet) took on the
+	// member cluster Event.Child ("<fleet>/<cluster>"), or took on its
+	// changed config; Kind is "cluster". Published by the fleet when its
+	// provider engages the cluster, before the cluster is first probed.
+	// With Err set, the provider could not engage it (Err says why: a
+	// kubeconfig that does not parse, a second Secret for one cluster) and
+	// nothing changed: a cluster engaged before stays on its config.
+	ClusterEngaged EventType = "ClusterEngaged"
+	// ClusterOffline: a member cluster's subtree is not running: its API
+	// server failed its probes for the fleet's FailureThreshold (its
+	// subtree was stopped), it did not answer when engaged, or it could not
+	// be engaged (a config that does not parse, a build that panicked). Err
+	// says why. Published by the fleet.
+	ClusterOffline EventType = "ClusterOffline"
+	// ClusterOnline: a member cluster answered its probes and its subtree
+	// runs: when engaged, or after an outage once it answered for the
+	// fleet's SuccessThreshold. Published by the fleet.
+	ClusterOnline EventType = "ClusterOnline"
+	// ClusterDisengaged: a member cluster's provider let it go and its
+	// subtree was shut down and removed. Published by the fleet.
+	ClusterDisengaged EventType = "ClusterDisengaged"
 	// EventsDropped: this subscriber fell more than its buffer behind and
 	// the oldest events it had not received were dropped; Restarts holds how
 	// many. Only this subscriber sees it.

@@ -27,7 +27,7 @@ type Layer struct {
 // modules bench, ctrlruntime and e2e have go.mods of their own and sit
 // above the root facade; they are not checked here.
 var Layers = []Layer{
-	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/hostloop", "examples/tenants", "hack/handlers", "internal/layering", "internal/surfacegen"}},
+	{"programs, examples and the doc generators", []string{"cmd/soak", "examples/demo", "examples/fleet", "examples/hostloop", "examples/tenants", "hack/handlers", "internal/layering", "internal/surfacegen"}},
 	{"test kits: children, the chaos and state-space harnesses", []string{"internal/testkit/chaos", "internal/testkit/docsection", "internal/testkit/statespace", "internal/testkit/testchild"}},
 	{"the root facade: managers, options, errors", []string{"."}},
 	{"probes, metrics, Kubernetes Events and the election wiring", []string{"health", "internal/election", "internal/kubeevents", "internal/metrics"}},

@@ -85,6 +85,11 @@ type Manager struct {
 	// manager's own recorder dropped: still queued when it stopped
 	// (internal/kubeevents' Recorder.OnDrop).
 	KubeEventsDropped *prometheus.CounterVec
+	// ClusterReady is controllermanager_cluster_ready{fleet, cluster}: 1
+	// while a fleet's member cluster is Online (its subtree runs), 0
+	// otherwise; the fleet sets it and deletes a disengaged cluster's
+	// series.
+	ClusterReady *prometheus.GaugeVec
 	// panicsMu guards panics and lastPanic, written by the subscriber's
 	// goroutine and read by scrapes.
 	panicsMu sync.Mutex
@@ -138,13 +143,17 @@ func New(src Source) *Manager {
 			Name: "controllermanager_kube_events_dropped_total",
 			Help: "Kubernetes Events the manager's own recorder dropped: still queued, behind the clientset's rate limit, when the manager stopped and its flush had waited 5s. By reason.",
 		}, []string{"reason"}),
+		ClusterReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controllermanager_cluster_ready",
+			Help: "Whether a fleet's member cluster is Online, its API server answering and its subtree running (1), or not: Offline, or not yet probed (0).",
+		}, []string{"fleet", "cluster"}),
 		panics:    map[string]uint64{},
 		lastPanic: map[string]*actors.PanicError{},
 	}
 	col := &statusCollector{src: src, mm: mm}
-	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.KubeEventsDropped)
+	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.KubeEventsDropped, mm.ClusterReady)
 	if r := src.Registerer; r != nil {
-		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.KubeEventsDropped)); err != nil {
+		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.KubeEventsDropped), r.Register(mm.ClusterReady)); err != nil {
 			src.Logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}

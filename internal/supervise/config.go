@@ -106,16 +106,15 @@ type Config struct {
 	Mode Mode
 	// Preflight is the manager's Context.Start; nil means nothing to do.
 	Preflight func(ctx context.Context) error
-	// Elector is the Props of the elector actor (package lease); nil turns
-	// election off.
+	// Elector is the Props of the elector actor (internal/elector.New);
+	// nil turns election off.
 	Elector *actor.Props
 	// Identity is this replica's lease identity, for Status.
 	Identity string
-	// Shards, when above 1, makes leadership sharded: Elector is then the
-	// Props of a lease/shard elector's actor (shard.Props), each controller
-	// runs only while this replica holds the Lease of its Spec.Shard, and
-	// stores run while it holds at least one shard. 0 or 1 is the single
-	// lease of package lease.
+	// Shards, when above 1, makes leadership sharded: each controller runs
+	// only while this replica holds the Lease of its Spec.Shard, and stores
+	// run while it holds at least one shard. 0 or 1 is one Lease (the same
+	// elector with a single shard).
 	Shards int
 	// ShardLease names shard i's Lease, for Status; with Shards > 1.
 	ShardLease func(i int) string

@@ -1,0 +1,385 @@
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// A fleet: one supervised subtree per member cluster, engaged and
+// disengaged at run time by a ClusterProvider, probed, and stopped while
+// its API server does not answer. It is built on groups and on the
+// lifecycle calls users have (AddChild with a Parent, StopChild,
+// StartChild, RemoveChild): the supervisor knows nothing of fleets.
+//
+//	<fleet>                 a group (OneForOne)
+//	├── <fleet>/provider    the fleet's runner: a controller that runs the
+//	│                       ClusterProvider and one loop per member cluster
+//	├── <fleet>/<cluster-a> a group: build(cluster-a)'s children
+//	└── <fleet>/<cluster-b>
+//
+// docs/fleet.md sets out the semantics.
+
+// Fleet events, as Event.Type carries them; Event.Child is the cluster's
+// subtree, "<fleet>/<cluster>", and Event.Kind is "cluster". They are
+// documented at supervisor.ClusterEngaged and the names after it.
+const (
+	// ClusterEngaged: the fleet took on a member cluster, or its changed
+	// config.
+	ClusterEngaged = supervisor.ClusterEngaged
+	// ClusterOffline: a member cluster's subtree is not running (its API
+	// server failed its probes, or it could not be engaged); Err says why.
+	ClusterOffline = supervisor.ClusterOffline
+	// ClusterOnline: a member cluster answers its probes and its subtree
+	// runs.
+	ClusterOnline = supervisor.ClusterOnline
+	// ClusterDisengaged: a member cluster was let go and its subtree
+	// removed.
+	ClusterDisengaged = supervisor.ClusterDisengaged
+)
+
+// KindCluster is Event.Kind of the fleet's events.
+const KindCluster = "cluster"
+
+// FleetProviderChild is the name of a fleet's runner among its children:
+// the child "<fleet>/provider" runs the ClusterProvider. No member cluster
+// may take this name.
+const FleetProviderChild = "provider"
+
+// Errors of a fleet, matched with errors.Is.
+var (
+	// ErrInvalidClusterName: a provider engaged a cluster whose name is not
+	// a valid path segment (empty, "." or "..", containing "/", white space
+	// or a control character, longer than 253 bytes) or is
+	// FleetProviderChild.
+	ErrInvalidClusterName = errors.New("controllermanager: invalid cluster name")
+	// ErrDuplicateCluster: two sources of a provider name the same member
+	// cluster (KubeconfigSecrets: two Secrets for one cluster).
+	ErrDuplicateCluster = errors.New("controllermanager: duplicate cluster")
+	// ErrClusterDisengaged is wrapped by the error a Cluster's Config
+	// refuses writes with once its Context has ended: the cluster was
+	// disengaged, its config replaced, or the manager stopped.
+	ErrClusterDisengaged = errors.New("controllermanager: cluster disengaged")
+)
+
+// FleetSpec configures a fleet; its zero value works, each zero field
+// taking the default its doc states.
+type FleetSpec struct {
+	// Supervision is each member cluster's group's (NewGroup), its zero
+	// fields inherited from the manager's; OnExhausted defaults to
+	// ExhaustedStop, so that a crash-looping cluster's subtree stops alone.
+	Supervision SupervisionSpec `json:"supervision,omitempty"`
+	// ProbePeriod is how often each member's API server is probed (GET
+	// /readyz). Default 10s.
+	ProbePeriod metav1.Duration `json:"probePeriod,omitempty"`
+	// ProbeTimeout bounds one probe. Default 5s, or ProbePeriod if shorter;
+	// it may not exceed ProbePeriod. It is measured on the real clock (it
+	// bounds real I/O), the period and thresholds on the manager's
+	// (WithClock).
+	ProbeTimeout metav1.Duration `json:"probeTimeout,omitempty"`
+	// FailureThreshold: an Online member whose probes fail for this long
+	// goes Offline, its subtree stopped. Default 30s (Karmada's
+	// cluster-failure-threshold).
+	FailureThreshold metav1.Duration `json:"failureThreshold,omitempty"`
+	// SuccessThreshold: an Offline member whose probes succeed for this long
+	// goes Online again, its subtree started. Default 30s (Karmada's
+	// cluster-success-threshold).
+	SuccessThreshold metav1.Duration `json:"successThreshold,omitempty"`
+}
+
+// The FleetSpec defaults.
+const (
+	DefaultFleetProbePeriod      = 10 * time.Second
+	DefaultFleetProbeTimeout     = 5 * time.Second
+	DefaultFleetFailureThreshold = 30 * time.Second
+	DefaultFleetSuccessThreshold = 30 * time.Second
+)
+
+// withDefaults fills spec's zero fields and validates it; every problem is
+// reported at once.
+func (spec FleetSpec) withDefaults() (FleetSpec, error) {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    *metav1.Duration
+		def  time.Duration
+	}{
+		{"probePeriod", &spec.ProbePeriod, DefaultFleetProbePeriod},
+		{"failureThreshold", &spec.FailureThreshold, DefaultFleetFailureThreshold},
+		{"successThreshold", &spec.SuccessThreshold, DefaultFleetSuccessThreshold},
+	} {
+		switch {
+		case d.v.Duration < 0:
+			errs = append(errs, fmt.Errorf("fleet: %s must not be negative (%s)", d.name, d.v.Duration))
+		case d.v.Duration == 0:
+			d.v.Duration = d.def
+		}
+	}
+	switch {
+	case spec.ProbeTimeout.Duration < 0:
+		errs = append(errs, fmt.Errorf("fleet: probeTimeout must not be negative (%s)", spec.ProbeTimeout.Duration))
+	case spec.ProbeTimeout.Duration == 0:
+		spec.ProbeTimeout.Duration = min(DefaultFleetProbeTimeout, spec.ProbePeriod.Duration)
+	case spec.ProbeTimeout.Duration > spec.ProbePeriod.Duration:
+		errs = append(errs, fmt.Errorf("fleet: probeTimeout (%s) must not exceed probePeriod (%s)", spec.ProbeTimeout.Duration, spec.ProbePeriod.Duration))
+	}
+	if spec.Supervision.OnExhausted == "" {
+		spec.Supervision.OnExhausted = ExhaustedStop
+	}
+	return spec, errors.Join(errs...)
+}
+
+// Cluster is what build gets for one member cluster.
+type Cluster interface {
+	// Name is the cluster's name as its provider gave it; its subtree is
+	// "<fleet>/<name>".
+	Name() string
+	// Config is a copy of the cluster's config whose requests that act on
+	// the cluster (see GuardTransport) pass the manager's lease guard
+	// first: with election on, the single lease (ShardLeaseGuard(0)); with
+	// election off, nil until the manager stops. Once Context has ended
+	// they fail with ErrClusterDisengaged.
+	Config() *rest.Config
+	// Client is a clientset built from Config.
+	Client() kubernetes.Interface
+	// Context ends when the cluster is disengaged, its config is replaced,
+	// or the manager shuts down.
+	Context() context.Context
+}
+
+// ClusterProvider engages and disengages member clusters while the fleet
+// runs (the shape of multicluster-runtime's Provider and Aware.Engage): it
+// calls engage for a cluster that appears or whose config changed, and
+// disengage for one that goes; Run returns when ctx ends.
+//
+// engage and disengage return at once: the fleet probes and starts the
+// cluster on a goroutine of that cluster's, so a slow or unreachable
+// cluster holds nothing up. engage returns an error only for input it
+// refuses (a name that is not a valid path segment, ErrInvalidClusterName;
+// a nil config); an engage with a config equal to the one engaged does
+// nothing. Both may be called from any goroutine until Run returns.
+//
+// A Run that returns an error or panics before ctx ends is a failure of
+// the child "<fleet>/provider", supervised like any other: it is restarted
+// with backoff, and Run is called again. The clusters it engaged stay
+// engaged across the restart, probed on; a restarted Run is expected to
+// engage the clusters it knows again (an equal config is a no-op), and a
+// cluster it no longer knows stays until disengaged.
+type ClusterProvider interface {
+	Run(ctx context.Context, engage func(name string, cfg *rest.Config) error, disengage func(name string)) error
+}
+
+// ClusterState is where a member cluster stands, in ClusterStatus.
+type ClusterState string
+
+// The member cluster states.
+const (
+	// ClusterStateEngaging: engaged, its first probe not answered yet.
+	ClusterStateEngaging ClusterState = "Engaging"
+	// ClusterStateOnline: its API server answers; its subtree runs.
+	ClusterStateOnline ClusterState = "Online"
+	// ClusterStateOffline: its API server did not answer (for
+	// FailureThreshold, or when engaged); its subtree is stopped or not yet
+	// added. It is probed on.
+	ClusterStateOffline ClusterState = "Offline"
+	// ClusterStateFailed: it could not be engaged (its config does not
+	// make a client, build panicked or returned nothing); Err says why. It
+	// stays so until its provider engages it with another config.
+	ClusterStateFailed ClusterState = "Failed"
+)
+
+// ClusterStatus is one member cluster's state, as Fleet.Clusters reports
+// it.
+type ClusterStatus struct {
+	Name      string       // the cluster's name
+	Path      string       // its subtree's path, "<fleet>/<name>": Status.Child finds it once added
+	State     ClusterState // where it stands
+	Since     time.Time    // when it entered State (the manager's clock)
+	LastProbe time.Time    // when it was last probed; zero before
+	ProbeErr  error        // the last probe's failure; nil when it answered
+	Err       error        // why it is Offline or Failed; nil otherwise
+	// Problem is the last problem its provider reported engaging it
+	// (ReportClusterProblem: a kubeconfig that does not parse), until it
+	// is engaged again; the cluster stays on its config meanwhile.
+	Problem error
+}
+
+// Fleet is a child like a Group (NewFleet): a group "<name>" holding the
+// fleet's runner and one group per engaged member cluster. Add it to a
+// ControllerManager with Add, AddChild, or inside a group.
+type Fleet struct {
+	name     string
+	provider ClusterProvider
+	build    func(Cluster) []Runnable
+	spec     FleetSpec
+	err      error // NewFleet's validation; the runner's Run returns it
+	group    *Group
+
+	mu      sync.Mutex
+	host    *BaseManager // the manager it was added to
+	path    string       // the fleet's group's path in the manager's tree
+	members map[string]*member
+	inc     *fleetIncarnation // the runner's running incarnation, or nil
+	last    *fleetIncarnation // the latest incarnation, running or shut down
+	phase   chan struct{}     // closed and replaced at every PhaseChanged
+}
+
+// NewFleet returns a child like a Group (name: no "/", unique among its
+// siblings): one group "<name>/<cluster>" per member cluster that provider
+// engages, whose children build returns for that cluster, supervised by
+// spec.Supervision (stores first, as in any group). A cluster's API server
+// is probed every spec.ProbePeriod: once it has failed for
+// FailureThreshold its group is stopped (StopChild), and once it has
+// answered for SuccessThreshold it is started again (StartChild). A
+// cluster that does not answer when engaged starts Offline; no member
+// cluster ever holds up the manager's Start, its probes or its shutdown.
+// The fleet's events, its Clusters and the metric
+// controllermanager_cluster_ready{fleet, cluster} say where each cluster
+// stands.
+//
+// Like NewGroup it cannot fail: an invalid spec, a nil provider or build
+// makes Start (or AddChild) fail naming "<name>/provider". A fleet runs
+// under a ControllerManager with the single lease or election off;
+// sharded leadership (Shards > 1) is refused the same way, for now.
+func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runnable, spec FleetSpec) *Fleet {
+	spec, err := spec.withDefaults()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if provider == nil {
+		errs = append(errs, errors.New("fleet: provider is nil"))
+	}
+	if build == nil {
+		errs = append(errs, errors.New("fleet: build is nil"))
+	}
+	f := &Fleet{name: name, provider: provider, build: build, spec: spec, members: map[string]*member{}, phase: make(chan struct{})}
+	if err := errors.Join(errs...); err != nil {
+		f.err = fmt.Errorf("fleet %q: %w", name, err)
+	}
+	// A member's failures stay in its group; the fleet's own level restarts
+	// only the child that failed, whatever the manager's strategy, so that
+	// a provider's failure never restarts the clusters' subtrees.
+	f.group = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, &fleetRunner{f: f})
+	return f
+}
+
+// Name is the fleet's name.
+func (f *Fleet) Name() string { return f.name }
+
+// Shutdown does nothing: the manager shuts a fleet's children down itself.
+func (f *Fleet) Shutdown(context.Context) {}
+
+// Clusters returns the state of every engaged member cluster, by name.
+func (f *Fleet) Clusters() []ClusterStatus {
+	f.mu.Lock()
+	out := make([]ClusterStatus, 0, len(f.members))
+	for _, mb := range f.members {
+		out = append(out, mb.status)
+	}
+	f.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Cluster returns the state of the named member cluster.
+func (f *Fleet) Cluster(name string) (ClusterStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mb, ok := f.members[name]; ok {
+		return mb.status, true
+	}
+	return ClusterStatus{}, false
+}
+
+// fleetGroup is v's group when v is a Fleet (recording where it sits in
+// the tree: parent is its parent's path, empty at the root), else v: a
+// fleet goes wherever a group goes.
+func fleetGroup(parent string, v any) any {
+	f, ok := v.(*Fleet)
+	if !ok || f == nil {
+		return v
+	}
+	path := f.name
+	if parent != "" {
+		path = parent + "/" + f.name
+	}
+	f.mu.Lock()
+	f.path = path
+	f.mu.Unlock()
+	return f.group
+}
+
+// bindFleets tells every fleet among vals, at any depth of their groups,
+// the manager it was added to.
+func (m *BaseManager) bindFleets(vals []any) {
+	for _, v := range vals {
+		switch x := v.(type) {
+		case *Fleet:
+			if x == nil {
+				continue
+			}
+			x.mu.Lock()
+			if x.host != nil && x.host != m && x.err == nil {
+				x.err = fmt.Errorf("fleet %q: added to two managers", x.name)
+			}
+			x.host = m
+			x.mu.Unlock()
+		case *Group:
+			if x == nil {
+				continue
+			}
+			children := make([]any, len(x.children))
+			for i, c := range x.children {
+				children[i] = c
+			}
+			m.bindFleets(children)
+		}
+	}
+}
+
+// validClusterName says why name cannot be a member cluster's name, a path
+// segment of the tree, or nil.
+func validClusterName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidClusterName)
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: %q", ErrInvalidClusterName, name)
+	case name == FleetProviderChild:
+		return fmt.Errorf("%w: %q is the fleet's runner's name", ErrInvalidClusterName, name)
+	case len(name) > 253:
+		return fmt.Errorf("%w: %q is longer than 253 bytes", ErrInvalidClusterName, name[:32]+"…")
+	case strings.Contains(name, "/"):
+		return fmt.Errorf("%w: %q: \"/\" is not allowed in a name", ErrInvalidClusterName, name)
+	}
+	for _, r := range name {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return fmt.Errorf("%w: %q: white space and control characters are not allowed", ErrInvalidClusterName, name)
+		}
+	}
+	return nil
+}
+
+// runProvider runs the provider, a panic turned into an error with its
+// stack.
+func runProvider(ctx context.Context, p ClusterProvider, engage func(string, *rest.Config) error, disengage func(string)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return p.Run(ctx, engage, disengage)
+}

@@ -1,0 +1,515 @@
+package controllermanager
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"k8s.io/utils/clock"
+
+	"github.com/actorkube/controllermanager/internal/supervise"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// groupState is what a member's loop knows of its group in the manager's
+// tree.
+type groupState int
+
+const (
+	groupAbsent  groupState = iota // not in the tree
+	groupRunning                   // added or started
+	groupStopped                   // stopped by the loop (Offline)
+	groupUnknown                   // a request's answer was lost (its context ended): ask the tree
+)
+
+// member is one member cluster of a fleet. Its loop (run), one at a time,
+// is the only goroutine that acts on its group: engage and disengage only
+// record what is wanted and wake it. An incarnation's Shutdown waits for
+// its loops before the runner can Run again, so the loop-owned fields
+// below pass from one loop to the next without a lock.
+type member struct {
+	f    *Fleet
+	name string
+	path string        // "<fleet path>/<name>"
+	kick chan struct{} // wakes the loop; capacity 1
+
+	// Guarded by f.mu: what the provider wants, and the status.
+	want   *rest.Config
+	key    string // configKey(want)
+	gen    uint64 // bumped by every engage that changes want
+	gone   bool   // disengaged
+	status ClusterStatus
+
+	// Owned by the loop.
+	applied        uint64 // the gen cluster was built from; 0: none
+	cluster        *memberCluster
+	group          groupState
+	online         bool   // the probes' verdict, with the thresholds
+	cause          error  // the probe failure that made it Offline
+	failed         error  // the applied config or build cannot make a subtree
+	pending        *Group // built for the applied config, not yet added
+	announced      ClusterState
+	failingSince   time.Time // first failed probe while Online; zero while answering
+	answeringSince time.Time // first answered probe while Offline; zero while failing
+}
+
+func newMember(f *Fleet, name string) *member {
+	p := f.pathLocked() + "/" + name
+	return &member{f: f, name: name, path: p, kick: make(chan struct{}, 1),
+		status: ClusterStatus{Name: name, Path: p, State: ClusterStateEngaging}}
+}
+
+// wake makes the loop look at what is wanted again.
+func (mb *member) wake() {
+	select {
+	case mb.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the member's loop: it moves the cluster's group towards what is
+// wanted (engaged on its latest config, running while Online, removed once
+// disengaged), probes every ProbePeriod, and waits, for a wake, a probe
+// tick or, after a request the manager refused while not Running, its next
+// phase. It returns when ctx ends or once the cluster is disengaged and its
+// subtree removed.
+func (mb *member) run(ctx context.Context) {
+	f := mb.f
+	ticker := f.clock().NewTicker(f.spec.ProbePeriod.Duration)
+	defer ticker.Stop()
+	settle := 0 // steps taken at once since the last wait
+	for {
+		phase := f.phaseSignal()
+		if mb.step(ctx) {
+			return
+		}
+		// A group whose state a lost answer left unknown, or one the tree
+		// had after all, is looked at again at once, a few times, rather
+		// than at the next probe.
+		if mb.unsettled() && settle < 3 && ctx.Err() == nil {
+			settle++
+			continue
+		}
+		settle = 0
+		select {
+		case <-ctx.Done():
+			return
+		case <-mb.kick:
+		case <-phase:
+		case <-ticker.C():
+			mb.probe(ctx, false)
+		}
+	}
+}
+
+// unsettled reports whether the group is not where the verdict wants it
+// for a reason another step may clear at once.
+func (mb *member) unsettled() bool {
+	if mb.cluster == nil || mb.failed != nil {
+		return false
+	}
+	return mb.group == groupUnknown || (mb.online && mb.group == groupStopped)
+}
+
+// step takes the next steps towards what is wanted; true once the cluster
+// is disengaged and gone.
+func (mb *member) step(ctx context.Context) bool {
+	f := mb.f
+	f.mu.Lock()
+	gone, gen, want := mb.gone, mb.gen, mb.want
+	f.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
+	if gone {
+		if !mb.removeGroup(ctx) {
+			return false
+		}
+		mb.forget()
+		f.mu.Lock()
+		still := mb.gone
+		if still && f.members[mb.name] == mb {
+			delete(f.members, mb.name)
+		}
+		f.mu.Unlock()
+		if !still { // engaged again meanwhile
+			return false
+		}
+		f.setReady(mb.name, false, true)
+		f.publish(ClusterDisengaged, mb.path, nil)
+		return true
+	}
+	if gen != mb.applied {
+		if !mb.removeGroup(ctx) {
+			return false
+		}
+		mb.apply(ctx, want, gen)
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	mb.reconcile(ctx)
+	return false
+}
+
+// forget ends the cluster's Context and drops what was built from its
+// config, so that the next step builds it again.
+func (mb *member) forget() {
+	if mb.cluster != nil {
+		mb.cluster.cancel()
+		mb.cluster = nil
+	}
+	mb.applied = 0
+	mb.announced = ""
+	mb.pending = nil
+	if mb.group != groupAbsent {
+		mb.group = groupUnknown
+	}
+}
+
+// apply builds the cluster from cfg (generation gen), its group removed
+// already, and probes it once: a cluster that does not answer starts
+// Offline.
+func (mb *member) apply(ctx context.Context, cfg *rest.Config, gen uint64) {
+	mb.forget()
+	mb.group = groupAbsent
+	mb.applied = gen
+	mb.failed, mb.cause, mb.online = nil, nil, false
+	mb.failingSince, mb.answeringSince = time.Time{}, time.Time{}
+	c, err := newMemberCluster(mb.f, mb.name, cfg)
+	if err != nil {
+		mb.failed = fmt.Errorf("cluster %q: invalid config: %w", mb.name, err)
+		mb.announce(ClusterStateFailed, mb.failed)
+		return
+	}
+	mb.cluster = c
+	if !mb.probe(ctx, true) { // asked to stop before the verdict: apply again next time
+		mb.applied = 0
+	}
+}
+
+// reconcile moves the group towards the verdict: running while Online and
+// buildable, stopped (or not added) otherwise; then announces where the
+// cluster stands.
+func (mb *member) reconcile(ctx context.Context) {
+	if mb.cluster == nil || mb.failed != nil {
+		return
+	}
+	if mb.group == groupUnknown {
+		exists, err := mb.f.childExists(ctx, mb.path)
+		if err != nil {
+			return
+		}
+		mb.group = groupAbsent
+		if exists {
+			mb.group = groupStopped // StartChild says if it runs already
+		}
+	}
+	switch {
+	case mb.online && mb.group == groupAbsent:
+		mb.addGroup(ctx)
+	case mb.online && mb.group == groupStopped:
+		mb.lifecycle(ctx, supervisor.StartChild{Name: mb.path}, groupRunning)
+	case !mb.online && mb.group == groupRunning:
+		mb.lifecycle(ctx, supervisor.StopChild{Name: mb.path}, groupStopped)
+	}
+	switch {
+	case mb.failed != nil:
+	case mb.online && mb.group == groupRunning:
+		mb.announce(ClusterStateOnline, nil)
+	case !mb.online && mb.group != groupRunning && mb.group != groupUnknown:
+		mb.announce(ClusterStateOffline, mb.cause)
+	}
+}
+
+// addGroup builds the cluster's children and adds its group under the
+// fleet.
+func (mb *member) addGroup(ctx context.Context) {
+	f := mb.f
+	f.mu.Lock()
+	parent, host := f.pathLocked(), f.host
+	f.mu.Unlock()
+	if host.handle.Observed.Phase() != PhaseRunning {
+		return // AddChild would be refused: wait for the phase
+	}
+	if mb.pending == nil { // built once per config, whatever the retries
+		children, err := buildCluster(f.build, mb.cluster)
+		if err != nil {
+			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
+			mb.announce(ClusterStateFailed, mb.failed)
+			return
+		}
+		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
+	}
+	err := f.request(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
+	switch {
+	case err == nil:
+		mb.group, mb.pending = groupRunning, nil
+	case isWaitForPhase(err):
+	case errors.Is(err, supervisor.ErrDuplicateChild):
+		// In the tree already: an AddChild whose answer an earlier loop
+		// lost. StartChild says whether it runs.
+		mb.group, mb.pending = groupStopped, nil
+	case ctx.Err() != nil:
+		mb.group = groupUnknown // pending kept: not built twice if it never arrived
+	default:
+		// The group may be in the tree with a child whose start failed
+		// (supervised from now on), or refused whole (a bad name, a child
+		// that is none).
+		exists, xerr := f.childExists(ctx, mb.path)
+		switch {
+		case xerr != nil:
+			mb.group = groupUnknown
+		case exists:
+			mb.group, mb.pending = groupRunning, nil
+		default:
+			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
+			mb.announce(ClusterStateFailed, mb.failed)
+		}
+	}
+}
+
+// lifecycle sends a StartChild or StopChild for the group; on success the
+// group is then in state next.
+func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
+	err := mb.f.request(ctx, msg)
+	switch {
+	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning):
+		mb.group = next
+	case errors.Is(err, supervisor.ErrUnknownChild):
+		mb.group = groupAbsent
+	case ctx.Err() != nil:
+		mb.group = groupUnknown
+	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped):
+		// Tried again at the next phase or probe.
+	default:
+		if next == groupRunning { // its start failed: supervised like any failure
+			mb.group = next
+		}
+	}
+}
+
+// removeGroup removes the cluster's group from the tree; true once it is
+// not there.
+func (mb *member) removeGroup(ctx context.Context) bool {
+	if mb.group == groupAbsent {
+		return true
+	}
+	err := mb.f.request(ctx, supervisor.RemoveChild{Name: mb.path})
+	switch {
+	case err == nil, errors.Is(err, supervisor.ErrUnknownChild):
+		mb.group = groupAbsent
+		return true
+	case ctx.Err() != nil:
+		mb.group = groupUnknown
+	}
+	return false
+}
+
+// probe asks the cluster's API server for /readyz and applies the
+// thresholds: the first probe of a config decides at once (a cluster that
+// does not answer when engaged starts Offline); after it, an Online cluster
+// goes Offline once failing for FailureThreshold, an Offline one Online once
+// answering for SuccessThreshold.
+// It reports whether the probe gave a verdict (not when ctx ended first).
+func (mb *member) probe(ctx context.Context, first bool) bool {
+	if mb.cluster == nil {
+		return false
+	}
+	f := mb.f
+	err := mb.cluster.probe(ctx, f.spec.ProbeTimeout.Duration)
+	if ctx.Err() != nil {
+		return false // asked to stop: no verdict
+	}
+	now := f.now()
+	f.mu.Lock()
+	mb.status.LastProbe, mb.status.ProbeErr = now, err
+	f.mu.Unlock()
+	switch {
+	case first:
+		mb.online, mb.cause = err == nil, err
+	case err == nil:
+		mb.failingSince = time.Time{}
+		if mb.online {
+			return true
+		}
+		if mb.answeringSince.IsZero() {
+			mb.answeringSince = now
+		}
+		if now.Sub(mb.answeringSince) >= f.spec.SuccessThreshold.Duration {
+			mb.online, mb.cause, mb.answeringSince = true, nil, time.Time{}
+		}
+	default:
+		mb.answeringSince = time.Time{}
+		if !mb.online {
+			mb.cause = err
+			return true
+		}
+		if mb.failingSince.IsZero() {
+			mb.failingSince = now
+		}
+		if d := now.Sub(mb.failingSince); d >= f.spec.FailureThreshold.Duration {
+			mb.online, mb.failingSince = false, time.Time{}
+			mb.cause = fmt.Errorf("API server failed its probes for %s: %w", d, err)
+		}
+	}
+	return true
+}
+
+// announce publishes where the cluster stands, once per change: its
+// status, an event, its metric.
+func (mb *member) announce(state ClusterState, err error) {
+	if mb.announced == state {
+		return
+	}
+	mb.announced = state
+	f := mb.f
+	f.mu.Lock()
+	mb.status.State, mb.status.Since, mb.status.Err = state, f.clockLocked().Now(), err
+	f.mu.Unlock()
+	f.setReady(mb.name, state == ClusterStateOnline, false)
+	switch state {
+	case ClusterStateOnline:
+		f.publish(ClusterOnline, mb.path, nil)
+	default:
+		f.publish(ClusterOffline, mb.path, err)
+	}
+}
+
+// buildCluster calls build, a panic turned into an error with its stack.
+func buildCluster(build func(Cluster) []Runnable, c Cluster) (children []Runnable, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("build panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	children = build(c)
+	if len(children) == 0 {
+		return nil, errors.New("build returned no children")
+	}
+	return children, nil
+}
+
+// memberCluster is the Cluster build gets.
+type memberCluster struct {
+	name   string
+	cfg    *rest.Config // guarded
+	client kubernetes.Interface
+	ctx    context.Context
+	cancel context.CancelFunc
+	probes *http.Client // unguarded, no keep-alive: a probe leaves no connection behind
+	readyz string
+}
+
+var _ Cluster = (*memberCluster)(nil)
+
+func (c *memberCluster) Name() string                 { return c.name }
+func (c *memberCluster) Config() *rest.Config         { return rest.CopyConfig(c.cfg) }
+func (c *memberCluster) Client() kubernetes.Interface { return c.client }
+func (c *memberCluster) Context() context.Context     { return c.ctx }
+
+// newMemberCluster builds name's Cluster from raw: its config's writes
+// pass the manager's lease guard, and fail once the cluster is
+// disengaged.
+func newMemberCluster(f *Fleet, name string, raw *rest.Config) (*memberCluster, error) {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &memberCluster{name: name, ctx: ctx, cancel: cancel}
+	manager := &ControllerManager{BaseManager: host}
+	guard := func() error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("cluster %q (disengaged, its config replaced, or the manager stopped): %w", name, ErrClusterDisengaged)
+		}
+		return manager.ShardLeaseGuard(0)
+	}
+	c.cfg = rest.CopyConfig(raw)
+	c.cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return GuardTransport(guard, rt) })
+	var err error
+	if c.client, err = kubernetes.NewForConfig(c.cfg); err != nil {
+		cancel()
+		return nil, err
+	}
+	u, _, err := rest.DefaultServerUrlFor(raw)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	u.Path = path.Join(u.Path, "/readyz")
+	c.readyz = u.String()
+	tlsConfig, err := rest.TLSConfigFor(raw)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	rt, err := rest.HTTPWrappersForConfig(raw, &http.Transport{
+		Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConfig, DisableKeepAlives: true,
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.probes = &http.Client{Transport: rt}
+	return c, nil
+}
+
+// probe GETs the API server's /readyz within timeout (on the real clock:
+// it bounds I/O): nil when it answers 200.
+func (c *memberCluster) probe(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.readyz, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.probes.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET /readyz: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /readyz: %s: %q", resp.Status, body)
+	}
+	return nil
+}
+
+// configKey tells two configs apart by what reaches the API server: an
+// engage with an equal key changes nothing.
+func configKey(c *rest.Config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %q %q %q %q %+v %+v %+v %q %v %d %s|",
+		c.Host, c.APIPath, c.Username, c.Password, c.BearerToken, c.BearerTokenFile,
+		c.Impersonate, c.AuthProvider, c.ExecProvider, c.UserAgent, c.QPS, c.Burst, c.Timeout)
+	t := c.TLSClientConfig
+	fmt.Fprintf(h, "%v %q %q %q %q %q %x %x %x %q", t.Insecure, t.ServerName, t.CertFile, t.KeyFile, t.CAFile,
+		t.NextProtos, t.CertData, t.KeyData, t.CAData, c.ContentType)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// clock is the manager's clock (WithClock), or the real one.
+func (f *Fleet) clock() supervise.Clock {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clockLocked()
+}
+
+// clockLocked is clock; f.mu is held.
+func (f *Fleet) clockLocked() supervise.Clock {
+	host := f.host
+	if host == nil {
+		return clock.RealClock{}
+	}
+	return host.opts.clockOrReal()
+}

@@ -1,0 +1,210 @@
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// StaticClusters is a ClusterProvider of a fixed set of member clusters:
+// its Run engages each (in name order) and returns when ctx ends. A name
+// the fleet refuses makes Run fail, naming every one refused, after
+// engaging the others.
+func StaticClusters(clusters map[string]*rest.Config) ClusterProvider {
+	own := make(map[string]*rest.Config, len(clusters))
+	for name, cfg := range clusters {
+		if cfg != nil {
+			cfg = rest.CopyConfig(cfg)
+		}
+		own[name] = cfg
+	}
+	return staticClusters(own)
+}
+
+type staticClusters map[string]*rest.Config
+
+func (s staticClusters) Run(ctx context.Context, engage func(string, *rest.Config) error, _ func(string)) error {
+	names := make([]string, 0, len(s))
+	for name := range s {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, name := range names {
+		if err := engage(name, s[name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// The keys KubeconfigSecrets reads a kubeconfig from, in this order:
+// Cluster API's and multicluster-runtime's.
+const (
+	KubeconfigSecretKey       = "value"
+	KubeconfigSecretKeyLegacy = "kubeconfig"
+)
+
+// KubeconfigSecrets is a ClusterProvider of the kubeconfig Secrets in
+// namespace of the manager's own cluster that selector matches, watched: a
+// Secret added engages its cluster, one deleted (or no longer matching)
+// disengages it, one whose kubeconfig changed engages it again (its subtree
+// restarts once, on the new config). The cluster's name is the Secret's
+// name less a "-kubeconfig" suffix (Cluster API's "<cluster>-kubeconfig").
+// The kubeconfig is the Secret's "value" key, else its "kubeconfig" key;
+// its current context is used.
+//
+// A Secret whose kubeconfig is missing or does not parse, or whose cluster
+// another Secret names already (ErrDuplicateCluster), is reported with
+// ReportClusterProblem (a ClusterEngaged event whose Err names the Secret
+// and the problem, and the cluster's ClusterStatus.Problem) and disturbs
+// nothing else: a cluster engaged from an earlier good version of the
+// Secret stays engaged on it. A watch that ends is opened again from a
+// fresh list; a list or watch that fails is the provider's failure
+// (supervised: the runner restarts it with backoff).
+func KubeconfigSecrets(client kubernetes.Interface, namespace string, selector labels.Selector) ClusterProvider {
+	if selector == nil {
+		selector = labels.Everything()
+	}
+	return &secretClusters{client: client, namespace: namespace, selector: selector}
+}
+
+// secretClusters is the ClusterProvider KubeconfigSecrets returns.
+type secretClusters struct {
+	client    kubernetes.Interface
+	namespace string
+	selector  labels.Selector
+}
+
+// ClusterNameForSecret is the member cluster a kubeconfig Secret names:
+// its name less a "-kubeconfig" suffix.
+func ClusterNameForSecret(secretName string) string {
+	return strings.TrimSuffix(secretName, "-kubeconfig")
+}
+
+// Run lists and watches the Secrets until ctx ends.
+func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Config) error, disengage func(string)) error {
+	if p.client == nil {
+		return errors.New("KubeconfigSecrets: nil client")
+	}
+	// owner maps a cluster to the Secret it was engaged from; a second
+	// Secret for the same cluster is a duplicate.
+	owner := map[string]string{}
+	seen := map[string]string{} // Secret → the resourceVersion last handled
+	handle := func(s *corev1.Secret) {
+		if rv, ok := seen[s.Name]; ok && rv != "" && rv == s.ResourceVersion {
+			return // a relist of what was handled; an equal config would be a no-op anyway
+		}
+		seen[s.Name] = s.ResourceVersion
+		cluster := ClusterNameForSecret(s.Name)
+		if o, ok := owner[cluster]; ok && o != s.Name {
+			ReportClusterProblem(ctx, cluster, fmt.Errorf("secret %s/%s: %w: cluster %q is engaged from secret %q", s.Namespace, s.Name, ErrDuplicateCluster, cluster, o))
+			return
+		}
+		cfg, err := kubeconfigOf(s)
+		if err == nil {
+			err = engage(cluster, cfg)
+		}
+		if err != nil {
+			ReportClusterProblem(ctx, cluster, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err))
+			return
+		}
+		owner[cluster] = s.Name
+	}
+	gone := func(name string) {
+		delete(seen, name)
+		cluster := ClusterNameForSecret(name)
+		switch o, ok := owner[cluster]; {
+		case o == name:
+			delete(owner, cluster)
+			disengage(cluster)
+		case !ok: // known to the fleet only by the problem reported
+			disengage(cluster)
+		}
+	}
+	secrets := p.client.CoreV1().Secrets(p.namespace)
+	opts := metav1.ListOptions{LabelSelector: p.selector.String()}
+	for ctx.Err() == nil {
+		list, err := secrets.List(ctx, opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("KubeconfigSecrets: list secrets in %q: %w", p.namespace, err)
+		}
+		listed := map[string]bool{}
+		for i := range list.Items {
+			listed[list.Items[i].Name] = true
+			handle(&list.Items[i])
+		}
+		for name := range seen {
+			if !listed[name] {
+				gone(name)
+			}
+		}
+		w, err := secrets.Watch(ctx, metav1.ListOptions{LabelSelector: p.selector.String(), ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("KubeconfigSecrets: watch secrets in %q: %w", p.namespace, err)
+		}
+		p.watch(ctx, w, handle, gone)
+	}
+	return nil
+}
+
+// watch handles w's events until it ends or ctx does.
+func (p *secretClusters) watch(ctx context.Context, w watch.Interface, handle func(*corev1.Secret), gone func(string)) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			s, isSecret := ev.Object.(*corev1.Secret)
+			if !isSecret {
+				continue
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				handle(s)
+			case watch.Deleted:
+				gone(s.Name)
+			}
+		}
+	}
+}
+
+// kubeconfigOf parses s's kubeconfig.
+func kubeconfigOf(s *corev1.Secret) (*rest.Config, error) {
+	data, ok := s.Data[KubeconfigSecretKey]
+	if !ok {
+		data, ok = s.Data[KubeconfigSecretKeyLegacy]
+	}
+	if !ok || len(data) == 0 {
+		return nil, fmt.Errorf("no kubeconfig: neither key %q nor %q", KubeconfigSecretKey, KubeconfigSecretKeyLegacy)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig does not parse: %w", err)
+	}
+	return cfg, nil
+}

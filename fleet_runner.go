@@ -1,0 +1,371 @@
+package controllermanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// fleetRunner is the child "<fleet>/provider": a controller, so that the
+// provider runs supervised (a panic or an error is a failure of a named
+// child, restarted with backoff) and stops with the manager. Its Run starts
+// an incarnation: the provider's goroutine and one loop per member cluster;
+// its Shutdown ends them and waits.
+type fleetRunner struct{ f *Fleet }
+
+// fleetIncarnation is one Run of the runner: what its Shutdown ends.
+type fleetIncarnation struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the provider's goroutine and the member loops
+	unsub  func()
+	// live: its loops and provider run (f.mu); until then engage starts
+	// no loop, so that a member never has two.
+	live bool
+	// done is closed once every goroutine of the incarnation has returned
+	// (after its Shutdown, which may return earlier when its ctx ends).
+	done chan struct{}
+}
+
+// Name is FleetProviderChild.
+func (r *fleetRunner) Name() string { return FleetProviderChild }
+
+// Run starts the provider and a loop for every member cluster known from
+// an earlier incarnation, and returns: no member holds up the start.
+func (r *fleetRunner) Run(ctx context.Context) error {
+	f := r.f
+	f.mu.Lock()
+	host, err := f.host, f.err
+	f.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case host == nil:
+		return fmt.Errorf("fleet %q: not added to a manager", f.name)
+	case host.shardCount() > 1:
+		return fmt.Errorf("fleet %q: sharded leadership (%d shards) is not supported by fleets yet", f.name, host.shardCount())
+	}
+	report, _ := FailureReporter(ctx)
+	inc := &fleetIncarnation{done: make(chan struct{})}
+	// Run's ctx ends when Run returns; the incarnation lives until Shutdown.
+	inc.ctx, inc.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	inc.unsub = host.Subscribe(func(e Event) {
+		if e.Type == PhaseChanged {
+			f.phaseChanged()
+		}
+	})
+	f.mu.Lock()
+	prev := f.last
+	f.inc, f.last = inc, inc
+	f.mu.Unlock()
+	inc.wg.Add(1)
+	go func() {
+		defer inc.wg.Done()
+		// A previous incarnation whose Shutdown overran its context (a
+		// provider that ignores ctx, a member's removal that hangs) still
+		// has goroutines: wait for them, so that there is never a second
+		// provider or a second loop for a member.
+		if prev != nil {
+			select {
+			case <-prev.done:
+			case <-inc.ctx.Done():
+				return
+			}
+		}
+		f.mu.Lock()
+		if inc.ctx.Err() != nil {
+			f.mu.Unlock()
+			return
+		}
+		inc.live = true
+		for _, mb := range f.members {
+			f.startLoop(inc, mb)
+		}
+		f.mu.Unlock()
+		err := runProvider(context.WithValue(inc.ctx, problemKey{}, f), f.provider, f.engage, f.disengage)
+		if inc.ctx.Err() != nil || err == nil {
+			return // asked to stop, or done engaging: the clusters stay
+		}
+		if report != nil {
+			report(fmt.Errorf("fleet %q: cluster provider: %w", f.name, err))
+		}
+	}()
+	return nil
+}
+
+// Shutdown ends the incarnation and waits for its goroutines or ctx. When
+// the manager itself is stopping (not a restart of the runner), every
+// cluster's Context ends too, and each member will be engaged afresh by a
+// later incarnation (after a re-election).
+func (r *fleetRunner) Shutdown(ctx context.Context) {
+	f := r.f
+	f.mu.Lock()
+	inc := f.inc
+	f.inc = nil
+	host := f.host
+	f.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	inc.cancel()
+	inc.unsub()
+	go func() {
+		inc.wg.Wait()
+		close(inc.done)
+	}()
+	select {
+	case <-inc.done:
+	case <-ctx.Done():
+		return
+	}
+	if host != nil && host.handle.Observed.Phase() != PhaseRunning {
+		f.mu.Lock()
+		for _, mb := range f.members {
+			mb.forget()
+		}
+		f.mu.Unlock()
+	}
+}
+
+// GetHealth is always healthy (a member's outage is no failure of the
+// fleet, and never fails /healthz); its message counts the members by
+// state and names those not Online.
+func (r *fleetRunner) GetHealth() HealthStatus {
+	counts := map[ClusterState][]string{}
+	for _, c := range r.f.Clusters() {
+		counts[c.State] = append(counts[c.State], c.Name)
+	}
+	var parts []string
+	for _, s := range []ClusterState{ClusterStateOnline, ClusterStateEngaging, ClusterStateOffline, ClusterStateFailed} {
+		names := counts[s]
+		switch {
+		case len(names) == 0:
+		case s == ClusterStateOnline:
+			parts = append(parts, fmt.Sprintf("%d %s", len(names), s))
+		default:
+			parts = append(parts, fmt.Sprintf("%d %s (%s)", len(names), s, strings.Join(names, ", ")))
+		}
+	}
+	msg := "no member clusters"
+	if len(parts) > 0 {
+		msg = strings.Join(parts, ", ")
+	}
+	return HealthStatus{Name: FleetProviderChild, Healthy: true, Message: msg}
+}
+
+// engage is the provider's engage: it validates, records the desired
+// config and wakes (or starts) the cluster's loop. It never blocks on the
+// cluster.
+func (f *Fleet) engage(name string, cfg *rest.Config) error {
+	if err := validClusterName(name); err != nil {
+		return fmt.Errorf("fleet %q: engage: %w", f.name, err)
+	}
+	if cfg == nil {
+		return fmt.Errorf("fleet %q: engage %q: nil config", f.name, name)
+	}
+	key := configKey(cfg)
+	f.mu.Lock()
+	mb := f.members[name]
+	switch {
+	case mb == nil:
+		mb = newMember(f, name)
+		f.members[name] = mb
+		if f.inc != nil && f.inc.live {
+			f.startLoop(f.inc, mb)
+		}
+	case !mb.gone && mb.key == key:
+		f.mu.Unlock()
+		return nil
+	}
+	mb.gone = false
+	mb.status.Problem = nil
+	mb.want, mb.key = rest.CopyConfig(cfg), key
+	mb.gen++
+	mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
+	path := mb.path
+	f.mu.Unlock()
+	mb.wake()
+	f.publish(ClusterEngaged, path, nil)
+	return nil
+}
+
+// disengage is the provider's disengage: the cluster's loop removes its
+// subtree.
+func (f *Fleet) disengage(name string) {
+	f.mu.Lock()
+	mb := f.members[name]
+	if mb != nil {
+		mb.gone = true
+	}
+	f.mu.Unlock()
+	if mb != nil {
+		mb.wake()
+	}
+}
+
+// startLoop starts mb's loop in inc; f.mu is held.
+func (f *Fleet) startLoop(inc *fleetIncarnation, mb *member) {
+	inc.wg.Add(1)
+	go func() {
+		defer inc.wg.Done()
+		mb.run(inc.ctx)
+	}()
+}
+
+// phaseChanged wakes the loops waiting for the manager to run again.
+func (f *Fleet) phaseChanged() {
+	f.mu.Lock()
+	close(f.phase)
+	f.phase = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// phaseSignal is closed at the next PhaseChanged.
+func (f *Fleet) phaseSignal() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.phase
+}
+
+// publish sends a fleet event to the manager's subscribers.
+func (f *Fleet) publish(t EventType, path string, err error) {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	if host == nil {
+		return
+	}
+	obs := host.handle.Observed
+	host.handle.Bus.Publish(Event{Type: t, Time: f.now(), Child: path, Kind: KindCluster, Phase: obs.Phase(), Err: err})
+}
+
+// setReady sets the cluster's controllermanager_cluster_ready; delete
+// removes its series.
+func (f *Fleet) setReady(cluster string, ready, remove bool) {
+	f.mu.Lock()
+	host, fleet := f.host, f.pathLocked()
+	f.mu.Unlock()
+	if host == nil {
+		return
+	}
+	if remove {
+		host.metrics.ClusterReady.DeleteLabelValues(fleet, cluster)
+		return
+	}
+	v := 0.0
+	if ready {
+		v = 1
+	}
+	host.metrics.ClusterReady.WithLabelValues(fleet, cluster).Set(v)
+}
+
+// pathLocked is the fleet's path; f.mu is held.
+func (f *Fleet) pathLocked() string {
+	if f.path == "" {
+		return f.name
+	}
+	return f.path
+}
+
+// logger is the manager's logger.
+func (f *Fleet) logger() *slog.Logger {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	if host == nil {
+		return slog.Default()
+	}
+	return host.opts.logger
+}
+
+// now is the manager's clock's now.
+func (f *Fleet) now() time.Time {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	if host == nil {
+		return time.Time{}
+	}
+	return f.clock().Now()
+}
+
+// request sends a lifecycle message to the manager; errors.Is sees the
+// supervisor's sentinels.
+func (f *Fleet) request(ctx context.Context, msg any) error {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	if host == nil {
+		return errors.New("fleet: not added to a manager")
+	}
+	_, err := host.Request(ctx, msg)
+	return err
+}
+
+// childExists reports whether the manager's tree holds path now.
+func (f *Fleet) childExists(ctx context.Context, path string) (bool, error) {
+	f.mu.Lock()
+	host := f.host
+	f.mu.Unlock()
+	st, err := host.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, ok := st.Child(path)
+	return ok, nil
+}
+
+var _ Controller = (*fleetRunner)(nil)
+
+// isWaitForPhase reports whether err means the manager is not Running: a
+// request to try again once its phase changes.
+func isWaitForPhase(err error) bool {
+	return errors.Is(err, supervisor.ErrNotRunning)
+}
+
+// problemKey keys the fleet in its provider's context, for
+// ReportClusterProblem.
+type problemKey struct{}
+
+// ReportClusterProblem tells the fleet whose provider's Run received ctx
+// that cluster could not be engaged (or engaged again) and why: a
+// kubeconfig that does not parse, a second source for one cluster. The
+// fleet publishes a ClusterEngaged event whose Err is err, and keeps err
+// as the cluster's ClusterStatus.Problem until the cluster is engaged or
+// disengaged; a cluster the fleet did not know is listed in State Failed
+// (disengage removes it). Nothing else changes: an engaged cluster stays
+// on its config. With a ctx that is not a provider's, it does nothing.
+func ReportClusterProblem(ctx context.Context, cluster string, err error) {
+	f, _ := ctx.Value(problemKey{}).(*Fleet)
+	if f == nil || err == nil {
+		return
+	}
+	if verr := validClusterName(cluster); verr != nil {
+		f.logger().Warn("a cluster provider reported a problem with a cluster whose name is invalid", "fleet", f.name, "cluster", cluster, "err", err, "nameErr", verr)
+		return
+	}
+	f.mu.Lock()
+	mb := f.members[cluster]
+	if mb == nil {
+		mb = newMember(f, cluster)
+		mb.gone = false
+		mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
+		f.members[cluster] = mb
+		if f.inc != nil && f.inc.live {
+			f.startLoop(f.inc, mb)
+		}
+	}
+	mb.status.Problem = err
+	path := mb.path
+	f.mu.Unlock()
+	f.logger().Warn("a cluster provider could not engage a cluster", "fleet", f.name, "cluster", cluster, "err", err)
+	f.publish(ClusterEngaged, path, err)
+}

@@ -1,0 +1,832 @@
+package controllermanager_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/health"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// The fleet's tests run members as in-process API servers (fakeMember),
+// the thresholds on a fake clock, and wait on events: a step of the
+// clock is taken only while something waits on it.
+
+const (
+	fleetPeriod  = time.Second
+	fleetTimeout = time.Second // real: it bounds a probe's I/O; roomy, for a loaded race build
+	fleetFail    = 3 * time.Second
+	fleetSucceed = 2 * time.Second
+)
+
+func fleetSpec() cm.FleetSpec {
+	return cm.FleetSpec{
+		ProbePeriod:      metav1.Duration{Duration: fleetPeriod},
+		ProbeTimeout:     metav1.Duration{Duration: fleetTimeout},
+		FailureThreshold: metav1.Duration{Duration: fleetFail},
+		SuccessThreshold: metav1.Duration{Duration: fleetSucceed},
+	}
+}
+
+// memberMode is how a fakeMember answers /readyz.
+type memberMode int32
+
+const (
+	memberOK memberMode = iota
+	memberFailing
+	memberSlow    // answers after 100 ms
+	memberHanging // never answers (until the probe gives up)
+)
+
+// fakeMember stands in for a member cluster's API server.
+type fakeMember struct {
+	srv     *httptest.Server
+	mode    atomic.Int32
+	release chan struct{}
+	probes  atomic.Int32
+}
+
+func newFakeMember(t *testing.T, mode memberMode) *fakeMember {
+	t.Helper()
+	m := &fakeMember{release: make(chan struct{})}
+	m.mode.Store(int32(mode))
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{}`)
+			return
+		}
+		m.probes.Add(1)
+		switch memberMode(m.mode.Load()) {
+		case memberFailing:
+			http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+			return
+		case memberSlow:
+			select {
+			case <-time.After(100 * time.Millisecond): // the member's latency, not a wait of the test's
+			case <-r.Context().Done():
+				return
+			}
+		case memberHanging:
+			select {
+			case <-r.Context().Done():
+			case <-m.release:
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(func() {
+		close(m.release)
+		m.srv.Close()
+	})
+	return m
+}
+
+func (m *fakeMember) set(mode memberMode) { m.mode.Store(int32(mode)) }
+
+func (m *fakeMember) config() *rest.Config {
+	return &rest.Config{Host: m.srv.URL, BearerToken: "token-1"}
+}
+
+// handProvider is a ClusterProvider the test drives by hand.
+type handProvider struct {
+	mu        sync.Mutex
+	engage    func(string, *rest.Config) error
+	disengage func(string)
+	runs      int
+	ready     chan struct{} // closed at the first Run
+	initial   map[string]*rest.Config
+	fail      error // Run returns it after engaging the initial clusters, once
+	panics    bool  // Run panics, once
+}
+
+func newHandProvider(initial map[string]*rest.Config) *handProvider {
+	return &handProvider{ready: make(chan struct{}), initial: initial}
+}
+
+func (p *handProvider) Run(ctx context.Context, engage func(string, *rest.Config) error, disengage func(string)) error {
+	p.mu.Lock()
+	p.engage, p.disengage = engage, disengage
+	p.runs++
+	first := p.runs == 1
+	fail, panics := p.fail, p.panics
+	p.fail, p.panics = nil, false
+	p.mu.Unlock()
+	for name, cfg := range p.initial {
+		if err := engage(name, cfg); err != nil {
+			return err
+		}
+	}
+	if first {
+		close(p.ready)
+	}
+	if panics {
+		panic("provider exploded")
+	}
+	if fail != nil {
+		return fail
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (p *handProvider) Engage(t *testing.T, name string, cfg *rest.Config) error {
+	t.Helper()
+	<-p.ready
+	p.mu.Lock()
+	engage := p.engage
+	p.mu.Unlock()
+	return engage(name, cfg)
+}
+
+func (p *handProvider) Disengage(t *testing.T, name string) {
+	t.Helper()
+	<-p.ready
+	p.mu.Lock()
+	disengage := p.disengage
+	p.mu.Unlock()
+	disengage(name)
+}
+
+// clusterCtrl is the controller build makes for every member cluster.
+type clusterCtrl struct {
+	cluster cm.Cluster
+	runs    atomic.Int32
+	stops   atomic.Int32
+	fail    atomic.Bool // Run fails
+}
+
+func (c *clusterCtrl) Run(context.Context) error {
+	c.runs.Add(1)
+	if c.fail.Load() {
+		return errors.New("cannot start")
+	}
+	return nil
+}
+func (c *clusterCtrl) Shutdown(context.Context) { c.stops.Add(1) }
+func (c *clusterCtrl) Name() string             { return "ctrl" }
+func (c *clusterCtrl) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "ctrl", Healthy: true}
+}
+
+// builds records what build made, by cluster.
+type builds struct {
+	mu     sync.Mutex
+	ctrls  map[string][]*clusterCtrl
+	panics map[string]bool
+}
+
+func newBuilds() *builds {
+	return &builds{ctrls: map[string][]*clusterCtrl{}, panics: map[string]bool{}}
+}
+
+func (b *builds) build(c cm.Cluster) []cm.Runnable {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.panics[c.Name()] {
+		panic("build of " + c.Name() + " exploded")
+	}
+	ctrl := &clusterCtrl{cluster: c}
+	b.ctrls[c.Name()] = append(b.ctrls[c.Name()], ctrl)
+	return []cm.Runnable{ctrl}
+}
+
+func (b *builds) of(name string) []*clusterCtrl {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*clusterCtrl(nil), b.ctrls[name]...)
+}
+
+// eventLog keeps every event, for waits and for assertions on order.
+type eventLog struct {
+	mu     sync.Mutex
+	events []cm.Event
+	notify chan struct{}
+}
+
+func subscribe(t *testing.T, mgr *cm.ControllerManager) *eventLog {
+	l := &eventLog{notify: make(chan struct{}, 1)}
+	cancel := mgr.Subscribe(func(e cm.Event) {
+		l.mu.Lock()
+		l.events = append(l.events, e)
+		l.mu.Unlock()
+		select {
+		case l.notify <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(cancel)
+	return l
+}
+
+func (l *eventLog) find(pred func(cm.Event) bool) (cm.Event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		if pred(e) {
+			return e, true
+		}
+	}
+	return cm.Event{}, false
+}
+
+func (l *eventLog) all() []cm.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]cm.Event(nil), l.events...)
+}
+
+func (l *eventLog) count(pred func(cm.Event) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if pred(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitForNth waits for the nth event pred matches.
+func (l *eventLog) waitForNth(t *testing.T, n int, pred func(cm.Event) bool) {
+	t.Helper()
+	l.waitUntil(t, nil, 0, func() bool { return l.count(pred) >= n })
+}
+
+// waitForNthStepping is waitForNth, stepping clk by the probe period.
+func (l *eventLog) waitForNthStepping(t *testing.T, clk *clocktesting.FakeClock, n int, pred func(cm.Event) bool) {
+	t.Helper()
+	l.waitUntil(t, clk, fleetPeriod, func() bool { return l.count(pred) >= n })
+}
+
+func is(t cm.EventType, child string) func(cm.Event) bool {
+	return func(e cm.Event) bool { return e.Type == t && e.Child == child }
+}
+
+// waitFor waits for an event pred matches; when clk is given, it steps it
+// by step whenever something waits on it, so that probes and thresholds
+// move on. The deadline is a test's failure, not an assertion on timing.
+func (l *eventLog) waitFor(t *testing.T, clk *clocktesting.FakeClock, step time.Duration, pred func(cm.Event) bool) cm.Event {
+	t.Helper()
+	var found cm.Event
+	l.waitUntil(t, clk, step, func() bool {
+		e, ok := l.find(pred)
+		found = e
+		return ok
+	})
+	return found
+}
+
+// waitUntil polls cond at every event (and every few milliseconds), with a
+// deadline, stepping clk as waitFor does.
+func (l *eventLog) waitUntil(t *testing.T, clk *clocktesting.FakeClock, step time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for !cond() {
+		if clk != nil && clk.HasWaiters() {
+			clk.Step(step)
+		}
+		poll := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-l.notify:
+		case <-poll.C:
+		case <-deadline.C:
+			l.mu.Lock()
+			events := append([]cm.Event(nil), l.events...)
+			l.mu.Unlock()
+			t.Fatalf("not within the deadline; events: %v", events)
+		}
+		poll.Stop()
+	}
+}
+
+// fleetManager starts a manager (election off) with fleet on clk.
+func fleetManager(t *testing.T, clk *clocktesting.FakeClock, children ...cm.Runnable) (*cm.ControllerManager, *eventLog) {
+	t.Helper()
+	return fleetManagerWith(t, clk, cm.ControllerManagerConfigSpec{}, children...)
+}
+
+func fleetManagerWith(t *testing.T, clk *clocktesting.FakeClock, cfg cm.ControllerManagerConfigSpec, children ...cm.Runnable) (*cm.ControllerManager, *eventLog) {
+	t.Helper()
+	mgr, err := cm.NewControllerManager(cm.NewContext(nil), cfg, "",
+		cm.WithClock(clk), cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	mgr.Add(children...)
+	log := subscribe(t, mgr)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		mgr.ShutdownAndWait(ctx)
+	})
+	return mgr, log
+}
+
+func startFleet(t *testing.T, mgr *cm.ControllerManager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, mgr.Start(ctx, 0))
+}
+
+func fleetChild(t *testing.T, mgr *cm.ControllerManager, path string) (supervisor.ChildStatus, bool) {
+	t.Helper()
+	st, err := mgr.Status(context.Background())
+	require.NoError(t, err)
+	return st.Child(path)
+}
+
+func clusterReady(t *testing.T, mgr *cm.ControllerManager, fleet, cluster string) (float64, bool) {
+	t.Helper()
+	mfs, err := mgr.Gatherer().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "controllermanager_cluster_ready" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["fleet"] == fleet && labels["cluster"] == cluster {
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func TestFleetEngagesAndDisengagesAtRunTime(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, b, c := newFakeMember(t, memberOK), newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+
+	for _, name := range []string{"a", "b"} {
+		log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/"+name))
+		cs, ok := fleetChild(t, mgr, "fleet/"+name+"/ctrl")
+		require.True(t, ok, name)
+		require.Equal(t, supervisor.StateRunning, cs.State)
+		v, ok := clusterReady(t, mgr, "fleet", name)
+		require.True(t, ok)
+		require.Equal(t, 1.0, v)
+	}
+	engaged, _ := log.find(is(cm.ClusterEngaged, "fleet/a"))
+	require.Equal(t, cm.KindCluster, engaged.Kind)
+
+	require.NoError(t, prov.Engage(t, "c", c.config()))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/c"))
+
+	prov.Disengage(t, "b")
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/b"))
+	_, ok := fleetChild(t, mgr, "fleet/b")
+	require.False(t, ok, "a disengaged cluster's subtree is removed")
+	require.Equal(t, int32(1), bl.of("b")[0].stops.Load())
+	_, ok = clusterReady(t, mgr, "fleet", "b")
+	require.False(t, ok, "a disengaged cluster has no series")
+	_, ok = fleet.Cluster("b")
+	require.False(t, ok)
+	gone := bl.of("b")[0].cluster
+	require.Error(t, gone.Context().Err(), "a disengaged cluster's context has ended")
+	_, err := gone.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
+	require.ErrorIs(t, err, cm.ErrClusterDisengaged, "its writes are refused")
+
+	for _, name := range []string{"a", "c"} {
+		cs, ok := fleetChild(t, mgr, "fleet/"+name+"/ctrl")
+		require.True(t, ok)
+		require.Equal(t, supervisor.StateRunning, cs.State, name)
+		require.Zero(t, bl.of(name)[0].stops.Load(), "%s was not disturbed", name)
+	}
+	got := fleet.Clusters()
+	require.Len(t, got, 2)
+	require.Equal(t, cm.ClusterStateOnline, got[0].State)
+	require.Equal(t, "fleet/a", got[0].Path)
+
+	// The cluster's config and client reach its API server.
+	ctrl := bl.of("a")[0]
+	require.Equal(t, a.srv.URL, ctrl.cluster.Config().Host)
+	_, err = ctrl.cluster.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
+	require.NoError(t, err, "a write passes the guard while the manager runs (election off)")
+	require.NoError(t, ctrl.cluster.Context().Err())
+}
+
+func TestFleetOutageIsContainedWithHysteresis(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
+
+	failedAt := clk.Now()
+	b.set(memberFailing)
+	off := log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/b"))
+	require.GreaterOrEqual(t, off.Time.Sub(failedAt), fleetFail, "Offline only after FailureThreshold of failures")
+	require.ErrorContains(t, off.Err, "500")
+
+	cs, ok := fleetChild(t, mgr, "fleet/b")
+	require.True(t, ok, "an Offline cluster's subtree stays in the tree, stopped")
+	require.Equal(t, supervisor.StateStopped, cs.State)
+	ctrl := bl.of("b")[0]
+	require.Equal(t, int32(1), ctrl.stops.Load(), "its informers are released: Shutdown ran")
+	leaf, _ := fleetChild(t, mgr, "fleet/b/ctrl")
+	require.Zero(t, leaf.Failures, "an outage spends no budget")
+	require.Zero(t, leaf.Restarts)
+	v, _ := clusterReady(t, mgr, "fleet", "b")
+	require.Zero(t, v)
+	st, _ := fleet.Cluster("b")
+	require.Equal(t, cm.ClusterStateOffline, st.State)
+	require.Error(t, st.Err)
+
+	// The others run on, and the pod's probes pass.
+	cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")
+	require.Equal(t, supervisor.StateRunning, cs.State)
+	require.Zero(t, bl.of("a")[0].stops.Load())
+	h := health.NewHandler(mgr)
+	for _, path := range []string{"/livez", "/readyz", "/healthz"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, "%s: %s", path, rec.Body)
+	}
+
+	// Probed on while Offline: no restart until it answers for
+	// SuccessThreshold.
+	answeredAt := clk.Now()
+	b.set(memberOK)
+	on := log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+		return e.Type == cm.ClusterOnline && e.Child == "fleet/b" && e.Time.After(off.Time)
+	})
+	require.GreaterOrEqual(t, on.Time.Sub(answeredAt), fleetSucceed, "Online again only after SuccessThreshold of answers")
+	require.Equal(t, int32(2), ctrl.runs.Load(), "started again once (StartChild)")
+	v, _ = clusterReady(t, mgr, "fleet", "b")
+	require.Equal(t, 1.0, v)
+	require.Equal(t, 1, log.count(is(cm.ClusterOffline, "fleet/b")))
+}
+
+func TestFleetUnreachableClusterStartsOfflineAndNeverBlocksStart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	ok, slow, hung := newFakeMember(t, memberOK), newFakeMember(t, memberSlow), newFakeMember(t, memberHanging)
+	spec := fleetSpec()
+	spec.ProbeTimeout = metav1.Duration{Duration: 500 * time.Millisecond}
+	prov := newHandProvider(map[string]*rest.Config{"ok": ok.config(), "slow": slow.config(), "hung": hung.config(),
+		"gone": {Host: "http://127.0.0.1:1"}})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, spec)
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr) // returns: Running with the others
+	require.True(t, mgr.IsStarted())
+
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/ok"))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/slow"))
+	for _, name := range []string{"hung", "gone"} {
+		e := log.waitFor(t, nil, 0, is(cm.ClusterOffline, "fleet/"+name))
+		require.Error(t, e.Err)
+		_, added := fleetChild(t, mgr, "fleet/"+name)
+		require.False(t, added, "a cluster that never answered has no subtree yet")
+		require.Empty(t, bl.of(name))
+	}
+
+	hung.set(memberOK)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOnline, "fleet/hung"))
+	cs, found := fleetChild(t, mgr, "fleet/hung/ctrl")
+	require.True(t, found)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	require.NoError(t, prov.Engage(t, "a", a.config()), "an equal config")
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
+
+	ctrls := bl.of("a")
+	require.Len(t, ctrls, 2, "built once more, on the new config; events: %v", log.all())
+	require.Equal(t, int32(1), ctrls[0].stops.Load())
+	require.Error(t, ctrls[0].cluster.Context().Err(), "the old cluster's context ended")
+	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
+	require.NoError(t, ctrls[1].cluster.Context().Err())
+	require.Equal(t, 2, log.count(is(cm.ClusterEngaged, "fleet/a")), "the equal config engaged nothing")
+
+	// Once the manager has stopped, the cluster's writes are refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mgr.ShutdownAndWait(ctx)
+	require.Error(t, ctrls[1].cluster.Context().Err())
+	_, err := ctrls[1].cluster.Client().CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{}, metav1.CreateOptions{})
+	require.ErrorIs(t, err, cm.ErrClusterDisengaged)
+}
+
+func TestFleetRefusesBadClusterNames(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	for _, name := range []string{"", ".", "..", "a/b", "provider", "with space", "tab\t", strings.Repeat("x", 254)} {
+		err := prov.Engage(t, name, a.config())
+		require.ErrorIs(t, err, cm.ErrInvalidClusterName, "%q", name)
+		require.Contains(t, err.Error(), `fleet "fleet"`)
+	}
+	require.ErrorContains(t, prov.Engage(t, "nil", nil), "nil config")
+	require.Len(t, fleet.Clusters(), 1, "nothing else engaged")
+	require.Zero(t, bl.of("a")[0].stops.Load(), "nothing disturbed")
+}
+
+func TestFleetProviderFailuresAreSupervisedAndKeepTheClusters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(*handProvider)
+		want  string
+	}{
+		{"error", func(p *handProvider) { p.fail = errors.New("inventory unreachable") }, "inventory unreachable"},
+		{"panic", func(p *handProvider) { p.panics = true }, "provider exploded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+			a := newFakeMember(t, memberOK)
+			prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+			tc.setup(prov)
+			bl := newBuilds()
+			fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+			mgr, log := fleetManager(t, clk, fleet)
+			startFleet(t, mgr)
+			failed := log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/provider"))
+			require.ErrorContains(t, failed.Err, tc.want)
+			if tc.name == "panic" {
+				require.ErrorContains(t, failed.Err, "goroutine", "the stack")
+			}
+			log.waitFor(t, clk, 100*time.Millisecond, is(cm.ChildRestarted, "fleet/provider"))
+			log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+			require.Len(t, bl.of("a"), 1, "the cluster was kept across the provider's restart")
+			require.Zero(t, bl.of("a")[0].stops.Load())
+		})
+	}
+}
+
+func TestFleetProviderThatBlocksStallsNothing(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	blocked := make(chan struct{})
+	prov := blockingProvider{unblocked: blocked}
+	other := &clusterCtrl{}
+	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+	mgr, _ := fleetManager(t, clk, fleet, other)
+	startFleet(t, mgr)
+	require.Equal(t, int32(1), other.runs.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mgr.ShutdownAndWait(ctx)
+	require.NoError(t, mgr.Err())
+	<-blocked
+}
+
+// blockingProvider engages nothing and blocks until ctx ends.
+type blockingProvider struct{ unblocked chan struct{} }
+
+func (p blockingProvider) Run(ctx context.Context, _ func(string, *rest.Config) error, _ func(string)) error {
+	<-ctx.Done()
+	close(p.unblocked)
+	return nil
+}
+
+func TestFleetBuildThatPanicsFailsOnlyItsCluster(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, x := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "x": x.config()})
+	bl := newBuilds()
+	bl.panics["x"] = true
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	e := log.waitFor(t, nil, 0, is(cm.ClusterOffline, "fleet/x"))
+	require.ErrorContains(t, e.Err, "build panicked: build of x exploded")
+	st, _ := fleet.Cluster("x")
+	require.Equal(t, cm.ClusterStateFailed, st.State)
+	_, added := fleetChild(t, mgr, "fleet/x")
+	require.False(t, added)
+	st2, err := mgr.Status(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, supervisor.PhaseRunning, st2.Phase)
+}
+
+func TestFleetDisengageDuringARestart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	ctrl := bl.of("a")[0]
+	ctrl.fail.Store(true)
+	go func() { _ = mgr.RestartChild(context.Background(), "fleet/a/ctrl") }()
+	log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/a/ctrl")) // backing off now, on the fake clock
+	prov.Disengage(t, "a")
+	log.waitFor(t, clk, 100*time.Millisecond, is(cm.ClusterDisengaged, "fleet/a"))
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok)
+	runs := ctrl.runs.Load()
+	clk.Step(time.Minute)
+	_, ok = fleetChild(t, mgr, "fleet/a/ctrl")
+	require.False(t, ok, "a removed child never runs again")
+	require.Equal(t, runs, ctrl.runs.Load())
+}
+
+func TestFleetSpecIsValidated(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	spec := cm.FleetSpec{ProbePeriod: metav1.Duration{Duration: time.Second}, ProbeTimeout: metav1.Duration{Duration: 2 * time.Second},
+		FailureThreshold: metav1.Duration{Duration: -1}}
+	fleet := cm.NewFleet("fleet", nil, nil, spec)
+	mgr, _ := fleetManager(t, clk, fleet)
+	err := mgr.Start(context.Background(), 0)
+	require.Error(t, err)
+	for _, want := range []string{"fleet/provider", "probeTimeout (2s) must not exceed probePeriod (1s)", "failureThreshold must not be negative", "provider is nil", "build is nil"} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestFleetDuplicateName(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	f1 := cm.NewFleet("fleet", newHandProvider(nil), newBuilds().build, cm.FleetSpec{})
+	f2 := cm.NewFleet("fleet", newHandProvider(nil), newBuilds().build, cm.FleetSpec{})
+	mgr, _ := fleetManager(t, clk, f1, f2)
+	err := mgr.Start(context.Background(), 0)
+	require.ErrorContains(t, err, `"fleet"`)
+	require.ErrorContains(t, err, `both named "fleet"`)
+}
+
+// With sharded leadership a fleet is refused, for now: its runner fails,
+// naming why, rather than engage members on one shard's holder only.
+func TestFleetRefusesShardedLeadership(t *testing.T) {
+	srv := leasetest.NewServer()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = 2
+	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
+		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	a := newFakeMember(t, memberOK)
+	m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), newBuilds().build, fleetSpec()))
+	log := subscribe(t, m)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	err = m.Start(ctx, 0)
+	if err == nil {
+		e := log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/provider"))
+		err = e.Err
+	}
+	require.ErrorContains(t, err, "sharded leadership (2 shards) is not supported by fleets yet")
+	_, engaged := log.find(is(cm.ClusterEngaged, "fleet/a"))
+	require.False(t, engaged)
+}
+
+// A config rotated while the cluster is Offline: the stopped subtree is
+// removed, the new config probed, and the cluster is built on it once it
+// answers, not before.
+func TestFleetRotatedWhileOffline(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	a.set(memberFailing)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	log.waitForNth(t, 2, is(cm.ClusterOffline, "fleet/a")) // the new config's first probe fails too
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok, "the old subtree was removed")
+	require.Len(t, bl.of("a"), 1, "not built on the new config while it does not answer")
+	require.Error(t, bl.of("a")[0].cluster.Context().Err())
+
+	a.set(memberOK)
+	log.waitForNthStepping(t, clk, 2, is(cm.ClusterOnline, "fleet/a"))
+	ctrls := bl.of("a")
+	require.Len(t, ctrls, 2)
+	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
+	cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+// A fleet goes wherever a group goes: added to a running manager, or
+// inside a group, its members' paths under the fleet's.
+func TestFleetAddedAtRunTimeAndInsideAGroup(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	inner := cm.NewFleet("inner", cm.StaticClusters(map[string]*rest.Config{"a": a.config()}), bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, cm.NewGroup("outer", cm.SupervisionSpec{}, inner))
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "outer/inner/a"))
+	_, ok := fleetChild(t, mgr, "outer/inner/a/ctrl")
+	require.True(t, ok)
+	v, ok := clusterReady(t, mgr, "outer/inner", "a")
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
+
+	late := cm.NewFleet("late", cm.StaticClusters(map[string]*rest.Config{"b": a.config()}), bl.build, fleetSpec())
+	require.NoError(t, mgr.AddChild(context.Background(), late))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "late/b"))
+	cs, ok := fleetChild(t, mgr, "late/b/ctrl")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+// stubbornProvider engages "a" and then ignores its context until
+// released.
+type stubbornProvider struct {
+	cfg     *rest.Config
+	release chan struct{}
+	runs    atomic.Int32
+}
+
+func (p *stubbornProvider) Run(_ context.Context, engage func(string, *rest.Config) error, _ func(string)) error {
+	p.runs.Add(1)
+	if err := engage("a", p.cfg); err != nil {
+		return err
+	}
+	<-p.release
+	return nil
+}
+
+// A runner restarted while its provider ignores its context: the runner's
+// Shutdown gives up when its context ends, and the new incarnation waits
+// for the old provider to return before it runs one of its own.
+func TestFleetRestartWaitsForAProviderThatIgnoresItsContext(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := &stubbornProvider{cfg: a.config(), release: make(chan struct{})}
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	// The runner's Shutdown gives up at ShutdownTimeout, on the real clock.
+	mgr, log := fleetManagerWith(t, clk, cm.ControllerManagerConfigSpec{
+		Supervision: &cm.SupervisionSpec{ShutdownTimeout: metav1.Duration{Duration: 200 * time.Millisecond}}}, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	restarted := make(chan error, 1)
+	go func() { restarted <- mgr.RestartChild(context.Background(), "fleet/provider") }()
+	log.waitFor(t, nil, 0, is(cm.ChildRestarted, "fleet/provider")) // past the Shutdown's deadline
+	require.NoError(t, <-restarted)
+	require.Equal(t, int32(1), prov.runs.Load(), "no second provider while the first runs")
+
+	close(prov.release)
+	log.waitUntil(t, nil, 0, func() bool { return prov.runs.Load() == 2 })
+	require.Len(t, bl.of("a"), 1, "the cluster was kept")
+	require.Zero(t, bl.of("a")[0].stops.Load())
+	cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
