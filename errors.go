@@ -45,7 +45,9 @@ var (
 	ErrInvalidName = supervisor.ErrInvalidName
 	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
-	// of the same child.
+	// of the same child (StopChild, RemoveChild, a lost lease or shard);
+	// with ErrChildStopped or ErrChildRemoved too when the stop was a
+	// StopChild, a RemoveChild or a group's spent budget.
 	ErrStartInterrupted = supervisor.ErrStartInterrupted
 	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was stopped meanwhile (a

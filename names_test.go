@@ -187,4 +187,5 @@ func TestStartInterruptedByAStopHasASentinel(t *testing.T) {
 	}
 	require.ErrorIs(t, err, cm.ErrStartInterrupted)
 	require.ErrorIs(t, err, supervisor.ErrStartInterrupted)
+	require.ErrorIs(t, err, cm.ErrChildStopped, "and which stop it was")
 }

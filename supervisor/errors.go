@@ -53,6 +53,8 @@ var (
 	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
 	// of the same child (StopChild, RemoveChild, a lost lease or shard).
+	// When the stop was a StopChild, a RemoveChild or a group's spent
+	// budget, the error also wraps ErrChildStopped or ErrChildRemoved.
 	ErrStartInterrupted = errors.New("supervisor: start interrupted by a stop")
 	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was stopped meanwhile, by a

@@ -731,7 +731,10 @@ func (r *childRequest) settled(b *barrier, err error) {
 func (s *root) stopReaches(rec *childRecord, err error) {
 	for r := range s.requests {
 		if inside(r.rec, rec) {
-			r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, err))
+			// Both sentinels: a start cut short by a stop
+			// (ErrStartInterrupted, as for a lost lease or shard), and
+			// which stop it was (ErrChildStopped, ErrChildRemoved).
+			r.answer(fmt.Errorf("%s %q: %w: %w", r.op, r.rec.spec.Name, errInterrupted, err))
 		}
 	}
 }
