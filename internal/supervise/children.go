@@ -37,10 +37,11 @@ type level struct {
 
 	// A group's own state, kept here rather than in every child's record:
 	// touched is when a child was last added under it or removed, shown its
-	// state as Status last read it (groupSince); exhausted that it was
-	// stopped by its spent budget (ExhaustedStop).
+	// state as Status last read it and shownAt when (groupSince);
+	// exhausted that it was stopped by its spent budget (ExhaustedStop).
 	touched   time.Time
 	shown     supervisor.ChildState
+	shownAt   time.Time
 	exhausted bool
 }
 

@@ -157,8 +157,9 @@ func (s *root) groupState(g *childRecord) supervisor.ChildState {
 	}
 }
 
-// levelStatus is the status of lvl's children, a group's with its own.
-func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
+// levelStatus is the status of lvl's children, a group's with its own,
+// read at now.
+func (s *root) levelStatus(lvl *level, now time.Time) []supervisor.ChildStatus {
 	out := make([]supervisor.ChildStatus, 0, len(lvl.children))
 	for _, rec := range lvl.children {
 		cs := supervisor.ChildStatus{
@@ -167,8 +168,8 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 		}
 		if rec.sub != nil {
 			cs.State = s.groupState(rec)
-			cs.Since = groupSince(rec, cs.State)
-			cs.Children = s.levelStatus(rec.sub)
+			cs.Since = groupSince(rec, cs.State, now)
+			cs.Children = s.levelStatus(rec.sub, now)
 			cs.Group = s.groupStatus(rec)
 			cs.Healthy, cs.Message = groupHealth(rec)
 		}
@@ -177,19 +178,27 @@ func (s *root) levelStatus(lvl *level) []supervisor.ChildStatus {
 	return out
 }
 
-// groupSince is when group g entered state, its state now: unchanged
-// while Status reads the same state, else the last change of any child
-// under it, or the last addition or removal under it (the change that
-// moved the group is no later, and came after the Status that read the
-// old state), or g's own stop if later.
-func groupSince(g *childRecord, state supervisor.ChildState) time.Time {
+// groupSince is when group g entered state, its state now (read at now):
+// unchanged while Status reads the same state; else the latest of the last
+// change of any child under it, the last addition or removal under it, g's
+// own stop, and the last Status that read the old state. That last bound
+// is needed: a group's state also moves with no child's record changing,
+// when a lease or shard is won or lost (a Pending child counts only while
+// its lease is held), and the move came after that Status read the old
+// state.
+func groupSince(g *childRecord, state supervisor.ChildState, now time.Time) time.Time {
 	lvl := g.sub
 	if lvl.shown == state {
+		lvl.shownAt = now
 		return g.since
 	}
-	lvl.shown = state
+	changed := lvl.shownAt
+	lvl.shown, lvl.shownAt = state, now
 	if lvl.touched.After(g.since) {
 		g.since = lvl.touched
+	}
+	if changed.After(g.since) {
+		g.since = changed
 	}
 	for _, r := range hosted(g) {
 		if r.since.After(g.since) {

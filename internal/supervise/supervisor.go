@@ -300,7 +300,7 @@ func (s *root) status() supervisor.Status {
 	}
 	st := supervisor.Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
 	st.Shards = s.shardStatus()
-	st.Children = s.levelStatus(s.tree)
+	st.Children = s.levelStatus(s.tree, s.now())
 	return st
 }
 
