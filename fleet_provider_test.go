@@ -60,7 +60,7 @@ func TestKubeconfigSecretsEngageRotateBreakAndDisengage(t *testing.T) {
 	mgr, log := fleetManager(t, clk, fleet)
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	<-watching
+	awaitRecv(t, watching, "the provider's watch")
 	require.Len(t, fleet.Clusters(), 1, "the unlabelled Secret is not a member")
 	secrets := client.CoreV1().Secrets("fleet")
 	ctx := context.Background()

@@ -150,7 +150,7 @@ func (p *handProvider) Run(ctx context.Context, engage func(string, *rest.Config
 
 func (p *handProvider) Engage(t *testing.T, name string, cfg *rest.Config) error {
 	t.Helper()
-	<-p.ready
+	awaitRecv(t, p.ready, "the provider's Run")
 	p.mu.Lock()
 	engage := p.engage
 	p.mu.Unlock()
@@ -159,7 +159,7 @@ func (p *handProvider) Engage(t *testing.T, name string, cfg *rest.Config) error
 
 func (p *handProvider) Disengage(t *testing.T, name string) {
 	t.Helper()
-	<-p.ready
+	awaitRecv(t, p.ready, "the provider's Run")
 	p.mu.Lock()
 	disengage := p.disengage
 	p.mu.Unlock()
@@ -605,8 +605,7 @@ func TestFleetProviderFailuresAreSupervisedAndKeepTheClusters(t *testing.T) {
 
 func TestFleetProviderThatBlocksStallsNothing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	blocked := make(chan struct{})
-	prov := blockingProvider{unblocked: blocked}
+	prov := blockingProvider{started: make(chan struct{}), unblocked: make(chan struct{})}
 	other := &clusterCtrl{}
 	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
 	mgr, _ := fleetManager(t, clk, fleet, other)
@@ -614,15 +613,40 @@ func TestFleetProviderThatBlocksStallsNothing(t *testing.T) {
 	require.Equal(t, int32(1), other.runs.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The provider's Run begins on a goroutine of the runner's: wait for
+	// it, so that the shutdown meets a provider that blocks (a shutdown
+	// before it began never calls it).
+	select {
+	case <-prov.started:
+	case <-ctx.Done():
+		t.Fatal("the provider's Run was not called")
+	}
 	mgr.ShutdownAndWait(ctx)
 	require.NoError(t, mgr.Err())
-	<-blocked
+	select {
+	case <-prov.unblocked:
+	case <-ctx.Done():
+		t.Fatal("the provider's ctx did not end with the manager's shutdown")
+	}
+}
+
+// awaitRecv waits for a receive from ch (a value or its close), or fails the test naming what it
+// waited for after 30s: a wait on an event, bounded so that a missing event
+// fails instead of hanging the package's run.
+func awaitRecv(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: not within 30s", what)
+	}
 }
 
 // blockingProvider engages nothing and blocks until ctx ends.
-type blockingProvider struct{ unblocked chan struct{} }
+type blockingProvider struct{ started, unblocked chan struct{} }
 
 func (p blockingProvider) Run(ctx context.Context, _ func(string, *rest.Config) error, _ func(string)) error {
+	close(p.started)
 	<-ctx.Done()
 	close(p.unblocked)
 	return nil
