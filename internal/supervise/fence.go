@@ -26,6 +26,12 @@ var fenceStageNames = [...]string{"stopping", "done"}
 
 func (st fenceStage) String() string { return fenceStageNames[st] }
 
+// fenceMoves is every move of a fencing's stage: stopping, then done.
+var fenceMoves = map[fenceStage][]fenceStage{fenceStopping: {fenceDone}, fenceDone: nil}
+
+// become is the one way a fencing's stage moves (moveStage).
+func (f *fencing) become(to fenceStage) { f.stage = moveStage("fencing", f.stage, to, fenceMoves) }
+
 // fencing is the stop of what a lost lease (or shard) guarded, within the
 // fence timeout. A replica-wide fencing is carried by a stand-down, which
 // waits for the children; a shard's fencing, or one that ends the manager
@@ -204,7 +210,8 @@ func (f *fencing) fenced() {
 	if f.stage == fenceDone {
 		return
 	}
-	f.stage, f.wait = fenceDone, nil
+	f.become(fenceDone)
+	f.wait = nil
 	if f.timer != nil {
 		f.timer.Stop()
 	}
@@ -235,7 +242,7 @@ func (s *root) onFenceOverdue(m fenceOverdue) {
 	err := fmt.Errorf("%w; not fenced: %s did not return from Shutdown within %s, and may still run while another replica leads",
 		f.cause, strings.Join(stuck, ", "), s.fenceTimeout())
 	s.cfg.Logger.Error("lease lost: fencing incomplete, the process must exit", "err", err)
-	f.stage = fenceDone
+	f.become(fenceDone)
 	if s.shutdown == nil {
 		s.beginShutdown(err, s.boundedContext())
 	}

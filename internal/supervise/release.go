@@ -19,6 +19,21 @@ var releaseStageNames = [...]string{"controllers", "stores", "after shutdown", "
 
 func (st releaseStage) String() string { return releaseStageNames[st] }
 
+// releaseMoves is every move of a hand-over's stage: the controllers
+// stopped, then the stores, or (the last shard of a shutdown) after the
+// shutdown; done from any (handed over).
+var releaseMoves = map[releaseStage][]releaseStage{
+	releaseControllers:   {releaseStores, releaseAfterShutdown, releaseDone},
+	releaseStores:        {releaseDone},
+	releaseAfterShutdown: {releaseDone},
+	releaseDone:          nil,
+}
+
+// become is the one way a hand-over's stage moves (moveStage).
+func (r *shardRelease) become(to releaseStage) {
+	r.stage = moveStage("shard hand-over", r.stage, to, releaseMoves)
+}
+
 // shardRelease hands a shard over to another replica once nothing of it
 // runs here: the elector renews its Lease until done. The last shard held
 // is handed over only once the stores have stopped too: they run under the
@@ -68,7 +83,7 @@ func (r *shardRelease) step() {
 				// The last shard of a shutdown goes once every child has
 				// stopped (releaseLease), as the single lease does; never,
 				// if one does not stop.
-				r.stage = releaseAfterShutdown
+				r.become(releaseAfterShutdown)
 				s.lastShard = append(s.lastShard, r)
 				return
 			case s.shutdown != nil:
@@ -92,7 +107,7 @@ func (r *shardRelease) step() {
 		case releaseAfterShutdown, releaseDone:
 			return
 		}
-		r.stage++
+		r.become(r.stage + 1)
 	}
 }
 
@@ -116,7 +131,8 @@ func (r *shardRelease) handOver() {
 		return
 	}
 	s, sh := r.s, r.s.shards[r.i]
-	r.stage, r.wait = releaseDone, nil
+	r.become(releaseDone)
+	r.wait = nil
 	if sh.release != r {
 		r.done() // lost while stopping; the loss fenced it
 		return

@@ -24,6 +24,20 @@ var shutdownStageNames = [...]string{"stopping", "releasing", "done"}
 
 func (st shutdownStage) String() string { return shutdownStageNames[st] }
 
+// shutdownMoves is every move of a shutdown's stage: the children stop,
+// then the lease is released (skipped when there is none to release), then
+// done.
+var shutdownMoves = map[shutdownStage][]shutdownStage{
+	shutdownStopping:  {shutdownReleasing, shutdownDone},
+	shutdownReleasing: {shutdownDone},
+	shutdownDone:      nil,
+}
+
+// become is the one way a shutdown's stage moves (moveStage).
+func (a *shutdownAttempt) become(to shutdownStage) {
+	a.stage = moveStage("shutdown", a.stage, to, shutdownMoves)
+}
+
 // shutdownAttempt is a shutdown in progress, the root's from its beginning
 // on.
 type shutdownAttempt struct {
@@ -199,7 +213,8 @@ func (a *shutdownAttempt) settled(*barrier, error) { a.s.releaseLease() }
 // releaseLease gives the lease up, now that every child has stopped: the
 // last shard's hand-over waited for that (shardRelease).
 func (s *root) releaseLease() {
-	s.shutdown.stage, s.shutdown.wait = shutdownReleasing, nil
+	s.shutdown.become(shutdownReleasing)
+	s.shutdown.wait = nil
 	for _, r := range s.lastShard {
 		r.handOver()
 	}
@@ -218,7 +233,7 @@ func (s *root) finish() {
 		return
 	}
 	cause := s.shutdown.cause
-	s.shutdown.stage = shutdownDone
+	s.shutdown.become(shutdownDone)
 	if s.shutdown.overdue != nil {
 		s.shutdown.overdue.Stop()
 	}

@@ -50,4 +50,80 @@ func TestOperationStageMoves(t *testing.T) {
 			}
 		}
 	})
+
+	// The other operations: each legal move (as its table lists it, the
+	// table itself written out here again), staying put, and every other
+	// move panicking with the operation's name and both stages.
+	checkMoves(t, "start round",
+		[]startStage{startPreflight, startWebhooks, startElecting, startStores, startControllers, startRunnables, startDone},
+		[][2]startStage{
+			{startPreflight, startWebhooks}, {startPreflight, startDone},
+			{startWebhooks, startElecting}, {startWebhooks, startDone},
+			{startElecting, startStores}, {startElecting, startRunnables}, {startElecting, startDone},
+			{startStores, startControllers}, {startStores, startDone},
+			{startControllers, startRunnables}, {startControllers, startDone},
+			{startRunnables, startDone},
+		},
+		func(from startStage) (func(startStage), func() startStage) {
+			a := &startAttempt{stage: from}
+			return a.become, func() startStage { return a.stage }
+		})
+	checkMoves(t, "shutdown",
+		[]shutdownStage{shutdownStopping, shutdownReleasing, shutdownDone},
+		[][2]shutdownStage{{shutdownStopping, shutdownReleasing}, {shutdownStopping, shutdownDone}, {shutdownReleasing, shutdownDone}},
+		func(from shutdownStage) (func(shutdownStage), func() shutdownStage) {
+			a := &shutdownAttempt{stage: from}
+			return a.become, func() shutdownStage { return a.stage }
+		})
+	checkMoves(t, "fencing",
+		[]fenceStage{fenceStopping, fenceDone},
+		[][2]fenceStage{{fenceStopping, fenceDone}},
+		func(from fenceStage) (func(fenceStage), func() fenceStage) {
+			f := &fencing{stage: from}
+			return f.become, func() fenceStage { return f.stage }
+		})
+	checkMoves(t, "stand-down",
+		[]standStage{standStopping, standDone},
+		[][2]standStage{{standStopping, standDone}},
+		func(from standStage) (func(standStage), func() standStage) {
+			d := &standDown{stage: from}
+			return d.become, func() standStage { return d.stage }
+		})
+	checkMoves(t, "shard hand-over",
+		[]releaseStage{releaseControllers, releaseStores, releaseAfterShutdown, releaseDone},
+		[][2]releaseStage{
+			{releaseControllers, releaseStores}, {releaseControllers, releaseAfterShutdown}, {releaseControllers, releaseDone},
+			{releaseStores, releaseDone}, {releaseAfterShutdown, releaseDone},
+		},
+		func(from releaseStage) (func(releaseStage), func() releaseStage) {
+			r := &shardRelease{stage: from}
+			return r.become, func() releaseStage { return r.stage }
+		})
+}
+
+// checkMoves tries every move between stages on a fresh operation in from
+// (made by at): the legal ones and staying put move, every other panics
+// naming op and both stages, and leaves the stage.
+func checkMoves[S interface {
+	comparable
+	String() string
+}](t *testing.T, op string, stages []S, legal [][2]S, at func(from S) (func(S), func() S)) {
+	t.Run(op, func(t *testing.T) {
+		ok := map[[2]S]bool{}
+		for _, m := range legal {
+			ok[m] = true
+		}
+		for _, from := range stages {
+			for _, to := range stages {
+				become, stage := at(from)
+				if from == to || ok[[2]S{from, to}] {
+					assert.NotPanics(t, func() { become(to) }, "%s → %s", from, to)
+					assert.Equal(t, to, stage())
+					continue
+				}
+				assert.PanicsWithValue(t, fmt.Sprintf("supervisor: illegal %s move %s → %s", op, from, to), func() { become(to) })
+				assert.Equal(t, from, stage(), "an illegal move leaves the stage")
+			}
+		}
+	})
 }

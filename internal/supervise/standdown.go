@@ -18,6 +18,12 @@ var standStageNames = [...]string{"stopping", "done"}
 
 func (st standStage) String() string { return standStageNames[st] }
 
+// standMoves is every move of a stand-down's stage: stopping, then done.
+var standMoves = map[standStage][]standStage{standStopping: {standDone}, standDone: nil}
+
+// become is the one way a stand-down's stage moves (moveStage).
+func (d *standDown) become(to standStage) { d.stage = moveStage("stand-down", d.stage, to, standMoves) }
+
 // standDown takes the replica back to Electing, after a lost lease (the
 // last shard held) with Reelect, or once the last shard is to be handed
 // over: a start in progress (Recovering, Starting) is abandoned, the Start
@@ -62,7 +68,8 @@ func (d *standDown) settled(*barrier, error) { d.stopped() }
 // stopped: every controller and store has stopped.
 func (d *standDown) stopped() {
 	s, f := d.s, d.f
-	d.stage, d.wait = standDone, nil
+	d.become(standDone)
+	d.wait = nil
 	f.fenced()
 	if d.reelect != nil {
 		d.reelect()
@@ -90,7 +97,7 @@ func (s *root) nextRound(prev *startAttempt) *startAttempt {
 		if prev.cancelBounded != nil {
 			prev.cancelBounded()
 		}
-		prev.stage = startDone
+		prev.become(startDone) // abandoned: its own move, to done
 		a.replyTo, a.ctx, a.cancel = prev.replyTo, prev.ctx, prev.cancel
 	} else {
 		a.ctx, a.cancel = context.WithCancel(s.lifetimeContext())

@@ -33,6 +33,27 @@ var startStageNames = [...]string{"preflight", "webhooks", "electing", "stores",
 
 func (st startStage) String() string { return startStageNames[st] }
 
+// startMoves is every move of a start round's stage: down the stages in
+// order (electing skips to runnables in the modes without controllers), or
+// to done from any (answered, failed, or abandoned by a stand-down).
+var startMoves = map[startStage][]startStage{
+	startPreflight:   {startWebhooks, startDone},
+	startWebhooks:    {startElecting, startDone},
+	startElecting:    {startStores, startRunnables, startDone},
+	startStores:      {startControllers, startDone},
+	startControllers: {startRunnables, startDone},
+	startRunnables:   {startDone},
+	startDone:        nil,
+}
+
+// become is the one way a round's stage moves (moveStage).
+func (a *startAttempt) become(to startStage) {
+	a.stage = moveStage("start round", a.stage, to, startMoves)
+}
+
+// next moves the round to the stage after its own.
+func (a *startAttempt) next() { a.become(a.stage + 1) }
+
 // startAttempt is a start round in progress: the Start call's, or the next
 // round's after a lost lease (the Start call, if not answered yet, waits for
 // it). It is the root's start while in flight; a round abandoned (a
@@ -155,7 +176,7 @@ func (s *root) onPreflightDone(m preflightDone) {
 		s.failStart(fmt.Errorf("cannot start context: %w", m.err))
 		return
 	}
-	a.stage++
+	a.next()
 	a.step()
 }
 
@@ -191,7 +212,7 @@ func (a *startAttempt) step() {
 			if s.cfg.Mode != ModeControllers {
 				s.obs.ready.Store(true)
 				s.obs.starting.Store(true)
-				a.stage = startRunnables
+				a.become(startRunnables)
 				continue
 			}
 			if s.cfg.Elector != nil {
@@ -227,7 +248,7 @@ func (a *startAttempt) step() {
 			}
 			s.obs.started.Store(true)
 			s.become(supervisor.PhaseRunning, "started")
-			a.stage = startDone
+			a.become(startDone)
 			s.endStart(nil)
 			s.startProbes()
 			return
@@ -235,7 +256,7 @@ func (a *startAttempt) step() {
 			return
 		}
 		a.wait = nil
-		a.stage++
+		a.next()
 	}
 }
 
@@ -254,7 +275,7 @@ func (a *startAttempt) settled(b *barrier, err error) {
 	if a.stage == startStores && a.depth < a.s.maxDepth() {
 		a.depth++ // the stores of the next level down
 	} else {
-		a.stage++
+		a.next()
 	}
 	a.step()
 }
@@ -274,7 +295,7 @@ func (st startStage) failure() string {
 // resume goes on with a round waiting for the lease, now held.
 func (a *startAttempt) resume() {
 	if a.stage == startElecting {
-		a.stage++
+		a.next()
 		a.step()
 	}
 }
@@ -343,7 +364,7 @@ func (s *root) endStart(err error) {
 		return
 	}
 	s.start = nil
-	a.stage = startDone
+	a.become(startDone)
 	s.respond(a.replyTo, nil, err)
 	if a.cancelBounded != nil {
 		a.cancelBounded()
