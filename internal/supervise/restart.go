@@ -21,7 +21,11 @@ import (
 // children through a barrier (children.go), then starts them again with
 // startIncarnation; startChild (children.go), the one way any start call
 // is sent, counts every one after a child's first as a restart. The
-// child's actor (internal/childactor/child.go) runs the calls.
+// child's actor (internal/childactor/child.go) makes the calls, on a
+// goroutine of goroutines.go through unstopped.go's userCall and errors.go's
+// Call, and reports back (Stopped, Started) to children.go; the owner the
+// barrier calls back (settled) is the childRequest or restartPlan here.
+// docs/architecture.md, "Walking one restart", lists every stop.
 
 // planStage is where a restart plan is, in this order.
 type planStage uint8
