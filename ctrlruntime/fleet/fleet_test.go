@@ -158,9 +158,15 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	newNamespace(t, clA, ns)
 	newNamespace(t, clB, ns)
 
+	// The fleet's members count their lists: one of Secrets per cache.
+	var listsA, listsB testenv.ListCounter
+	memberA, memberB := rest.CopyConfig(configA), rest.CopyConfig(configB)
+	listsA.Wrap(memberA)
+	listsB.Wrap(memberB)
+
 	mgr := fleet.NewManager(fleet.Options{})
 	require.NoError(t, fleet.ControllerManagedBy(mgr).Named("mirror").For(&corev1.Secret{}).Complete(&mirror{mgr: mgr, ns: ns}))
-	f := cm.NewFleet("fleet", cm.StaticClusters(map[string]*rest.Config{"a": configA, "b": configB}), mgr.Build, cm.FleetSpec{
+	f := cm.NewFleet("fleet", cm.StaticClusters(map[string]*rest.Config{"a": memberA, "b": memberB}), mgr.Build, cm.FleetSpec{
 		ProbePeriod:      metav1.Duration{Duration: time.Second},
 		ProbeTimeout:     metav1.Duration{Duration: time.Second},
 		FailureThreshold: metav1.Duration{Duration: 3 * time.Second},
@@ -184,6 +190,9 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	createSecret(t, clA, ns, "one")
 	createSecret(t, clB, ns, "one")
 	t.Logf("first reconcile: a %v, b %v", waitMirrored(t, clA, ns, "one", "a"), waitMirrored(t, clB, ns, "one", "b"))
+
+	require.Equal(t, 1, listsA.Lists("secrets"), "the reconciler's source shares the warm cache's informer")
+	require.Equal(t, 1, listsB.Lists("secrets"))
 
 	// Freeze b's API server.
 	pid := apiserverPID(t, configB)
@@ -223,4 +232,6 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	t.Logf("b reconciles again: %v", waitMirrored(t, clB, ns, "three", "b"))
 	_, err = mgr.GetCluster(context.Background(), "b")
 	require.NoError(t, err)
+	require.Equal(t, 1, listsA.Lists("secrets"), "a's cache was never restarted")
+	require.Equal(t, 2, listsB.Lists("secrets"), "b came back on a fresh cache")
 }
