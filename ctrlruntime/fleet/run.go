@@ -51,12 +51,16 @@ func (s *clusterStore) Recover(ctx context.Context) error {
 			cm.ReportFailure(ctx, fmt.Errorf("fleet: cluster %q: %w", s.m.name, err))
 		}
 	}()
+	if !cl.GetCache().WaitForCacheSync(ctx) {
+		// Stop what this Recover started: a failed Recover leaves
+		// nothing running for Shutdown to find.
+		cancel()
+		<-done
+		return fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx))
+	}
 	s.mu.Lock()
 	s.cancel, s.done = cancel, done
 	s.mu.Unlock()
-	if !cl.GetCache().WaitForCacheSync(ctx) {
-		return fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx))
-	}
 	s.m.set(cl)
 	return nil
 }
