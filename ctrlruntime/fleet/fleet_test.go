@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -234,4 +236,66 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, listsA.Lists("secrets"), "a's cache was never restarted")
 	require.Equal(t, 2, listsB.Lists("secrets"), "b came back on a fresh cache")
+}
+
+// A member whose API server answers its probes but nothing else: its
+// store "cluster" fails (no discovery, no informer) and is restarted by its
+// group's supervisor, while a healthy member reconciles on.
+func TestEnvFleetMemberThatCannotSyncFailsAlone(t *testing.T) {
+	configA := testenv.Config(t)
+	clA, err := client.New(configA, client.Options{})
+	require.NoError(t, err)
+	ns := "fleet-" + rand.String(6)
+	newNamespace(t, clA, ns)
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" || r.URL.Path == "/livez" {
+			_, _ = w.Write([]byte("ok"))
+			return
+		}
+		http.Error(w, "nothing here", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(bad.Close)
+
+	mgr := fleet.NewManager(fleet.Options{})
+	require.NoError(t, fleet.ControllerManagedBy(mgr).Named("mirror").For(&corev1.Secret{}).Complete(&mirror{mgr: mgr, ns: ns}))
+	f := cm.NewFleet("fleet", cm.StaticClusters(map[string]*rest.Config{"a": rest.CopyConfig(configA), "bad": {Host: bad.URL}}), mgr.Build, cm.FleetSpec{
+		ProbePeriod:      metav1.Duration{Duration: time.Second},
+		ProbeTimeout:     metav1.Duration{Duration: time.Second},
+		FailureThreshold: metav1.Duration{Duration: 3 * time.Second},
+		SuccessThreshold: metav1.Duration{Duration: 2 * time.Second},
+	})
+	cmgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
+		cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	cmgr.Add(f)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmgr.ShutdownAndWait(ctx)
+	})
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, cmgr.Start(sctx, 0))
+
+	waitState(t, f, "a", cm.ClusterStateOnline)
+	require.Eventually(t, func() bool {
+		st, err := cmgr.Status(context.Background())
+		if err != nil {
+			return false
+		}
+		cs, ok := st.Child("fleet/bad/cluster")
+		return ok && cs.Failures > 0
+	}, waitFor, 50*time.Millisecond, "bad's store never failed")
+	_, err = mgr.GetCluster(context.Background(), "bad")
+	require.ErrorIs(t, err, fleet.ErrClusterNotFound)
+
+	createSecret(t, clA, ns, "one")
+	waitMirrored(t, clA, ns, "one", "a")
+	st, err := cmgr.Status(context.Background())
+	require.NoError(t, err)
+	cs, _ := st.Child("fleet/a/mirror")
+	require.Equal(t, supervisor.StateRunning, cs.State)
+	require.Zero(t, cs.Restarts)
+	cs, _ = st.Child("fleet/bad/cluster")
+	t.Logf("bad's store: %d failures, last %v", cs.Failures, cs.LastError)
 }
