@@ -1,0 +1,209 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// clusterStore runs a member's cluster.Cluster: Recover builds a fresh one
+// from the guarded config, starts it and waits for the informers of every
+// watched kind to sync; Shutdown stops it.
+type clusterStore struct {
+	m *member
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *clusterStore) Name() string { return "cluster" }
+
+func (s *clusterStore) Recover(ctx context.Context) error {
+	cl, err := cluster.New(s.m.config(), s.m.opts...)
+	if err != nil {
+		return fmt.Errorf("fleet: cluster %q: %w", s.m.name, err)
+	}
+	for _, obj := range s.m.warm {
+		if _, err := cl.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("fleet: cluster %q: informer for %T: %w", s.m.name, obj, err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := cl.Start(runCtx); err != nil && runCtx.Err() == nil {
+			cm.ReportFailure(ctx, fmt.Errorf("fleet: cluster %q: %w", s.m.name, err))
+		}
+	}()
+	if !cl.GetCache().WaitForCacheSync(ctx) {
+		// Stop what this Recover started: a failed Recover leaves
+		// nothing running for Shutdown to find.
+		cancel()
+		<-done
+		return fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx))
+	}
+	s.mu.Lock()
+	s.cancel, s.done = cancel, done
+	s.mu.Unlock()
+	s.m.set(cl)
+	return nil
+}
+
+func (s *clusterStore) Shutdown(ctx context.Context) {
+	s.m.set(nil)
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// controller is one reconciler on one member cluster: every Run builds a
+// fresh controller-runtime controller on the member's running cache.
+type controller struct {
+	spec *controllerSpec
+	m    *member
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	failed atomic.Pointer[error]
+}
+
+func (c *controller) Name() string { return c.spec.name }
+
+func (c *controller) Run(ctx context.Context) error {
+	cl := c.m.get()
+	if cl == nil {
+		return fmt.Errorf("fleet: reconciler %q: cluster %q has no running cache", c.spec.name, c.m.name)
+	}
+	name, r := c.m.name, c.spec.r
+	wrapped := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		return r.Reconcile(ctx, Request{ClusterName: name, Request: req})
+	})
+	ctrl, err := crcontroller.NewUnmanaged(c.spec.name, crcontroller.Options{
+		Reconciler:              wrapped,
+		MaxConcurrentReconciles: c.spec.maxConcurrent,
+		SkipNameValidation:      ptr.To(true),
+		NeedLeaderElection:      ptr.To(false),
+	})
+	if err != nil {
+		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+	}
+	if err := ctrl.Watch(source.Kind(cl.GetCache(), c.spec.forObj, &handler.EnqueueRequestForObject{})); err != nil {
+		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+	}
+	c.failed.Store(nil)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ctrl.Start(runCtx); err != nil && runCtx.Err() == nil {
+			err = fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+			c.failed.Store(&err)
+			cm.ReportFailure(ctx, err)
+		}
+	}()
+	c.mu.Lock()
+	c.cancel, c.done = cancel, done
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *controller) GetHealth() cm.HealthStatus {
+	h := cm.HealthStatus{Name: c.spec.name, Healthy: true}
+	if err := c.failed.Load(); err != nil {
+		h.Healthy, h.Message = false, (*err).Error()
+	}
+	return h
+}
+
+func (c *controller) Shutdown(ctx context.Context) {
+	c.mu.Lock()
+	cancel, done := c.cancel, c.done
+	c.cancel, c.done = nil, nil
+	c.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// controllerSpec is what ControllerManagedBy registered.
+type controllerSpec struct {
+	name          string
+	forObj        client.Object
+	r             Reconciler
+	maxConcurrent int
+}
+
+// Builder registers a reconciler run on every member cluster: the shape of
+// multicluster-runtime's mcbuilder.
+type Builder struct {
+	m             *Manager
+	name          string
+	forObj        client.Object
+	maxConcurrent int
+}
+
+// ControllerManagedBy starts a reconciler's registration with m.
+func ControllerManagedBy(m *Manager) *Builder { return &Builder{m: m} }
+
+// Named sets the reconciler's name: its child's name in each cluster's
+// group (default: the For kind's Go type name, lower case).
+func (b *Builder) Named(name string) *Builder { b.name = name; return b }
+
+// For sets the kind reconciled: its objects' requests are enqueued.
+func (b *Builder) For(obj client.Object) *Builder { b.forObj = obj; return b }
+
+// WithMaxConcurrentReconciles sets each cluster's worker count (default 1).
+func (b *Builder) WithMaxConcurrentReconciles(n int) *Builder { b.maxConcurrent = n; return b }
+
+// Complete registers r.
+func (b *Builder) Complete(r Reconciler) error {
+	var errs []error
+	if b.m == nil {
+		errs = append(errs, errors.New("manager is nil"))
+	}
+	if b.forObj == nil {
+		errs = append(errs, errors.New("For was not called"))
+	}
+	if r == nil {
+		errs = append(errs, errors.New("reconciler is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	name := b.name
+	if name == "" {
+		name = strings.ToLower(reflect.TypeOf(b.forObj).Elem().Name())
+	}
+	return b.m.add(&controllerSpec{name: name, forObj: b.forObj, r: r, maxConcurrent: b.maxConcurrent})
+}
