@@ -142,6 +142,14 @@ func TestFleetShardedOverReplicas(t *testing.T) {
 
 	// Replica a shuts down: its shards, and with them its clusters, move
 	// to b.
+	var onA []string
+	for _, c := range clusters {
+		if reps[0].running(c) {
+			onA = append(onA, c)
+		}
+	}
+	require.NotEmpty(t, onA, "no cluster ran on a")
+	require.Less(t, len(onA), len(clusters), "every cluster ran on a")
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	reps[0].mgr.ShutdownAndWait(ctx)
 	cancel()
