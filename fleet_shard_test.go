@@ -3,6 +3,7 @@ package controllermanager_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,8 +79,68 @@ func spreadOK(reps []*fleetReplica, clusters []string, shards int) string {
 // replicas: each cluster's subtree runs only on the holder of shard
 // ShardOf(cluster, S), its Config's writes pass there and are refused
 // elsewhere, and a replica's shutdown moves its clusters to the others.
+//
+// Throughout, a cluster's controller is never active (from its Run to its
+// Shutdown) on two replicas at once.
 func TestFleetShardedOverReplicas(t *testing.T) {
+	t.Run("2 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b"}) })
+	t.Run("3 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b", "c"}) })
+}
+
+// activity counts, per cluster, the replicas whose controller for it is
+// active, and records any overlap.
+type activity struct {
+	mu      sync.Mutex
+	active  map[string]int
+	overlap []string
+}
+
+// build wraps b.build: each controller it makes reports to a.
+func (a *activity) build(id string, b *builds) func(cm.Cluster) []cm.Runnable {
+	return func(c cm.Cluster) []cm.Runnable {
+		out := b.build(c)
+		for i, r := range out {
+			out[i] = &watchedCtrl{clusterCtrl: r.(*clusterCtrl), a: a, id: id, cluster: c.Name()}
+		}
+		return out
+	}
+}
+
+func (a *activity) change(id, cluster string, d int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.active[cluster] += d
+	if a.active[cluster] > 1 {
+		a.overlap = append(a.overlap, fmt.Sprintf("%s started %s while another replica ran it", id, cluster))
+	}
+}
+
+func (a *activity) overlaps() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.overlap...)
+}
+
+// watchedCtrl is a clusterCtrl that reports its activity.
+type watchedCtrl struct {
+	*clusterCtrl
+	a           *activity
+	id, cluster string
+}
+
+func (w *watchedCtrl) Run(ctx context.Context) error {
+	w.a.change(w.id, w.cluster, 1)
+	return w.clusterCtrl.Run(ctx)
+}
+
+func (w *watchedCtrl) Shutdown(ctx context.Context) {
+	w.clusterCtrl.Shutdown(ctx)
+	w.a.change(w.id, w.cluster, -1)
+}
+
+func runFleetSharded(t *testing.T, ids []string) {
 	const shards = 3
+	act := &activity{active: map[string]int{}}
 	srv := leasetest.NewServer()
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = shards
@@ -90,12 +151,12 @@ func TestFleetShardedOverReplicas(t *testing.T) {
 		cfgs[clusters[i]] = newFakeMember(t, memberOK).config()
 	}
 	var reps []*fleetReplica
-	for _, id := range []string{"a", "b"} {
+	for _, id := range ids {
 		m, err := cm.NewControllerManager(cm.NewContext(srv.Client(id)),
 			cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
 		require.NoError(t, err)
 		r := &fleetReplica{id: id, mgr: m, builds: newBuilds()}
-		m.Add(cm.NewFleet("fleet", newHandProvider(cfgs), r.builds.build, fleetSpec()))
+		m.Add(cm.NewFleet("fleet", newHandProvider(cfgs), act.build(id, r.builds), fleetSpec()))
 		reps = append(reps, r)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), elWait)
@@ -109,8 +170,9 @@ func TestFleetShardedOverReplicas(t *testing.T) {
 		cancel()
 	}
 
-	// Both replicas hold shards (the elector balances them), and every
+	// Every replica holds a shard (the elector balances them), and every
 	// cluster runs on its shard's holder alone.
+	began := time.Now()
 	pollUntil(t, 3*elWait, func() string {
 		held := map[string]int{}
 		for _, r := range reps {
@@ -120,8 +182,10 @@ func TestFleetShardedOverReplicas(t *testing.T) {
 				}
 			}
 		}
-		if held["a"] == 0 || held["b"] == 0 {
-			return fmt.Sprintf("shards held: %v", held)
+		for _, id := range ids {
+			if held[id] == 0 {
+				return fmt.Sprintf("shards held: %v", held)
+			}
 		}
 		return spreadOK(reps, clusters, shards)
 	})
@@ -150,15 +214,25 @@ func TestFleetShardedOverReplicas(t *testing.T) {
 	}
 	require.NotEmpty(t, onA, "no cluster ran on a")
 	require.Less(t, len(onA), len(clusters), "every cluster ran on a")
+	t.Logf("spread after %v: %d of %d clusters on a", time.Since(began), len(onA), len(clusters))
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	asked := time.Now()
 	reps[0].mgr.ShutdownAndWait(ctx)
 	cancel()
 	reps[0].down = true
+	stopped := time.Now()
 	pollUntil(t, 3*elWait, func() string { return spreadOK(reps, clusters, shards) })
+	t.Logf("a's clusters ran on the others %v after its shutdown returned (%v after it was asked)", time.Since(stopped), time.Since(asked))
 	for _, c := range clusters {
 		require.False(t, reps[0].running(c), c)
-		require.NoError(t, reps[1].write(c), c)
+		shard := cm.ShardOf(c, shards)
+		for _, r := range reps[1:] {
+			if r.mgr.ShardLeaseGuard(shard) == nil {
+				require.NoError(t, r.write(c), "%s writing to %s", r.id, c)
+			}
+		}
 	}
+	require.Empty(t, act.overlaps())
 }
 
 // pollUntil polls cond every few milliseconds until it returns "", and
