@@ -2,6 +2,7 @@ package controllermanager_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -253,4 +254,61 @@ func pollUntil(t *testing.T, within time.Duration, cond func() string) {
 		case <-tick.C:
 		}
 	}
+}
+
+// shardedFleetManager is a one-replica manager with shards shard Leases
+// holding children.
+func shardedFleetManager(t *testing.T, shards int32, children ...cm.Runnable) (*cm.ControllerManager, *eventLog) {
+	t.Helper()
+	srv := leasetest.NewServer()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = shards
+	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
+		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	m.Add(children...)
+	log := subscribe(t, m)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	return m, log
+}
+
+// Under sharding the runner is a store: a provider's failure is still
+// supervised (restarted, the clusters kept), and an invalid fleet still
+// makes Start fail naming "<fleet>/provider".
+func TestFleetShardedRunnerIsSupervised(t *testing.T) {
+	t.Run("provider fails", func(t *testing.T) {
+		a := newFakeMember(t, memberOK)
+		prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+		prov.fail = errors.New("inventory unreachable")
+		bl := newBuilds()
+		m, log := shardedFleetManager(t, 2, cm.NewFleet("fleet", prov, bl.build, fleetSpec()))
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		require.NoError(t, m.Start(ctx, 0))
+		failed := log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/provider"))
+		require.ErrorContains(t, failed.Err, "inventory unreachable")
+		log.waitFor(t, nil, 0, is(cm.ChildRestarted, "fleet/provider"))
+		log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+		pollUntil(t, elWait, func() string {
+			if len(bl.of("a")) != 1 || bl.of("a")[0].runs.Load() == 0 {
+				return "cluster a's controller has not run"
+			}
+			return ""
+		})
+		require.Len(t, bl.of("a"), 1, "the cluster was kept across the provider's restart")
+		require.Zero(t, bl.of("a")[0].stops.Load())
+	})
+	t.Run("invalid", func(t *testing.T) {
+		m, _ := shardedFleetManager(t, 2, cm.NewFleet("fleet", nil, nil, fleetSpec()))
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		err := m.Start(ctx, 0)
+		require.Error(t, err)
+		require.ErrorContains(t, err, "fleet/provider")
+		require.ErrorContains(t, err, "provider is nil")
+	})
 }
