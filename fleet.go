@@ -157,7 +157,9 @@ type Cluster interface {
 	// Client is a clientset built from Config.
 	Client() kubernetes.Interface
 	// Context ends when the cluster is disengaged, its config is replaced,
-	// or the manager shuts down.
+	// or the manager shuts down. It does not end when this replica loses
+	// the cluster's shard: the subtree's controllers are stopped, and
+	// Config's writes refused, instead.
 	Context() context.Context
 }
 

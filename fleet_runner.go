@@ -331,6 +331,8 @@ var _ Controller = (*fleetRunner)(nil)
 // takes a shard over starts them with the shard.
 type fleetStore struct{ r *fleetRunner }
 
+// Name is FleetProviderChild; Recover is the runner's Run, Shutdown its
+// Shutdown, GetHealth its GetHealth.
 func (s fleetStore) Name() string                      { return FleetProviderChild }
 func (s fleetStore) Recover(ctx context.Context) error { return s.r.Run(ctx) }
 func (s fleetStore) Shutdown(ctx context.Context)      { s.r.Shutdown(ctx) }
