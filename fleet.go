@@ -157,9 +157,10 @@ type Cluster interface {
 	// Client is a clientset built from Config.
 	Client() kubernetes.Interface
 	// Context ends when the cluster is disengaged, its config is replaced,
-	// or the manager shuts down. It does not end when this replica loses
-	// the cluster's shard: the subtree's controllers are stopped, and
-	// Config's writes refused, instead.
+	// or the manager shuts down. Under sharded leadership it does not end
+	// when this replica loses the cluster's shard but keeps another: the
+	// subtree's controllers are stopped, and Config's writes refused,
+	// instead.
 	Context() context.Context
 }
 
