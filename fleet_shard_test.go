@@ -84,8 +84,11 @@ func spreadOK(reps []*fleetReplica, clusters []string, shards int) string {
 // Throughout, a cluster's controller is never active (from its Run to its
 // Shutdown) on two replicas at once.
 func TestFleetShardedOverReplicas(t *testing.T) {
-	t.Run("2 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b"}) })
-	t.Run("3 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b", "c"}) })
+	t.Run("2 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b"}, false) })
+	t.Run("3 replicas", func(t *testing.T) { runFleetSharded(t, []string{"a", "b", "c"}, false) })
+	// a is cut off from the API server instead: it keeps its Leases until
+	// they expire, and must have stopped its clusters before they do.
+	t.Run("3 replicas, a partitioned", func(t *testing.T) { runFleetSharded(t, []string{"a", "b", "c"}, true) })
 }
 
 // activity counts, per cluster, the replicas whose controller for it is
@@ -139,7 +142,7 @@ func (w *watchedCtrl) Shutdown(ctx context.Context) {
 	w.a.change(w.id, w.cluster, -1)
 }
 
-func runFleetSharded(t *testing.T, ids []string) {
+func runFleetSharded(t *testing.T, ids []string, partition bool) {
 	const shards = 3
 	act := &activity{active: map[string]int{}}
 	srv := leasetest.NewServer()
@@ -152,8 +155,11 @@ func runFleetSharded(t *testing.T, ids []string) {
 		cfgs[clusters[i]] = newFakeMember(t, memberOK).config()
 	}
 	var reps []*fleetReplica
+	var clients []*leasetest.Client
 	for _, id := range ids {
-		m, err := cm.NewControllerManager(cm.NewContext(srv.Client(id)),
+		client := srv.Client(id)
+		clients = append(clients, client)
+		m, err := cm.NewControllerManager(cm.NewContext(client),
 			cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
 		require.NoError(t, err)
 		r := &fleetReplica{id: id, mgr: m, builds: newBuilds()}
@@ -216,16 +222,27 @@ func runFleetSharded(t *testing.T, ids []string) {
 	require.NotEmpty(t, onA, "no cluster ran on a")
 	require.Less(t, len(onA), len(clusters), "every cluster ran on a")
 	t.Logf("spread after %v: %d of %d clusters on a", time.Since(began), len(onA), len(clusters))
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	asked := time.Now()
-	reps[0].mgr.ShutdownAndWait(ctx)
-	cancel()
-	reps[0].down = true
-	stopped := time.Now()
-	pollUntil(t, 3*elWait, func() string { return spreadOK(reps, clusters, shards) })
-	t.Logf("a's clusters ran on the others %v after its shutdown returned (%v after it was asked)", time.Since(stopped), time.Since(asked))
+	if partition {
+		cut := time.Now()
+		clients[0].Partition(true)
+		reps[0].down = true
+		pollUntil(t, 3*elWait, func() string { return spreadOK(reps, clusters, shards) })
+		t.Logf("a's clusters ran on the others %v after it was cut off", time.Since(cut))
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		asked := time.Now()
+		reps[0].mgr.ShutdownAndWait(ctx)
+		cancel()
+		reps[0].down = true
+		stopped := time.Now()
+		pollUntil(t, 3*elWait, func() string { return spreadOK(reps, clusters, shards) })
+		t.Logf("a's clusters ran on the others %v after its shutdown returned (%v after it was asked)", time.Since(stopped), time.Since(asked))
+	}
 	for _, c := range clusters {
 		require.False(t, reps[0].running(c), c)
+		if partition {
+			require.Error(t, reps[0].write(c), "a, cut off, writing to %s", c)
+		}
 		shard := cm.ShardOf(c, shards)
 		for _, r := range reps[1:] {
 			if r.mgr.ShardLeaseGuard(shard) == nil {
