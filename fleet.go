@@ -148,14 +148,19 @@ type Cluster interface {
 	Name() string
 	// Config is a copy of the cluster's config whose requests that act on
 	// the cluster (see GuardTransport) pass the manager's lease guard
-	// first: with election on, the single lease (ShardLeaseGuard(0)); with
-	// election off, nil until the manager stops. Once Context has ended
+	// first: with election on, the single lease (ShardLeaseGuard(0)), or
+	// under sharded leadership the cluster's shard's
+	// (ShardLeaseGuard(ShardOf(Name(), Shards))); with election off, nil
+	// until the manager stops. Once Context has ended
 	// they fail with ErrClusterDisengaged.
 	Config() *rest.Config
 	// Client is a clientset built from Config.
 	Client() kubernetes.Interface
 	// Context ends when the cluster is disengaged, its config is replaced,
-	// or the manager shuts down.
+	// or the manager shuts down. Under sharded leadership it does not end
+	// when this replica loses the cluster's shard but keeps another: the
+	// subtree's controllers are stopped, and Config's writes refused,
+	// instead.
 	Context() context.Context
 }
 
@@ -226,6 +231,7 @@ type Fleet struct {
 	spec     FleetSpec
 	err      error // NewFleet's validation; the runner's Run returns it
 	group    *Group
+	sharded  *Group // group's twin under sharded leadership: the runner as a store (fleetStore)
 
 	mu      sync.Mutex
 	host    *BaseManager // the manager it was added to
@@ -250,9 +256,14 @@ type Fleet struct {
 // stands.
 //
 // Like NewGroup it cannot fail: an invalid spec, a nil provider or build
-// makes Start (or AddChild) fail naming "<name>/provider". A fleet runs
-// under a ControllerManager with the single lease or election off;
-// sharded leadership (Shards > 1) is refused the same way, for now.
+// makes Start (or AddChild) fail naming "<name>/provider".
+//
+// Under sharded leadership (LeaderElectionSpec.Shards = S > 1) a cluster
+// belongs to shard ShardOf(its name, S): its subtree's controllers run only
+// on the replica that holds that shard's Lease and stop when it is lost,
+// and its Config's writes pass ShardLeaseGuard(that shard). The runner
+// ("<name>/provider") is then a store: it runs, and adds every member's
+// subtree, on every replica that holds at least one shard (docs/fleet.md).
 func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runnable, spec FleetSpec) *Fleet {
 	spec, err := spec.withDefaults()
 	var errs []error
@@ -272,7 +283,9 @@ func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runna
 	// A member's failures stay in its group; the fleet's own level restarts
 	// only the child that failed, whatever the manager's strategy, so that
 	// a provider's failure never restarts the clusters' subtrees.
-	f.group = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, &fleetRunner{f: f})
+	r := &fleetRunner{f: f}
+	f.group = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, r)
+	f.sharded = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, fleetStore{r: r})
 	return f
 }
 
@@ -318,8 +331,12 @@ func fleetGroup(parent string, v any) any {
 	}
 	f.mu.Lock()
 	f.path = path
+	g := f.group
+	if f.host != nil && f.host.shardCount() > 1 {
+		g = f.sharded
+	}
 	f.mu.Unlock()
-	return f.group
+	return g
 }
 
 // bindFleets tells every fleet among vals, at any depth of their groups,

@@ -250,6 +250,11 @@ func (mb *member) addGroup(ctx context.Context) {
 			return
 		}
 		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
+		if n := host.shardCount(); n > 1 {
+			// Sharded leadership: the subtree's controllers are pinned to
+			// the cluster's shard, as in a group of AddShardedGroup.
+			mb.pending.shard = ShardOf(mb.name, n) + 1
+		}
 	}
 	err := f.request(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
 	switch {
@@ -419,8 +424,8 @@ func (c *memberCluster) Client() kubernetes.Interface { return c.client }
 func (c *memberCluster) Context() context.Context     { return c.ctx }
 
 // newMemberCluster builds name's Cluster from raw: its config's writes
-// pass the manager's lease guard, and fail once the cluster is
-// disengaged.
+// pass the lease guard of the cluster's shard (ShardOf(name, Shards); 0
+// with the single lease), and fail once the cluster is disengaged.
 func newMemberCluster(f *Fleet, name string, raw *rest.Config) (*memberCluster, error) {
 	f.mu.Lock()
 	host := f.host
@@ -428,11 +433,12 @@ func newMemberCluster(f *Fleet, name string, raw *rest.Config) (*memberCluster, 
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &memberCluster{name: name, ctx: ctx, cancel: cancel}
 	manager := &ControllerManager{BaseManager: host}
+	shard := ShardOf(name, host.shardCount()) // 0 unless sharded
 	guard := func() error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("cluster %q (disengaged, its config replaced, or the manager stopped): %w", name, ErrClusterDisengaged)
 		}
-		return manager.ShardLeaseGuard(0)
+		return manager.ShardLeaseGuard(shard)
 	}
 	c.cfg = rest.CopyConfig(raw)
 	c.cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return GuardTransport(guard, rt) })

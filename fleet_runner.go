@@ -50,8 +50,6 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		return err
 	case host == nil:
 		return fmt.Errorf("fleet %q: not added to a manager", f.name)
-	case host.shardCount() > 1:
-		return fmt.Errorf("fleet %q: sharded leadership (%d shards) is not supported by fleets yet", f.name, host.shardCount())
 	}
 	report, _ := FailureReporter(ctx)
 	inc := &fleetIncarnation{done: make(chan struct{})}
@@ -324,6 +322,23 @@ func (f *Fleet) childExists(ctx context.Context, path string) (bool, error) {
 }
 
 var _ Controller = (*fleetRunner)(nil)
+
+// fleetStore is the runner under sharded leadership: a store rather than
+// a controller, so that it runs on every replica that holds at least one
+// shard (a controller would be pinned to one shard, on one replica). Each
+// such replica adds every member's subtree, pinned to the cluster's shard:
+// only the holder of that shard runs its controllers, and the replica that
+// takes a shard over starts them with the shard.
+type fleetStore struct{ r *fleetRunner }
+
+// Name is FleetProviderChild; Recover is the runner's Run, Shutdown its
+// Shutdown, GetHealth its GetHealth.
+func (s fleetStore) Name() string                      { return FleetProviderChild }
+func (s fleetStore) Recover(ctx context.Context) error { return s.r.Run(ctx) }
+func (s fleetStore) Shutdown(ctx context.Context)      { s.r.Shutdown(ctx) }
+func (s fleetStore) GetHealth() HealthStatus           { return s.r.GetHealth() }
+
+var _ Store = fleetStore{}
 
 // isWaitForPhase reports whether err means the manager is not Running: a
 // request to try again once its phase changes.

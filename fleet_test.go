@@ -21,7 +21,6 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
-	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -719,35 +718,6 @@ func TestFleetDuplicateName(t *testing.T) {
 	err := mgr.Start(context.Background(), 0)
 	require.ErrorContains(t, err, `"fleet"`)
 	require.ErrorContains(t, err, `both named "fleet"`)
-}
-
-// With sharded leadership a fleet is refused, for now: its runner fails,
-// naming why, rather than engage members on one shard's holder only.
-func TestFleetRefusesShardedLeadership(t *testing.T) {
-	srv := leasetest.NewServer()
-	spec := elSpec(cm.LeaseLostReelect)
-	spec.Shards = 2
-	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	a := newFakeMember(t, memberOK)
-	m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), newBuilds().build, fleetSpec()))
-	log := subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	defer cancel()
-	err = m.Start(ctx, 0)
-	if err == nil {
-		e := log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/provider"))
-		err = e.Err
-	}
-	require.ErrorContains(t, err, "sharded leadership (2 shards) is not supported by fleets yet")
-	_, engaged := log.find(is(cm.ClusterEngaged, "fleet/a"))
-	require.False(t, engaged)
 }
 
 // A config rotated while the cluster is Offline: the stopped subtree is
