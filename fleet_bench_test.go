@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -19,9 +20,11 @@ import (
 // N member clusters (one in-process API server answering for all) from
 // Start until every member is Online, its subtree running, then its
 // shutdown. ns/op is that whole time; "ms-to-online" the part until every
-// member was Online.
+// member was Online; "heap-B/cluster" the live heap (after a GC) with every
+// member Online, less the heap before the manager was built, per member
+// (no informers: each member's subtree is one controller).
 func BenchmarkFleetEngage(b *testing.B) {
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{100, 1000, 10000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, "ok")
@@ -32,7 +35,9 @@ func BenchmarkFleetEngage(b *testing.B) {
 				clusters["m"+strconv.Itoa(i)] = &rest.Config{Host: srv.URL}
 			}
 			var online time.Duration
+			var heap float64
 			for b.Loop() {
+				base := liveHeap()
 				mgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
 					cm.WithLogger(slog.New(slog.DiscardHandler)))
 				if err != nil {
@@ -53,13 +58,25 @@ func BenchmarkFleetEngage(b *testing.B) {
 					time.Sleep(time.Millisecond) // a benchmark's poll, not a test's synchronisation
 				}
 				online += time.Since(start)
+				b.StopTimer()
+				heap += float64(liveHeap()-base) / float64(n)
+				b.StartTimer()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				mgr.ShutdownAndWait(ctx)
 				cancel()
 			}
 			b.ReportMetric(float64(online.Milliseconds())/float64(b.N), "ms-to-online")
+			b.ReportMetric(heap/float64(b.N), "heap-B/cluster")
 		})
 	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 func allOnline(f *cm.Fleet, n int) bool {
