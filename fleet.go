@@ -154,7 +154,7 @@ type Cluster interface {
 	// until the manager stops. Once Context has ended
 	// they fail with ErrClusterDisengaged.
 	Config() *rest.Config
-	// Client is a clientset built from Config.
+	// Client is a clientset built from Config, made on the first call.
 	Client() kubernetes.Interface
 	// Context ends when the cluster is disengaged, its config is replaced,
 	// or the manager shuts down. Under sharded leadership it does not end
