@@ -232,8 +232,14 @@ func TestErrIsUnstoppedAsShutdownAndWaitReturns(t *testing.T) {
 					slow = append(slow, u)
 					continue
 				}
-				// Only a child not stopped yet may be named beside it.
-				assert.Equal(t, cm.Unstopped{Name: "fine", Kind: "controller"}, u)
+				// Only a child not stopped yet may be named beside it: not
+				// handed its Stop yet (no call), or in a Shutdown that had
+				// not returned when the context ended (a context ended
+				// already races the fine controller's quick Shutdown: seen
+				// once in a loaded run, in it for 18µs).
+				assert.Equal(t, "fine", u.Name)
+				assert.EqualValues(t, "controller", u.Kind)
+				assert.Contains(t, []string{"", "Shutdown"}, u.Call, "fine's call")
 			}
 			require.Len(t, slow, 1, "the child still in Shutdown, once: %v", err)
 			if deadline > 0 {
