@@ -20,15 +20,64 @@ import (
 	cm "github.com/actorkube/controllermanager"
 )
 
+// background is one start call of a long-running Start(ctx) (a cluster's,
+// a controller's) on a goroutine of its own, outliving the call that began
+// it, and its stop: the cancel and the goroutine's end, shared by the
+// store and the controllers of a member.
+type background struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs run on its own goroutine with a context that ctx's end does
+// not cancel (only stop does); an error of run before stop is reported to
+// the child's supervisor through ctx (cm.ReportFailure) after onErr has
+// wrapped it. It returns what stop would do, for a caller that gives up
+// before recording it.
+func (b *background) start(ctx context.Context, run func(context.Context) error, onErr func(error) error) (abandon func()) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(runCtx); err != nil && runCtx.Err() == nil {
+			cm.ReportFailure(ctx, onErr(err))
+		}
+	}()
+	b.mu.Lock()
+	b.cancel, b.done = cancel, done
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.cancel, b.done = nil, nil
+		b.mu.Unlock()
+		cancel()
+		<-done
+	}
+}
+
+// stop cancels what start began and waits for its end, or for ctx.
+func (b *background) stop(ctx context.Context) {
+	b.mu.Lock()
+	cancel, done := b.cancel, b.done
+	b.cancel, b.done = nil, nil
+	b.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
 // clusterStore runs a member's cluster.Cluster: Recover builds a fresh one
 // from the guarded config, starts it and waits for the informers of every
 // watched kind to sync; Shutdown stops it.
 type clusterStore struct {
-	m *member
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	m  *member
+	bg background
 }
 
 func (s *clusterStore) Name() string { return "cluster" }
@@ -43,53 +92,30 @@ func (s *clusterStore) Recover(ctx context.Context) error {
 			return fmt.Errorf("fleet: cluster %q: informer for %T: %w", s.m.name, obj, err)
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := cl.Start(runCtx); err != nil && runCtx.Err() == nil {
-			cm.ReportFailure(ctx, fmt.Errorf("fleet: cluster %q: %w", s.m.name, err))
-		}
-	}()
+	abandon := s.bg.start(ctx, cl.Start, func(err error) error {
+		return fmt.Errorf("fleet: cluster %q: %w", s.m.name, err)
+	})
 	if !cl.GetCache().WaitForCacheSync(ctx) {
 		// Stop what this Recover started: a failed Recover leaves
 		// nothing running for Shutdown to find.
-		cancel()
-		<-done
+		abandon()
 		return fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx))
 	}
-	s.mu.Lock()
-	s.cancel, s.done = cancel, done
-	s.mu.Unlock()
 	s.m.set(cl)
 	return nil
 }
 
 func (s *clusterStore) Shutdown(ctx context.Context) {
 	s.m.set(nil)
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	s.bg.stop(ctx)
 }
 
 // controller is one reconciler on one member cluster: every Run builds a
 // fresh controller-runtime controller on the member's running cache.
 type controller struct {
-	spec *controllerSpec
-	m    *member
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	spec   *controllerSpec
+	m      *member
+	bg     background
 	failed atomic.Pointer[error]
 }
 
@@ -117,19 +143,11 @@ func (c *controller) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
 	}
 	c.failed.Store(nil)
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := ctrl.Start(runCtx); err != nil && runCtx.Err() == nil {
-			err = fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
-			c.failed.Store(&err)
-			cm.ReportFailure(ctx, err)
-		}
-	}()
-	c.mu.Lock()
-	c.cancel, c.done = cancel, done
-	c.mu.Unlock()
+	c.bg.start(ctx, ctrl.Start, func(err error) error {
+		err = fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+		c.failed.Store(&err)
+		return err
+	})
 	return nil
 }
 
@@ -141,20 +159,7 @@ func (c *controller) GetHealth() cm.HealthStatus {
 	return h
 }
 
-func (c *controller) Shutdown(ctx context.Context) {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
+func (c *controller) Shutdown(ctx context.Context) { c.bg.stop(ctx) }
 
 // controllerSpec is what ControllerManagedBy registered.
 type controllerSpec struct {
