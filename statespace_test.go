@@ -20,6 +20,7 @@ var (
 	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
 	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
 	statespaceTrees    = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
+	statespaceSharded  = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
@@ -31,7 +32,7 @@ var (
 // seed, the steps, what happened and what broke; replay one with
 // -statespace.seed=N (the choices are the seed's; the timing differs).
 // -statespace.duration=1m explores for longer; -statespace.trees explores
-// only trees.
+// only trees, -statespace.shardedgroups only those with AddShardedGroup's groups.
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -65,7 +66,7 @@ func TestStateSpace(t *testing.T) {
 			for time.Now().Before(deadline) {
 				seed := base + next.Add(1) - 1
 				sc := ss.Generate(seed)
-				if *statespaceTrees && len(sc.Groups) == 0 {
+				if *statespaceTrees && len(sc.Groups) == 0 || *statespaceSharded && !ss.HasShardedGroups(sc) {
 					continue
 				}
 				res := ss.Run(context.Background(), sc, ss.Config{})

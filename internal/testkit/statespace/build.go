@@ -125,6 +125,28 @@ func (r *runner) buildTree() {
 		vals[i] = node("", name)
 	}
 	r.m.Add(vals...)
+	// The groups of one AddShardedGroup, after every other child of the
+	// root: "sg-<i>" for shard i, its controllers pinned to it.
+	var sharded []Group
+	for _, g := range r.sc.Groups {
+		if g.Sharded {
+			sharded = append(sharded, g)
+			r.order[""] = append(r.order[""], g.Path)
+		}
+	}
+	if len(sharded) == 0 {
+		return
+	}
+	spec := sharded[0]
+	r.m.AddShardedGroup("sg", cm.SupervisionSpec{Strategy: spec.Strategy, MaxRestarts: spec.MaxRestarts, OnExhausted: spec.OnExhausted},
+		func(sh cm.Shard) []cm.Runnable {
+			g := sharded[sh.Index]
+			children := make([]cm.Runnable, len(g.Children))
+			for i, c := range g.Children {
+				children[i] = r.newRunnable(g.Path+"/"+c, kindOf(c), Knobs{})
+			}
+			return children
+		})
 }
 
 // kindOf is the kind of an initial child by its name.

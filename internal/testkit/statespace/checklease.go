@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -116,7 +115,7 @@ func (r *runner) leases(child string) map[string]bool {
 		}
 		return names
 	}
-	return map[string]bool{r.shardLease(cm.ShardOf(child, r.sc.Shards)): true}
+	return map[string]bool{r.shardLease(r.sc.shardOf(child)): true}
 }
 
 // segment is a time this replica held the lease: from a write of its own

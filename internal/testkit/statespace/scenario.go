@@ -420,6 +420,7 @@ func generate(seed uint64, trees bool) Scenario {
 	// Trees, drawn last for the same reason.
 	if chance(0.45) && trees {
 		s.growTree(r)
+		s.growShardedGroups()
 	}
 	return s
 }

@@ -25,6 +25,12 @@ type Group struct {
 	// that the order a restart follows (stores first, then as added) is
 	// the order added.
 	Children []string
+	// Sharded marks one of the groups "sg-<i>" that AddShardedGroup adds
+	// (trees with 2 to 4 shards): its controllers are pinned to shard
+	// Shard, whatever their names hash to. Added by AddShardedGroup after
+	// every other child of the root.
+	Sharded bool
+	Shard   int
 }
 
 // Name is the group's name, the last element of its path.
@@ -90,7 +96,7 @@ func (s Scenario) rootChildren() (stores, others []string) {
 		}
 	}
 	for _, g := range s.Groups {
-		if !strings.Contains(g.Path, "/") {
+		if !strings.Contains(g.Path, "/") && !g.Sharded {
 			others = append(others, g.Path)
 		}
 	}
@@ -244,6 +250,92 @@ func (s *Scenario) growTree(r *rand.Rand) {
 	}
 }
 
+// shardOf returns the shard whose Lease fences the controller at path: its
+// sharded group's (AddShardedGroup pins every controller in it, added
+// ones too), else cm.ShardOf(path, Shards).
+func (s Scenario) shardOf(path string) int {
+	for p := path; p != ""; p = parentPath(p) {
+		if g, ok := s.group(p); ok && g.Sharded {
+			return g.Shard
+		}
+	}
+	return cm.ShardOf(path, s.Shards)
+}
+
+// HasShardedGroups reports whether s adds the groups of an
+// AddShardedGroup (growShardedGroups).
+func HasShardedGroups(s Scenario) bool {
+	return slices.ContainsFunc(s.Groups, func(g Group) bool { return g.Sharded })
+}
+
+// growShardedGroups adds, to a tree scenario with 2 to 4 shards, the
+// groups of one AddShardedGroup ("sg-<i>", one per shard, each a store
+// sometimes and one or two controllers, the spec drawn as a group's), and
+// lifecycle steps aimed at them and at their children: restarts, stops,
+// starts, removals, failures and AddChild into them, which cross the
+// sequence's re-elections, Steals and partitions. Drawn from a stream of
+// its own, so that the rest of a seed's sequence is what it was before
+// (the regression table replays seeds).
+func (s *Scenario) growShardedGroups() {
+	if len(s.Groups) == 0 || s.Shards < 2 || s.Shards > 4 {
+		return
+	}
+	r := rand.New(rand.NewPCG(s.Seed, 0x5ba2d6e0c0ffee))
+	pick := func(n int) int { return r.IntN(n) }
+	chance := func(p float64) bool { return r.Float64() < p }
+	if !chance(0.6) {
+		return
+	}
+	strategies := []cm.SupervisionStrategy{"", cm.OneForOne, cm.AllForOne, cm.RestForOne}
+	exhausted := []cm.ExhaustedAction{"", cm.ExhaustedEscalate, cm.ExhaustedStop, cm.ExhaustedStop}
+	spec := Group{Strategy: strategies[pick(len(strategies))], OnExhausted: exhausted[pick(len(exhausted))]}
+	if chance(0.7) {
+		spec.MaxRestarts = int32(1 + pick(3))
+	}
+	withStore, ctrls := chance(0.3), 1+pick(2)
+	var groups, members []string
+	for i := range s.Shards {
+		g := spec
+		g.Path, g.Sharded, g.Shard = fmt.Sprintf("sg-%d", i), true, i
+		if withStore {
+			g.Children = append(g.Children, fmt.Sprintf("store-sg%d", i))
+		}
+		for k := range ctrls {
+			g.Children = append(g.Children, fmt.Sprintf("ctrl-sg%d%c", i, 'a'+k))
+		}
+		for _, c := range g.Children {
+			members = append(members, g.Path+"/"+c)
+		}
+		groups = append(groups, g.Path)
+		s.Groups = append(s.Groups, g)
+	}
+	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
+	if first < 0 {
+		return
+	}
+	for range 2 + pick(4) {
+		var st Step
+		switch x := pick(6); x {
+		case 0, 1, 2, 3:
+			st.Do = []Action{DoRestart, DoStop, DoStartChild, DoRemove}[x]
+			if chance(0.4) {
+				st.Child = groups[pick(len(groups))]
+			} else {
+				st.Child = members[pick(len(members))]
+			}
+		case 4:
+			st = Step{Do: DoAdd, Kind: "controller", Parent: groups[pick(len(groups))]}
+		default:
+			st = Step{Do: DoFail, Child: members[pick(len(members))]}
+		}
+		if st.Do == DoRemove && chance(0.5) {
+			st.Do = DoRestart // removals end a member for good: fewer of them
+		}
+		at := first + 1 + pick(len(s.Steps)-first)
+		s.Steps = slices.Insert(s.Steps, at, st, Step{Do: DoWait, Dur: time.Duration(20+pick(200)) * time.Millisecond})
+	}
+}
+
 func (g Group) String() string {
 	strategy := string(g.Strategy)
 	if strategy == "" {
@@ -257,5 +349,9 @@ func (g Group) String() string {
 	if onExhausted == "" {
 		onExhausted = cm.ExhaustedEscalate
 	}
-	return fmt.Sprintf("%s (%s, %s, %s): %s", g.Path, strategy, budget, onExhausted, strings.Join(g.Children, ", "))
+	sharded := ""
+	if g.Sharded {
+		sharded = fmt.Sprintf(", AddShardedGroup, shard %d", g.Shard)
+	}
+	return fmt.Sprintf("%s (%s, %s, %s%s): %s", g.Path, strategy, budget, onExhausted, sharded, strings.Join(g.Children, ", "))
 }
