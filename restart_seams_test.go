@@ -540,9 +540,9 @@ func TestAddChildUnderAShardedGroupTakesItsShard(t *testing.T) {
 	require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-1", "thief", time.Hour))
 	gEventually(t, "shard 1 lost", func() bool { return !holdsShard(t, m, 1) })
 
-	// Names whose own shard (a child added under a group was pinned by
-	// it) and whose path's (a group added under a group pinned its
-	// children by their paths) is 1. (FNV-1a's low bit is the parity of
+	// Names whose own shard (a child added under a group was once pinned
+	// by it) and whose path's (how every controller is pinned now, outside
+	// a group of AddShardedGroup) is 1. (FNV-1a's low bit is the parity of
 	// the key's bytes: for the deep child only its path can be 1.)
 	pick := func(format string, ok func(string) bool) string {
 		for i := range 100 {

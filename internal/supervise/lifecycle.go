@@ -143,12 +143,15 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 			if err == nil {
 				err = CheckName(spec.Name, spec.Kind, m.Parent)
 			}
-			if err == nil && spec.Kind == actors.KindController && shardOf != nil {
-				spec.Shard = shardOf(spec.Name)
-			}
 		}
 		if err == nil && m.Parent != "" {
 			spec.Name = m.Parent + "/" + spec.Name
+		}
+		// Pinned by its path, as a controller of the same name in the same
+		// group is when added before Start (the facade's specs): one rule,
+		// ShardOf(path, S), whenever it was added.
+		if err == nil && spec.Kind == actors.KindController && shardOf != nil {
+			spec.Shard = shardOf(spec.Name)
 		}
 		s.sendSelf(childNamed{spec: spec, err: err, parent: m.Parent, replyTo: replyTo})
 	}()
