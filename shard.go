@@ -41,7 +41,10 @@ func (s Shard) Owns(key string) bool { return ShardOf(key, s.Count) == s.Index }
 //	integer, modulo count.
 //
 // With count < 2 it is 0. A controller added with ControllerManager.Add is
-// pinned to ShardOf(its name, Shards), so that users can predict and test
+// pinned to ShardOf(its name, Shards); one inside a group (NewGroup) to
+// ShardOf(its path, "<group>/<name>", Shards), whether added before Start
+// or by AddChild; one under a group of AddShardedGroup to that group's
+// shard. So users can predict and test
 // where their controllers run, and reimplement the function elsewhere (a
 // script, another language) from the line above.
 func ShardOf(key string, count int) int {
