@@ -114,8 +114,8 @@ func collectOptions(opts []Option) options {
 // WithLogr sets the manager's logger from a logr.Logger, as WithLogger does
 // from a *slog.Logger: the two are one sink (the last of the two options
 // given wins). The runtime's records reach it through logr.ToSlogHandler
-// (slog Info is V(0), Debug V(4), Warn is Info at V(0), Error is Error), and
-// client-go's leader election and event recorder log to it through their
+// (slog Info is V(0), Debug V(4), Warn is Info at V(0), Error is Error); the
+// elector logs to it directly and client-go's event recorder through its
 // context, leaving the process-wide klog alone; see docs/observability.md.
 // A zero logr.Logger discards everything.
 func WithLogr(logger logr.Logger) Option {
