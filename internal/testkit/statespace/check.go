@@ -206,6 +206,8 @@ func (r *runner) checkObligations(now time.Time) {
 			detail += "; its children now: " + r.describeGroup(o.child)
 		} else if o.child != "" {
 			detail += "; its last calls: " + fmt.Sprint(r.journal.Tail(o.child, 6))
+		} else if o.inv == NotEnded {
+			detail += "; " + r.unended()
 		}
 		v := Violation{Invariant: o.inv, Child: o.child, Time: now, Detail: detail}
 		if o.key != "" {
@@ -381,4 +383,24 @@ func (r *runner) childStatus(name string) (cs supervisor.ChildStatus, ok bool) {
 		return cs, false
 	}
 	return st.Child(name)
+}
+
+// unended describes where a manager stands, from Status: its phase, every
+// child that is not Stopped with its kind and state, and those Stopped.
+func (r *runner) unended() string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := r.m.Status(ctx)
+	if err != nil {
+		return "Status: " + err.Error()
+	}
+	var open, stopped []string
+	for _, c := range st.Children {
+		if c.State != cm.StateStopped {
+			open = append(open, fmt.Sprintf("%s %s %s", c.Kind, c.Name, c.State))
+		} else {
+			stopped = append(stopped, c.Name)
+		}
+	}
+	return fmt.Sprintf("phase %s; not stopped: %v; stopped: %v", st.Phase, open, stopped)
 }

@@ -30,6 +30,7 @@ func (r *runner) run(ctx context.Context) {
 		r.check(ctx)
 	}
 	r.settle(ctx)
+	r.logf("settled: %s", r.unended())
 	r.heal()
 	r.finish(ctx)
 }

@@ -56,8 +56,9 @@ func (r *runner) onEvent(e cm.Event) {
 		})
 	case cm.Escalated:
 		r.obligations = append(r.obligations, &obligation{
-			inv: NotEnded, due: e.Time.Add(ShutdownTimeout + r.cfg.Slack),
-			what:     fmt.Sprintf("escalated at %s (%v) and Done did not close within ShutdownTimeout %s + %s", stamp(e.Time), e.Err, ShutdownTimeout, r.cfg.Slack),
+			inv: NotEnded, due: e.Time.Add(ShutdownTimeout + r.cfg.Slack + r.releaseAllowance()),
+			what: fmt.Sprintf("escalated at %s (%v) and Done did not close within ShutdownTimeout %s + %s (+ %s for the Lease releases on the slow fake)",
+				stamp(e.Time), e.Err, ShutdownTimeout, r.cfg.Slack, r.releaseAllowance()),
 			resolved: func() bool { return !r.doneAt.IsZero() },
 		})
 	case cm.LeaderLost, cm.ShardLost:
@@ -78,12 +79,29 @@ func (r *runner) onEvent(e cm.Event) {
 		}
 		if r.sc.Election == Exit && r.shutdownReq.IsZero() {
 			r.obligations = append(r.obligations, &obligation{
-				inv: NotEnded, due: e.Time.Add(FenceTimeout + r.cfg.Slack),
-				what:     fmt.Sprintf("lost the lease at %s with OnLeaseLost Exit and Done did not close within the fence timeout %s + %s", stamp(e.Time), FenceTimeout, r.cfg.Slack),
+				inv: NotEnded, due: e.Time.Add(FenceTimeout + r.cfg.Slack + r.releaseAllowance()),
+				what: fmt.Sprintf("lost the lease at %s with OnLeaseLost Exit and Done did not close within the fence timeout %s + %s (+ %s for the Lease releases on the slow fake)",
+					stamp(e.Time), FenceTimeout, r.cfg.Slack, r.releaseAllowance()),
 				resolved: func() bool { return !r.doneAt.IsZero() },
 			})
 		}
 	}
+}
+
+// releaseAllowance is the time a manager ending now may take, beyond its
+// bound, to hand its Leases back while a SlowAPI step holds every Lease
+// call for its latency: client-go's fake clientset runs one call at a time
+// (its Invokes holds a lock across the reactors) and the slow reactor
+// cannot see a call's context, so each release waits behind the calls in
+// flight (a renewal and a release per shard, and the member Lease's) and
+// outlives the elector's bound on it (RenewDeadline), which a real API
+// server honours. Zero without a slow API.
+func (r *runner) releaseAllowance() time.Duration {
+	d := time.Duration(r.latency.Load())
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(2*(max(r.sc.Shards, 1)+1)) * d
 }
 
 // noteFault records, before it is taken, a step that may cost the lease.
