@@ -18,6 +18,7 @@ func TestGenerateTrees(t *testing.T) {
 	depths := map[int]int{}
 	strategies := map[cm.SupervisionStrategy]int{}
 	onExhausted := map[cm.ExhaustedAction]int{}
+	sharded := 0 // groups of AddShardedGroup
 	for seed := uint64(1); seed <= seeds; seed++ {
 		s := Generate(seed)
 		if !reflect.DeepEqual(s, Generate(seed)) {
@@ -31,7 +32,22 @@ func TestGenerateTrees(t *testing.T) {
 		initial := append(append(append([]string(nil), stores...), ctrls...), hooks...)
 		known := map[string]bool{}
 		depth := 0
+		plain := 0 // groups but AddShardedGroup's
 		for _, g := range s.Groups {
+			if g.Sharded {
+				// AddShardedGroup's: one per shard, at the root, children of
+				// their own, drawn only with 2 to 4 shards.
+				sharded++
+				if s.Shards < 2 || s.Shards > 4 || g.Shard < 0 || g.Shard >= s.Shards || g.Path != fmt.Sprintf("sg-%d", g.Shard) || len(g.Children) == 0 {
+					t.Errorf("seed %d: sharded group %s (shard %d of %d) with children %v", seed, g.Path, g.Shard, s.Shards, g.Children)
+				}
+				known[g.Path] = true
+				for _, c := range g.Children {
+					known[g.Path+"/"+c] = true
+				}
+				continue
+			}
+			plain++
 			depth = max(depth, strings.Count(g.Path, "/")+1)
 			strategies[g.Strategy]++
 			onExhausted[g.OnExhausted]++
@@ -63,8 +79,8 @@ func TestGenerateTrees(t *testing.T) {
 				placed++
 			}
 		}
-		if placed < len(s.Groups) {
-			t.Errorf("seed %d: %d children in %d groups", seed, placed, len(s.Groups))
+		if placed < plain {
+			t.Errorf("seed %d: %d children in %d groups", seed, placed, plain)
 		}
 		stores, others := s.rootChildren()
 		if n := len(stores) + len(others) + placed - countRootGroups(s); n != len(initial) {
@@ -107,13 +123,16 @@ func TestGenerateTrees(t *testing.T) {
 			t.Errorf("no group with OnExhausted %q: %v", a, onExhausted)
 		}
 	}
-	t.Logf("%d trees in %d seeds; depths %v; strategies %v; OnExhausted %v", trees, seeds, depths, strategies, onExhausted)
+	if sharded == 0 {
+		t.Errorf("no group of AddShardedGroup in %d seeds", seeds)
+	}
+	t.Logf("%d trees in %d seeds; depths %v; strategies %v; OnExhausted %v; %d groups of AddShardedGroup", trees, seeds, depths, strategies, onExhausted, sharded)
 }
 
 func countRootGroups(s Scenario) int {
 	n := 0
 	for _, g := range s.Groups {
-		if !strings.Contains(g.Path, "/") {
+		if !strings.Contains(g.Path, "/") && !g.Sharded {
 			n++
 		}
 	}
