@@ -237,6 +237,9 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	}
 	all := flatten(st.Children)
 	r.checkSince(all, asked)
+	if st.Phase == supervisor.PhaseRunning {
+		r.checkStranded(all)
+	}
 	for _, cs := range all {
 		if cs.Kind == actors.KindGroup {
 			// A group's state is read from its children's, each checked
@@ -289,6 +292,70 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// checkStranded: while the manager runs, a webhook (it runs on every
+// replica, whoever leads) that is Stopped, with no group above it Stopped
+// and no StopChild or RemoveChild ever sent for it or a group above it,
+// must leave Stopped within the longest backoff: nothing stops a webhook
+// for good but a request or its group's spent budget (OnExhausted Stop).
+func (r *runner) checkStranded(all []supervisor.ChildStatus) {
+	stopped := map[string]bool{}
+	for _, cs := range all {
+		if cs.State == supervisor.StateStopped {
+			stopped[cs.Name] = true
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cs := range all {
+		if cs.Kind != actors.KindWebhook || cs.State != supervisor.StateStopped {
+			continue
+		}
+		name, since := cs.Name, cs.Since
+		if slices.ContainsFunc(ancestry(name)[1:], func(p string) bool { return stopped[p] }) || r.stopAsked(name) {
+			continue
+		}
+		key := fmt.Sprintf("stranded/%s/%d", name, since.UnixNano())
+		if slices.ContainsFunc(r.obligations, func(o *obligation) bool { return o.key == key }) {
+			continue
+		}
+		r.obligations = append(r.obligations, &obligation{
+			inv: Stranded, child: name, key: key, due: since.Add(r.sc.maxBackoff() + r.cfg.Slack),
+			what: fmt.Sprintf("webhook Stopped since %s while the manager runs, with no StopChild or RemoveChild of it or above it and no group above it stopped", stamp(since)),
+			resolved: func() bool {
+				if !r.doneAt.IsZero() || r.phase != cm.PhaseRunning || r.stopAsked(name) {
+					return true
+				}
+				cs, ok := r.childStatus(name)
+				if !ok || cs.State != supervisor.StateStopped || !cs.Since.Equal(since) {
+					return true
+				}
+				st, _ := r.statusNow()
+				for _, p := range ancestry(name)[1:] {
+					if g, ok := st.Child(p); ok && g.State == supervisor.StateStopped {
+						return true
+					}
+				}
+				return false
+			},
+		})
+	}
+}
+
+// stopAsked reports whether a StopChild or RemoveChild of path or of a
+// group above it was ever sent. r.mu is held.
+func (r *runner) stopAsked(path string) bool {
+	return slices.ContainsFunc(r.reqs, func(q lifecycleReq) bool {
+		return (q.do == DoStop || q.do == DoRemove) && within(path, q.path)
+	})
+}
+
+// statusNow is the manager's Status, asked with a bound.
+func (r *runner) statusNow() (cm.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return r.m.Status(ctx)
 }
 
 // flatten lists children and, depth first, every group's children.

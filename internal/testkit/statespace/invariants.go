@@ -91,6 +91,10 @@ const (
 	// "group" (or a child that is not a group with Kind "group"); or its
 	// event and its EscalationError disagree.
 	EscalationWrong Invariant = "escalation-wrong"
+	// Stranded: while the manager ran, a webhook stayed Stopped past the
+	// longest backoff with no StopChild or RemoveChild of it or above it
+	// and no group above it stopped: nothing would start it again.
+	Stranded Invariant = "stranded"
 )
 
 // Violation is one broken invariant.
