@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -354,6 +356,11 @@ func (m *BaseManager) bindFleets(vals []any) {
 			}
 			x.host = m
 			x.mu.Unlock()
+			m.mu.Lock()
+			if !slices.Contains(m.fleets, x) {
+				m.fleets = append(m.fleets, x)
+			}
+			m.mu.Unlock()
 		case *Group:
 			if x == nil {
 				continue
@@ -365,6 +372,56 @@ func (m *BaseManager) bindFleets(vals []any) {
 			m.bindFleets(children)
 		}
 	}
+}
+
+// fleetStatus marks, in st, every member cluster's group of the manager's
+// fleets: Kind "cluster" and where the cluster stands (ClusterInfo), with
+// the shard that runs it and that shard's holder.
+func (m *BaseManager) fleetStatus(st *Status) {
+	m.mu.Lock()
+	fleets := slices.Clone(m.fleets)
+	m.mu.Unlock()
+	shards := m.shardCount()
+	for _, f := range fleets {
+		for _, cs := range f.Clusters() {
+			c := findChildPtr(st.Children, cs.Path)
+			if c == nil {
+				continue // not added (yet), or removed
+			}
+			info := &supervisor.ClusterInfo{State: string(cs.State), Since: cs.Since, LastProbe: cs.LastProbe,
+				ProbeError: errText(cs.ProbeErr), Error: errText(cs.Err), Problem: errText(cs.Problem), Shard: -1,
+				Holder: st.LeaderIdentity}
+			if shards > 1 {
+				info.Shard = ShardOf(cs.Name, shards)
+				info.Holder = ""
+				if info.Shard < len(st.Shards) {
+					info.Holder = st.Shards[info.Shard].Holder
+				}
+			}
+			c.Kind, c.Cluster = actors.KindCluster, info
+		}
+	}
+}
+
+// findChildPtr is the entry at path in children, at any depth, or nil.
+func findChildPtr(children []supervisor.ChildStatus, path string) *supervisor.ChildStatus {
+	for i := range children {
+		c := &children[i]
+		if c.Name == path {
+			return c
+		}
+		if c.Kind.IsGroup() && strings.HasPrefix(path, c.Name+"/") {
+			return findChildPtr(c.Children, path)
+		}
+	}
+	return nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // validClusterName says why name cannot be a member cluster's name, a path

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
@@ -207,6 +208,24 @@ func runFleetSharded(t *testing.T, ids []string, partition bool) {
 				require.NoError(t, err, "%s writing to %s", r.id, c)
 			} else {
 				require.Error(t, err, "%s writing to %s (shard %d, not held)", r.id, c, shard)
+			}
+		}
+	}
+
+	// Status names each cluster's shard and, on the replica holding it,
+	// that replica as the holder (Kind "cluster").
+	for _, r := range reps {
+		st, err := r.mgr.Status(context.Background())
+		require.NoError(t, err)
+		for _, c := range clusters {
+			shard := cm.ShardOf(c, shards)
+			cs, ok := st.Child("fleet/" + c)
+			require.True(t, ok, "%s: %s", r.id, c)
+			require.Equal(t, actors.KindCluster, cs.Kind)
+			require.NotNil(t, cs.Cluster)
+			require.Equal(t, shard, cs.Cluster.Shard, "%s: %s", r.id, c)
+			if r.mgr.ShardLeaseGuard(shard) == nil {
+				require.Equal(t, r.id, cs.Cluster.Holder, "%s holds shard %d of %s", r.id, shard, c)
 			}
 		}
 	}

@@ -91,6 +91,9 @@ type BaseManager struct {
 	// controllers names the controllers given at Start, for a GetHealth the
 	// supervisor could not answer in time.
 	controllers []string
+	// fleets are the fleets added to the manager, at any depth (bindFleets):
+	// Status reads their clusters' states.
+	fleets []*Fleet
 }
 
 // ControllerManager runs controllers after recovering stores, once elected
@@ -506,7 +509,9 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	return v.(Status), nil
+	st := v.(Status)
+	m.fleetStatus(&st)
+	return st, nil
 }
 
 // AddChild adds a controller, webhook, store or runnable to the running

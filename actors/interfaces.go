@@ -76,4 +76,12 @@ const (
 	// KindGroup is a group of children with a strategy and a restart budget
 	// of its own (controllermanager.NewGroup): it hosts no component itself.
 	KindGroup Kind = "group"
+	// KindCluster is a member cluster's group in a fleet
+	// (controllermanager.NewFleet): a group, "<fleet>/<cluster>", whose
+	// status also says where the cluster stands (supervisor.ClusterInfo).
+	KindCluster Kind = "cluster"
 )
+
+// IsGroup reports whether a child of kind k holds children of its own: a
+// group, or a fleet's member cluster.
+func (k Kind) IsGroup() bool { return k == KindGroup || k == KindCluster }

@@ -12,7 +12,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 
 	"github.com/actorkube/controllermanager/internal/respond"
@@ -158,7 +157,7 @@ walk:
 			if !strings.HasPrefix(path, c.Name+"/") {
 				continue
 			}
-			if c.Kind != actors.KindGroup {
+			if !c.Kind.IsGroup() {
 				return fmt.Sprintf("%q is a %s, not a group: it has no children", c.Name, c.Kind)
 			}
 			level, where = c.Children, fmt.Sprintf("group %q", c.Name)

@@ -75,8 +75,26 @@ type Child struct {
 	// as Name (Kind "group"); absent for every other kind.
 	Children []Child `json:"children,omitempty"`
 	// Group is the supervision a group applies to its children and the
-	// budget they have spent (Kind "group"); absent for every other kind.
+	// budget they have spent (Kind "group" or "cluster"); absent for every
+	// other kind.
 	Group *Group `json:"group,omitempty"`
+	// Cluster is where a fleet's member cluster stands (Kind "cluster");
+	// absent for every other kind.
+	Cluster *Cluster `json:"cluster,omitempty"`
+}
+
+// Cluster is a fleet's member cluster (supervisor.ClusterInfo).
+type Cluster struct {
+	State      string     `json:"state"` // Engaging, Online, Offline or Failed
+	Since      time.Time  `json:"since"`
+	LastProbe  *time.Time `json:"lastProbe,omitempty"`  // absent before the first probe
+	ProbeError string     `json:"probeError,omitempty"` // the last probe's failure
+	Error      string     `json:"error,omitempty"`      // why Offline or Failed
+	Problem    string     `json:"problem,omitempty"`    // its provider's last problem engaging it
+	// Shard is the shard that runs it, with sharded leadership; absent
+	// otherwise.
+	Shard  *int   `json:"shard,omitempty"`
+	Holder string `json:"holder,omitempty"` // the replica holding that shard (or the lease)
 }
 
 // Group is a group's supervision (supervisor.GroupStatus), its fields
@@ -111,7 +129,7 @@ func findChild(children []Child, path string) (Child, bool) {
 		if c.Name == path {
 			return c, true
 		}
-		if c.Kind == string(actors.KindGroup) && strings.HasPrefix(path, c.Name+"/") {
+		if actors.Kind(c.Kind).IsGroup() && strings.HasPrefix(path, c.Name+"/") {
 			return findChild(c.Children, path)
 		}
 	}
@@ -218,6 +236,19 @@ func newChild(c supervisor.ChildStatus, failures map[string][]time.Time) Child {
 		out.Group = &Group{Strategy: string(g.Strategy), MaxRestarts: g.MaxRestarts,
 			RestartWindowSeconds: g.RestartWindow.Seconds(), OnExhausted: onExhausted,
 			Exhausted: g.Exhausted, Spent: g.Spent}
+	}
+	if ci := c.Cluster; ci != nil {
+		cl := &Cluster{State: ci.State, Since: ci.Since, ProbeError: ci.ProbeError, Error: ci.Error,
+			Problem: ci.Problem, Holder: ci.Holder}
+		if !ci.LastProbe.IsZero() {
+			probe := ci.LastProbe
+			cl.LastProbe = &probe
+		}
+		if ci.Shard >= 0 {
+			shard := ci.Shard
+			cl.Shard = &shard
+		}
+		out.Cluster = cl
 	}
 	return out
 }

@@ -43,9 +43,39 @@ type ChildStatus struct {
 	// Children are a group's children, in start order (Kind "group");
 	// nil for every other kind.
 	Children []ChildStatus
-	// Group is a group's own supervision (Kind "group"); nil for every
-	// other kind.
+	// Group is a group's own supervision (Kind "group" or "cluster"); nil
+	// for every other kind.
 	Group *GroupStatus
+	// Cluster is where a fleet's member cluster stands (Kind "cluster":
+	// the group "<fleet>/<cluster>" of controllermanager.NewFleet); nil for
+	// every other kind.
+	Cluster *ClusterInfo
+}
+
+// ClusterInfo is where a fleet's member cluster stands, in the
+// ChildStatus of its group (controllermanager.ClusterStatus as text, and
+// the shard that runs it).
+type ClusterInfo struct {
+	// State is Engaging, Online, Offline or Failed
+	// (controllermanager.ClusterState). A member whose group was stopped
+	// by StopChild is still probed: its ChildStatus.State says Stopped.
+	State     string
+	Since     time.Time // when it entered State
+	LastProbe time.Time // zero before its first probe
+	// ProbeError is the last probe's failure; empty when it answered.
+	ProbeError string
+	// Error says why it is Offline or Failed; empty otherwise.
+	Error string
+	// Problem is the last problem its provider reported engaging it (a
+	// kubeconfig that does not parse); empty when none.
+	Problem string
+	// Shard is the shard that runs its subtree, with sharded leadership
+	// (ShardOf(cluster, Shards)); -1 otherwise.
+	Shard int
+	// Holder is the identity of the replica holding that shard (or the
+	// single lease), as last observed; empty with election off or before
+	// one is seen.
+	Holder string
 }
 
 // GroupStatus is the supervision a group applies to its children, its
@@ -78,7 +108,7 @@ func findChild(children []ChildStatus, name string) (ChildStatus, bool) {
 		if c.Name == name {
 			return c, true
 		}
-		if c.Kind == actors.KindGroup && strings.HasPrefix(name, c.Name+"/") {
+		if c.Kind.IsGroup() && strings.HasPrefix(name, c.Name+"/") {
 			return findChild(c.Children, name)
 		}
 	}

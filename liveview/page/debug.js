@@ -62,7 +62,7 @@
       for (const c of list || []) {
         const entry = { child: c, depth: depth, hidden: hidden, inside: 0 };
         out.push(entry);
-        if (c.kind === 'group') {
+        if (holds(c)) {
           const first = out.length;
           walk(c.children, depth + 1, hidden || folded.has(c.name));
           entry.inside = out.length - first;
@@ -73,12 +73,16 @@
     return out;
   }
 
+  // holds reports whether c has children of its own: a group, or a
+  // fleet's member cluster (a group with a probe).
+  function holds(c) { return c.kind === 'group' || c.kind === 'cluster'; }
+
   // Where the child at path is in the tree: its list and index, or null.
   function locate(list, path) {
     for (let i = 0; i < (list || []).length; i++) {
       const c = list[i];
       if (c.name === path) return { list: list, index: i };
-      if (c.kind === 'group' && path.startsWith(c.name + '/')) return locate(c.children, path);
+      if (holds(c) && path.startsWith(c.name + '/')) return locate(c.children, path);
     }
     return null;
   }
@@ -193,7 +197,7 @@
     const body = document.querySelector('#children tbody');
     const tree = flatten(st.children);
     // The fold buttons' column, only where there is a group to fold.
-    $('children').classList.toggle('has-groups', st.children.some((c) => c.kind === 'group'));
+    $('children').classList.toggle('has-groups', st.children.some((c) => holds(c)));
     tree.forEach((entry, i) => {
       const c = entry.child;
       seen.add(c.name);
@@ -292,7 +296,7 @@
     row.tr.hidden = entry.hidden;
     row.tr.dataset.depth = String(entry.depth);
     row.name.style.setProperty('--depth', String(entry.depth)); // CSSOM: allowed by the page's CSP
-    const isGroup = c.kind === 'group';
+    const isGroup = holds(c);
     row.tr.classList.toggle('group', isGroup);
     if (isGroup && !row.fold) {
       row.fold = el('button', { type: 'button', class: 'fold', 'data-field': 'fold' });
@@ -329,11 +333,31 @@
           'a spent budget fails the group to its parent' }));
   }
 
+  // A member cluster: its state (Engaging, Online, Offline, Failed), its
+  // last probe's age and error, and its shard and the replica holding it.
+  function clusterInfo(cl) {
+    const state = el('span', { class: 'state', 'data-field': 'clusterState', text: cl.state,
+      title: cl.error || cl.problem || 'the member cluster\'s API server answers its probes' });
+    state.dataset.tone = cl.state === 'Online' ? 'ok' : cl.state === 'Engaging' ? 'info' : 'bad';
+    const probe = el('span', { 'data-field': 'lastProbe',
+      text: cl.lastProbe ? 'probed ' + ago(Date.now() - Date.parse(cl.lastProbe)) + ' ago' : 'not probed yet',
+      title: cl.probeError || 'the last probe answered' });
+    const parts = [state, probe];
+    if (cl.shard !== undefined) {
+      parts.push(el('span', { 'data-field': 'clusterShard', text: 'shard ' + cl.shard + (cl.holder ? ' on ' + cl.holder : ''),
+        title: 'the shard that runs its subtree, and the replica holding it' }));
+    } else if (cl.holder) {
+      parts.push(el('span', { 'data-field': 'clusterShard', text: 'on ' + cl.holder }));
+    }
+    return el('span', { class: 'group-info' }, ...parts);
+  }
+
   function updateRow(row, c) {
     const before = row.child;
     row.child = c;
     row.kind.replaceChildren(c.kind);
     if (c.group) row.kind.append(groupInfo(c.group));
+    if (c.cluster) row.kind.append(clusterInfo(c.cluster));
     if (c.group && c.group.exhausted) row.state.append(row.exhausted);
     else row.exhausted.remove();
     row.stateBadge.textContent = c.state;

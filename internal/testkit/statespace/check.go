@@ -241,7 +241,7 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 		r.checkStranded(all)
 	}
 	for _, cs := range all {
-		if cs.Kind == actors.KindGroup {
+		if cs.Kind.IsGroup() {
 			// A group's state is read from its children's, each checked
 			// here.
 			continue
