@@ -105,7 +105,7 @@ func (m *Manager) Build(c cm.Cluster) []cm.Runnable {
 		m.mu.Unlock()
 	}()
 	for _, s := range specs {
-		mb.warm = append(mb.warm, s.forObj)
+		mb.warm = append(mb.warm, s.objects()...)
 	}
 	children := []cm.Runnable{cm.StoreChild(&clusterStore{m: mb})}
 	for _, s := range specs {
@@ -117,6 +117,11 @@ func (m *Manager) Build(c cm.Cluster) []cm.Runnable {
 func (m *Manager) add(s *controllerSpec) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if len(m.clusters) > 0 {
+		// A cluster's group is built once, when it is engaged: a later
+		// reconciler would run on the clusters engaged after it only.
+		return fmt.Errorf("fleet: reconciler %q registered after the fleet engaged a cluster: register every reconciler before the manager starts", s.name)
+	}
 	for _, o := range m.controllers {
 		if o.name == s.name {
 			return fmt.Errorf("fleet: a reconciler named %q is already registered", s.name)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -130,17 +131,22 @@ func (c *controller) Run(ctx context.Context) error {
 	wrapped := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return r.Reconcile(ctx, Request{ClusterName: name, Request: req})
 	})
-	ctrl, err := crcontroller.NewUnmanaged(c.spec.name, crcontroller.Options{
-		Reconciler:              wrapped,
-		MaxConcurrentReconciles: c.spec.maxConcurrent,
-		SkipNameValidation:      ptr.To(true),
-		NeedLeaderElection:      ptr.To(false),
-	})
+	opts := c.spec.options
+	opts.Reconciler = wrapped
+	if c.spec.maxConcurrent > 0 {
+		opts.MaxConcurrentReconciles = c.spec.maxConcurrent
+	}
+	// One controller of this name per cluster, run by the fleet on
+	// whichever replica holds the cluster's shard.
+	opts.SkipNameValidation, opts.NeedLeaderElection = ptr.To(true), ptr.To(false)
+	ctrl, err := crcontroller.NewUnmanaged(c.spec.name, opts)
 	if err != nil {
 		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
 	}
-	if err := ctrl.Watch(source.Kind(cl.GetCache(), c.spec.forObj, &handler.EnqueueRequestForObject{})); err != nil {
-		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+	for _, w := range c.spec.watches(cl) {
+		if err := ctrl.Watch(source.Kind(cl.GetCache(), w.obj, w.handler, w.preds...)); err != nil {
+			return fmt.Errorf("fleet: reconciler %q on cluster %q: watch %T: %w", c.spec.name, name, w.obj, err)
+		}
 	}
 	c.failed.Store(nil)
 	c.bg.start(ctx, ctrl.Start, func(err error) error {
@@ -165,9 +171,62 @@ func (c *controller) Shutdown(ctx context.Context) { c.bg.stop(ctx) }
 type controllerSpec struct {
 	name          string
 	forObj        client.Object
+	forPreds      []predicate.Predicate
+	owns          []watchSpec // handler nil: enqueue the controlling owner of the For kind
+	watched       []watchSpec
+	filters       []predicate.Predicate // WithEventFilter: on every watch
 	r             Reconciler
 	maxConcurrent int
+	options       crcontroller.Options
 }
+
+// watchSpec is one Owns or Watches.
+type watchSpec struct {
+	obj     client.Object
+	handler handler.EventHandler
+	preds   []predicate.Predicate
+}
+
+// watches are the spec's watches on cluster cl: For, then each Owns and
+// Watches in the order given, every one filtered by WithEventFilter's
+// predicates and its own.
+func (s *controllerSpec) watches(cl cluster.Cluster) []watchSpec {
+	preds := func(own []predicate.Predicate) []predicate.Predicate {
+		return append(append([]predicate.Predicate(nil), s.filters...), own...)
+	}
+	out := []watchSpec{{obj: s.forObj, handler: &handler.EnqueueRequestForObject{}, preds: preds(s.forPreds)}}
+	for _, o := range s.owns {
+		h := handler.EnqueueRequestForOwner(cl.GetScheme(), cl.GetRESTMapper(), s.forObj, handler.OnlyControllerOwner())
+		out = append(out, watchSpec{obj: o.obj, handler: h, preds: preds(o.preds)})
+	}
+	for _, w := range s.watched {
+		out = append(out, watchSpec{obj: w.obj, handler: w.handler, preds: preds(w.preds)})
+	}
+	return out
+}
+
+// objects are the kinds the spec watches, whose informers a member's cache
+// starts and syncs before its reconcilers run.
+func (s *controllerSpec) objects() []client.Object {
+	out := []client.Object{s.forObj}
+	for _, w := range append(append([]watchSpec(nil), s.owns...), s.watched...) {
+		out = append(out, w.obj)
+	}
+	return out
+}
+
+// Option configures one For, Owns or Watches: multicluster-runtime's
+// mcbuilder.WithPredicates and its kind.
+type Option interface{ apply(*watchSpec) }
+
+type predicatesOption []predicate.Predicate
+
+func (p predicatesOption) apply(w *watchSpec) { w.preds = append(w.preds, p...) }
+
+// WithPredicates filters the events of one For, Owns or Watches, as
+// controller-runtime's builder.WithPredicates does: an event enqueues a
+// request only if every predicate passes.
+func WithPredicates(preds ...predicate.Predicate) Option { return predicatesOption(preds) }
 
 // Builder registers a reconciler run on every member cluster: the shape of
 // multicluster-runtime's mcbuilder.
@@ -175,7 +234,13 @@ type Builder struct {
 	m             *Manager
 	name          string
 	forObj        client.Object
+	forPreds      []predicate.Predicate
+	owns          []watchSpec
+	watched       []watchSpec
+	filters       []predicate.Predicate
 	maxConcurrent int
+	options       crcontroller.Options
+	errs          []error
 }
 
 // ControllerManagedBy starts a reconciler's registration with m.
@@ -185,15 +250,69 @@ func ControllerManagedBy(m *Manager) *Builder { return &Builder{m: m} }
 // group (default: the For kind's Go type name, lower case).
 func (b *Builder) Named(name string) *Builder { b.name = name; return b }
 
-// For sets the kind reconciled: its objects' requests are enqueued.
-func (b *Builder) For(obj client.Object) *Builder { b.forObj = obj; return b }
+// For sets the kind reconciled: its objects' requests are enqueued, in
+// each member cluster, with the cluster's name. Called twice, Complete
+// fails, as controller-runtime's builder does.
+func (b *Builder) For(obj client.Object, opts ...Option) *Builder {
+	if b.forObj != nil {
+		b.errs = append(b.errs, errors.New("For called more than once"))
+	}
+	var w watchSpec
+	for _, o := range opts {
+		o.apply(&w)
+	}
+	b.forObj, b.forPreds = obj, w.preds
+	return b
+}
+
+// Owns watches obj's kind too, in each member cluster: a change enqueues
+// the For object that controls it (its controller owner reference), as
+// controller-runtime's builder's Owns does.
+func (b *Builder) Owns(obj client.Object, opts ...Option) *Builder {
+	w := watchSpec{obj: obj}
+	for _, o := range opts {
+		o.apply(&w)
+	}
+	if obj == nil {
+		b.errs = append(b.errs, errors.New("Owns: object is nil"))
+	}
+	b.owns = append(b.owns, w)
+	return b
+}
+
+// Watches watches obj's kind in each member cluster, h mapping its events
+// to requests (handler.EnqueueRequestsFromMapFunc, say); the reconciler
+// gets them with the cluster's name.
+func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...Option) *Builder {
+	w := watchSpec{obj: obj, handler: h}
+	for _, o := range opts {
+		o.apply(&w)
+	}
+	if obj == nil || h == nil {
+		b.errs = append(b.errs, fmt.Errorf("Watches %T: object and handler must not be nil", obj))
+	}
+	b.watched = append(b.watched, w)
+	return b
+}
+
+// WithEventFilter filters the events of every watch (For, Owns, Watches),
+// as controller-runtime's builder's does.
+func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
+	b.filters = append(b.filters, p)
+	return b
+}
+
+// WithOptions sets the controller's options (MaxConcurrentReconciles,
+// RateLimiter, RecoverPanic, ...) for every cluster's controller; its
+// Reconciler, SkipNameValidation and NeedLeaderElection are the fleet's.
+func (b *Builder) WithOptions(o crcontroller.Options) *Builder { b.options = o; return b }
 
 // WithMaxConcurrentReconciles sets each cluster's worker count (default 1).
 func (b *Builder) WithMaxConcurrentReconciles(n int) *Builder { b.maxConcurrent = n; return b }
 
 // Complete registers r.
 func (b *Builder) Complete(r Reconciler) error {
-	var errs []error
+	errs := append([]error(nil), b.errs...)
 	if b.m == nil {
 		errs = append(errs, errors.New("manager is nil"))
 	}
@@ -210,5 +329,6 @@ func (b *Builder) Complete(r Reconciler) error {
 	if name == "" {
 		name = strings.ToLower(reflect.TypeOf(b.forObj).Elem().Name())
 	}
-	return b.m.add(&controllerSpec{name: name, forObj: b.forObj, r: r, maxConcurrent: b.maxConcurrent})
+	return b.m.add(&controllerSpec{name: name, forObj: b.forObj, forPreds: b.forPreds, owns: b.owns, watched: b.watched,
+		filters: b.filters, r: r, maxConcurrent: b.maxConcurrent, options: b.options})
 }
