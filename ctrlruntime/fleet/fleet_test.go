@@ -25,7 +25,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -145,13 +147,15 @@ func waitState(t *testing.T, f *cm.Fleet, cluster string, state cm.ClusterState)
 	return time.Since(start)
 }
 
-// Two members each reconcile into themselves; one member's API server is
+// Two members each reconcile into themselves, the manager electing itself
+// on a third API server (the hub); one member's API server is
 // frozen (SIGSTOP): it alone goes Offline, its informers and reconciler
 // stopped, while the other reconciles on; thawed, it comes back Online and
 // reconciles again.
 func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	configA := testenv.Config(t)
 	_, configB := memberEnv(t)
+	_, hub := memberEnv(t) // the manager's own cluster: its Lease
 	clA, err := client.New(configA, client.Options{})
 	require.NoError(t, err)
 	clB, err := client.New(configB, client.Options{})
@@ -174,8 +178,12 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 		FailureThreshold: metav1.Duration{Duration: 3 * time.Second},
 		SuccessThreshold: metav1.Duration{Duration: 2 * time.Second},
 	})
-	cmgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
-		cm.WithLogger(slog.New(slog.DiscardHandler)))
+	hubClient, err := kubernetes.NewForConfig(hub)
+	require.NoError(t, err)
+	yes := true
+	cmgr, err := cm.NewControllerManager(cm.NewContext(hubClient), cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
+		Enabled: &yes, LeaseName: "fleet-hub", LeaseNamespace: "default",
+	}}, "", cm.WithIdentity("hub-replica"), cm.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	cmgr.Add(f)
 	t.Cleanup(func() {
@@ -189,6 +197,17 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 
 	waitState(t, f, "a", cm.ClusterStateOnline)
 	waitState(t, f, "b", cm.ClusterStateOnline)
+	// The Lease is the hub's; the members hold none: a member's outage
+	// cannot cost the election.
+	lease, err := hubClient.CoordinationV1().Leases("default").Get(context.Background(), "fleet-hub", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "hub-replica", ptr.Deref(lease.Spec.HolderIdentity, ""))
+	for name, member := range map[string]*rest.Config{"a": configA, "b": configB} {
+		kc, err := kubernetes.NewForConfig(member)
+		require.NoError(t, err)
+		_, err = kc.CoordinationV1().Leases("default").Get(context.Background(), "fleet-hub", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "member %s holds no Lease: %v", name, err)
+	}
 	createSecret(t, clA, ns, "one")
 	createSecret(t, clB, ns, "one")
 	t.Logf("first reconcile: a %v, b %v", waitMirrored(t, clA, ns, "one", "a"), waitMirrored(t, clB, ns, "one", "b"))
@@ -236,6 +255,9 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, listsA.Lists("secrets"), "a's cache was never restarted")
 	require.Equal(t, 2, listsB.Lists("secrets"), "b came back on a fresh cache")
+	st, err = cmgr.Status(context.Background())
+	require.NoError(t, err)
+	require.True(t, st.Leader, "the replica led on the hub throughout")
 }
 
 // A member whose API server answers its probes but nothing else: its
