@@ -27,7 +27,7 @@ func TestStory(t *testing.T) {
 		{"phase Running", "cluster east   Online", "cluster west   Online", "cluster moon   Offline"},
 		{"fleet/north/reconciler", "cluster north  Online"},
 		{"cluster east   Online", "cluster north  Online"},
-		{"fleet/east             group      Stopped", "cluster east   Offline: API server failed its probes", "fleet/north/reconciler controller Running"},
+		{"fleet/east             cluster    Stopped", "cluster east   Offline: API server failed its probes", "fleet/north/reconciler controller Running"},
 		{"fleet/east/reconciler  controller Running", "cluster east   Online"},
 	} {
 		for _, w := range want {

@@ -379,7 +379,7 @@
     row.actions.hidden = !status.controls.enabled;
     for (const b of row.actions.querySelectorAll('button')) {
       const a = b.dataset.action;
-      b.title = c.kind === 'group' ? a[0].toUpperCase() + a.slice(1) + ' the whole group' : '';
+      b.title = holds(c) ? a[0].toUpperCase() + a.slice(1) + ' the whole group' : '';
       b.disabled = b.dataset.busy === '1' || (a === 'start' && c.state !== 'Stopped') ||
         (a === 'stop' && (c.state === 'Stopped' || c.state === 'Stopping'));
     }
