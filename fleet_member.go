@@ -333,11 +333,16 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 		return false
 	}
 	f := mb.f
+	// The thresholds are judged by when each probe was sent, at the
+	// period's ticks, not by when its answer came: a later answer (a
+	// member slower this time than the last) would leave a span of
+	// failures a hair short of the threshold, and cost a whole period more
+	// than FailureThreshold plus one period.
+	now := f.now()
 	err := mb.cluster.probe(ctx, f.spec.ProbeTimeout.Duration)
 	if ctx.Err() != nil {
 		return false // asked to stop: no verdict
 	}
-	now := f.now()
 	f.mu.Lock()
 	mb.status.LastProbe, mb.status.ProbeErr = now, err
 	f.mu.Unlock()
