@@ -334,11 +334,13 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 	}
 	f := mb.f
 	// The thresholds are judged by when each probe was sent, at the
-	// period's ticks, not by when its answer came: a later answer (a
-	// member slower this time than the last) would leave a span of
-	// failures a hair short of the threshold, and cost a whole period more
-	// than FailureThreshold plus one period.
+	// period's ticks, not by when its answer came, and within half a
+	// period (slack): probes a period apart span a threshold that is a
+	// multiple of the period only up to the jitter of their sending and
+	// answering, and a span a hair short of it would cost a whole period
+	// more than the threshold plus one period.
 	now := f.now()
+	slack := f.spec.ProbePeriod.Duration / 2
 	err := mb.cluster.probe(ctx, f.spec.ProbeTimeout.Duration)
 	if ctx.Err() != nil {
 		return false // asked to stop: no verdict
@@ -357,7 +359,7 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 		if mb.answeringSince.IsZero() {
 			mb.answeringSince = now
 		}
-		if now.Sub(mb.answeringSince) >= f.spec.SuccessThreshold.Duration {
+		if now.Sub(mb.answeringSince)+slack >= f.spec.SuccessThreshold.Duration {
 			mb.online, mb.cause, mb.answeringSince = true, nil, time.Time{}
 		}
 	default:
@@ -369,7 +371,7 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 		if mb.failingSince.IsZero() {
 			mb.failingSince = now
 		}
-		if d := now.Sub(mb.failingSince); d >= f.spec.FailureThreshold.Duration {
+		if d := now.Sub(mb.failingSince); d+slack >= f.spec.FailureThreshold.Duration {
 			mb.online, mb.failingSince = false, time.Time{}
 			mb.cause = fmt.Errorf("API server failed its probes for %s: %w", d, err)
 		}
