@@ -82,6 +82,7 @@ type config struct {
 	crashStore     string
 	stopGroup      string
 	metricsAddr    string
+	fleetLabel     string
 }
 
 func main() {
@@ -109,6 +110,7 @@ func main() {
 	flag.StringVar(&cfg.groups, "groups", "", "comma-separated tenants: one group per tenant (groups.go) instead of the three controllers; default: none")
 	flag.StringVar(&cfg.crashStore, "crash-store", "", "with --groups: this tenant's store fails shortly after every Recover (a crash loop)")
 	flag.StringVar(&cfg.stopGroup, "stop-group", "", "with --groups: stop this tenant's group by request (StopChild) once it runs")
+	flag.StringVar(&cfg.fleetLabel, "fleet-label", "", "run a fleet (fleet.go) of the kubeconfig Secrets of the lease namespace this label selector picks, instead of the other controllers; default: none")
 	flag.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve the manager's metrics over HTTP here, at /metrics (127.0.0.1:0 picks a port, journalled); default: none")
 	flag.Parse()
 
@@ -213,6 +215,10 @@ func run(ctx context.Context, cfg config, rec *journal.Writer) error {
 	defer cancelEvents()
 
 	switch {
+	case cfg.fleetLabel != "":
+		if err := addFleet(mgr, client, cfg.leaseNamespace, cfg.fleetLabel, cfg.identity, rec); err != nil {
+			return err
+		}
 	case cfg.shards > 1:
 		addShardedControllers(mgr, cfg.shards, client, cfg.leaseNamespace, rec)
 	case len(tenants) > 0:
