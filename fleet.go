@@ -383,8 +383,21 @@ func (m *BaseManager) fleetStatus(st *Status) {
 	m.mu.Unlock()
 	shards := m.shardCount()
 	for _, f := range fleets {
+		f.mu.Lock()
+		path := f.pathLocked()
+		f.mu.Unlock()
+		g := findChildPtr(st.Children, path)
+		if g == nil {
+			continue // not started, or removed
+		}
+		// The members' groups are the fleet group's children: one index, so
+		// that Status stays linear in the members.
+		byPath := make(map[string]*supervisor.ChildStatus, len(g.Children))
+		for i := range g.Children {
+			byPath[g.Children[i].Name] = &g.Children[i]
+		}
 		for _, cs := range f.Clusters() {
-			c := findChildPtr(st.Children, cs.Path)
+			c := byPath[cs.Path]
 			if c == nil {
 				continue // not added (yet), or removed
 			}

@@ -34,19 +34,10 @@ func TestFleetOutageDuringAShardMove(t *testing.T) {
 	}
 	var reps []*fleetReplica
 	for _, id := range []string{"a", "b"} {
-		m, err := cm.NewControllerManager(cm.NewContext(srv.Client(id)),
-			cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
-		require.NoError(t, err)
-		r := &fleetReplica{id: id, mgr: m, builds: newBuilds()}
-		m.Add(cm.NewFleet("fleet", newHandProvider(cfgs), act.build(id, r.builds), fleetSpec()))
+		r := newFleetReplica(t, srv.Client(id), spec, id, cfgs, act)
 		reps = append(reps, r)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			m.ShutdownAndWait(ctx)
-		})
 		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		require.NoError(t, m.Start(ctx, 0), id)
+		require.NoError(t, r.mgr.Start(ctx, 0), id)
 		cancel()
 	}
 	pollUntil(t, 3*elWait, func() string {

@@ -27,6 +27,24 @@ type fleetReplica struct {
 	down   bool
 }
 
+// newFleetReplica is replica id of a fleet over the members cfgs, on
+// client's API server with spec, its controllers reporting to act; not
+// started, shut down at the test's end.
+func newFleetReplica(t *testing.T, client *leasetest.Client, spec *cm.LeaderElectionSpec, id string, cfgs map[string]*rest.Config, act *activity) *fleetReplica {
+	t.Helper()
+	m, err := cm.NewControllerManager(cm.NewContext(client),
+		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
+	require.NoError(t, err)
+	r := &fleetReplica{id: id, mgr: m, builds: newBuilds()}
+	m.Add(cm.NewFleet("fleet", newHandProvider(cfgs), act.build(id, r.builds), fleetSpec()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	return r
+}
+
 // running reports whether cluster's controller runs on r now: started
 // more often than it was shut down.
 func (r *fleetReplica) running(cluster string) bool {
@@ -160,17 +178,7 @@ func runFleetSharded(t *testing.T, ids []string, partition bool) {
 	for _, id := range ids {
 		client := srv.Client(id)
 		clients = append(clients, client)
-		m, err := cm.NewControllerManager(cm.NewContext(client),
-			cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
-		require.NoError(t, err)
-		r := &fleetReplica{id: id, mgr: m, builds: newBuilds()}
-		m.Add(cm.NewFleet("fleet", newHandProvider(cfgs), act.build(id, r.builds), fleetSpec()))
-		reps = append(reps, r)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			m.ShutdownAndWait(ctx)
-		})
+		reps = append(reps, newFleetReplica(t, client, spec, id, cfgs, act))
 	}
 	for _, r := range reps {
 		ctx, cancel := context.WithTimeout(context.Background(), elWait)

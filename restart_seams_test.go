@@ -544,17 +544,8 @@ func TestAddChildUnderAShardedGroupTakesItsShard(t *testing.T) {
 	// by it) and whose path's (how every controller is pinned now, outside
 	// a group of AddShardedGroup) is 1. (FNV-1a's low bit is the parity of
 	// the key's bytes: for the deep child only its path can be 1.)
-	pick := func(format string, ok func(string) bool) string {
-		for i := range 100 {
-			if name := fmt.Sprintf(format, i); ok(name) {
-				return name
-			}
-		}
-		t.Fatalf("no name %q found", format)
-		return ""
-	}
-	plainName := pick("plain-%d", func(n string) bool { return cm.ShardOf(n, 2) == 1 && cm.ShardOf("t-0/"+n, 2) == 1 })
-	deepName := pick("deep-%d", func(n string) bool { return cm.ShardOf("t-0/inner/"+n, 2) == 1 })
+	plainName := pickName(t, "plain-%d", func(n string) bool { return cm.ShardOf(n, 2) == 1 && cm.ShardOf("t-0/"+n, 2) == 1 })
+	deepName := pickName(t, "deep-%d", func(n string) bool { return cm.ShardOf("t-0/inner/"+n, 2) == 1 })
 	plain := newSeamChild(log, "t-0", plainName)
 	deep := newSeamChild(log, "t-0/inner", deepName)
 
@@ -575,4 +566,17 @@ func TestAddChildUnderAShardedGroupTakesItsShard(t *testing.T) {
 	assert.NotContains(t, st.Shards[1].Children, plain.path)
 	assert.NotContains(t, st.Shards[1].Children, deep.path)
 	seamShutdown(t, m)
+}
+
+// pickName is the first of format's names (format % 0, 1, ...) that ok
+// accepts; the test fails when none of the first 200 is.
+func pickName(t *testing.T, format string, ok func(string) bool) string {
+	t.Helper()
+	for i := range 200 {
+		if name := fmt.Sprintf(format, i); ok(name) {
+			return name
+		}
+	}
+	t.Fatalf("no name %q found", format)
+	return ""
 }

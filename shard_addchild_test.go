@@ -2,7 +2,6 @@ package controllermanager_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -26,18 +25,9 @@ func TestAddChildIntoAGroupIsPinnedByItsPath(t *testing.T) {
 	t.Parallel()
 	srv, log := leasetest.NewServer(), &seamLog{}
 	m := seamManager(t, srv, 2)
-	pick := func(format string, ok func(string) bool) string {
-		for i := range 200 {
-			if name := fmt.Sprintf(format, i); ok(name) {
-				return name
-			}
-		}
-		t.Fatalf("no name %q found", format)
-		return ""
-	}
 	// Names whose bare name hashes to shard 0 and whose path to shard 1.
 	split := func(n string) bool { return cm.ShardOf(n, 2) == 0 && cm.ShardOf("web/"+n, 2) == 1 }
-	static := newSeamChild(log, "web", pick("static-%d", split))
+	static := newSeamChild(log, "web", pickName(t, "static-%d", split))
 	m.Add(cm.NewGroup("web", cm.SupervisionSpec{}, seamController{static}))
 	gStart(t, m)
 	gEventually(t, "both shards held", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
@@ -46,7 +36,7 @@ func TestAddChildIntoAGroupIsPinnedByItsPath(t *testing.T) {
 	gEventually(t, "shard 1 lost", func() bool { return !holdsShard(t, m, 1) })
 	gEventually(t, "the static child stopped with shard 1", func() bool { return gState(t, m, static.path) != supervisor.StateRunning })
 
-	added := newSeamChild(log, "web", pick("added-%d", split))
+	added := newSeamChild(log, "web", pickName(t, "added-%d", split))
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	defer cancel()
 	_, err := m.Request(ctx, supervisor.AddChild{Parent: "web", Runnable: seamController{added}})

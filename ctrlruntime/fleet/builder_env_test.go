@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -78,17 +77,7 @@ func TestEnvFleetBuilderOwnsWatchesAndPredicates(t *testing.T) {
 	f := cm.NewFleet("fleet", cm.StaticClusters(map[string]*rest.Config{"a": rest.CopyConfig(config)}), mgr.Build, cm.FleetSpec{
 		ProbePeriod: metav1.Duration{Duration: time.Second}, ProbeTimeout: metav1.Duration{Duration: time.Second},
 	})
-	cmgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "", cm.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	cmgr.Add(f)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmgr.ShutdownAndWait(ctx)
-	})
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, cmgr.Start(sctx, 0))
+	startManager(t, nil, cm.ControllerManagerConfigSpec{}, f)
 	waitState(t, f, "a", cm.ClusterStateOnline)
 	_, err = mgr.GetCluster(context.Background(), "a")
 	require.NoError(t, err)

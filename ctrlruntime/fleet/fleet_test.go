@@ -137,6 +137,24 @@ func waitMirrored(t *testing.T, cl client.Client, ns, name, cluster string) time
 	return time.Since(start)
 }
 
+// startManager starts a ControllerManager on kube (nil: no election) with
+// spec and opts, holding f, and shuts it down at the test's end.
+func startManager(t *testing.T, kube kubernetes.Interface, spec cm.ControllerManagerConfigSpec, f *cm.Fleet, opts ...cm.Option) *cm.ControllerManager {
+	t.Helper()
+	cmgr, err := cm.NewControllerManager(cm.NewContext(kube), spec, "", append([]cm.Option{cm.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	require.NoError(t, err)
+	cmgr.Add(f)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmgr.ShutdownAndWait(ctx)
+	})
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, cmgr.Start(sctx, 0))
+	return cmgr
+}
+
 func waitState(t *testing.T, f *cm.Fleet, cluster string, state cm.ClusterState) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -181,19 +199,9 @@ func TestEnvFleetMemberOutageStopsOnlyThatCluster(t *testing.T) {
 	hubClient, err := kubernetes.NewForConfig(hub)
 	require.NoError(t, err)
 	yes := true
-	cmgr, err := cm.NewControllerManager(cm.NewContext(hubClient), cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
+	cmgr := startManager(t, hubClient, cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
 		Enabled: &yes, LeaseName: "fleet-hub", LeaseNamespace: "default",
-	}}, "", cm.WithIdentity("hub-replica"), cm.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	cmgr.Add(f)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmgr.ShutdownAndWait(ctx)
-	})
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, cmgr.Start(sctx, 0))
+	}}, f, cm.WithIdentity("hub-replica"))
 
 	waitState(t, f, "a", cm.ClusterStateOnline)
 	waitState(t, f, "b", cm.ClusterStateOnline)
@@ -286,18 +294,7 @@ func TestEnvFleetMemberThatCannotSyncFailsAlone(t *testing.T) {
 		FailureThreshold: metav1.Duration{Duration: 3 * time.Second},
 		SuccessThreshold: metav1.Duration{Duration: 2 * time.Second},
 	})
-	cmgr, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
-		cm.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	cmgr.Add(f)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmgr.ShutdownAndWait(ctx)
-	})
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, cmgr.Start(sctx, 0))
+	cmgr := startManager(t, nil, cm.ControllerManagerConfigSpec{}, f)
 
 	waitState(t, f, "a", cm.ClusterStateOnline)
 	require.Eventually(t, func() bool {

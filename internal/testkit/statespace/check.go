@@ -327,11 +327,14 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 				if !r.doneAt.IsZero() || r.phase != cm.PhaseRunning || r.stopAsked(name) {
 					return true
 				}
-				cs, ok := r.childStatus(name)
+				st, err := r.statusNow()
+				if err != nil || st.Phase.Ended() {
+					return true
+				}
+				cs, ok := st.Child(name)
 				if !ok || cs.State != supervisor.StateStopped || !cs.Since.Equal(since) {
 					return true
 				}
-				st, _ := r.statusNow()
 				for _, p := range ancestry(name)[1:] {
 					if g, ok := st.Child(p); ok && g.State == supervisor.StateStopped {
 						return true
@@ -443,9 +446,7 @@ func (r *runner) stillIn(name string, state supervisor.ChildState, since time.Ti
 // childStatus asks Status for name's entry; ok is false when Status does
 // not answer within 5s, the manager has ended, or it has no such child.
 func (r *runner) childStatus(name string) (cs supervisor.ChildStatus, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := r.m.Status(ctx)
+	st, err := r.statusNow()
 	if err != nil || st.Phase.Ended() {
 		return cs, false
 	}
@@ -455,9 +456,7 @@ func (r *runner) childStatus(name string) (cs supervisor.ChildStatus, ok bool) {
 // unended describes where a manager stands, from Status: its phase, every
 // child that is not Stopped with its kind and state, and those Stopped.
 func (r *runner) unended() string {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	st, err := r.m.Status(ctx)
+	st, err := r.statusNow()
 	if err != nil {
 		return "Status: " + err.Error()
 	}
