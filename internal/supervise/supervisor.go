@@ -34,7 +34,7 @@ type Handle struct {
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: supervisor.PhaseIdle,
-		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff},
+		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
 		byName:     map[string]*childRecord{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.initShards()

@@ -87,11 +87,12 @@ func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
 
 func TestBackoffJitterStaysWithinTwentyPercentBelow(t *testing.T) {
 	s := &root{cfg: Config{Policy: DefaultPolicy(), Timing: timing(nil), Jitter: func() float64 { return 0.999 }}}
-	rec := &childRecord{}
+	lvl := &level{policy: s.cfg.Policy, initialBackoff: s.cfg.Timing.InitialBackoff, maxBackoff: s.cfg.Timing.MaxBackoff}
+	rec := &childRecord{lvl: lvl}
 	d := s.backoff(rec, time.Now())
 	assert.Greater(t, d, 80*time.Millisecond)
 	assert.LessOrEqual(t, d, 100*time.Millisecond)
-	s.cfg.Timing.InitialBackoff = time.Hour // overflowing shifts stay at the cap
+	lvl.initialBackoff = time.Hour // overflowing shifts stay at the cap
 	rec.hist().backoffStep = 70
 	assert.LessOrEqual(t, s.backoff(rec, time.Now()), s.cfg.Timing.MaxBackoff)
 }
