@@ -47,7 +47,7 @@ func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), releas
 	d := &standDown{s: s, f: f, reelect: reelect, release: release}
 	s.fencing = f
 	if s.start != nil {
-		s.start = s.nextRound(s.start)
+		s.start = s.reelectionRound(s.start)
 	}
 	s.quiesce(fencedChild)
 	// A group's request still to start fenced children gives them up: the
@@ -82,27 +82,7 @@ func (d *standDown) stopped() {
 	}
 	s.fencing = nil
 	if s.start == nil {
-		s.start = s.nextRound(nil)
+		s.start = s.reelectionRound(nil)
 	}
 	s.start.step()
-}
-
-// nextRound returns the start round after a stand-down, which waits for
-// the lease (startElecting). A Start call still waiting (prev) keeps waiting
-// for it; the abandoned round is no longer the root's, so its barriers drop
-// their children's reports.
-func (s *root) nextRound(prev *startAttempt) *startAttempt {
-	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout}
-	if prev != nil {
-		if prev.cancelBounded != nil {
-			prev.cancelBounded()
-		}
-		prev.become(startDone) // abandoned: its own move, to done
-		a.replyTo, a.ctx, a.cancel = prev.replyTo, prev.ctx, prev.cancel
-	} else {
-		a.ctx, a.cancel = context.WithCancel(s.lifetimeContext())
-	}
-	ctx := a.ctx
-	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
-	return a
 }

@@ -357,6 +357,34 @@ func (s *root) failStart(err error) {
 	s.beginShutdown(err, s.boundedContext())
 }
 
+// reelectionRound returns the start round after a stand-down: it begins
+// at startElecting, the round's entry after a lost lease (preflight has
+// run and the webhooks stay up), and waits for the lease. A round in
+// flight (prev) is abandoned, and its Start call, if not answered yet,
+// waits for this one; the abandoned round is no longer the root's, so its
+// barriers drop their children's reports.
+func (s *root) reelectionRound(prev *startAttempt) *startAttempt {
+	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout}
+	if prev != nil {
+		a.replyTo, a.ctx, a.cancel = prev.abandon()
+	} else {
+		a.ctx, a.cancel = context.WithCancel(s.lifetimeContext())
+	}
+	ctx := a.ctx
+	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
+	return a
+}
+
+// abandon ends a round that a stand-down replaces, by its own move to
+// done, and hands over the Start call it still has to answer.
+func (a *startAttempt) abandon() (replyTo *actor.PID, ctx context.Context, cancel context.CancelFunc) {
+	if a.cancelBounded != nil {
+		a.cancelBounded()
+	}
+	a.become(startDone)
+	return a.replyTo, a.ctx, a.cancel
+}
+
 // endStart answers the Start request and releases its contexts.
 func (s *root) endStart(err error) {
 	a := s.start
