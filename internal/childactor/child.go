@@ -20,6 +20,11 @@ type Spec struct {
 	// (0 otherwise, and for every other kind): it runs only while this
 	// replica holds that shard's Lease.
 	Shard int
+	// Group is the path of the group the child is in, "" at the root: its
+	// parent's address, set by whatever named the child (the facade's
+	// specs, AddChild), so that the supervisor places the child in the
+	// tree without reading its own path back.
+	Group string
 }
 
 // Config is what a child actor needs from its manager.

@@ -54,9 +54,10 @@ type level struct {
 // child needs while it runs; what only a child that has failed, restarted,
 // or been waited on twice needs is in its history, allocated on first use
 // (hist), and a group's own bookkeeping is in its level (sub). The fields
-// are ordered for the least padding: it is 168 bytes, in the 176-byte size
-// class, and 10,000 children are 10,000 records; mind the size class when
-// adding one (the next is 192).
+// are ordered for the least padding: it is 184 bytes, in the 192-byte size
+// class (spec.Group, its parent's address, took it from 168), and 10,000
+// children are 10,000 records; mind the size class when adding one (the
+// next is 208).
 type childRecord struct {
 	spec  childactor.Spec
 	pid   *actor.PID

@@ -146,6 +146,7 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 		}
 		if err == nil && m.Parent != "" {
 			spec.Name = m.Parent + "/" + spec.Name
+			spec.Group = m.Parent
 		}
 		// Pinned by its path, as a controller of the same name in the same
 		// group is when added before Start (the facade's specs): one rule,

@@ -3,7 +3,6 @@ package supervise
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -21,8 +20,8 @@ import (
 func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec, error) {
 	specs := make([]childactor.Spec, len(added))
 	errs := make([]error, len(added))
-	var byHealth []int // controllers named by GetHealth().Name
-	prefix := make([]string, len(added))
+	var byHealth []int                   // controllers named by GetHealth().Name
+	parent := make([]string, len(added)) // the group an InGroup is in
 	added = slices.Clone(added)
 	for i, v := range added {
 		switch given := v.(type) {
@@ -39,10 +38,10 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 				continue
 			}
 			decl := given
-			specs[i] = childactor.Spec{Name: given.Path, Kind: actors.KindGroup, Impl: &decl}
+			specs[i] = childactor.Spec{Name: given.Path, Kind: actors.KindGroup, Impl: &decl, Group: given.Parent}
 			continue
 		case InGroup:
-			prefix[i] = given.Parent + "/"
+			parent[i] = given.Parent
 			v = given.Value
 			added[i] = v
 		}
@@ -77,10 +76,13 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 		if errs[i] != nil || specs[i].Kind == actors.KindGroup {
 			continue
 		}
-		if errs[i] = CheckName(specs[i].Name, specs[i].Kind, strings.TrimSuffix(prefix[i], "/")); errs[i] != nil {
+		if errs[i] = CheckName(specs[i].Name, specs[i].Kind, parent[i]); errs[i] != nil {
 			continue
 		}
-		specs[i].Name = prefix[i] + specs[i].Name
+		if parent[i] != "" {
+			specs[i].Name = parent[i] + "/" + specs[i].Name
+			specs[i].Group = parent[i]
+		}
 	}
 	if err := validateSpecs(specs, errs); err != nil {
 		return nil, err
@@ -98,7 +100,9 @@ type Invalid struct{ Err error }
 // wrapped in an InGroup naming it are its children. Its Policy's and its
 // backoff's zero fields inherit the parent's.
 type GroupDecl struct {
-	Path           string
+	Path string
+	// Parent is the path of the group it is in, "" at the root.
+	Parent         string
 	Policy         Policy
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration

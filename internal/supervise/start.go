@@ -135,12 +135,13 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 }
 
 // addRecord records a child, in StatePending, and spawns its actor unless it
-// is a controller or a group. A child inside a group (its name a path) joins
-// its group's level; the group is recorded before its children.
+// is a controller or a group. A child inside a group (spec.Group, its
+// parent's path: the path is an address, never read back) joins its
+// group's level; the group is recorded before its children.
 func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true, lvl: s.tree}
-	if i := strings.LastIndexByte(spec.Name, '/'); i >= 0 {
-		if g := s.groups[spec.Name[:i]]; g != nil {
+	if spec.Group != "" {
+		if g := s.groups[spec.Group]; g != nil {
 			rec.lvl = g.sub
 		}
 	}
