@@ -33,8 +33,10 @@ type written struct {
 	h     *held // a renewal's or a release's: the hold it was for
 	got   *coordinationv1.Lease
 	err   error
-	// adopted: a renewal refused after one whose answer was lost, whose
-	// Lease still named this replica, renewed from that version instead.
+	// adopted: a renewal refused with a conflict whose Lease, read back,
+	// was still this replica's term (a renewal of ours whose answer was
+	// lost, a foreign write of metadata), renewed from that version
+	// instead (renewAfterConflict).
 	adopted bool
 	// A campaign's: the term it starts, the term's reading when it was
 	// sent, and the holder it takes the shard over from.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/actorkube/controllermanager/lease"
 	"github.com/actorkube/controllermanager/lease/leasetest"
@@ -594,6 +595,69 @@ func TestALaggingWatchIsNotAdopted(t *testing.T) {
 				assert.Equal(t, "5", e.held[0].lease.ResourceVersion, "the version renewals go on from")
 			}
 			require.Same(t, h, e.held[0], "the shard is still held")
+		})
+	}
+}
+
+// TestAForeignWriteThatKeepsTheHolderKeepsTheShard: someone other than the
+// electors (kubectl label, a GitOps tool's annotation) updates the held
+// Lease without touching its holder. The holder's next renewal, made from
+// the version it wrote, is refused with a conflict; the Lease still names
+// it, in the same term, so it reads it and renews from there, as
+// client-go's elector does at its next try, instead of losing the shard
+// and fencing every controller for a label.
+func TestAForeignWriteThatKeepsTheHolderKeepsTheShard(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newGroup(t, 1)
+			g.single = single
+			a := g.start("a")
+			g.settle("a alone")
+			name := ShardLease(testGroup, 0)
+			if single {
+				name = testGroup
+			}
+			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			for round := range 3 {
+				l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
+				require.NoError(t, err)
+				if l.Annotations == nil {
+					l.Annotations = map[string]string{}
+				}
+				l.Annotations["example.com/touched"] = fmt.Sprint(round)
+				_, err = admin.Update(context.Background(), l, metav1.UpdateOptions{})
+				require.NoError(t, err)
+				for range 3 {
+					g.step()
+				}
+			}
+			select {
+			case i := <-a.lost:
+				a.mu.Lock()
+				reasons := slices.Clone(a.reasons)
+				a.mu.Unlock()
+				t.Fatalf("shard %d lost to a write that kept its holder: %v", i, reasons)
+			default:
+			}
+			assert.Equal(t, []string{"a"}, g.holders())
+			require.NoError(t, a.e.Guard(0)())
+			l, ok := g.server.Lease(testNamespace, name)
+			require.True(t, ok)
+			assert.Equal(t, "2", l.Annotations["example.com/touched"], "the renewals kept the foreign write")
+
+			// A foreign write of the record is another matter: a shorter
+			// duration lets the others take the Lease sooner than this
+			// term counts on, so the holder gives it up at its next renewal.
+			l.Spec.LeaseDurationSeconds = ptr.To(int32(1))
+			_, err := admin.Update(context.Background(), l, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			g.step()
+			select {
+			case i := <-a.lost:
+				assert.Equal(t, 0, i)
+			case <-time.After(wait):
+				t.Fatal("a changed duration did not lose the shard")
+			}
 		})
 	}
 }

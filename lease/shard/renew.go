@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -36,11 +37,11 @@ func (e *Elector) renewAll() {
 		l.Spec.RenewTime = &now
 		h.writing = true
 		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
-		unsure, term, decided := h.unsure, h.term, h.lease
+		term, decided := h.term, h.lease
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 			got, err := e.update(ctx, decided, l, false)
-			if apierrors.IsConflict(err) && unsure {
-				if adopted, ok := e.adoptOwnWrite(ctx, l, term); ok {
+			if apierrors.IsConflict(err) {
+				if adopted, ok := e.renewAfterConflict(ctx, decided, term); ok {
 					w.adopted, w.sent = true, adopted.sent
 					return adopted.got, nil
 				}
@@ -72,8 +73,8 @@ func (e *Elector) renewedShard(w *written) {
 		}
 	case apierrors.IsConflict(w.err):
 		delete(e.seenWhileWriting, i)
-		// Another replica wrote it since our last write: we cannot
-		// prove we hold it, so it is lost; fencing for nothing is safe.
+		// Written since our last write, and no longer this replica's
+		// term as read back (renewAfterConflict): it is lost.
 		e.lose(i, "renewal refused: the Lease was written by another")
 		return
 	default:
@@ -93,25 +94,43 @@ type ownWrite struct {
 	sent time.Duration
 }
 
-// adoptOwnWrite handles a renewal refused with a conflict after one whose
-// answer was lost, on the renewal's goroutine: it reads the Lease and, if
-// it still names this replica (only this replica writes its own identity,
-// so the version is the lost renewal's), renews from that version at once.
-// It reports whether it did; if not, the shard is lost.
-func (e *Elector) adoptOwnWrite(ctx context.Context, l *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
+// renewAfterConflict handles a renewal refused with a conflict, on the
+// renewal's goroutine, as client-go's elector does at its next try: it
+// reads the Lease and, if it is still this replica's term, renews from the
+// version read. Still this replica's term means: it names this replica
+// (only this replica writes its own identity) and its record is the one
+// decided was renewed from, but for a renew time that has not gone back
+// (a renewal of ours whose answer was lost may have moved it forward). So
+// a write that touched only the Lease's metadata (kubectl label, a GitOps
+// tool's annotation) or that was our own, its answer lost, costs one read;
+// anything else (another holder, a changed duration, a release, a new
+// term) and the shard is lost, as before. It reports whether it renewed.
+func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
 	leases := e.store
-	cur, err := leases.Get(ctx, l.Name)
-	if err != nil || holderOf(cur) != e.cfg.Identity {
+	cur, err := leases.Get(ctx, decided.Name)
+	if err != nil || holderOf(cur) != e.cfg.Identity || !sameTerm(cur, decided) {
 		return ownWrite{}, false
 	}
+	l := cur.DeepCopy()
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
-	cur.Spec.RenewTime = &now
+	l.Spec.RenewTime = &now
 	sent := term.Elapsed()
-	got, err := leases.Update(ctx, cur)
+	got, err := e.update(ctx, cur, l, false) // with no versions (a fake clientset), it checks cur again
 	if err != nil {
 		return ownWrite{}, false
 	}
 	return ownWrite{got: got, sent: sent}, true
+}
+
+// sameTerm reports whether cur is a version of decided's term: the same
+// record but for a renew time no earlier than decided's.
+func sameTerm(cur, decided *coordinationv1.Lease) bool {
+	if decided.Spec.RenewTime != nil && (cur.Spec.RenewTime == nil || cur.Spec.RenewTime.Before(decided.Spec.RenewTime)) {
+		return false
+	}
+	a, b := cur.Spec.DeepCopy(), decided.Spec.DeepCopy()
+	a.RenewTime, b.RenewTime = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // renewMember creates or renews this replica's member Lease, unless a

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/e2e/internal/cluster"
+)
+
+// countingController counts its runs.
+type countingController struct{ runs atomic.Int32 }
+
+func (c *countingController) Run(context.Context) error { c.runs.Add(1); return nil }
+func (c *countingController) Shutdown(context.Context)  {}
+func (c *countingController) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "counted", Healthy: true}
+}
+
+// TestLeaseAnnotatedWhileHeld annotates the held Lease on a real API server, as
+// `kubectl annotate lease` or a GitOps tool does, three times. Each annotation makes
+// the leader's next renewal, written from the version it wrote last, a 409 Conflict.
+// The Lease still names the leader in the same term, so it must renew from the version
+// it reads back, keep the annotation, and neither lose the lease nor restart anything;
+// it lost the lease, and fenced every controller, on each of them.
+func TestLeaseAnnotatedWhileHeld(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	yes := true
+	mgr, err := cm.NewControllerManager(cm.NewContext(c.Clientset()), cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{
+			Enabled: &yes, LeaseName: "annotated", LeaseNamespace: "default",
+			LeaseDuration: metav1.Duration{Duration: leaseDuration},
+			RenewDeadline: metav1.Duration{Duration: renewDeadline},
+			RetryPeriod:   metav1.Duration{Duration: retryPeriod},
+		},
+	}, "", cm.WithIdentity("leader"), cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var lost []error
+	defer mgr.Subscribe(func(e cm.Event) {
+		if e.Type == cm.LeaderLost {
+			mu.Lock()
+			lost = append(lost, e.Err)
+			mu.Unlock()
+		}
+	})()
+	ctrl := &countingController{}
+	mgr.Add(ctrl)
+	require.NoError(t, mgr.Start(ctx, time.Minute))
+	defer func() {
+		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		mgr.ShutdownAndWait(stopCtx)
+	}()
+
+	leases := c.Clientset().CoordinationV1().Leases("default")
+	for round := range 3 {
+		var annotated *coordinationv1.Lease
+		// As kubectl does: read, write, and again on a conflict with a renewal.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := leases.Get(ctx, "annotated", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations["example.com/touched"] = fmt.Sprint(round)
+			annotated, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+			return err
+		})
+		require.NoError(t, err, "round %d", round)
+		// Wait for two renewals after the annotation: the first is the one refused
+		// and redone from the version read back.
+		renewed := annotated.Spec.RenewTime.Time
+		for range 2 {
+			require.Eventually(t, func() bool {
+				cur, err := leases.Get(ctx, "annotated", metav1.GetOptions{})
+				if err != nil || cur.Spec.RenewTime == nil || !cur.Spec.RenewTime.After(renewed) {
+					return false
+				}
+				renewed = cur.Spec.RenewTime.Time
+				return true
+			}, 4*renewDeadline, retryPeriod/5, "round %d: the leader stopped renewing", round)
+		}
+	}
+
+	l, err := leases.Get(ctx, "annotated", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "leader", *l.Spec.HolderIdentity)
+	require.Equal(t, "2", l.Annotations["example.com/touched"], "the renewals wrote over the annotation")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, lost, "the leader lost its Lease to an annotation")
+	require.Equal(t, int32(1), ctrl.runs.Load(), "the controller was started again")
+	st, err := mgr.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cm.Phase("Running"), st.Phase)
+}
