@@ -661,3 +661,22 @@ func TestAForeignWriteThatKeepsTheHolderKeepsTheShard(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAnnotatedLeaseIsStillReleased: a holder that stops after someone
+// annotated its Lease releases it all the same, so that a standby takes it
+// at once rather than a lease duration later.
+func TestAnAnnotatedLeaseIsStillReleased(t *testing.T) {
+	g := newSingleGroup(t)
+	g.start("a")
+	g.settle("a alone")
+	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	l, err := admin.Get(context.Background(), testGroup, metav1.GetOptions{})
+	require.NoError(t, err)
+	l.Annotations = map[string]string{"example.com/touched": "yes"}
+	_, err = admin.Update(context.Background(), l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	g.stop("a")
+	l = g.singleLease()
+	assert.Empty(t, *l.Spec.HolderIdentity, "not released")
+	assert.Equal(t, "yes", l.Annotations["example.com/touched"])
+}

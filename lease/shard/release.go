@@ -28,8 +28,17 @@ func (e *Elector) release(i int) {
 	decided := h.lease
 	l := released(decided, e.cfg.Clock.Now())
 	h.writing = true
+	now := e.cfg.Clock.Now()
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return e.update(ctx, decided, l, false)
+		got, err := e.update(ctx, decided, l, false)
+		if apierrors.IsConflict(err) {
+			// As a renewal does (renewAfterConflict): a Lease whose
+			// metadata someone edited is still ours to release.
+			if cur, gerr := e.store.Get(ctx, decided.Name); gerr == nil && holderOf(cur) == e.cfg.Identity && sameTerm(cur, decided) {
+				return e.update(ctx, cur, released(cur, now), false)
+			}
+		}
+		return got, err
 	})
 }
 
