@@ -69,7 +69,8 @@ type Server struct {
 	watches map[*leaseWatch]bool // open watches
 }
 
-// Write is one successful create or update of a Lease.
+// Write is one successful create or update of a Lease (a delete is not
+// one: it shows on watches only).
 type Write struct {
 	Time      time.Time
 	Namespace string
@@ -96,8 +97,8 @@ type Client struct {
 }
 
 // Client returns a new clientset whose Lease calls go to s; name tags its
-// writes in History. Its Lease calls are get, list, create, update and
-// watch (see Watch in watch.go).
+// writes in History. Its Lease calls are get, list, create, update,
+// delete and watch (see Watch in watch.go).
 func (s *Server) Client(name string) *Client {
 	c := &Client{Clientset: fake.NewClientset(), name: name}
 	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -157,6 +158,18 @@ func (s *Server) react(client string, action k8stesting.Action) (bool, runtime.O
 					obj.ResourceVersion, cur.ResourceVersion))
 		}
 		return true, s.store(client, obj), nil
+	case "delete":
+		name := action.(k8stesting.DeleteAction).GetName()
+		cur, ok := s.objects[ns+"/"+name]
+		if !ok {
+			return true, nil, apierrors.NewNotFound(leases, name)
+		}
+		delete(s.objects, ns+"/"+name)
+		s.version++
+		gone := cur.DeepCopy()
+		gone.ResourceVersion = strconv.FormatInt(s.version, 10)
+		s.notifyDeleted(gone)
+		return true, nil, nil
 	}
 	return true, nil, apierrors.NewMethodNotSupported(leases, action.GetVerb())
 }

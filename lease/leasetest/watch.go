@@ -27,8 +27,8 @@ import (
 //     with 410 Gone when the version is newer than the server's;
 //   - label selectors and the field selectors metadata.name and
 //     metadata.namespace filter both;
-//   - every create and update is a Modified event (Added for a create);
-//     Leases are never deleted;
+//   - every create and update is a Modified event (Added for a create), a
+//     delete a Deleted event carrying the last version;
 //   - a partitioned Client's open watches stop (the result channel is
 //     closed, as when a connection drops), and its new ones fail.
 //
@@ -39,6 +39,7 @@ import (
 type logged struct {
 	version int64
 	created bool
+	deleted bool
 	lease   *coordinationv1.Lease
 }
 
@@ -186,8 +187,11 @@ func (s *Server) watchFor(c *Client, action k8stesting.Action) (bool, watch.Inte
 
 func event(e logged) watch.Event {
 	t := watch.Modified
-	if e.created {
+	switch {
+	case e.created:
 		t = watch.Added
+	case e.deleted:
+		t = watch.Deleted
 	}
 	return watch.Event{Type: t, Object: e.lease.DeepCopy()}
 }
@@ -199,6 +203,19 @@ func (s *Server) notify(obj *coordinationv1.Lease, created bool) {
 	s.log = append(s.log, e)
 	for w := range s.watches {
 		if w.matches(obj) {
+			w.push(event(e))
+		}
+	}
+}
+
+// notifyDeleted logs the deletion of gone (its last version, with the
+// deletion's resourceVersion) and sends it to the watches it matches.
+// s.mu is held.
+func (s *Server) notifyDeleted(gone *coordinationv1.Lease) {
+	e := logged{version: s.version, deleted: true, lease: gone}
+	s.log = append(s.log, e)
+	for w := range s.watches {
+		if w.matches(gone) {
 			w.push(event(e))
 		}
 	}

@@ -151,3 +151,40 @@ func TestPartitionStopsWatches(t *testing.T) {
 	defer wa2.Stop()
 	assert.Equal(t, "thief", holderOf(next(t, wa2)), "reconnected, it resumes from its version")
 }
+
+// TestDeleteIsADeletedEvent: a deleted Lease is gone for get and list, its
+// watchers get a Deleted event with its last version, and a watch resumed
+// from before the deletion replays it; it can be created again.
+func TestDeleteIsADeletedEvent(t *testing.T) {
+	ctx := context.Background()
+	s := NewServer()
+	c := s.Client("a")
+	leases := c.CoordinationV1().Leases("ns")
+	created, err := leases.Create(ctx, newLease("x-0", "x", "a"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	w, err := leases.Watch(ctx, metav1.ListOptions{ResourceVersion: created.ResourceVersion})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	require.NoError(t, leases.Delete(ctx, "x-0", metav1.DeleteOptions{}))
+	ev := next(t, w)
+	assert.Equal(t, watch.Deleted, ev.Type)
+	assert.Equal(t, "a", holderOf(ev))
+	_, err = leases.Get(ctx, "x-0", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "get after delete: %v", err)
+	list, err := leases.List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Items)
+	assert.True(t, apierrors.IsNotFound(leases.Delete(ctx, "x-0", metav1.DeleteOptions{})))
+
+	resumed, err := leases.Watch(ctx, metav1.ListOptions{ResourceVersion: created.ResourceVersion})
+	require.NoError(t, err)
+	defer resumed.Stop()
+	assert.Equal(t, watch.Deleted, next(t, resumed).Type)
+
+	_, err = leases.Create(ctx, newLease("x-0", "x", "b"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	ev = next(t, w)
+	assert.Equal(t, watch.Added, ev.Type)
+	assert.Equal(t, "b", holderOf(ev))
+}
