@@ -436,3 +436,52 @@ func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
 		})
 	}
 }
+
+// TestElectionEditedAndDeletedLeaseOnFakeClientsets: an operator annotates
+// the held Lease, then deletes it, on every in-memory API server a user's
+// tests may run on. The holder keeps the lease through both (it renews from
+// the annotated version; it creates the deleted Lease again in its term),
+// the standby takes nothing, and no controller runs on both.
+func TestElectionEditedAndDeletedLeaseOnFakeClientsets(t *testing.T) {
+	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			srv, activity := newFakeServer(backend), newElActivity(t)
+			a := newFakeReplica(t, srv, "a", 1, activity)
+			elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
+			b := newFakeReplica(t, srv, "b", 1, activity)
+			elEventually(t, "b stands by", func() bool {
+				st, err := b.m.Status(context.Background())
+				return err == nil && st.LeaderIdentity == "a"
+			})
+			leases := srv.client("operator").CoordinationV1().Leases(elNamespace)
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				l.Annotations = map[string]string{"example.com/touched": "yes"}
+				_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+				return err
+			}))
+			renewedAfter := func(since time.Time) func() bool {
+				return func() bool {
+					l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+					return err == nil && holderIdentity(l) == "a" && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since)
+				}
+			}
+			elEventually(t, "a renews the annotated Lease", renewedAfter(time.Now()))
+			require.NoError(t, leases.Delete(context.Background(), elLeaseName, metav1.DeleteOptions{}))
+			elEventually(t, "a creates the deleted Lease again", renewedAfter(time.Now()))
+			elEventually(t, "a renews it", renewedAfter(time.Now()))
+			assert.Zero(t, a.losses(), "a lost the lease to an edit")
+			assert.Zero(t, b.holds(t), "b took the lease")
+			assert.Equal(t, 1, a.holds(t))
+			activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+				func(x, y elSpan, xEnd, yEnd time.Time) {
+					t.Errorf("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+						xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+				})
+		})
+	}
+}

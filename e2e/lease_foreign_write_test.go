@@ -109,3 +109,76 @@ func TestLeaseAnnotatedWhileHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cm.Phase("Running"), st.Phase)
 }
+
+// TestLeaseDeletedWhileHeld deletes the held Lease on a real API server, as `kubectl
+// delete lease` does. The leader's next renewal creates it again in the same term, as
+// client-go's elector does: no LeaderLost, nothing restarted. It used to lose the lease
+// at its renew deadline, and no replica ever created it again.
+func TestLeaseDeletedWhileHeld(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	yes := true
+	mgr, err := cm.NewControllerManager(cm.NewContext(c.Clientset()), cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{
+			Enabled: &yes, LeaseName: "deleted", LeaseNamespace: "default",
+			LeaseDuration: metav1.Duration{Duration: leaseDuration},
+			RenewDeadline: metav1.Duration{Duration: renewDeadline},
+			RetryPeriod:   metav1.Duration{Duration: retryPeriod},
+		},
+	}, "", cm.WithIdentity("leader"), cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var lost []error
+	defer mgr.Subscribe(func(e cm.Event) {
+		if e.Type == cm.LeaderLost {
+			mu.Lock()
+			lost = append(lost, e.Err)
+			mu.Unlock()
+		}
+	})()
+	ctrl := &countingController{}
+	mgr.Add(ctrl)
+	require.NoError(t, mgr.Start(ctx, time.Minute))
+	defer func() {
+		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		mgr.ShutdownAndWait(stopCtx)
+	}()
+
+	leases := c.Clientset().CoordinationV1().Leases("default")
+	before, err := leases.Get(ctx, "deleted", metav1.GetOptions{})
+	require.NoError(t, err)
+	for round := range 2 {
+		deleted := time.Now()
+		require.NoError(t, leases.Delete(ctx, "deleted", metav1.DeleteOptions{}), "round %d", round)
+		var again *coordinationv1.Lease
+		require.Eventually(t, func() bool {
+			again, err = leases.Get(ctx, "deleted", metav1.GetOptions{})
+			return err == nil
+		}, 4*renewDeadline, retryPeriod/5, "round %d: nobody created the Lease again", round)
+		t.Logf("round %d: created again %s after the deletion", round, time.Since(deleted).Round(time.Millisecond))
+		require.Equal(t, "leader", *again.Spec.HolderIdentity)
+		require.Equal(t, *before.Spec.LeaseTransitions, *again.Spec.LeaseTransitions, "a new term")
+		require.True(t, before.Spec.AcquireTime.Equal(again.Spec.AcquireTime), "a new term")
+	}
+	// Two more renewals: it goes on renewing the Lease it created.
+	renewed := time.Time{}
+	for range 2 {
+		require.Eventually(t, func() bool {
+			cur, err := leases.Get(ctx, "deleted", metav1.GetOptions{})
+			if err != nil || cur.Spec.RenewTime == nil || !cur.Spec.RenewTime.After(renewed) {
+				return false
+			}
+			renewed = cur.Spec.RenewTime.Time
+			return true
+		}, 4*renewDeadline, retryPeriod/5, "the leader stopped renewing")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, lost, "the leader lost its Lease to a deletion")
+	require.Equal(t, int32(1), ctrl.runs.Load(), "the controller was started again")
+	st, err := mgr.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cm.Phase("Running"), st.Phase)
+}

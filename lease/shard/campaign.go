@@ -135,12 +135,12 @@ func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 func (e *Elector) campaign(i int) {
 	name := e.leaseName(i)
 	o := e.observed[name]
-	var decided *coordinationv1.Lease
-	if o != nil {
+	if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+		return // held elsewhere, or deleted while held and not expired yet (observed.gone)
+	}
+	var decided *coordinationv1.Lease // nil: there is no Lease to update, it is created
+	if o != nil && !o.gone {
 		decided = o.lease
-		if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
-			return
-		}
 	}
 	if v, ok := e.tried[i]; ok && sameVersion(v, decided) {
 		return
@@ -153,7 +153,7 @@ func (e *Elector) campaign(i int) {
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
 	e.campaigning[i] = true
-	if o == nil {
+	if decided == nil {
 		labels := map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}
 		if e.cfg.SingleLease {
 			labels = nil // as client-go's LeaseLock creates it
@@ -194,6 +194,14 @@ func (e *Elector) campaigned(w *written) {
 	delete(e.campaigning, i)
 	if w.err != nil {
 		delete(e.seenWhileWriting, i)
+		if apierrors.IsNotFound(w.err) {
+			// The Lease it was to update from has been deleted since. It
+			// had expired by our clock (campaign), so its holder has given
+			// it up: it is created at the next reconcile.
+			delete(e.observed, e.leaseName(i))
+			delete(e.tried, i)
+			return
+		}
 		if !apierrors.IsConflict(w.err) && !apierrors.IsAlreadyExists(w.err) {
 			e.cfg.Logger.Warn("cannot acquire shard", "shard", i, "err", w.err)
 		}

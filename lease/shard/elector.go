@@ -257,9 +257,17 @@ type Elector struct {
 
 // observed is a Lease as last seen and when it was first seen so: the
 // local-observation clock that expiry is measured on.
+//
+// gone marks a Lease seen deleted (a watch's Deleted event, or missing from
+// a list): lease is its last version and seenAt when the deletion was seen.
+// Its holder still counts until the Lease expires from then, as after a
+// last renewal: the holder may be running until its renewals find nothing
+// (it gives the shard up at once, or by RenewDeadline at the latest), so a
+// standby creates the Lease again only once that has passed.
 type observed struct {
 	lease  *coordinationv1.Lease
 	seenAt time.Time
+	gone   bool
 }
 
 // held is a shard Lease this replica holds.

@@ -680,3 +680,114 @@ func TestAnAnnotatedLeaseIsStillReleased(t *testing.T) {
 	assert.Empty(t, *l.Spec.HolderIdentity, "not released")
 	assert.Equal(t, "yes", l.Annotations["example.com/touched"])
 }
+
+// TestADeletedLeaseIsCreatedAgainByItsHolder: someone deletes the held
+// Lease (kubectl delete lease). The holder's next renewal creates it again,
+// in the same term (holder, acquire time, transitions), as client-go's
+// elector does: no failover, nothing lost. The standby, which saw the
+// deletion, does not take it meanwhile (it would wait LeaseDuration from
+// the deletion: TestALeaseDeletedWhileItsHolderIsCutOff). It used to be
+// held by nobody, for ever: every campaign's read found nothing to update.
+func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newGroup(t, 1)
+			g.single = single
+			a := g.start("a")
+			g.settle("a alone")
+			g.start("b")
+			g.settle("b standing by")
+			name := ShardLease(testGroup, 0)
+			if single {
+				name = testGroup
+			}
+			before, ok := g.server.Lease(testNamespace, name)
+			require.True(t, ok)
+			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
+			periods := 0
+			for g.server.Holder(testNamespace, name) == "" {
+				require.Less(t, periods, 4, "the holder did not create the deleted Lease again")
+				g.step()
+				periods++
+			}
+			after, _ := g.server.Lease(testNamespace, name)
+			assert.Equal(t, "a", *after.Spec.HolderIdentity)
+			assert.Equal(t, *before.Spec.LeaseTransitions, *after.Spec.LeaseTransitions, "a new term")
+			assert.True(t, before.Spec.AcquireTime.Equal(after.Spec.AcquireTime), "a new term")
+			assert.Equal(t, before.Labels, after.Labels)
+			for range 3 {
+				g.step()
+			}
+			select {
+			case i := <-a.lost:
+				t.Fatalf("a lost shard %d to the deletion", i)
+			default:
+			}
+			require.NoError(t, a.e.Guard(0)())
+			assert.Equal(t, []string{"a"}, g.holders())
+			t.Logf("created again after %d retry periods", periods)
+		})
+	}
+}
+
+// TestALeaseDeletedWhileItsHolderIsCutOff: the holder cannot hear of the
+// deletion (partitioned), so it runs the shard until its renewals have
+// failed for RenewDeadline. The standby, which sees the deletion at once,
+// must not create the Lease again before that: it waits LeaseDuration
+// from the deletion (observed.gone), and the journal checks that the shard
+// never runs on both.
+func TestALeaseDeletedWhileItsHolderIsCutOff(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newGroup(t, 1)
+			g.single = single
+			a := g.start("a")
+			g.settle("a alone")
+			b := g.start("b")
+			g.settle("b standing by")
+			name := ShardLease(testGroup, 0)
+			if single {
+				name = testGroup
+			}
+			a.client.Partition(true)
+			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
+			periods := 0
+			for g.server.Holder(testNamespace, name) == "" {
+				require.Less(t, periods, 4*int(leaseDuration/retryPeriod), "nobody created the Lease again")
+				g.step()
+				periods++
+			}
+			assert.Equal(t, "b", g.server.Holder(testNamespace, name))
+			assert.GreaterOrEqual(t, time.Duration(periods)*retryPeriod, leaseDuration, "created again before a holder that did not hear of the deletion had to give it up")
+			select {
+			case <-a.lost:
+			default:
+				t.Fatal("a, cut off, did not give the shard up")
+			}
+			require.Error(t, a.e.Guard(0)())
+			require.NoError(t, b.e.Guard(0)())
+			t.Logf("created again after %d retry periods", periods)
+		})
+	}
+}
+
+// TestADeletedMemberLeaseIsCreatedAgain: a replica whose member Lease is
+// deleted creates it again at its next renewal and keeps its share; it
+// used to update the deleted Lease for ever, and to drop out of the
+// others' assignment once they had forgotten it.
+func TestADeletedMemberLeaseIsCreatedAgain(t *testing.T) {
+	g := newGroup(t, 4)
+	g.start("a")
+	g.start("b")
+	g.settleStepping("a and b", 4*int(leaseDuration/retryPeriod))
+	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	member := MemberLease(testGroup, "b")
+	require.NoError(t, admin.Delete(context.Background(), member, metav1.DeleteOptions{}))
+	for range 2 * int(leaseDuration/retryPeriod) {
+		g.step()
+	}
+	require.Equal(t, "b", g.server.Holder(testNamespace, member), "b's member Lease was not created again")
+	g.settle("a and b, after the deletion")
+}

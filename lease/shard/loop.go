@@ -10,6 +10,7 @@ import (
 // The loop's messages, besides the writes' answers (written).
 type (
 	leaseSeen  struct{ lease *coordinationv1.Lease }
+	leaseGone  struct{ lease *coordinationv1.Lease } // a watch's Deleted: the last version
 	listed     struct{ leases []coordinationv1.Lease }
 	polled     struct{ leases []coordinationv1.Lease } // listed while the watch was silent
 	shardDone  struct{ shard int }
@@ -153,18 +154,16 @@ func (e *Elector) handle(ev any) {
 				e.see(l)
 			}
 		}
+		e.missing(m.leases, true)
 	case listed:
 		e.heard = true
-		names := map[string]bool{}
 		for i := range m.leases {
-			names[m.leases[i].Name] = true
 			e.see(&m.leases[i])
 		}
-		for name := range e.observed {
-			if !names[name] {
-				delete(e.observed, name)
-			}
-		}
+		e.missing(m.leases, false)
+	case leaseGone:
+		e.heard = true
+		e.gone(m.lease)
 	case *written:
 		e.tick.answered(m)
 		switch m.kind {

@@ -63,6 +63,57 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	}
 }
 
+// gone records that l, its last version, has been deleted (seen on the
+// watch, or missing from a list): a tombstone (observed.gone) whose holder
+// counts until it expires from now. A shard this replica holds is created
+// again by its next renewal (recreate), and so is this replica's member
+// Lease.
+func (e *Elector) gone(l *coordinationv1.Lease) {
+	if o := e.observed[l.Name]; o != nil && o.gone {
+		return // seen gone already: expiry counts from then
+	}
+	e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now(), gone: true}
+	if l.Name == MemberLease(e.cfg.Name, e.cfg.Identity) && !e.memberWriting {
+		e.member = nil
+	}
+	i, ok := e.shardIndex(l)
+	if !ok {
+		return
+	}
+	if e.held[i] == nil {
+		e.noteHolder(i, "")
+	}
+}
+
+// missing takes a list's verdict on the Leases it does not hold: each one
+// observed is gone (a tombstone), and a tombstone that has expired is
+// forgotten. A poll leaves out the shards this replica holds or is
+// campaigning for, as it does for the Leases it lists: their writes'
+// answers and the watch judge them.
+func (e *Elector) missing(listed []coordinationv1.Lease, poll bool) {
+	names := make(map[string]bool, len(listed))
+	for k := range listed {
+		names[listed[k].Name] = true
+	}
+	for name, o := range e.observed {
+		switch {
+		case names[name]:
+		case o.gone && e.expired(o):
+			delete(e.observed, name)
+		case poll && e.judgedByWrites(o.lease):
+		default:
+			e.gone(o.lease)
+		}
+	}
+}
+
+// judgedByWrites reports whether l is a shard Lease this replica holds or
+// is campaigning for.
+func (e *Elector) judgedByWrites(l *coordinationv1.Lease) bool {
+	i, ok := e.shardIndex(l)
+	return ok && (e.held[i] != nil || e.campaigning[i])
+}
+
 // replaySeen takes, once a write of shard i has been answered with h's
 // version, what the watch showed while it was in flight: if our version was
 // among them, the watch has confirmed it, and a later version naming
@@ -215,7 +266,7 @@ func (e *Elector) publish() {
 		s := &e.status[i]
 		s.Held = e.held[i] != nil
 		s.Holder = ""
-		if o := e.observed[s.Lease]; o != nil {
+		if o := e.observed[s.Lease]; o != nil && !o.gone {
 			s.Holder = holderOf(o.lease)
 		}
 	}
@@ -287,8 +338,13 @@ func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward f
 			forward(watchEnded{})
 			return false
 		}
-		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-			return forward(leaseSeen{lease: l})
+		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease {
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				return forward(leaseSeen{lease: l})
+			case watch.Deleted:
+				return forward(leaseGone{lease: l})
+			}
 		}
 		return true
 	}

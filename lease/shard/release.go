@@ -74,6 +74,8 @@ func (e *Elector) releasedShard(w *written) {
 	case w.err == nil:
 	case apierrors.IsConflict(w.err):
 		// Taken meanwhile (see will have called lose, or will): nothing to release.
+	case apierrors.IsNotFound(w.err):
+		// Deleted meanwhile: nothing to release either.
 	default:
 		if e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
 			e.cfg.Logger.Warn("cannot release shard; retrying", "shard", i, "err", w.err)

@@ -40,7 +40,9 @@ func (e *Elector) renewAll() {
 		term, decided := h.term, h.lease
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 			got, err := e.update(ctx, decided, l, false)
-			if apierrors.IsConflict(err) {
+			// A Lease deleted since is NotFound on a fake, 409 on the API
+			// server (its UID precondition fails): both are read back.
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				if adopted, ok := e.renewAfterConflict(ctx, decided, term); ok {
 					w.adopted, w.sent = true, adopted.sent
 					return adopted.got, nil
@@ -74,8 +76,15 @@ func (e *Elector) renewedShard(w *written) {
 	case apierrors.IsConflict(w.err):
 		delete(e.seenWhileWriting, i)
 		// Written since our last write, and no longer this replica's
-		// term as read back (renewAfterConflict): it is lost.
+		// term as read back, or deleted and created again by another
+		// (renewAfterConflict): it is lost.
 		e.lose(i, "renewal refused: the Lease was written by another")
+		return
+	case apierrors.IsNotFound(w.err):
+		// Deleted, and not created again (recreate): taken by another
+		// meanwhile, or its namespace is gone. Lost.
+		delete(e.seenWhileWriting, i)
+		e.lose(i, "the Lease was deleted and could not be created again")
 		return
 	default:
 		delete(e.seenWhileWriting, i)
@@ -94,10 +103,28 @@ type ownWrite struct {
 	sent time.Duration
 }
 
-// renewAfterConflict handles a renewal refused with a conflict, on the
-// renewal's goroutine, as client-go's elector does at its next try: it
-// reads the Lease and, if it is still this replica's term, renews from the
-// version read. Still this replica's term means: it names this replica
+// recreate is a renewal of a Lease that someone deleted, as client-go's
+// elector makes it at its next try: the Lease created again from l, this
+// replica's term (its holder, acquire time and transitions) renewed now.
+// It is safe: a standby that saw the deletion waits LeaseDuration from
+// then before it creates the Lease itself (observed.gone), one that did
+// not, LeaseDuration from the last renewal it saw; a create is atomic, and
+// one that finds the Lease created already is refused (AlreadyExists, read
+// back by renewAfterConflict). So deleting a held Lease costs no
+// failover, as with client-go.
+func (e *Elector) recreate(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	c := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, Annotations: l.Annotations},
+		Spec:       *l.Spec.DeepCopy(),
+	}
+	return e.store.Create(ctx, c)
+}
+
+// renewAfterConflict handles a renewal refused with a conflict (or a
+// NotFound), on the renewal's goroutine, as client-go's elector does at its
+// next try: it reads the Lease and, if it is still this replica's term,
+// renews from the version read; if it is gone, it creates it again
+// (recreate). Still this replica's term means: it names this replica
 // (only this replica writes its own identity) and its record is the one
 // decided was renewed from, but for a renew time that has not gone back
 // (a renewal of ours whose answer was lost may have moved it forward). So
@@ -108,11 +135,22 @@ type ownWrite struct {
 func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
 	leases := e.store
 	cur, err := leases.Get(ctx, decided.Name)
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	if apierrors.IsNotFound(err) {
+		// Deleted (kubectl delete lease): created again in this term.
+		l := decided.DeepCopy()
+		l.Spec.RenewTime = &now
+		sent := term.Elapsed()
+		got, err := e.recreate(ctx, l)
+		if err != nil {
+			return ownWrite{}, false
+		}
+		return ownWrite{got: got, sent: sent}, true
+	}
 	if err != nil || holderOf(cur) != e.cfg.Identity || !sameTerm(cur, decided) {
 		return ownWrite{}, false
 	}
 	l := cur.DeepCopy()
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	l.Spec.RenewTime = &now
 	sent := term.Elapsed()
 	got, err := e.update(ctx, cur, l, false) // with no versions (a fake clientset), it checks cur again
@@ -145,7 +183,7 @@ func (e *Elector) renewMember() {
 	name := MemberLease(e.cfg.Name, id)
 	leases := e.store
 	if e.member == nil {
-		if o := e.observed[name]; o != nil {
+		if o := e.observed[name]; o != nil && !o.gone {
 			e.member = o.lease.DeepCopy()
 		} else {
 			l := &coordinationv1.Lease{
@@ -223,6 +261,11 @@ func (e *Elector) wroteMember(w *written) {
 		e.member = w.got
 	case apierrors.IsConflict(w.err):
 		e.member = nil // read it again from the watch
+	case apierrors.IsNotFound(w.err):
+		e.member = nil // deleted: created again at the next renewal
+		if o := e.observed[MemberLease(e.cfg.Name, e.cfg.Identity)]; o != nil {
+			o.gone = true
+		}
 	case apierrors.IsAlreadyExists(w.err):
 	case w.kind == writeMemberRelease:
 		e.cfg.Logger.Warn("cannot release the member lease", "err", w.err) // Run's end tries again
