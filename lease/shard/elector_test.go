@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -790,4 +791,50 @@ func TestADeletedMemberLeaseIsCreatedAgain(t *testing.T) {
 	}
 	require.Equal(t, "b", g.server.Holder(testNamespace, member), "b's member Lease was not created again")
 	g.settle("a and b, after the deletion")
+}
+
+// TestEditsOfADeadHoldersLeaseDoNotKeepItAlive: the holder dies (SIGKILL:
+// nothing released) and something keeps editing the Lease's metadata (a
+// GitOps tool reapplying its labels), more often than LeaseDuration. Only
+// a renewal proves the holder alive: as client-go's elector judges expiry
+// on the record, the standby takes the Lease once it has expired since the
+// last renewal it saw, however many edits came since. It used to restart
+// its clock at each edit, and never took the Lease.
+func TestEditsOfADeadHoldersLeaseDoNotKeepItAlive(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newGroup(t, 1)
+			g.single = single
+			g.start("a")
+			g.settle("a alone")
+			g.start("b")
+			g.settle("b standing by")
+			name := ShardLease(testGroup, 0)
+			if single {
+				name = testGroup
+			}
+			g.crash("a")
+			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			periods := 0
+			for g.server.Holder(testNamespace, name) != "b" {
+				require.Less(t, periods, 3*int(leaseDuration/retryPeriod), "b never took the dead holder's Lease")
+				require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					if l.Labels == nil {
+						l.Labels = map[string]string{}
+					}
+					l.Labels["example.com/synced"] = fmt.Sprint(periods)
+					_, err = admin.Update(context.Background(), l, metav1.UpdateOptions{})
+					return err
+				}))
+				g.step()
+				periods++
+			}
+			assert.LessOrEqual(t, time.Duration(periods)*retryPeriod, leaseDuration+3*retryPeriod)
+			t.Logf("taken after %d retry periods", periods)
+		})
+	}
 }

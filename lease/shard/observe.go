@@ -13,10 +13,17 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// see records l, with the local time when it changed.
+// see records l, with the local time when its record changed. An edit of
+// its metadata alone (a label, an annotation) is a new version to write
+// from, but no renewal: expiry still counts from the last change of the
+// record, as client-go's observedRawRecord has it, or edits made more
+// often than LeaseDuration would keep a dead holder's Lease alive for ever.
 func (e *Elector) see(l *coordinationv1.Lease) {
-	if o := e.observed[l.Name]; o == nil || !sameVersion(o.lease, l) {
+	switch o := e.observed[l.Name]; {
+	case o == nil || o.gone || !equality.Semantic.DeepEqual(o.lease.Spec, l.Spec):
 		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
+	case o.lease.ResourceVersion != l.ResourceVersion:
+		o.lease = l.DeepCopy()
 	}
 	i, ok := e.shardIndex(l)
 	if !ok {
