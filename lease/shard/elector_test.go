@@ -838,3 +838,35 @@ func TestEditsOfADeadHoldersLeaseDoNotKeepItAlive(t *testing.T) {
 		})
 	}
 }
+
+// TestAnEditThatDropsTheGroupLabelIsUndone: an edit removes the label the
+// group's watches select by from a held shard Lease. The holder's next
+// renewal, refused, reads the Lease back and writes the label again, so
+// that the other replicas go on seeing the Lease (and could take it once
+// its holder died) instead of losing it from their lists.
+func TestAnEditThatDropsTheGroupLabelIsUndone(t *testing.T) {
+	g := newGroup(t, 1)
+	a := g.start("a")
+	g.settle("a alone")
+	name := ShardLease(testGroup, 0)
+	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(l.Labels, LabelGroup)
+	l.Labels["example.com/kept"] = "yes"
+	_, err = admin.Update(context.Background(), l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	for range 3 {
+		g.step()
+	}
+	l, ok := g.server.Lease(testNamespace, name)
+	require.True(t, ok)
+	assert.Equal(t, testGroup, l.Labels[LabelGroup], "the group label was not written back")
+	assert.Equal(t, "yes", l.Labels["example.com/kept"])
+	assert.Equal(t, "a", *l.Spec.HolderIdentity)
+	select {
+	case i := <-a.lost:
+		t.Fatalf("a lost shard %d to the edit", i)
+	default:
+	}
+}

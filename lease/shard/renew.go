@@ -152,6 +152,16 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 	}
 	l := cur.DeepCopy()
 	l.Spec.RenewTime = &now
+	for _, k := range []string{LabelGroup, LabelRole} {
+		// The labels the group's watches select by: an edit that dropped
+		// one would hide the Lease from every replica's watch and list.
+		if v, ok := decided.Labels[k]; ok && l.Labels[k] != v {
+			if l.Labels == nil {
+				l.Labels = map[string]string{}
+			}
+			l.Labels[k] = v
+		}
+	}
 	sent := term.Elapsed()
 	got, err := e.update(ctx, cur, l, false) // with no versions (a fake clientset), it checks cur again
 	if err != nil {
