@@ -296,13 +296,16 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 
 // checkStranded: while the manager runs, a webhook (it runs on every
 // replica, whoever leads) that is Stopped, with no group above it Stopped
-// and no StopChild or RemoveChild ever sent for it or a group above it,
-// must leave Stopped within the longest backoff: nothing stops a webhook
-// for good but a request or its group's spent budget (OnExhausted Stop).
+// or Stopping and no StopChild or RemoveChild ever sent for it or a group
+// above it, must leave Stopped within the longest backoff: nothing stops a
+// webhook for good but a request or its group's spent budget (OnExhausted
+// Stop). A group above it still Stopping is on its way: stopped for good
+// (its budget spent) while a sibling's Shutdown hangs, or restarting whole,
+// which starts the webhook again once that Shutdown returns.
 func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 	stopped := map[string]bool{}
 	for _, cs := range all {
-		if cs.State == supervisor.StateStopped {
+		if cs.State == supervisor.StateStopped || (cs.Kind.IsGroup() && cs.State == supervisor.StateStopping) {
 			stopped[cs.Name] = true
 		}
 	}
@@ -320,8 +323,13 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 		if slices.ContainsFunc(r.obligations, func(o *obligation) bool { return o.key == key }) {
 			continue
 		}
+		// Due the longest backoff after the first check that finds nothing
+		// above it stopped or stopping: a webhook stopped with its group
+		// (a spent budget) and still Stopped while a StartChild of the group
+		// starts its children one after another is not overdue from when
+		// it stopped.
 		r.obligations = append(r.obligations, &obligation{
-			inv: Stranded, child: name, key: key, due: since.Add(r.sc.maxBackoff() + r.cfg.Slack),
+			inv: Stranded, child: name, key: key, due: time.Now().Add(r.sc.maxBackoff() + r.cfg.Slack),
 			what: fmt.Sprintf("webhook Stopped since %s while the manager runs, with no StopChild or RemoveChild of it or above it and no group above it stopped", stamp(since)),
 			resolved: func() bool {
 				if !r.doneAt.IsZero() || r.phase != cm.PhaseRunning || r.stopAsked(name) {
@@ -336,7 +344,7 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 					return true
 				}
 				for _, p := range ancestry(name)[1:] {
-					if g, ok := st.Child(p); ok && g.State == supervisor.StateStopped {
+					if g, ok := st.Child(p); ok && (g.State == supervisor.StateStopped || g.State == supervisor.StateStopping) {
 						return true
 					}
 				}

@@ -93,7 +93,8 @@ const (
 	EscalationWrong Invariant = "escalation-wrong"
 	// Stranded: while the manager ran, a webhook stayed Stopped past the
 	// longest backoff with no StopChild or RemoveChild of it or above it
-	// and no group above it stopped: nothing would start it again.
+	// and no group above it stopped or stopping: nothing would start it
+	// again.
 	Stranded Invariant = "stranded"
 )
 
