@@ -401,14 +401,7 @@ func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
 	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			srv, activity := newFakeServer(backend), newElActivity(t)
-			a := newFakeReplica(t, srv, "a", 1, activity)
-			elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
-			b := newFakeReplica(t, srv, "b", 1, activity)
-			elEventually(t, "b stands by", func() bool {
-				st, err := b.m.Status(context.Background())
-				return err == nil && st.LeaderIdentity == "a"
-			})
+			srv, activity, a, b := leaderAndStandby(t, backend)
 			leases := srv.client("thief").CoordinationV1().Leases(elNamespace)
 			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
@@ -437,6 +430,21 @@ func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
 	}
 }
 
+// leaderAndStandby starts replica a on a fresh server of backend, waits until
+// it leads the single lease, then b, until it stands by.
+func leaderAndStandby(t *testing.T, backend string) (*fakeServer, *elActivity, *fakeReplica, *fakeReplica) {
+	t.Helper()
+	srv, activity := newFakeServer(backend), newElActivity(t)
+	a := newFakeReplica(t, srv, "a", 1, activity)
+	elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
+	b := newFakeReplica(t, srv, "b", 1, activity)
+	elEventually(t, "b stands by", func() bool {
+		st, err := b.m.Status(context.Background())
+		return err == nil && st.LeaderIdentity == "a"
+	})
+	return srv, activity, a, b
+}
+
 // TestElectionEditedAndDeletedLeaseOnFakeClientsets: an operator annotates
 // the held Lease, then deletes it, on every in-memory API server a user's
 // tests may run on. The holder keeps the lease through both (it renews from
@@ -446,14 +454,7 @@ func TestElectionEditedAndDeletedLeaseOnFakeClientsets(t *testing.T) {
 	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest", "leasetest-100ms"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			srv, activity := newFakeServer(backend), newElActivity(t)
-			a := newFakeReplica(t, srv, "a", 1, activity)
-			elEventually(t, "a leads", func() bool { return a.holds(t) == 1 })
-			b := newFakeReplica(t, srv, "b", 1, activity)
-			elEventually(t, "b stands by", func() bool {
-				st, err := b.m.Status(context.Background())
-				return err == nil && st.LeaderIdentity == "a"
-			})
+			srv, activity, a, b := leaderAndStandby(t, backend)
 			leases := srv.client("operator").CoordinationV1().Leases(elNamespace)
 			// As kubectl does, again on each conflict with a renewal: on the
 			// 100ms server a read and a write take as long as a retry period.

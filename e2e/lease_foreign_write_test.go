@@ -27,6 +27,60 @@ func (c *countingController) GetHealth() cm.HealthStatus {
 	return cm.HealthStatus{Name: "counted", Healthy: true}
 }
 
+// leader is a manager that leads on a real API server, with one controller that
+// counts its runs, and the LeaderLost events it has published.
+type leader struct {
+	mgr  *cm.ControllerManager
+	ctrl *countingController
+	mu   sync.Mutex
+	lost []error
+}
+
+// startLeader starts a manager electing on the Lease default/lease of c, stopped
+// when t ends, and waits until it runs.
+func startLeader(t *testing.T, ctx context.Context, c *cluster.Cluster, lease string) *leader {
+	t.Helper()
+	yes := true
+	mgr, err := cm.NewControllerManager(cm.NewContext(c.Clientset()), cm.ControllerManagerConfigSpec{
+		LeaderElection: &cm.LeaderElectionSpec{
+			Enabled: &yes, LeaseName: lease, LeaseNamespace: "default",
+			LeaseDuration: metav1.Duration{Duration: leaseDuration},
+			RenewDeadline: metav1.Duration{Duration: renewDeadline},
+			RetryPeriod:   metav1.Duration{Duration: retryPeriod},
+		},
+	}, "", cm.WithIdentity("leader"), cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	l := &leader{mgr: mgr, ctrl: &countingController{}}
+	t.Cleanup(mgr.Subscribe(func(e cm.Event) {
+		if e.Type == cm.LeaderLost {
+			l.mu.Lock()
+			l.lost = append(l.lost, e.Err)
+			l.mu.Unlock()
+		}
+	}))
+	mgr.Add(l.ctrl)
+	require.NoError(t, mgr.Start(ctx, time.Minute))
+	t.Cleanup(func() {
+		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		mgr.ShutdownAndWait(stopCtx)
+	})
+	return l
+}
+
+// heldThroughout checks that the leader never lost the Lease to what the test did
+// (what), never restarted its controller, and still runs.
+func (l *leader) heldThroughout(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.lost, "the leader lost its Lease to %s", what)
+	require.Equal(t, int32(1), l.ctrl.runs.Load(), "the controller was started again")
+	st, err := l.mgr.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cm.Phase("Running"), st.Phase)
+}
+
 // TestLeaseAnnotatedWhileHeld annotates the held Lease on a real API server, as
 // `kubectl annotate lease` or a GitOps tool does, three times. Each annotation makes
 // the leader's next renewal, written from the version it wrote last, a 409 Conflict.
@@ -37,33 +91,7 @@ func TestLeaseAnnotatedWhileHeld(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	yes := true
-	mgr, err := cm.NewControllerManager(cm.NewContext(c.Clientset()), cm.ControllerManagerConfigSpec{
-		LeaderElection: &cm.LeaderElectionSpec{
-			Enabled: &yes, LeaseName: "annotated", LeaseNamespace: "default",
-			LeaseDuration: metav1.Duration{Duration: leaseDuration},
-			RenewDeadline: metav1.Duration{Duration: renewDeadline},
-			RetryPeriod:   metav1.Duration{Duration: retryPeriod},
-		},
-	}, "", cm.WithIdentity("leader"), cm.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var lost []error
-	defer mgr.Subscribe(func(e cm.Event) {
-		if e.Type == cm.LeaderLost {
-			mu.Lock()
-			lost = append(lost, e.Err)
-			mu.Unlock()
-		}
-	})()
-	ctrl := &countingController{}
-	mgr.Add(ctrl)
-	require.NoError(t, mgr.Start(ctx, time.Minute))
-	defer func() {
-		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-		defer stop()
-		mgr.ShutdownAndWait(stopCtx)
-	}()
+	holder := startLeader(t, ctx, c, "annotated")
 
 	leases := c.Clientset().CoordinationV1().Leases("default")
 	for round := range 3 {
@@ -101,13 +129,7 @@ func TestLeaseAnnotatedWhileHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "leader", *l.Spec.HolderIdentity)
 	require.Equal(t, "2", l.Annotations["example.com/touched"], "the renewals wrote over the annotation")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, lost, "the leader lost its Lease to an annotation")
-	require.Equal(t, int32(1), ctrl.runs.Load(), "the controller was started again")
-	st, err := mgr.Status(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cm.Phase("Running"), st.Phase)
+	holder.heldThroughout(t, ctx, "an annotation")
 }
 
 // TestLeaseDeletedWhileHeld deletes the held Lease on a real API server, as `kubectl
@@ -118,33 +140,7 @@ func TestLeaseDeletedWhileHeld(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	yes := true
-	mgr, err := cm.NewControllerManager(cm.NewContext(c.Clientset()), cm.ControllerManagerConfigSpec{
-		LeaderElection: &cm.LeaderElectionSpec{
-			Enabled: &yes, LeaseName: "deleted", LeaseNamespace: "default",
-			LeaseDuration: metav1.Duration{Duration: leaseDuration},
-			RenewDeadline: metav1.Duration{Duration: renewDeadline},
-			RetryPeriod:   metav1.Duration{Duration: retryPeriod},
-		},
-	}, "", cm.WithIdentity("leader"), cm.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var lost []error
-	defer mgr.Subscribe(func(e cm.Event) {
-		if e.Type == cm.LeaderLost {
-			mu.Lock()
-			lost = append(lost, e.Err)
-			mu.Unlock()
-		}
-	})()
-	ctrl := &countingController{}
-	mgr.Add(ctrl)
-	require.NoError(t, mgr.Start(ctx, time.Minute))
-	defer func() {
-		stopCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-		defer stop()
-		mgr.ShutdownAndWait(stopCtx)
-	}()
+	holder := startLeader(t, ctx, c, "deleted")
 
 	leases := c.Clientset().CoordinationV1().Leases("default")
 	before, err := leases.Get(ctx, "deleted", metav1.GetOptions{})
@@ -174,11 +170,5 @@ func TestLeaseDeletedWhileHeld(t *testing.T) {
 			return true
 		}, 4*renewDeadline, retryPeriod/5, "the leader stopped renewing")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, lost, "the leader lost its Lease to a deletion")
-	require.Equal(t, int32(1), ctrl.runs.Load(), "the controller was started again")
-	st, err := mgr.Status(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cm.Phase("Running"), st.Phase)
+	holder.heldThroughout(t, ctx, "a deletion")
 }

@@ -600,6 +600,21 @@ func TestALaggingWatchIsNotAdopted(t *testing.T) {
 	}
 }
 
+// newOneLeaseGroup is a group of one shard, or of the single lease.
+func newOneLeaseGroup(t *testing.T, single bool) *group {
+	g := newGroup(t, 1)
+	g.single = single
+	return g
+}
+
+// lease0 is the name of the Lease of shard 0, or of the single lease.
+func (g *group) lease0() string {
+	if g.single {
+		return testGroup
+	}
+	return ShardLease(testGroup, 0)
+}
+
 // TestAForeignWriteThatKeepsTheHolderKeepsTheShard: someone other than the
 // electors (kubectl label, a GitOps tool's annotation) updates the held
 // Lease without touching its holder. The holder's next renewal, made from
@@ -610,14 +625,10 @@ func TestALaggingWatchIsNotAdopted(t *testing.T) {
 func TestAForeignWriteThatKeepsTheHolderKeepsTheShard(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
-			g := newGroup(t, 1)
-			g.single = single
+			g := newOneLeaseGroup(t, single)
 			a := g.start("a")
 			g.settle("a alone")
-			name := ShardLease(testGroup, 0)
-			if single {
-				name = testGroup
-			}
+			name := g.lease0()
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
 			for round := range 3 {
 				l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
@@ -692,16 +703,12 @@ func TestAnAnnotatedLeaseIsStillReleased(t *testing.T) {
 func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
-			g := newGroup(t, 1)
-			g.single = single
+			g := newOneLeaseGroup(t, single)
 			a := g.start("a")
 			g.settle("a alone")
 			g.start("b")
 			g.settle("b standing by")
-			name := ShardLease(testGroup, 0)
-			if single {
-				name = testGroup
-			}
+			name := g.lease0()
 			before, ok := g.server.Lease(testNamespace, name)
 			require.True(t, ok)
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
@@ -741,16 +748,12 @@ func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
 func TestALeaseDeletedWhileItsHolderIsCutOff(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
-			g := newGroup(t, 1)
-			g.single = single
+			g := newOneLeaseGroup(t, single)
 			a := g.start("a")
 			g.settle("a alone")
 			b := g.start("b")
 			g.settle("b standing by")
-			name := ShardLease(testGroup, 0)
-			if single {
-				name = testGroup
-			}
+			name := g.lease0()
 			a.client.Partition(true)
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
 			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
@@ -803,16 +806,12 @@ func TestADeletedMemberLeaseIsCreatedAgain(t *testing.T) {
 func TestEditsOfADeadHoldersLeaseDoNotKeepItAlive(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
-			g := newGroup(t, 1)
-			g.single = single
+			g := newOneLeaseGroup(t, single)
 			g.start("a")
 			g.settle("a alone")
 			g.start("b")
 			g.settle("b standing by")
-			name := ShardLease(testGroup, 0)
-			if single {
-				name = testGroup
-			}
+			name := g.lease0()
 			g.crash("a")
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
 			periods := 0
