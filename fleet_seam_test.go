@@ -93,8 +93,9 @@ func TestFleetOutageDuringAShardMove(t *testing.T) {
 		}
 		return ""
 	})
-	off, ok := log.find(is(cm.ClusterOffline, "fleet/"+victim))
-	require.True(t, ok, "b announced the victim Offline")
+	// The event reaches the subscriber after Status shows the state: wait
+	// for it (it failed CI once, found at once after the Status poll).
+	off := log.waitFor(t, nil, 0, is(cm.ClusterOffline, "fleet/"+victim))
 	offline := off.Time.Sub(failedAt)
 	t.Logf("%s Offline on %s %v after it failed (FailureThreshold %v, probe period %v)", victim, to.id, offline, fleetFail, fleetPeriod)
 

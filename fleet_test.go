@@ -540,6 +540,10 @@ func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
 	require.Error(t, ctrls[0].cluster.Context().Err(), "the old cluster's context ended")
 	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
 	require.NoError(t, ctrls[1].cluster.Context().Err())
+	// A subscriber may get ClusterEngaged after the ClusterOnline that
+	// follows it (CI saw one Engaged right after the second Online): wait
+	// for the rotated config's before counting.
+	log.waitForNth(t, 2, is(cm.ClusterEngaged, "fleet/a"))
 	require.Equal(t, 2, log.count(is(cm.ClusterEngaged, "fleet/a")), "the equal config engaged nothing")
 
 	// Once the manager has stopped, the cluster's writes are refused.
