@@ -393,7 +393,7 @@ func TestFleetEngagesAndDisengagesAtRunTime(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, 1.0, v)
 	}
-	engaged, _ := log.find(is(cm.ClusterEngaged, "fleet/a"))
+	engaged := log.waitFor(t, nil, 0, is(cm.ClusterEngaged, "fleet/a"))
 	require.Equal(t, cm.KindCluster, engaged.Kind)
 
 	require.NoError(t, prov.Engage(t, "c", c.config()))
