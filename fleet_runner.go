@@ -190,8 +190,12 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
 	path := mb.path
 	f.mu.Unlock()
-	mb.wake()
+	// Published before the loop is woken to act on it, so that a
+	// subscriber sees ClusterEngaged before the ClusterOnline that follows
+	// from it. (A new member's loop is started above, under the lock; it
+	// publishes nothing before its first probe has been answered.)
 	f.publish(ClusterEngaged, path, nil)
+	mb.wake()
 	return nil
 }
 

@@ -545,6 +545,14 @@ func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
 	// for the rotated config's before counting.
 	log.waitForNth(t, 2, is(cm.ClusterEngaged, "fleet/a"))
 	require.Equal(t, 2, log.count(is(cm.ClusterEngaged, "fleet/a")), "the equal config engaged nothing")
+	var order []cm.EventType
+	for _, e := range log.all() {
+		if e.Child == "fleet/a" && (e.Type == cm.ClusterEngaged || e.Type == cm.ClusterOnline) {
+			order = append(order, e.Type)
+		}
+	}
+	require.Equal(t, []cm.EventType{cm.ClusterEngaged, cm.ClusterOnline, cm.ClusterEngaged, cm.ClusterOnline}, order,
+		"each ClusterOnline after the ClusterEngaged it follows from")
 
 	// Once the manager has stopped, the cluster's writes are refused.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
