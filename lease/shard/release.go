@@ -32,9 +32,9 @@ func (e *Elector) release(i int) {
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		got, err := e.update(ctx, decided, l, false)
 		if apierrors.IsConflict(err) {
-			// As a renewal does (renewAfterConflict): a Lease whose
-			// metadata someone edited is still ours to release.
-			if cur, gerr := e.store.Get(ctx, decided.Name); gerr == nil && holderOf(cur) == e.cfg.Identity && sameTerm(cur, decided) {
+			// As a renewal does (readBack): a Lease whose metadata
+			// someone edited is still ours to release.
+			if cur, ours, _ := e.readBack(ctx, decided); ours {
 				return e.update(ctx, cur, released(cur, now), false)
 			}
 		}

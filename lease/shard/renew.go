@@ -133,8 +133,7 @@ func (e *Elector) recreate(ctx context.Context, l *coordinationv1.Lease) (*coord
 // anything else (another holder, a changed duration, a release, a new
 // term) and the shard is lost, as before. It reports whether it renewed.
 func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
-	leases := e.store
-	cur, err := leases.Get(ctx, decided.Name)
+	cur, ours, err := e.readBack(ctx, decided)
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	if apierrors.IsNotFound(err) {
 		// Deleted (kubectl delete lease): created again in this term.
@@ -147,7 +146,7 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 		}
 		return ownWrite{got: got, sent: sent}, true
 	}
-	if err != nil || holderOf(cur) != e.cfg.Identity || !sameTerm(cur, decided) {
+	if !ours {
 		return ownWrite{}, false
 	}
 	l := cur.DeepCopy()
@@ -168,6 +167,16 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 		return ownWrite{}, false
 	}
 	return ownWrite{got: got, sent: sent}, true
+}
+
+// readBack reads the Lease decided was written from, after a write of it
+// was refused, on the write's goroutine: ours reports whether cur is still
+// this replica's term, named by it and a version of decided's record
+// (sameTerm). Both a renewal (renewAfterConflict) and a release read back
+// so: an edit of the metadata alone does not cost the shard.
+func (e *Elector) readBack(ctx context.Context, decided *coordinationv1.Lease) (cur *coordinationv1.Lease, ours bool, err error) {
+	cur, err = e.store.Get(ctx, decided.Name)
+	return cur, err == nil && holderOf(cur) == e.cfg.Identity && sameTerm(cur, decided), err
 }
 
 // sameTerm reports whether cur is a version of decided's term: the same
