@@ -43,6 +43,10 @@ type member struct {
 	name string
 	path string        // "<fleet path>/<name>"
 	kick chan struct{} // wakes the loop; capacity 1
+	// events orders the cluster's events: engage holds it from its change
+	// of want until its ClusterEngaged is out, the loop around each event
+	// it publishes (announce, ClusterDisengaged).
+	events sync.Mutex
 
 	// Guarded by f.mu: what the provider wants, and the status.
 	want   *rest.Config
@@ -147,7 +151,9 @@ func (mb *member) step(ctx context.Context) bool {
 			return false
 		}
 		f.setReady(mb.name, false, true)
+		mb.events.Lock()
 		f.publish(ClusterDisengaged, mb.path, nil)
+		mb.events.Unlock()
 		return true
 	}
 	if gen != mb.applied {
@@ -391,6 +397,8 @@ func (mb *member) announce(state ClusterState, err error) {
 	mb.status.State, mb.status.Since, mb.status.Err = state, f.clockLocked().Now(), err
 	f.mu.Unlock()
 	f.setReady(mb.name, state == ClusterStateOnline, false)
+	mb.events.Lock()
+	defer mb.events.Unlock()
 	switch state {
 	case ClusterStateOnline:
 		f.publish(ClusterOnline, mb.path, nil)

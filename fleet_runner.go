@@ -170,33 +170,49 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 		return fmt.Errorf("fleet %q: engage %q: nil config", f.name, name)
 	}
 	key := configKey(cfg)
-	f.mu.Lock()
-	mb := f.members[name]
-	switch {
-	case mb == nil:
-		mb = newMember(f, name)
-		f.members[name] = mb
-		if f.inc != nil && f.inc.live {
+	for {
+		f.mu.Lock()
+		mb := f.members[name]
+		if mb != nil && !mb.gone && mb.key == key {
+			f.mu.Unlock()
+			return nil
+		}
+		fresh := mb == nil
+		if fresh {
+			mb = newMember(f, name)
+		}
+		f.mu.Unlock()
+		// mb.events is held from the change of want until ClusterEngaged is
+		// published: the loop, which may act on the change at once (a new
+		// member's first step, a probe tick), publishes what follows from it
+		// under the same lock, so a subscriber sees ClusterEngaged first.
+		mb.events.Lock()
+		f.mu.Lock()
+		switch {
+		case fresh && f.members[name] != nil, !fresh && f.members[name] != mb:
+			// Engaged by another call meanwhile, or removed by its loop
+			// (disengaged): look again.
+			f.mu.Unlock()
+			mb.events.Unlock()
+			continue
+		case fresh:
+			f.members[name] = mb
+		}
+		mb.gone = false
+		mb.status.Problem = nil
+		mb.want, mb.key = rest.CopyConfig(cfg), key
+		mb.gen++
+		mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
+		if fresh && f.inc != nil && f.inc.live {
 			f.startLoop(f.inc, mb)
 		}
-	case !mb.gone && mb.key == key:
+		path := mb.path
 		f.mu.Unlock()
+		f.publish(ClusterEngaged, path, nil)
+		mb.events.Unlock()
+		mb.wake()
 		return nil
 	}
-	mb.gone = false
-	mb.status.Problem = nil
-	mb.want, mb.key = rest.CopyConfig(cfg), key
-	mb.gen++
-	mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
-	path := mb.path
-	f.mu.Unlock()
-	// Published before the loop is woken to act on it, so that a
-	// subscriber sees ClusterEngaged before the ClusterOnline that follows
-	// from it. (A new member's loop is started above, under the lock; it
-	// publishes nothing before its first probe has been answered.)
-	f.publish(ClusterEngaged, path, nil)
-	mb.wake()
-	return nil
 }
 
 // disengage is the provider's disengage: the cluster's loop removes its
