@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // Assign returns the rule's owner of each of shards shards: the identity of
@@ -49,6 +50,19 @@ import (
 // S < R, a shard where none needs to move). TestAssignJoinsAndLeaves and
 // TestAssignRandomHistories check all of it.
 func Assign(shards int, members, holders []string) []string {
+	return assign(shards, members, holders, nil)
+}
+
+// assign is Assign where acquired[i], when given, is when shard i's holder
+// acquired it (its Lease's AcquireTime, written by that holder's clock): a
+// member past its quota keeps the shards it has held longest, its highest
+// scores first among those acquired together. In a stable state no member
+// is past its quota and this changes nothing. It matters after a failover,
+// where replicas campaign side by side on views that lag each other's
+// writes: one that took more of the dead replica's shards than its quota
+// gives back one of those it has just taken, not one whose controllers
+// have run for long.
+func assign(shards int, members, holders []string, acquired []time.Time) []string {
 	out := make([]string, shards)
 	ms := slices.Clone(members)
 	slices.Sort(ms)
@@ -82,7 +96,14 @@ func Assign(shards int, members, holders []string) []string {
 	}
 
 	for i, hs := range held {
-		slices.SortStableFunc(hs, func(a, b int) int { return compareScore(score(ms[i], b), score(ms[i], a)) })
+		slices.SortStableFunc(hs, func(a, b int) int {
+			if len(acquired) == shards {
+				if c := acquired[a].Compare(acquired[b]); c != 0 {
+					return c
+				}
+			}
+			return compareScore(score(ms[i], b), score(ms[i], a))
+		})
 		for _, s := range hs[:min(len(hs), quota[i])] {
 			out[s] = ms[i]
 			quota[i]--

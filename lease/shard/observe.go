@@ -204,6 +204,14 @@ func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
 	return i, true
 }
 
+// acquiredAt is l's AcquireTime, or the zero time without one.
+func acquiredAt(l *coordinationv1.Lease) time.Time {
+	if l == nil || l.Spec.AcquireTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.AcquireTime.Time
+}
+
 func holderOf(l *coordinationv1.Lease) string {
 	if l == nil || l.Spec.HolderIdentity == nil {
 		return ""
@@ -244,14 +252,15 @@ func (e *Elector) assignment() []string {
 		}
 	}
 	holders := make([]string, e.cfg.Shards)
+	acquired := make([]time.Time, e.cfg.Shards)
 	for i := range holders {
-		if e.held[i] != nil {
-			holders[i] = e.cfg.Identity
+		if h := e.held[i]; h != nil {
+			holders[i], acquired[i] = e.cfg.Identity, acquiredAt(h.lease)
 		} else if o := e.observed[e.leaseName(i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
-			holders[i] = holderOf(o.lease)
+			holders[i], acquired[i] = holderOf(o.lease), acquiredAt(o.lease)
 		}
 	}
-	return Assign(e.cfg.Shards, members, holders)
+	return assign(e.cfg.Shards, members, holders, acquired)
 }
 
 // stopRequested reports whether Run's context has ended, whether or not
