@@ -19,6 +19,7 @@ import (
 // group (GroupDecl) is one more, a child of its parent's level. Restart
 // plans refer to the level they restart in, not to the root.
 type level struct {
+	s        *root          // the actor that hosts every level
 	children []*childRecord // in the order they were added; a group's record stands for it
 	policy   Policy
 	// initialBackoff and maxBackoff are the level's backoff.
@@ -432,14 +433,14 @@ type pipedRestart struct {
 
 // ticketFor is the restart ticket (and how many restarts in a row it is
 // good for) of rec's next incarnation, or nil. A ticket is the restart
-// decider's answer (failIn) to rec's next failure, given ahead; it is given
+// decider's answer (level.handleFailed) to rec's next failure, given ahead; it is given
 // only where that answer is known now and cannot change until the child has
 // used it or been sent a Stop (which takes it back): a hosted child not
 // under the lease, restarted alone by its level's strategy
 // (restartsAlone), with a backoff that does not grow (fixedBackoff) and a
 // budget that allows it (restarts only leave the window, and only its own
 // restarts enter it, so the budget left now is left then). When the child
-// uses it, its Failed goes through failIn all the same, which counts and
+// uses it, its Failed goes through handleFailed all the same, which counts and
 // publishes the restart and takes the ticket back if it decides otherwise.
 // It halves a restart's latency (BenchmarkRestart p50 3.9 us with, 8.7 us
 // without): the child needs no round trip through the root.

@@ -15,11 +15,11 @@ import (
 // state machine (start.go, restart.go, lifecycle.go) over the group's
 // hosted children, in the order leaves gives.
 
-// addGroup gives rec, a group's record, its level: the decl's zero fields
-// inherit the parent level's.
-func (s *root) addGroup(rec *childRecord, decl *GroupDecl) {
+// newGroupLevel is the level of rec, a group's record, a child of
+// rec.lvl: the decl's zero fields inherit the parent level's.
+func newGroupLevel(rec *childRecord, decl *GroupDecl) *level {
 	parent := rec.lvl
-	lvl := &level{policy: decl.Policy, initialBackoff: decl.InitialBackoff, maxBackoff: decl.MaxBackoff,
+	lvl := &level{s: parent.s, policy: decl.Policy, initialBackoff: decl.InitialBackoff, maxBackoff: decl.MaxBackoff,
 		group: rec, parent: parent, depth: parent.depth + 1, stopOnExhausted: decl.StopOnExhausted, shard: decl.Shard}
 	if lvl.shard <= 0 {
 		lvl.shard = parent.shard // a group inside a group of AddShardedGroup is pinned with it
@@ -39,12 +39,7 @@ func (s *root) addGroup(rec *childRecord, decl *GroupDecl) {
 	if lvl.maxBackoff == 0 {
 		lvl.maxBackoff = parent.maxBackoff
 	}
-	rec.sub = lvl
-	rec.state, rec.since = supervisor.StatePending, s.now()
-	if s.groups == nil {
-		s.groups = map[string]*childRecord{}
-	}
-	s.groups[rec.spec.Name] = rec
+	return lvl
 }
 
 // leaves is the hosted children that starting rec (a hosted child or a
@@ -123,13 +118,14 @@ func inside(rec, g *childRecord) bool {
 	}
 }
 
-// groupState is a group's state, read from its hosted children's: Stopped
+// state is a group's state, read from its hosted children's: Stopped
 // once stopped by StopChild or a spent budget (Stopping while they stop),
 // else the least advanced of the children this replica runs now: Pending
 // children whose lease it does not hold (a standby's, another shard's) are
 // not counted, and Pending ones beside started ones (a start round still
 // recovering the stores) make the group Starting.
-func (s *root) groupState(g *childRecord) supervisor.ChildState {
+func (lvl *level) state() supervisor.ChildState {
+	s, g := lvl.s, lvl.group
 	counts := map[supervisor.ChildState]int{}
 	n, all := 0, 0
 	for _, r := range hosted(g) {
@@ -166,28 +162,28 @@ func (s *root) groupState(g *childRecord) supervisor.ChildState {
 	}
 }
 
-// levelStatus is the status of lvl's children, a group's with its own,
-// read at now.
-func (s *root) levelStatus(lvl *level, now time.Time) []supervisor.ChildStatus {
+// status is the status of lvl's children, a group's with its own, read
+// at now.
+func (lvl *level) status(now time.Time) []supervisor.ChildStatus {
 	out := make([]supervisor.ChildStatus, 0, len(lvl.children))
 	for _, rec := range lvl.children {
 		cs := supervisor.ChildStatus{
 			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts(),
 			Failures: rec.failures(), Healthy: rec.healthy, Message: rec.message(), LastError: rec.lastErr(), Since: rec.since,
 		}
-		if rec.sub != nil {
-			cs.State = s.groupState(rec)
-			cs.Since = groupSince(rec, cs.State, now)
-			cs.Children = s.levelStatus(rec.sub, now)
-			cs.Group = s.groupStatus(rec)
-			cs.Healthy, cs.Message = groupHealth(rec)
+		if g := rec.sub; g != nil {
+			cs.State = g.state()
+			cs.Since = g.since(cs.State, now)
+			cs.Children = g.status(now)
+			cs.Group = g.budgetStatus()
+			cs.Healthy, cs.Message = g.health()
 		}
 		out = append(out, cs)
 	}
 	return out
 }
 
-// groupSince is when group g entered state, its state now (read at now):
+// since is when the group entered state, its state now (read at now):
 // unchanged while Status reads the same state; else the latest of the last
 // change of any child under it, the last addition or removal under it, g's
 // own stop, and the last Status that read the old state. That last bound
@@ -195,8 +191,8 @@ func (s *root) levelStatus(lvl *level, now time.Time) []supervisor.ChildStatus {
 // when a lease or shard is won or lost (a Pending child counts only while
 // its lease is held), and the move came after that Status read the old
 // state.
-func groupSince(g *childRecord, state supervisor.ChildState, now time.Time) time.Time {
-	lvl := g.sub
+func (lvl *level) since(state supervisor.ChildState, now time.Time) time.Time {
+	g := lvl.group
 	if lvl.shown == state {
 		lvl.shownAt = now
 		return g.since
@@ -217,19 +213,19 @@ func groupSince(g *childRecord, state supervisor.ChildState, now time.Time) time
 	return g.since
 }
 
-// groupHealth is a group's own health, read from its children's records:
+// health is a group's own health, read from its children's records:
 // healthy while every child under it is; the message names the first
 // unhealthy one. A group stopped on its spent budget is healthy, and says
 // so: a failing probe would have the kubelet restart the process, the
 // escalation ExhaustedStop is there to avoid.
-func groupHealth(g *childRecord) (bool, string) {
-	if g.sub.exhausted && g.stopRequested {
+func (lvl *level) health() (bool, string) {
+	if g := lvl.group; lvl.exhausted && g.stopRequested {
 		return true, "stopped: " + g.message()
 	}
-	for _, c := range g.sub.children {
+	for _, c := range lvl.children {
 		healthy, msg := c.healthy, c.message()
 		if c.sub != nil {
-			healthy, msg = groupHealth(c)
+			healthy, msg = c.sub.health()
 		}
 		if !healthy {
 			out := c.spec.Name + " is unhealthy"
@@ -242,33 +238,24 @@ func groupHealth(g *childRecord) (bool, string) {
 	return true, ""
 }
 
-// appendGroupLines appends the groups' own lines of GetHealth to out, in
-// tree order, after the controllers': each group's health as groupHealth
-// reads it from the supervisor's records (its controllers' last probes).
-func (s *root) appendGroupLines(out []actors.HealthStatus) []actors.HealthStatus {
-	if len(s.groups) == 0 {
-		return out
-	}
-	var walk func(lvl *level)
-	walk = func(lvl *level) {
-		for _, rec := range lvl.children {
-			if rec.sub == nil {
-				continue
-			}
+// appendHealth appends the lines of GetHealth of the groups under lvl to
+// out, in tree order: each group's health as health reads it from the
+// supervisor's records (its controllers' last probes).
+func (lvl *level) appendHealth(out []actors.HealthStatus) []actors.HealthStatus {
+	for _, rec := range lvl.children {
+		if g := rec.sub; g != nil {
 			st := actors.HealthStatus{Name: rec.spec.Name}
-			st.Healthy, st.Message = groupHealth(rec)
-			out = append(out, st)
-			walk(rec.sub)
+			st.Healthy, st.Message = g.health()
+			out = g.appendHealth(append(out, st))
 		}
 	}
-	walk(s.tree)
 	return out
 }
 
-// groupStatus is g's own supervision and the budget its children have
-// spent within the window, now.
-func (s *root) groupStatus(g *childRecord) *supervisor.GroupStatus {
-	lvl := g.sub
+// budgetStatus is the group's own supervision and the budget its
+// children have spent within the window, now.
+func (lvl *level) budgetStatus() *supervisor.GroupStatus {
+	s, g := lvl.s, lvl.group
 	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
 		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
 	cutoff := s.now().Add(-lvl.policy.RestartWindow)
@@ -284,11 +271,12 @@ func (s *root) groupStatus(g *childRecord) *supervisor.GroupStatus {
 	return gs
 }
 
-// exhausted handles a spent budget of member, a child of lvl: at the root
+// giveUp handles a spent budget of member, a child of lvl: at the root
 // the manager escalates; in a group the group has failed, and either stops
-// (ExhaustedStop) or fails to its parent as one child (ExhaustedEscalate).
-func (s *root) exhausted(lvl *level, member *childRecord, err error) {
-	g := lvl.group
+// (ExhaustedStop) or fails to its parent level as one child
+// (ExhaustedEscalate), which decides again (handleFailed).
+func (lvl *level) giveUp(member *childRecord, err error) {
+	s, g := lvl.s, lvl.group
 	if g == nil {
 		s.escalate(member, err)
 		return
@@ -306,7 +294,7 @@ func (s *root) exhausted(lvl *level, member *childRecord, err error) {
 		s.stopForGood(&stopRequest{s: s, rec: g})
 		return
 	}
-	s.failIn(g, gerr)
+	lvl.parent.handleFailed(g, gerr)
 }
 
 // resetBudgets gives every child under g a fresh budget and backoff: the
@@ -319,17 +307,16 @@ func resetBudgets(g *childRecord) {
 	}
 }
 
-// touchGroups notes, in every group above rec, that a child was added
-// under it or removed (groupSince).
-func (s *root) touchGroups(rec *childRecord) {
-	now := s.now()
-	for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
+// touch notes, in lvl's group and every group above it, that a child was
+// added under it or removed at now (since).
+func (lvl *level) touch(now time.Time) {
+	for l := lvl; l != nil && l.group != nil; l = l.parent {
 		l.touched = now
 	}
 }
 
 // backoffFor is how long rec waits before it starts again on a level
-// whose restart window and backoff these are (restart.go's backoff); ran
+// whose restart window and backoff these are (level.backoff); ran
 // is how long its current incarnation has run, if it started (rec.started).
 func backoffFor(rec *childRecord, ran time.Duration, window, initial, maxBackoff time.Duration, jitter float64) time.Duration {
 	x := rec.hist()

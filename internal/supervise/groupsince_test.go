@@ -19,6 +19,10 @@ func TestGroupSinceWhenNoChildChanged(t *testing.T) {
 	hook := &childRecord{state: supervisor.StateRunning, since: t0}
 	store := &childRecord{state: supervisor.StatePending, since: t0.Add(-time.Second)}
 	g := &childRecord{since: t0.Add(-time.Second), sub: &level{children: []*childRecord{hook, store}}}
+	g.sub.group = g
+	groupSince := func(g *childRecord, state supervisor.ChildState, now time.Time) time.Time {
+		return g.sub.since(state, now)
+	}
 
 	read := t0.Add(45 * time.Millisecond)
 	if got := groupSince(g, supervisor.StateRunning, read); !got.Equal(t0) {

@@ -35,7 +35,7 @@ type (
 )
 
 // onGatherHealth answers a manager's GetHealth: one entry per controller, in
-// the order they were added, then one per group (appendGroupLines); none before
+// the order they were added, then one per group (level.appendHealth); none before
 // the manager is starting. Children
 // the supervisor knows are not running are reported from their standing;
 // the others are asked.
@@ -59,7 +59,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		}
 		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
-	statuses = s.appendGroupLines(statuses) // never pending: recs stay the controllers
+	statuses = s.tree.appendHealth(statuses) // never pending: recs stay the controllers
 	s.queryHealth(col, ctrls, statuses, pending)
 }
 

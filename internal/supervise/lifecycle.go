@@ -86,7 +86,7 @@ func (r *stopRequest) stopped() {
 		return
 	}
 	rec.lvl.children = deleteRecord(rec.lvl.children, rec)
-	s.touchGroups(rec)
+	rec.lvl.touch(s.now())
 	// A group goes with everything under it, its children before it.
 	under := subtree(rec)
 	for i := len(under) - 1; i >= 0; i-- {

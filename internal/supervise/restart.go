@@ -245,31 +245,31 @@ func (s *root) supervise(rec *childRecord, err error) {
 	if !s.supervising() || rec.stopRequested {
 		return
 	}
-	s.failIn(rec, err)
+	rec.lvl.handleFailed(rec, err)
 }
 
-// failIn is the one restart decider, suture's handleFailedService: it
-// answers one failure of member (a hosted child, or a group that has
-// failed) at the level member is a child of, with that level's own policy
-// and timing, at the root as in any group. It spends a restart of the
-// level's budget or, spent, gives up (exhausted: the root escalates, a
+// handleFailed is the one restart decider, suture's handleFailedService:
+// lvl, the level member is a child of (the root's or a group's), answers
+// one failure of member (a hosted child, or a group that has failed) with
+// its own policy and timing. It spends a restart of the
+// level's budget or, spent, gives up (giveUp: the root escalates, a
 // group stops or fails to its parent level, which decides here again);
-// the level's strategy names what restarts (group), after the backoff of
-// member's level (backoff), and a restartPlan carries that out. Nothing
+// the level's strategy names what restarts (restartSet), after the
+// level's backoff (backoff), and a restartPlan carries that out. Nothing
 // else decides a restart: a restart ticket (ticketFor) is this function's
 // answer given ahead, where it is known ahead, and a child that uses one
 // still comes through here; a restart sent with a Stop (pipedRestart) is
 // how a plan made here sends its start.
-func (s *root) failIn(member *childRecord, err error) {
-	lvl := member.lvl
+func (lvl *level) handleFailed(member *childRecord, err error) {
+	s := lvl.s
 	now := s.now()
 	if !lvl.allowRestart(member, now) {
-		s.exhausted(lvl, member, err)
+		lvl.giveUp(member, err)
 		return
 	}
-	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(s.backoff(member, now))}
+	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now))}
 	members := map[*childRecord]bool{}
-	for _, m := range s.group(lvl, member) {
+	for _, m := range lvl.restartSet(member) {
 		if m.sub != nil { // a group restarts whole, counted once; it starts over
 			m.hist().restarts++
 			s.markStarted(m)
@@ -316,7 +316,7 @@ func (s *root) failIn(member *childRecord, err error) {
 			member.setPipe(p)
 		}
 	} else {
-		plan.recs = s.inOrder(lvl, members)
+		plan.recs = lvl.inOrder(members)
 		for _, r := range plan.recs {
 			r.plan = plan
 		}
@@ -357,10 +357,10 @@ func encloses(outer, inner *level) bool {
 // inOrder is members in the order a plan of lvl starts them again: lvl's
 // start order (inStartOrder), then any other (joined from an earlier plan)
 // in the order they were added.
-func (s *root) inOrder(lvl *level, members map[*childRecord]bool) []*childRecord {
+func (lvl *level) inOrder(members map[*childRecord]bool) []*childRecord {
 	out := make([]*childRecord, 0, len(members))
 	seen := make(map[*childRecord]bool, len(members))
-	for _, r := range append(lvl.inStartOrder(nil, nil), s.children...) {
+	for _, r := range append(lvl.inStartOrder(nil, nil), lvl.s.children...) {
 		if members[r] && !seen[r] {
 			seen[r] = true
 			out = append(out, r)
@@ -376,12 +376,12 @@ func (lvl *level) restartsAlone(rec *childRecord) bool {
 	return lvl.policy.Strategy == supervisor.OneForOne || (lvl.storesApart && rec.spec.Kind == actors.KindStore)
 }
 
-// group is what lvl's strategy restarts when rec fails: rec alone
+// restartSet is what lvl's strategy restarts when rec fails: rec alone
 // (restartsAlone), or with every other child (AllForOne) or those added
 // after it (RestForOne). Stores go with the rest unless the level keeps
 // them apart; children stopped by StopChild are left alone, and so are
 // plain runnables.
-func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
+func (lvl *level) restartSet(rec *childRecord) []*childRecord {
 	if lvl.restartsAlone(rec) {
 		return []*childRecord{rec}
 	}
@@ -404,7 +404,7 @@ func (s *root) group(lvl *level, rec *childRecord) []*childRecord {
 		if r.stopRequested {
 			continue
 		}
-		if r.sub == nil && !s.leaseHeld(r) {
+		if r.sub == nil && !lvl.s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
 		if lvl.policy.Strategy == supervisor.AllForOne || after {
@@ -431,8 +431,8 @@ func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 // backoff (backoffFor): InitialBackoff, doubling with each failure, capped
 // at MaxBackoff, minus up to 20% of jitter; it starts from InitialBackoff
 // again once the child has run for RestartWindow without failing.
-func (s *root) backoff(rec *childRecord, now time.Time) time.Duration {
-	lvl := rec.lvl
+func (lvl *level) backoff(rec *childRecord, now time.Time) time.Duration {
+	s := lvl.s
 	return backoffFor(rec, s.sinceEpoch(now)-rec.startedAt, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
 }
 
@@ -477,7 +477,7 @@ func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 
 func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.sub != nil && !rec.stopRequested && s.groupState(rec) == supervisor.StateRunning && !busy(rec) {
+	if err == nil && rec.sub != nil && !rec.stopRequested && rec.sub.state() == supervisor.StateRunning && !busy(rec) {
 		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	if err == nil && rec.sub == nil && rec.state == supervisor.StateRunning && !busy(rec) {

@@ -151,9 +151,14 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		rec.spec.Shard = rec.lvl.shard - 1
 	}
 	rec.lvl.children = append(rec.lvl.children, rec)
-	s.touchGroups(rec)
+	rec.lvl.touch(s.now())
 	if spec.Kind == actors.KindGroup {
-		s.addGroup(rec, spec.Impl.(*GroupDecl))
+		rec.sub = newGroupLevel(rec, spec.Impl.(*GroupDecl))
+		rec.state, rec.since = supervisor.StatePending, s.now()
+		if s.groups == nil {
+			s.groups = map[string]*childRecord{}
+		}
+		s.groups[spec.Name] = rec
 		return rec
 	}
 	if spec.Kind != actors.KindController {

@@ -37,6 +37,7 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
 		byName:     map[string]*childRecord{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
+	s.tree.s = s
 	s.initShards()
 	s.spawner = childactor.NewSpawner(childactor.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
@@ -300,7 +301,7 @@ func (s *root) status() supervisor.Status {
 	}
 	st := supervisor.Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
 	st.Shards = s.shardStatus()
-	st.Children = s.levelStatus(s.tree, s.now())
+	st.Children = s.tree.status(s.now())
 	return st
 }
 

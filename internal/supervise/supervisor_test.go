@@ -87,14 +87,14 @@ func TestBackoffDoublesIsCappedAndResets(t *testing.T) {
 
 func TestBackoffJitterStaysWithinTwentyPercentBelow(t *testing.T) {
 	s := &root{cfg: Config{Policy: DefaultPolicy(), Timing: timing(nil), Jitter: func() float64 { return 0.999 }}}
-	lvl := &level{policy: s.cfg.Policy, initialBackoff: s.cfg.Timing.InitialBackoff, maxBackoff: s.cfg.Timing.MaxBackoff}
+	lvl := &level{s: s, policy: s.cfg.Policy, initialBackoff: s.cfg.Timing.InitialBackoff, maxBackoff: s.cfg.Timing.MaxBackoff}
 	rec := &childRecord{lvl: lvl}
-	d := s.backoff(rec, time.Now())
+	d := lvl.backoff(rec, time.Now())
 	assert.Greater(t, d, 80*time.Millisecond)
 	assert.LessOrEqual(t, d, 100*time.Millisecond)
 	lvl.initialBackoff = time.Hour // overflowing shifts stay at the cap
 	rec.hist().backoffStep = 70
-	assert.LessOrEqual(t, s.backoff(rec, time.Now()), s.cfg.Timing.MaxBackoff)
+	assert.LessOrEqual(t, lvl.backoff(rec, time.Now()), s.cfg.Timing.MaxBackoff)
 }
 
 func TestRestartBudgetEscalates(t *testing.T) {
