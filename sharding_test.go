@@ -421,14 +421,22 @@ func (s *shScenario) faults(a2 []string, leaseName func(int) string) []string {
 	// A stolen shard Lease is fenced on its holder and taken back once the
 	// thief's lease has expired.
 	victim := a4[0]
-	require.NoError(t, s.srv.Steal(elNamespace, leaseName(0), "thief", elLeaseDuration))
 	lostType := cm.ShardLost
 	if shards == 1 {
 		lostType = cm.LeaderLost
 	}
+	// The victim is often the replica cut off above, which has lost shards
+	// already: wait for a loss after those, or settle would read its Status
+	// from before it noticed the theft (and a5 would name it as shard 0's
+	// holder still).
+	lostBefore := map[string]int{}
+	for _, r := range s.replicas {
+		lostBefore[r.id] = r.events.count(lostType)
+	}
+	require.NoError(t, s.srv.Steal(elNamespace, leaseName(0), "thief", elLeaseDuration))
 	for _, r := range s.replicas {
 		if r.id == victim {
-			r.events.nth(t, lostType, 1)
+			r.events.nth(t, lostType, lostBefore[r.id]+1)
 		}
 	}
 	a5 := s.settle("steal")
