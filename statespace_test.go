@@ -16,11 +16,12 @@ import (
 )
 
 var (
-	statespaceSeed     = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
-	statespaceDuration = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
-	statespaceWorkers  = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
-	statespaceTrees    = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
-	statespaceSharded  = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
+	statespaceSeed       = flag.Uint64("statespace.seed", 0, "replay the one TestStateSpace sequence of this seed (as printed), instead of exploring")
+	statespaceDuration   = flag.Duration("statespace.duration", 0, "how long TestStateSpace explores new sequences (default 5s; 2s with -short)")
+	statespaceWorkers    = flag.Int("statespace.workers", 4, "how many TestStateSpace sequences run at once")
+	statespaceTrees      = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
+	statespaceSharded    = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
+	statespaceLeaseEdits = flag.Bool("statespace.leaseedits", false, "explore only the TestStateSpace sequences whose Leases another writer edits or deletes")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
@@ -32,11 +33,13 @@ var (
 // seed, the steps, what happened and what broke; replay one with
 // -statespace.seed=N (the choices are the seed's; the timing differs).
 // -statespace.duration=1m explores for longer; -statespace.trees explores
-// only trees, -statespace.shardedgroups only those with AddShardedGroup's groups.
+// only trees, -statespace.shardedgroups only those with AddShardedGroup's groups,
+// -statespace.leaseedits only those whose Leases another writer edits or
+// deletes (every odd seed's, with an elector: generateSequence).
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
-		res := ss.Run(context.Background(), ss.Generate(*statespaceSeed), ss.Config{})
+		res := ss.Run(context.Background(), generateSequence(*statespaceSeed), ss.Config{})
 		t.Logf("%s", res.Report())
 		for _, v := range res.Violations {
 			t.Errorf("seed %d: %s", *statespaceSeed, v)
@@ -65,7 +68,10 @@ func TestStateSpace(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				seed := base + next.Add(1) - 1
-				sc := ss.Generate(seed)
+				sc := generateSequence(seed)
+				if *statespaceLeaseEdits && !strings.HasSuffix(sc.Name, "+edits") {
+					continue
+				}
 				if *statespaceTrees && len(sc.Groups) == 0 || *statespaceSharded && !ss.HasShardedGroups(sc) {
 					continue
 				}
@@ -79,6 +85,17 @@ func TestStateSpace(t *testing.T) {
 	wg.Wait()
 	took := time.Since(begin)
 	reportExploration(t, results, took)
+}
+
+// generateSequence is the sequence of seed: Generate's, with edits of its
+// Leases by another writer (annotate, drop a label, delete) for an odd
+// seed (ss.WithLeaseEdits), so that half the elected sequences meet them.
+func generateSequence(seed uint64) ss.Scenario {
+	sc := ss.Generate(seed)
+	if seed%2 == 1 {
+		sc = ss.WithLeaseEdits(sc)
+	}
+	return sc
 }
 
 // reportExploration logs the figures and fails with one full report per

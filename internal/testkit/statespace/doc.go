@@ -32,7 +32,9 @@
 //   - a lease (a shard's) is never lost while this replica could renew it:
 //     with no partition, Steal or slow-API step before the loss, and every
 //     Lease write answered within the retry period (Scenario.WriteLatency,
-//     a slow API server whose calls overlap);
+//     a slow API server whose calls overlap); another writer's edits of a
+//     held Lease (WithLeaseEdits: an annotation, the group label dropped,
+//     the Lease deleted) are no such step: the holder keeps its lease;
 //   - every child's Since is when it entered its State (a group's too);
 //   - in a tree, every restart has a cause its groups' strategies allow (a
 //     failure of it, of a group above it, or of a sibling its level's

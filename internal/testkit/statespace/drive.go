@@ -6,7 +6,11 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/shard"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -175,6 +179,10 @@ func (r *runner) apply(ctx context.Context, st Step) {
 				r.logf("steal: %v", err)
 			}
 		}
+	case DoAnnotateLease, DoUnlabelLease, DoDeleteLease:
+		if r.srv != nil {
+			r.editLease(ctx, st)
+		}
 	case DoSlowAPI:
 		r.noteFault(st)
 		r.latency.Store(int64(st.Dur))
@@ -269,4 +277,40 @@ func (r *runner) noteKnobs(c *child, k Knobs) {
 			}) || r.eventSince(at, func(x cm.Event) bool { return x.Type == cm.Escalated })
 		},
 	})
+}
+
+// editLease makes st's edit of its Lease as another writer does: read,
+// change, update (again on a conflict with the holder's renewal), or
+// delete. A Lease not there (before the first campaign, or deleted and
+// not created again yet) is left alone.
+func (r *runner) editLease(ctx context.Context, st Step) {
+	leases := r.srv.Client(editor).CoordinationV1().Leases(namespace)
+	name := r.shardLease(st.Shard)
+	if st.Do == DoDeleteLease {
+		if err := leases.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			r.logf("delete lease %s: %v", name, err)
+		}
+		return
+	}
+	for range 5 {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			r.logf("edit lease %s: %v", name, err)
+			return
+		}
+		if st.Do == DoAnnotateLease {
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations["statespace/edited"] = time.Now().Format(time.RFC3339Nano)
+		} else {
+			delete(l.Labels, shard.LabelGroup)
+		}
+		if _, err = leases.Update(ctx, l, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+			if err != nil {
+				r.logf("edit lease %s: %v", name, err)
+			}
+			return
+		}
+	}
 }

@@ -33,6 +33,7 @@ const (
 
 	identity  = "replica"
 	thief     = "thief"
+	editor    = "editor" // the client that edits Leases (DoAnnotateLease …)
 	namespace = "ns"
 	leaseName = "statespace"
 )

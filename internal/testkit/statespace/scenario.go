@@ -3,6 +3,7 @@ package statespace
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,15 @@ const (
 	DoReconnect Action = "Reconnect"
 	DoSteal     Action = "Steal"
 	DoSlowAPI   Action = "SlowAPI"
+	// Edits of Step.Shard's Lease by another writer, as kubectl or a
+	// GitOps tool makes them: an annotation, the group label dropped
+	// (sharded: the label every replica's watch selects by), the Lease
+	// deleted. None of them is a fault: the holder keeps its lease
+	// (RenewableLost holds), re-creating a deleted Lease in its term.
+	// WithLeaseEdits adds them.
+	DoAnnotateLease Action = "AnnotateLease"
+	DoUnlabelLease  Action = "UnlabelLease"
+	DoDeleteLease   Action = "DeleteLease"
 	// DoFail reports a failure of Child's current incarnation through its
 	// FailureReporter.
 	DoFail Action = "Fail"
@@ -79,7 +89,7 @@ func (s Step) String() string {
 	if s.Do == DoKnobs || s.Do == DoAdd {
 		b.WriteString(" " + s.Knobs.String())
 	}
-	if s.Do == DoSteal && s.Shard > 0 {
+	if (s.Do == DoSteal || s.Do == DoAnnotateLease || s.Do == DoUnlabelLease || s.Do == DoDeleteLease) && s.Shard > 0 {
 		fmt.Fprintf(&b, " shard %d", s.Shard)
 	}
 	if s.Dur != 0 {
@@ -233,6 +243,41 @@ func (s Scenario) names() (stores, ctrls, hooks []string) {
 // Generate returns the random scenario of seed: the same seed, the same
 // scenario (the timing of a run differs).
 func Generate(seed uint64) Scenario { return generate(seed, true) }
+
+// WithLeaseEdits returns s with one to three edits of its Leases by another
+// writer (DoAnnotateLease, DoUnlabelLease, DoDeleteLease) at random places
+// after its Start, each followed by a wait long enough for a renewal to
+// meet it. They are drawn from a stream of their own, seeded by
+// s.Seed, so that the other steps stay Generate's (a seed replayed without
+// them is the same sequence); a scenario without an elector is returned as
+// it is.
+func WithLeaseEdits(s Scenario) Scenario {
+	if s.Election == ElectionOff {
+		return s
+	}
+	r := rand.New(rand.NewPCG(s.Seed^0x5bd1e995, s.Seed^0x27d4eb2f165667c5))
+	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
+	at := map[int][]Step{} // before which of s's steps (len: at the end)
+	for range 1 + r.IntN(3) {
+		st := Step{Do: []Action{DoAnnotateLease, DoUnlabelLease, DoDeleteLease}[r.IntN(3)]}
+		if s.Shards > 1 {
+			st.Shard = r.IntN(s.Shards)
+		}
+		wait := Step{Do: DoWait, Dur: time.Duration(300+r.IntN(1200)) * time.Millisecond}
+		i := first + 1 + r.IntN(len(s.Steps)-first)
+		at[i] = append(at[i], st, wait)
+	}
+	steps := make([]Step, 0, len(s.Steps)+6)
+	for i := range len(s.Steps) + 1 {
+		steps = append(steps, at[i]...)
+		if i < len(s.Steps) {
+			steps = append(steps, s.Steps[i])
+		}
+	}
+	s.Steps = steps
+	s.Name += "+edits"
+	return s
+}
 
 // generate is Generate; trees false leaves out the tree, drawn last (a
 // test compares the two).

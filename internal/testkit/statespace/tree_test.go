@@ -185,3 +185,53 @@ func sameStep(flat, tree Step) bool {
 	flat.Child, tree.Child, tree.Parent = "", "", ""
 	return reflect.DeepEqual(flat, tree)
 }
+
+// WithLeaseEdits adds only its edits (and their waits), after the Start,
+// the same ones for a seed, and nothing without an elector.
+func TestWithLeaseEdits(t *testing.T) {
+	edited := 0
+	for seed := uint64(1); seed <= 500; seed++ {
+		s := Generate(seed)
+		e := WithLeaseEdits(s)
+		if !reflect.DeepEqual(e, WithLeaseEdits(Generate(seed))) {
+			t.Fatalf("seed %d: two edited scenarios from one seed", seed)
+		}
+		if s.Election == ElectionOff {
+			if !reflect.DeepEqual(e, s) {
+				t.Fatalf("seed %d: edits without an elector", seed)
+			}
+			continue
+		}
+		edited++
+		start := slices.IndexFunc(e.Steps, func(st Step) bool { return st.Do == DoStart })
+		var rest []Step
+		edits := 0
+		for i := 0; i < len(e.Steps); i++ {
+			switch st := e.Steps[i]; st.Do {
+			case DoAnnotateLease, DoUnlabelLease, DoDeleteLease:
+				edits++
+				if i < start {
+					t.Fatalf("seed %d: an edit before Start", seed)
+				}
+				if s.Shards <= 1 && st.Shard != 0 || s.Shards > 1 && st.Shard >= s.Shards {
+					t.Fatalf("seed %d: edit of shard %d of %d", seed, st.Shard, s.Shards)
+				}
+				if i+1 == len(e.Steps) || e.Steps[i+1].Do != DoWait {
+					t.Fatalf("seed %d: an edit without its wait", seed)
+				}
+				i++ // its wait
+			default:
+				rest = append(rest, st)
+			}
+		}
+		if edits < 1 || edits > 3 {
+			t.Fatalf("seed %d: %d edits", seed, edits)
+		}
+		if !reflect.DeepEqual(rest, s.Steps) {
+			t.Fatalf("seed %d: the other steps changed:\n%v\n%v", seed, rest, s.Steps)
+		}
+	}
+	if edited < 250 {
+		t.Fatalf("only %d of 500 seeds have an elector", edited)
+	}
+}
