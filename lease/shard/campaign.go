@@ -193,6 +193,7 @@ func (e *Elector) campaigned(w *written) {
 	i := w.shard
 	delete(e.campaigning, i)
 	if w.err != nil {
+		seen := len(e.seenWhileWriting[i]) > 0
 		delete(e.seenWhileWriting, i)
 		if apierrors.IsNotFound(w.err) {
 			// The Lease it was to update from has been deleted since. It
@@ -205,8 +206,13 @@ func (e *Elector) campaigned(w *written) {
 		if !apierrors.IsConflict(w.err) && !apierrors.IsAlreadyExists(w.err) {
 			e.cfg.Logger.Warn("cannot acquire shard", "shard", i, "err", w.err)
 		}
-		if w.got != nil {
-			e.see(w.got) // the read that refused the write: expiry is judged afresh from it
+		if w.got != nil && !seen {
+			// The read that refused the write, unless the watch has shown
+			// a version since the campaign went out: the read and the
+			// watch race, and a read older than what the watch showed
+			// would stand for the Lease (a holder since gone, live until
+			// it expires), and the shard, free, would go unheld.
+			e.see(w.got)
 		}
 		return
 	}
