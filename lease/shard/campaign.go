@@ -165,7 +165,17 @@ func (e *Elector) campaign(i int) {
 		}
 		w.sent = w.term.Elapsed()
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-			return leases.Create(ctx, l)
+			got, err := leases.Create(ctx, l)
+			if apierrors.IsAlreadyExists(err) {
+				// Created meanwhile, or there all along but out of our
+				// watch's sight (an edit dropped its group label): read
+				// it, so that campaigned judges it afresh (see) instead of
+				// creating it again at every tick.
+				if cur, gerr := leases.Get(ctx, l.Name); gerr == nil {
+					return cur, err
+				}
+			}
+			return got, err
 		})
 		return
 	}

@@ -876,6 +876,38 @@ func TestAnEditThatDropsTheGroupLabelIsUndone(t *testing.T) {
 	}
 }
 
+// TestALeaseOutOfSightIsReadWhenItsCreateIsRefused: the holder dies, and an
+// edit makes its Lease invisible to the standby's watch (deleted, then made
+// again without the group label: the standby saw the deletion and nothing
+// since). Once the tombstone has expired the standby creates the Lease and
+// is refused (AlreadyExists); it now reads what is there and takes it once
+// that too has expired, where it used to create it again at every tick, for
+// ever.
+func TestALeaseOutOfSightIsReadWhenItsCreateIsRefused(t *testing.T) {
+	g := newGroup(t, 1)
+	g.start("a")
+	g.settle("a alone")
+	g.start("b")
+	g.settle("b standing by")
+	name := g.lease0()
+	last, ok := g.server.Lease(testNamespace, name)
+	require.True(t, ok)
+	g.crash("a")
+	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
+	hidden := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
+		Labels: map[string]string{"example.com/kept": "yes"}}, Spec: *last.Spec.DeepCopy()}
+	_, err := admin.Create(context.Background(), hidden, metav1.CreateOptions{})
+	require.NoError(t, err)
+	periods := 0
+	for g.server.Holder(testNamespace, name) != "b" {
+		require.Less(t, periods, 5*int(leaseDuration/retryPeriod), "b never took the Lease out of its sight")
+		g.step()
+		periods++
+	}
+	t.Logf("taken after %d retry periods", periods)
+}
+
 // staleGet is a store whose next Get of one Lease, once armed, runs
 // before the read and after it hooks that write it meanwhile, so that
 // its answer comes to the loop after the watch has shown newer versions.
