@@ -123,6 +123,18 @@ func (c *Client) Partition(cut bool) {
 	}
 }
 
+// Partitioned reports whether c is cut off (Partition).
+func (c *Client) Partitioned() bool { return c.cut.Load() }
+
+// LatestVersion is the resourceVersion of the last write the server has
+// stored (0 before the first), a number as on the API server: a test that
+// steps a clock can wait until a watcher has shown it.
+func (s *Server) LatestVersion() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
 func (s *Server) react(client string, action k8stesting.Action) (bool, runtime.Object, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

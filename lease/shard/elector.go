@@ -249,8 +249,13 @@ type Elector struct {
 	// For tests that step a fake clock: ticks counts the retry periods
 	// handled, each once the writes it sent have been answered; ticking is
 	// closed once Run's ticker exists.
-	ticks      atomic.Int64
-	ticking    chan struct{}
+	ticks   atomic.Int64
+	ticking chan struct{}
+	// shown is the highest resourceVersion the watch (or a list) has
+	// shown, where versions are numbers: a test waits for it to reach the
+	// server's last write before it steps the clock again, so that a watch
+	// a loaded machine delays is not taken for a silent one.
+	shown      atomic.Int64
 	tick       tickState
 	rateLimits func() (qps float64, ok bool) // the Lease client's rate limiter, if known
 }

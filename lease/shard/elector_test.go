@@ -81,6 +81,13 @@ type group struct {
 	// wrap, when set, wraps the store of the replicas started from then on
 	// (a test's hook into their reads and writes).
 	wrap func(leaseStore) leaseStore
+	// awaitWatches: step waits, before it moves the clock, until every
+	// replica not cut off has been shown the server's last write. A test
+	// that counts requests or periods sets it: stepped faster than a
+	// loaded machine runs the watches, a replica would take its lagging
+	// watch for a silent one (and poll), or see a change a period late.
+	// Only for tests whose every write is in the group's watch.
+	awaitWatches bool
 }
 
 type replica struct {
@@ -191,6 +198,15 @@ func (g *group) crash(id string) {
 // replica has handled it.
 func (g *group) step() {
 	g.t.Helper()
+	if g.awaitWatches {
+		latest := g.server.LatestVersion()
+		for id, r := range g.replicas {
+			if !r.client.Partitioned() {
+				require.Eventually(g.t, func() bool { return r.e.shown.Load() >= latest }, wait, poll,
+					"%s's watch did not show version %d (shown %d)", id, latest, r.e.shown.Load())
+			}
+		}
+	}
 	before := map[string]int64{}
 	for id, r := range g.replicas {
 		before[id] = r.e.ticks.Load()
@@ -280,6 +296,7 @@ func TestElectorBalanceJoinLeaveCrash(t *testing.T) {
 		for _, replicas := range []int{1, 2, 3, 5} {
 			t.Run(fmt.Sprintf("S=%d/R=%d", shards, replicas), func(t *testing.T) {
 				g := newGroup(t, shards)
+				g.awaitWatches = true // the crash's periods are counted
 				for i := range replicas {
 					g.start(fmt.Sprintf("r%d", i))
 				}
@@ -398,6 +415,7 @@ func TestElectorSteadyStateRequests(t *testing.T) {
 	for _, shards := range []int{4, 12, 32} {
 		t.Run(fmt.Sprintf("S=%d", shards), func(t *testing.T) {
 			g := newGroup(t, shards)
+			g.awaitWatches = true // a lagging watch polled would be a list
 			for _, id := range []string{"a", "b", "c"} {
 				g.start(id)
 			}

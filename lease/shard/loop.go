@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -143,9 +144,11 @@ func (e *Elector) handle(ev any) {
 	switch m := ev.(type) {
 	case leaseSeen:
 		e.heard = true
+		e.noteShown(m.lease)
 		e.see(m.lease)
 	case polled:
 		for k := range m.leases {
+			e.noteShown(&m.leases[k])
 			// A Lease this replica holds or is writing is judged by its
 			// writes' answers and by the watch, whose order a poll would
 			// break: the list may come before a late event it is newer than.
@@ -158,11 +161,13 @@ func (e *Elector) handle(ev any) {
 	case listed:
 		e.heard = true
 		for i := range m.leases {
+			e.noteShown(&m.leases[i])
 			e.see(&m.leases[i])
 		}
 		e.missing(m.leases, false)
 	case leaseGone:
 		e.heard = true
+		e.noteShown(m.lease)
 		e.gone(m.lease)
 	case *written:
 		e.tick.answered(m)
@@ -280,5 +285,12 @@ func (t *tickState) end(ticks interface{ Add(int64) int64 }, ticked bool) {
 	if t.open && t.pending == 0 {
 		t.open = false
 		ticks.Add(1)
+	}
+}
+
+// noteShown raises Elector.shown to l's resourceVersion, if it is a number.
+func (e *Elector) noteShown(l *coordinationv1.Lease) {
+	if v, err := strconv.ParseInt(l.ResourceVersion, 10, 64); err == nil && v > e.shown.Load() {
+		e.shown.Store(v)
 	}
 }
