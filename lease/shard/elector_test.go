@@ -175,6 +175,17 @@ func (g *group) start(id string) *replica {
 	return r
 }
 
+// holderAndStandby starts a, which takes the one Lease, then b, which
+// stands by, and returns them with the Lease's name.
+func (g *group) holderAndStandby() (a, b *replica, name string) {
+	g.t.Helper()
+	a = g.start("a")
+	g.settle("a alone")
+	b = g.start("b")
+	g.settle("b standing by")
+	return a, b, g.lease0()
+}
+
 // stop ends r gracefully: it releases its shards.
 func (g *group) stop(id string) {
 	r := g.replicas[id]
@@ -728,11 +739,7 @@ func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
-			a := g.start("a")
-			g.settle("a alone")
-			g.start("b")
-			g.settle("b standing by")
-			name := g.lease0()
+			a, _, name := g.holderAndStandby()
 			before, ok := g.server.Lease(testNamespace, name)
 			require.True(t, ok)
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
@@ -773,11 +780,7 @@ func TestALeaseDeletedWhileItsHolderIsCutOff(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
-			a := g.start("a")
-			g.settle("a alone")
-			b := g.start("b")
-			g.settle("b standing by")
-			name := g.lease0()
+			a, b, name := g.holderAndStandby()
 			a.client.Partition(true)
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
 			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
@@ -831,11 +834,7 @@ func TestEditsOfADeadHoldersLeaseDoNotKeepItAlive(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
-			g.start("a")
-			g.settle("a alone")
-			g.start("b")
-			g.settle("b standing by")
-			name := g.lease0()
+			_, _, name := g.holderAndStandby()
 			g.crash("a")
 			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
 			periods := 0
@@ -903,11 +902,7 @@ func TestAnEditThatDropsTheGroupLabelIsUndone(t *testing.T) {
 // ever.
 func TestALeaseOutOfSightIsReadWhenItsCreateIsRefused(t *testing.T) {
 	g := newGroup(t, 1)
-	g.start("a")
-	g.settle("a alone")
-	g.start("b")
-	g.settle("b standing by")
-	name := g.lease0()
+	_, _, name := g.holderAndStandby()
 	last, ok := g.server.Lease(testNamespace, name)
 	require.True(t, ok)
 	g.crash("a")
