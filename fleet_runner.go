@@ -172,13 +172,9 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	key := configKey(cfg)
 	for {
 		f.mu.Lock()
-		mb := f.members[name]
-		if mb != nil && !mb.gone && mb.key == key {
-			f.mu.Unlock()
-			return nil
-		}
-		fresh := mb == nil
-		if fresh {
+		known := f.members[name]
+		mb := known
+		if mb == nil {
 			mb = newMember(f, name)
 		}
 		f.mu.Unlock()
@@ -188,14 +184,21 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 		// under the same lock, so a subscriber sees ClusterEngaged first.
 		mb.events.Lock()
 		f.mu.Lock()
-		switch {
-		case fresh && f.members[name] != nil, !fresh && f.members[name] != mb:
+		if f.members[name] != known {
 			// Engaged by another call meanwhile, or removed by its loop
 			// (disengaged): look again.
 			f.mu.Unlock()
 			mb.events.Unlock()
 			continue
-		case fresh:
+		}
+		if known != nil && !mb.gone && mb.key == key {
+			// Already this config (checked under both locks: equal engages
+			// that race change the cluster once).
+			f.mu.Unlock()
+			mb.events.Unlock()
+			return nil
+		}
+		if known == nil {
 			f.members[name] = mb
 		}
 		mb.gone = false
@@ -203,7 +206,7 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 		mb.want, mb.key = rest.CopyConfig(cfg), key
 		mb.gen++
 		mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
-		if fresh && f.inc != nil && f.inc.live {
+		if known == nil && f.inc != nil && f.inc.live {
 			f.startLoop(f.inc, mb)
 		}
 		path := mb.path

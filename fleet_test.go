@@ -611,6 +611,37 @@ func TestFleetEventsOfAClusterComeInOrder(t *testing.T) {
 	}
 }
 
+// TestFleetConcurrentEqualEngagesEngageOnce: a provider that calls engage
+// with one new config from several goroutines at once (a resync racing a
+// watch event) changes the cluster once: one ClusterEngaged, one rebuild.
+func TestFleetConcurrentEqualEngagesEngageOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	const callers = 8
+	errs := make(chan error, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		rotated := a.config()
+		rotated.BearerToken = "token-2"
+		wg.Go(func() { errs <- prov.Engage(t, "a", rotated) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
+	require.Equal(t, 2, log.count(is(cm.ClusterEngaged, "fleet/a")), "events: %v", log.all())
+	require.Len(t, bl.of("a"), 2, "built once on the first config, once on the second")
+}
+
 func TestFleetRefusesBadClusterNames(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	a := newFakeMember(t, memberOK)
