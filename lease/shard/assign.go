@@ -95,9 +95,10 @@ func assign(shards int, members, holders []string, acquired []time.Time) []strin
 		}
 	}
 
+	byTenure := len(acquired) == shards
 	for i, hs := range held {
 		slices.SortStableFunc(hs, func(a, b int) int {
-			if len(acquired) == shards {
+			if byTenure {
 				if c := acquired[a].Compare(acquired[b]); c != 0 {
 					return c
 				}
