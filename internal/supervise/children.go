@@ -446,7 +446,7 @@ type pipedRestart struct {
 // without): the child needs no round trip through the root.
 func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 	lvl := rec.lvl
-	if rec.sub != nil || (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) || !lvl.restartsAlone(rec) || !lvl.fixedBackoff() {
+	if (s.cfg.Elector != nil && fencedKind(rec.spec.Kind)) || !lvl.restartsAlone(rec) || !lvl.fixedBackoff() {
 		return nil, 0
 	}
 	left := lvl.policy.MaxRestarts - len(rec.budget())
@@ -465,7 +465,7 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 // (with election on, whether a fenced child may start again is decided
 // when it has stopped, by the lease then: leaseHeld).
 func (s *root) pipes(rec *childRecord) bool {
-	return rec.sub == nil && rec.piped() == nil && rec.pid != nil &&
+	return rec.piped() == nil && rec.pid != nil &&
 		(rec.state == supervisor.StateRunning || rec.state == supervisor.StateFailed) &&
 		(s.cfg.Elector == nil || !fencedKind(rec.spec.Kind))
 }
@@ -644,9 +644,6 @@ func (s *root) respond(to *actor.PID, value any, err error) {
 func (s *root) record(name string) (*childRecord, error) {
 	rec, ok := s.byName[name]
 	if !ok {
-		rec, ok = s.groups[name]
-	}
-	if !ok {
 		return nil, fmt.Errorf("%w %q", supervisor.ErrUnknownChild, name)
 	}
 	return rec, nil
@@ -669,9 +666,9 @@ func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
 	if act != "stop" && act != "removal" {
 		// Inside a stopped group nothing starts but the group.
 		var stopped *childRecord // the outermost stopped group above rec
-		for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
-			if l.group.stopRequested {
-				stopped = l.group
+		for g := rec.parent(); g != nil; g = g.parent() {
+			if g.stopRequested {
+				stopped = g
 			}
 		}
 		if stopped != nil {

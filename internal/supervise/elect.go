@@ -118,7 +118,7 @@ func owned(rec *childRecord) bool {
 // above it but the root's, whose stores restart alone) that this replica
 // runs has recovered: the order a group starts in, stores first.
 func (s *root) storesUp(rec *childRecord) bool {
-	for l := rec.lvl; l != nil && l.group != nil; l = l.parent {
+	for l := rec.lvl; l.parent != nil; l = l.parent {
 		for _, c := range l.children {
 			if c.spec.Kind == actors.KindStore && !c.stopRequested && s.leaseHeld(c) && c.state != supervisor.StateRunning {
 				return false
@@ -132,12 +132,12 @@ func (s *root) storesUp(rec *childRecord) bool {
 // just recovered while Starting or Running: the controllers of its group
 // (at any depth) whose shard was acquired meanwhile (startUnowned).
 func (s *root) storeRecovered(store *childRecord) {
-	g := store.lvl.group
-	if g == nil || s.shards == nil || s.shutdown != nil || s.fencing != nil ||
+	lvl := store.lvl
+	if lvl.parent == nil || s.shards == nil || s.shutdown != nil || s.fencing != nil ||
 		(s.phase != supervisor.PhaseStarting && s.phase != supervisor.PhaseRunning) {
 		return
 	}
-	s.startUnowned(hosted(g))
+	s.startUnowned(lvl.appendHosted(nil))
 }
 
 // shardStart owns the start of a controller whose shard was acquired

@@ -45,19 +45,20 @@ func newGroupLevel(rec *childRecord, decl *GroupDecl) *level {
 // leaves is the hosted children that starting rec (a hosted child or a
 // group) starts, in start order (inStartOrder). Plain runnables (never
 // started), children stopped by StopChild and those whose lease this
-// replica does not hold are left out, and so is everything under a group
-// stopped by StopChild.
+// replica does not hold are left out (startable), and so is everything
+// under a group stopped by StopChild.
 func (s *root) leaves(rec *childRecord) []*childRecord {
-	keep := func(r *childRecord) bool {
-		return !r.stopRequested && (r.sub != nil || (r.spec.Kind != actors.KindRunnable && s.leaseHeld(r)))
-	}
-	switch {
-	case !keep(rec):
+	if !s.startable(rec) {
 		return nil
-	case rec.sub == nil:
-		return []*childRecord{rec}
 	}
-	return rec.sub.inStartOrder(nil, keep)
+	return rec.node().appendStartOrder(nil, s.startable)
+}
+
+// startable reports whether a start of the tree (a group's, a restart
+// plan's) starts r, or goes into it: a group not stopped, a hosted child
+// not stopped, not a plain runnable, whose lease this replica holds.
+func (s *root) startable(r *childRecord) bool {
+	return !r.stopRequested && r.spec.Kind != actors.KindRunnable && s.leaseHeld(r)
 }
 
 // inStartOrder appends to out every hosted child under lvl in the order
@@ -71,10 +72,8 @@ func (lvl *level) inStartOrder(out []*childRecord, keep func(*childRecord) bool)
 		for _, c := range lvl.children {
 			switch {
 			case (c.spec.Kind == actors.KindStore) != storesFirst, keep != nil && !keep(c):
-			case c.sub != nil:
-				out = c.sub.inStartOrder(out, keep)
 			default:
-				out = append(out, c)
+				out = c.node().appendStartOrder(out, keep)
 			}
 		}
 	}
@@ -83,39 +82,19 @@ func (lvl *level) inStartOrder(out []*childRecord, keep func(*childRecord) bool)
 
 // hosted is every hosted child under rec (rec itself when it is one), in
 // the order they were added, whatever their state.
-func hosted(rec *childRecord) []*childRecord {
-	if rec.sub == nil {
-		return []*childRecord{rec}
-	}
-	var out []*childRecord
-	for _, c := range rec.sub.children {
-		out = append(out, hosted(c)...)
-	}
-	return out
-}
+func hosted(rec *childRecord) []*childRecord { return rec.node().appendHosted(nil) }
 
 // subtree is every record under rec, groups included, rec first.
-func subtree(rec *childRecord) []*childRecord {
-	out := []*childRecord{rec}
-	if rec.sub != nil {
-		for _, c := range rec.sub.children {
-			out = append(out, subtree(c)...)
-		}
-	}
-	return out
-}
+func subtree(rec *childRecord) []*childRecord { return rec.node().appendTree(nil) }
 
 // inside reports whether rec is under g (or is g).
 func inside(rec, g *childRecord) bool {
-	for l := rec.lvl; ; l = l.parent {
+	for ; rec != nil; rec = rec.parent() {
 		if rec == g {
 			return true
 		}
-		if l == nil || l.group == nil {
-			return false
-		}
-		rec = l.group
 	}
+	return false
 }
 
 // state is a group's state, read from its hosted children's: Stopped
@@ -128,7 +107,7 @@ func (lvl *level) state() supervisor.ChildState {
 	s, g := lvl.s, lvl.group
 	counts := map[supervisor.ChildState]int{}
 	n, all := 0, 0
-	for _, r := range hosted(g) {
+	for _, r := range lvl.appendHosted(nil) {
 		all++
 		if r.state == supervisor.StatePending && !s.leaseHeld(r) {
 			continue
@@ -171,13 +150,7 @@ func (lvl *level) status(now time.Time) []supervisor.ChildStatus {
 			Name: rec.spec.Name, Kind: rec.spec.Kind, State: rec.state, Restarts: rec.restarts(),
 			Failures: rec.failures(), Healthy: rec.healthy, Message: rec.message(), LastError: rec.lastErr(), Since: rec.since,
 		}
-		if g := rec.sub; g != nil {
-			cs.State = g.state()
-			cs.Since = g.since(cs.State, now)
-			cs.Children = g.status(now)
-			cs.Group = g.budgetStatus()
-			cs.Healthy, cs.Message = g.health()
-		}
+		rec.node().describe(&cs, now)
 		out = append(out, cs)
 	}
 	return out
@@ -205,7 +178,7 @@ func (lvl *level) since(state supervisor.ChildState, now time.Time) time.Time {
 	if changed.After(g.since) {
 		g.since = changed
 	}
-	for _, r := range hosted(g) {
+	for _, r := range lvl.appendHosted(nil) {
 		if r.since.After(g.since) {
 			g.since = r.since
 		}
@@ -223,11 +196,7 @@ func (lvl *level) health() (bool, string) {
 		return true, "stopped: " + g.message()
 	}
 	for _, c := range lvl.children {
-		healthy, msg := c.healthy, c.message()
-		if c.sub != nil {
-			healthy, msg = c.sub.health()
-		}
-		if !healthy {
+		if healthy, msg := c.node().health(); !healthy {
 			out := c.spec.Name + " is unhealthy"
 			if msg != "" {
 				out += ": " + msg
@@ -238,16 +207,12 @@ func (lvl *level) health() (bool, string) {
 	return true, ""
 }
 
-// appendHealth appends the lines of GetHealth of the groups under lvl to
-// out, in tree order: each group's health as health reads it from the
-// supervisor's records (its controllers' last probes).
-func (lvl *level) appendHealth(out []actors.HealthStatus) []actors.HealthStatus {
+// appendGroupsHealth appends the lines of GetHealth of the groups under
+// lvl to out, in tree order: each group's health as health reads it from
+// the supervisor's records (its controllers' last probes).
+func (lvl *level) appendGroupsHealth(out []actors.HealthStatus) []actors.HealthStatus {
 	for _, rec := range lvl.children {
-		if g := rec.sub; g != nil {
-			st := actors.HealthStatus{Name: rec.spec.Name}
-			st.Healthy, st.Message = g.health()
-			out = g.appendHealth(append(out, st))
-		}
+		out = rec.node().appendHealth(out)
 	}
 	return out
 }
@@ -307,10 +272,10 @@ func resetBudgets(g *childRecord) {
 	}
 }
 
-// touch notes, in lvl's group and every group above it, that a child was
-// added under it or removed at now (since).
+// touch notes, in lvl and every level above it, that a child was added
+// under it or removed at now (a group's since; the root's is not read).
 func (lvl *level) touch(now time.Time) {
-	for l := lvl; l != nil && l.group != nil; l = l.parent {
+	for l := lvl; l != nil; l = l.parent {
 		l.touched = now
 	}
 }

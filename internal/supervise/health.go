@@ -48,7 +48,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 	ctrls := s.ofKind(actors.KindController)
 	// The groups' own lines come after the controllers', in the same slice:
 	// room for them now, rather than a copy of every status to append them.
-	statuses := make([]actors.HealthStatus, len(ctrls), len(ctrls)+len(s.groups))
+	statuses := make([]actors.HealthStatus, len(ctrls), len(ctrls)+len(s.byName)-len(s.children))
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
 		standing, cause, answers := rec.standing()
@@ -59,7 +59,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		}
 		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
-	statuses = s.tree.appendHealth(statuses) // never pending: recs stay the controllers
+	statuses = s.tree.appendGroupsHealth(statuses) // never pending: recs stay the controllers
 	s.queryHealth(col, ctrls, statuses, pending)
 }
 

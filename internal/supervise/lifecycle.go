@@ -43,18 +43,8 @@ func (s *root) stopForGood(r *stopRequest) {
 		why = supervisor.ErrChildRemoved
 	}
 	s.stopReaches(rec, why)
-	now := s.now()
-	for _, x := range subtree(rec) {
-		x.stopRequested = true
-		if x.sub != nil {
-			x.sub.touched = now // its state is Stopping or Stopped from now (groupSince)
-		}
-	}
-	if rec.sub == nil {
-		s.quiesce(onlyChild(rec))
-	} else {
-		s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
-	}
+	rec.node().setStopped(true, s.now())
+	s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
 	recs := hosted(rec)
 	for _, x := range recs {
 		if x.state == supervisor.StatePending {
@@ -73,10 +63,7 @@ func (r *stopRequest) settled(*barrier, error) { r.stopped() }
 func (r *stopRequest) stopped() {
 	s, rec := r.s, r.rec
 	r.done, r.wait = true, nil
-	if rec.sub != nil {
-		rec.since = s.now()
-		s.publish(supervisor.ChildStopped, rec, nil)
-	}
+	rec.node().stopEnded()
 	if !r.remove {
 		s.respond(r.replyTo, nil, nil)
 		return
@@ -91,28 +78,15 @@ func (r *stopRequest) stopped() {
 	under := subtree(rec)
 	for i := len(under) - 1; i >= 0; i-- {
 		x := under[i]
-		if x.sub != nil {
-			delete(s.groups, x.spec.Name)
-		} else {
-			delete(s.byName, x.spec.Name)
-			s.children = deleteRecord(s.children, x)
-			s.unpublishWebhook(x)
-			if x.pid != nil {
-				s.ctx.Stop(x.pid)
-			}
-		}
+		delete(s.byName, x.spec.Name)
+		x.node().drop()
 		s.publish(supervisor.ChildRemoved, x, nil)
 	}
 	s.respond(r.replyTo, nil, nil)
 }
 
 // known reports whether rec is still the manager's (not removed).
-func (s *root) known(rec *childRecord) bool {
-	if rec.sub != nil {
-		return s.groups[rec.spec.Name] == rec
-	}
-	return s.byName[rec.spec.Name] == rec
-}
+func (s *root) known(rec *childRecord) bool { return s.byName[rec.spec.Name] == rec }
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	if s.phase != supervisor.PhaseRunning {
@@ -199,9 +173,9 @@ func (s *root) onChildNamed(m childNamed) {
 		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, s.phase)
 	}
 	if err == nil && m.parent != "" {
-		if g := s.groups[m.parent]; g == nil {
+		if g := s.groupNamed(m.parent); g == nil {
 			err = fmt.Errorf("%w: no group %q", supervisor.ErrUnknownChild, m.parent)
-		} else if g.stopRequested {
+		} else if g.group.stopRequested {
 			err = fmt.Errorf("group %q is stopped", m.parent)
 		}
 	}
@@ -213,8 +187,7 @@ func (s *root) onChildNamed(m childNamed) {
 			paths = []childactor.Spec{m.spec}
 		}
 		for _, spec := range paths {
-			_, group := s.groups[spec.Name]
-			if _, dup := s.byName[spec.Name]; dup || group {
+			if _, dup := s.byName[spec.Name]; dup {
 				err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, spec.Name)
 				break
 			}

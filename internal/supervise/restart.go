@@ -269,19 +269,12 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now))}
 	members := map[*childRecord]bool{}
+	var restart []*childRecord
 	for _, m := range lvl.restartSet(member) {
-		if m.sub != nil { // a group restarts whole, counted once; it starts over
-			m.hist().restarts++
-			s.markStarted(m)
-			resetBudgets(m)
-			s.publish(supervisor.ChildRestarted, m, nil)
-		}
-		for _, r := range s.leaves(m) {
-			members[r] = true
-		}
+		restart = m.node().restartWhole(restart)
 	}
-	if member.sub == nil {
-		members[member] = true
+	for _, r := range restart {
+		members[r] = true
 	}
 	// A child already in a plan (a restart in progress) joins this one, and
 	// so do the rest of that plan's children still waiting to start.
@@ -303,7 +296,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 			}
 		}
 	}
-	if len(members) == 1 && member.sub == nil { // OneForOne: no need to walk every child for the order
+	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
 		if member.piped() == nil && s.pipes(member) {
@@ -392,19 +385,10 @@ func (lvl *level) restartSet(rec *childRecord) []*childRecord {
 			after = true
 			continue
 		}
-		switch r.spec.Kind {
-		case actors.KindController, actors.KindWebhook, actors.KindGroup:
-		case actors.KindStore:
-			if lvl.storesApart {
-				continue
-			}
-		default:
+		if r.spec.Kind == actors.KindRunnable || (r.spec.Kind == actors.KindStore && lvl.storesApart) || r.stopRequested {
 			continue
 		}
-		if r.stopRequested {
-			continue
-		}
-		if r.sub == nil && !lvl.s.leaseHeld(r) {
+		if !lvl.s.leaseHeld(r) {
 			continue // a standby's webhook restarts alone: its controllers may not run
 		}
 		if lvl.policy.Strategy == supervisor.AllForOne || after {
@@ -477,10 +461,7 @@ func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 
 func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.sub != nil && !rec.stopRequested && rec.sub.state() == supervisor.StateRunning && !busy(rec) {
-		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
-	}
-	if err == nil && rec.sub == nil && rec.state == supervisor.StateRunning && !busy(rec) {
+	if err == nil && rec.node().state() == supervisor.StateRunning && !busy(rec) {
 		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	s.restartOnRequest(rec, err, "StartChild", replyTo)
@@ -489,15 +470,12 @@ func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 // busy reports whether a decision is in progress on rec (on any child of
 // a group).
 func busy(rec *childRecord) bool {
-	if rec.sub != nil {
-		for _, r := range hosted(rec) {
-			if busy(r) {
-				return true
-			}
+	for _, r := range hosted(rec) {
+		if owned(r) || r.state == supervisor.StateStarting || r.state == supervisor.StateStopping {
+			return true
 		}
-		return false
 	}
-	return rec.plan != nil || (rec.queued() != nil && rec.queued().stage != requestDone) || rec.state == supervisor.StateStarting || rec.state == supervisor.StateStopping
+	return false
 }
 
 // requestStage is where a childRequest is, in this order.
@@ -532,9 +510,9 @@ func (r *childRequest) become(to requestStage) {
 // Shutdown), then started, and the requester answered once its start call
 // has returned; a failed start is then supervised like any failure.
 //
-// A group's request owns the children it has still to start (queue): they
-// are busy, and nothing else starts them (a start round, a shard acquired)
-// until their turn, so that they start in the group's order, stores first.
+// A request owns the children it has still to start (queue): they are
+// busy, and nothing else starts them (a start round, a shard acquired)
+// until their turn, so that a group's start in its order, stores first.
 // Three decisions reach it meanwhile: a StopChild or RemoveChild of its
 // child (or of a group above it) ends it with ErrChildStopped or
 // ErrChildRemoved (stopReaches); a stand-down takes the fenced children out
@@ -570,9 +548,9 @@ func (s *root) newRequest(rec *childRecord, op string, replyTo *actor.PID) *chil
 // (err) have passed.
 func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo *actor.PID) {
 	if err == nil && busy(rec) {
-		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, supervisor.ErrBusy, rec.state)
+		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, supervisor.ErrBusy, rec.node().state())
 	}
-	if err == nil && rec.sub == nil && !s.leaseHeld(rec) {
+	if err == nil && !s.leaseHeld(rec) {
 		err = fmt.Errorf("%s %q: %w (shard %d)", op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard)
 	}
 	if err != nil {
@@ -580,29 +558,17 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		return
 	}
 	r := s.newRequest(rec, op, replyTo)
-	if rec.sub == nil {
-		rec.stopRequested = false
-		r.recs = []*childRecord{rec}
-	} else {
-		if rec.stopRequested || op == "StartChild" {
-			resetBudgets(rec)
-		}
-		now := s.now()
-		for _, x := range subtree(rec) {
-			x.stopRequested = false
-			if x.sub != nil {
-				x.sub.exhausted = false
-				x.sub.touched = now // no longer stopped (groupSince)
-			}
-		}
-		r.recs = s.leaves(rec)
-		r.queue()
+	if rec.stopRequested || op == "StartChild" {
+		resetBudgets(rec) // a group starts over (a hosted child has nothing under it)
 	}
+	rec.node().setStopped(false, s.now())
+	r.recs = rec.node().appendStartOrder(nil, s.startable)
+	r.queue()
 	r.step()
 }
 
-// queue marks the children a group's request is to start one after
-// another as busy until their turn: a lifecycle request on one of them
+// queue marks the children a request is to start one after another (a
+// group's; a hosted child's one) as busy until their turn: a lifecycle request on one of them
 // meanwhile is refused (ErrBusy) rather than start it twice, and neither a
 // start round nor a shard acquired starts them.
 func (r *childRequest) queue() {
@@ -641,19 +607,18 @@ func (r *childRequest) step() {
 			}
 			next := r.recs[r.next]
 			r.next++
-			owned := rec.sub == nil || next.queued() == r
+			owned := next.queued() == r
 			r.unqueue(next)
 			switch {
 			case s.shutdown != nil || s.phase.Ended():
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
-			case rec.sub != nil && (!owned || next.stopRequested || !s.leaseHeld(next)):
+			case !owned || next.stopRequested || !s.leaseHeld(next):
 				// Taken out by a stand-down (the next start round starts
-				// it), stopped meanwhile by a StopChild of its own, or its
-				// shard is not held now: it starts when acquired.
+				// it), stopped meanwhile by a StopChild of its own (a
+				// group's child), or its shard is not held now: it starts
+				// when acquired.
 				r.lost = r.lost || (!next.stopRequested && (!owned || !s.leaseHeld(next)))
 				continue
-			case !s.leaseHeld(next):
-				r.answer(fmt.Errorf("%s %q: stopped, but %w meanwhile (shard %d)", r.op, rec.spec.Name, supervisor.ErrShardNotHeld, rec.spec.Shard))
 			default:
 				r.wait = s.startIncarnation(r, next)
 			}
@@ -668,10 +633,7 @@ func (r *childRequest) step() {
 // again; a group's restart is counted once, now.
 func (r *childRequest) stopped() {
 	r.become(requestStarting)
-	if r.rec.sub != nil {
-		r.rec.hist().restarts++
-		r.s.publish(supervisor.ChildRestarted, r.rec, nil)
-	}
+	r.rec.node().restarted()
 }
 
 // answer ends the request.

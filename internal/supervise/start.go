@@ -140,10 +140,8 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 // group's level; the group is recorded before its children.
 func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true, lvl: s.tree}
-	if spec.Group != "" {
-		if g := s.groups[spec.Group]; g != nil {
-			rec.lvl = g.sub
-		}
+	if g := s.groupNamed(spec.Group); g != nil {
+		rec.lvl = g
 	}
 	if spec.Kind == actors.KindController && rec.lvl.shard > 0 {
 		// Under a group of AddShardedGroup, however it was added (at
@@ -155,10 +153,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	if spec.Kind == actors.KindGroup {
 		rec.sub = newGroupLevel(rec, spec.Impl.(*GroupDecl))
 		rec.state, rec.since = supervisor.StatePending, s.now()
-		if s.groups == nil {
-			s.groups = map[string]*childRecord{}
-		}
-		s.groups[spec.Name] = rec
+		s.byName[spec.Name] = rec
 		return rec
 	}
 	if spec.Kind != actors.KindController {
@@ -425,17 +420,17 @@ func (s *root) toStart(kind actors.Kind) []*childRecord {
 // root's own).
 func (s *root) storesAt(depth int) []*childRecord {
 	recs := s.toStart(actors.KindStore)
-	if s.groups == nil {
-		return recs
-	}
 	return slices.DeleteFunc(recs, func(r *childRecord) bool { return r.lvl.depth != depth })
 }
 
-// maxDepth is the depth of the deepest group (0 without groups).
+// maxDepth is the depth of the deepest level that holds a store (0 with
+// none in a group): the last a start round recovers (storesAt).
 func (s *root) maxDepth() int {
 	d := 0
-	for _, g := range s.groups {
-		d = max(d, g.sub.depth)
+	for _, r := range s.children {
+		if r.spec.Kind == actors.KindStore {
+			d = max(d, r.lvl.depth)
+		}
 	}
 	return d
 }

@@ -63,10 +63,10 @@ type root struct {
 	phase supervisor.Phase
 	tree  *level // the root's level: its children, its strategy and budget
 	// children are the hosted children of every level, depth first in the
-	// order they were added; byName finds them by path, groups the groups.
+	// order they were added; byName finds every record, a group's too, by
+	// its path (the path is an address: the tree is the levels').
 	children []*childRecord
 	byName   map[string]*childRecord
-	groups   map[string]*childRecord
 	gen      uint64 // last incarnation number given to a child
 
 	events   []supervisor.Event // published once the message has been handled (flush)
