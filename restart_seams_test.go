@@ -419,6 +419,68 @@ func TestGroupRestartMeetsReelection(t *testing.T) {
 	}
 }
 
+// A group's RestartChild whose first child fails to start again: the
+// failure goes to the group's decider, and the request goes on with the
+// rest (before, they stayed stopped with nothing to start them: found by
+// TestStateSpace -statespace.trees). With RestForOne the decider's plan
+// takes the rest from the request: each child starts once either way, and
+// the answer names the failure.
+func TestGroupRestartGoesOnPastAFailedStart(t *testing.T) {
+	for _, strategy := range []supervisor.Strategy{cm.OneForOne, cm.RestForOne} {
+		t.Run(string(strategy), func(t *testing.T) {
+			t.Parallel()
+			log := &seamLog{}
+			m := seamManager(t, nil, 0)
+			first, second := newSeamChild(log, "g", "first"), newSeamChild(log, "g", "second")
+			m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: strategy}, seamWebhook{first}, seamController{second}))
+			gStart(t, m)
+			first.setRun(2, func(context.Context) error { return errors.New("the second start fails") })
+
+			err := seamResult(t, "RestartChild", seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "g") }))
+			require.ErrorContains(t, err, "the second start fails", "the answer names the failure")
+			gEventually(t, "both running again", func() bool {
+				return gState(t, m, first.path) == supervisor.StateRunning && gState(t, m, second.path) == supervisor.StateRunning
+			})
+			assert.Equal(t, 3, first.runCount(), "the failed child restarted once by its group's decider")
+			assert.Equal(t, 2, second.runCount(), "the child after it started once")
+			seamShutdown(t, m)
+			seamBooks(t, m, first, second)
+		})
+	}
+}
+
+// A RestartChild of one controller whose Shutdown hangs while the lease
+// is stolen: the request owns the controller until its turn, as a group's
+// does, so the stand-down takes it out; the request answers that the lease
+// was lost meanwhile, and the controller runs again once, started by the
+// re-election's round, with Restarts = runs - 1.
+func TestRestartChildMeetsReelection(t *testing.T) {
+	t.Parallel()
+	srv, log := leasetest.NewServer(), &seamLog{}
+	m := seamManager(t, srv, 0)
+	rec := record(m)
+	c := newSeamChild(log, "", "c")
+	m.Add(seamController{c})
+	gStart(t, m)
+	release := c.holdShutdown(t, 1)
+
+	restarted := seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "c") })
+	gEventually(t, "the controller stopping", func() bool { return gState(t, m, c.path) == supervisor.StateStopping })
+	require.NoError(t, srv.Steal(elNamespace, elLeaseName, "thief", elLeaseDuration))
+	gEventually(t, "the lease lost", func() bool { return rec.count(cm.LeaderLost, "") == 1 })
+	release()
+	err := seamResult(t, "RestartChild", restarted)
+	require.ErrorIs(t, err, cm.ErrShardNotHeld, "the restart says the lease was lost meanwhile")
+
+	gEventually(t, "elected again and the controller running", func() bool {
+		return rec.count(cm.LeaderElected, "") == 2 && gState(t, m, c.path) == supervisor.StateRunning
+	})
+	assert.Equal(t, 2, c.runCount(), "the controller started once after the re-election")
+	noFailures(t, rec)
+	seamShutdown(t, m)
+	seamBooks(t, m, c)
+}
+
 // A group's RestartChild waiting on its store's Recover while the group's
 // shard is stolen and won back; and the same for a restart plan after
 // the store failed. The controller the restart has still to start stays

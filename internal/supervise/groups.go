@@ -10,10 +10,13 @@ import (
 
 // Groups. A group is a child whose record (Kind "group") stands for a level
 // of its own: its children, supervised by its policy. Only hosted children
-// have actors and incarnations; a group's state is read from theirs. Every
-// operation on a group (its start, stop and restart) is the root's own
-// state machine (start.go, restart.go, lifecycle.go) over the group's
-// hosted children, in the order leaves gives.
+// have actors and incarnations; a group's state is read from theirs. As a
+// node of the tree (node.go) a group answers what a walk asks of it, as a
+// hosted child does: its state, health, status, what it starts and in which
+// order, its stop and restart whole. Its failures are decided by its own
+// level (handleFailed); the operations that span messages (a start round,
+// a restart plan, a request, a stop: start.go, restart.go, lifecycle.go)
+// run over the hosted children the node gives, in the order leaves gives.
 
 // newGroupLevel is the level of rec, a group's record, a child of
 // rec.lvl: the decl's zero fields inherit the parent level's.

@@ -298,7 +298,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
-		member.plan = plan
+		plan.take(member)
 		if member.piped() == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
@@ -311,7 +311,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	} else {
 		plan.recs = lvl.inOrder(members)
 		for _, r := range plan.recs {
-			r.plan = plan
+			plan.take(r)
 		}
 		if p := member.piped(); p != nil && p.self {
 			// Restarting itself, but this plan restarts others with it, in
@@ -335,6 +335,17 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		return nil
 	}))
 	plan.step()
+}
+
+// take makes r the plan's to start again. A request that had still to
+// start it (a group's RestartChild or StartChild, whose child failed to
+// start, or whose sibling under an AllForOne level failed) lets it go: the
+// plan starts it, once.
+func (plan *restartPlan) take(r *childRecord) {
+	r.plan = plan
+	if q := r.queued(); q != nil {
+		q.unqueue(r)
+	}
 }
 
 // encloses reports whether outer is a level above inner (not inner itself).
@@ -532,6 +543,9 @@ type childRequest struct {
 	// lost: a child it was to start was left to the lease's (its shard's)
 	// next acquisition, lost meanwhile: the answer says so.
 	lost bool
+	// failed is the first start call of a group's child that failed: the
+	// answer, once the rest have been started.
+	failed error
 }
 
 // newRequest makes a request of op on rec, in flight until answered.
@@ -599,7 +613,10 @@ func (r *childRequest) step() {
 		case requestStarting:
 			if r.next >= len(r.recs) {
 				var err error
-				if r.lost {
+				switch {
+				case r.failed != nil:
+					err = fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, r.failed)
+				case r.lost:
 					err = fmt.Errorf("%s %q: %w meanwhile: what it had still to start starts once it is acquired", r.op, rec.spec.Name, supervisor.ErrShardNotHeld)
 				}
 				r.answer(err)
@@ -611,13 +628,18 @@ func (r *childRequest) step() {
 			r.unqueue(next)
 			switch {
 			case s.shutdown != nil || s.phase.Ended():
-				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, supervisor.ErrShutdown))
+				err := supervisor.ErrShutdown
+				if r.failed != nil {
+					err = r.failed // the failure that, escalated, began the shutdown
+				}
+				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, err))
 			case !owned || next.stopRequested || !s.leaseHeld(next):
-				// Taken out by a stand-down (the next start round starts
+				// Taken out by a stand-down (takeOut: the next start round
+				// starts it) or by a restart plan (take: the plan starts
 				// it), stopped meanwhile by a StopChild of its own (a
 				// group's child), or its shard is not held now: it starts
 				// when acquired.
-				r.lost = r.lost || (!next.stopRequested && (!owned || !s.leaseHeld(next)))
+				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
 				continue
 			default:
 				r.wait = s.startIncarnation(r, next)
@@ -653,7 +675,8 @@ func (r *childRequest) current(b *barrier) bool { return r.stage != requestDone 
 // returned, and the requester is answered (a failed start is then
 // supervised like any failure). A group's child stopped while it started
 // (a fence, a shard lost, a StopChild of its own) is left to what stopped
-// it, and the group goes on.
+// it, one whose start failed to its level's decision, and the group goes
+// on.
 func (r *childRequest) settled(b *barrier, err error) {
 	r.wait = nil
 	if r.stage == requestStopping {
@@ -661,19 +684,34 @@ func (r *childRequest) settled(b *barrier, err error) {
 		r.step()
 		return
 	}
-	if err == errInterrupted && r.rec.sub != nil {
-		r.lost = r.lost || !r.s.leaseHeld(r.recs[r.next-1])
-		r.step()
+	if err == nil {
+		r.step() // the next child, or the answer
 		return
 	}
-	if err != nil {
+	child := r.recs[r.next-1]
+	if r.rec.sub == nil {
+		// One hosted child: its start is the answer.
 		r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, err))
 		if err != errInterrupted {
-			r.s.supervise(r.recs[r.next-1], err)
+			r.s.supervise(child, err)
 		}
 		return
 	}
-	r.step() // the next child, or the answer
+	// A group's child: one stopped while it started is left to what
+	// stopped it; one that failed to start is supervised like any failure
+	// (its level decides, and a plan it makes takes what it restarts), and
+	// the answer names the first such failure. Either way the group goes on
+	// with the rest, which would otherwise stay stopped with nothing to
+	// start them.
+	if err == errInterrupted {
+		r.lost = r.lost || !r.s.leaseHeld(child)
+	} else {
+		if r.failed == nil {
+			r.failed = err
+		}
+		r.s.supervise(child, err)
+	}
+	r.step()
 }
 
 // stopReaches is a StopChild or RemoveChild of rec reaching the requests
