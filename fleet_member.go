@@ -303,7 +303,8 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 	case ctx.Err() != nil:
 		mb.group = groupUnknown
 	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped):
-		// Tried again at the next phase or probe.
+		// Tried again at the next phase or probe, or as soon as a child of
+		// its subtree starts or stops (Fleet.subtreeMoved): a busy group.
 	default:
 		if next == groupRunning { // its start failed: supervised like any failure
 			mb.group = next

@@ -56,8 +56,11 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 	// Run's ctx ends when Run returns; the incarnation lives until Shutdown.
 	inc.ctx, inc.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	inc.unsub = host.Subscribe(func(e Event) {
-		if e.Type == PhaseChanged {
+		switch e.Type {
+		case PhaseChanged:
 			f.phaseChanged()
+		case ChildStarted, ChildStopped, ChildRemoved:
+			f.subtreeMoved(e.Child)
 		}
 	})
 	f.mu.Lock()
@@ -247,6 +250,24 @@ func (f *Fleet) phaseChanged() {
 	close(f.phase)
 	f.phase = make(chan struct{})
 	f.mu.Unlock()
+}
+
+// subtreeMoved wakes the loop of the member whose subtree holds path (a
+// child started, stopped or removed): a loop that a request was refused
+// for a reason that ends with such a move (ErrBusy: a start of the group
+// in flight, from an AddChild whose answer an earlier loop did not wait
+// for) looks again at once, not at its next probe.
+func (f *Fleet) subtreeMoved(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rest, ok := strings.CutPrefix(path, f.pathLocked()+"/")
+	if !ok {
+		return
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	if mb := f.members[name]; mb != nil {
+		mb.wake()
+	}
 }
 
 // phaseSignal is closed at the next PhaseChanged.
