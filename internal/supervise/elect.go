@@ -72,7 +72,7 @@ func (s *root) acquire(i int) {
 	} else {
 		s.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.now(), Phase: s.phase})
 	}
-	if s.shutdown != nil || s.phase.Ended() || s.fencing != nil {
+	if s.ending() || s.fencing != nil {
 		return // a stand-down in progress resumes the round when it is done
 	}
 	switch s.phase {

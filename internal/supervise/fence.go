@@ -88,7 +88,7 @@ func (s *root) lose(i int, cause error, reelect func()) {
 		s.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
 	}
 	switch {
-	case s.shutdown != nil || s.phase.Ended():
+	case s.ending():
 		s.loseDuringShutdown(i, cause) // not campaigned for again
 	case s.leader:
 		s.fenceShard(i, cause, reelect) // other shards are held: only this one's controllers stop
@@ -200,7 +200,7 @@ func (f *fencing) stopped() {
 	if sh := s.shards[f.shard]; sh.fencing == f {
 		sh.fencing = nil
 	}
-	if f.then != nil && s.shutdown == nil && !s.phase.Ended() {
+	if f.then != nil && !s.ending() {
 		f.then()
 	}
 }

@@ -52,3 +52,9 @@ func (s *root) become(to supervisor.Phase, why string) {
 	s.cfg.Logger.Debug("phase changed", "from", from, "phase", to, "why", why)
 	s.emit(supervisor.Event{Type: supervisor.PhaseChanged, Time: s.now(), Phase: to})
 }
+
+// ending reports whether the manager is on its way out: a shutdown has
+// begun, or the manager has stopped. Nothing new begins then (a start, a
+// restart, a fencing's next step); what is in flight is answered
+// ErrShutdown or left to the shutdown.
+func (s *root) ending() bool { return s.shutdown != nil || s.phase.Ended() }

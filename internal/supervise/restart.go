@@ -457,7 +457,7 @@ func (s *root) lifetimeContext() context.Context {
 // supervising reports whether failures are handled: from the start until
 // the shutdown begins.
 func (s *root) supervising() bool {
-	return s.shutdown == nil && s.phase != supervisor.PhaseIdle && !s.phase.Ended()
+	return !s.ending() && s.phase != supervisor.PhaseIdle
 }
 
 // Restarts on request.
@@ -627,7 +627,7 @@ func (r *childRequest) step() {
 			owned := next.queued() == r
 			r.unqueue(next)
 			switch {
-			case s.shutdown != nil || s.phase.Ended():
+			case s.ending():
 				err := supervisor.ErrShutdown
 				if r.failed != nil {
 					err = r.failed // the failure that, escalated, began the shutdown

@@ -90,7 +90,7 @@ func (s *root) onShutdownManager(m supervisor.ShutdownManager, replyTo *actor.PI
 //
 // waiters are answered once the manager has stopped.
 func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor.PID) {
-	if s.shutdown != nil || s.phase.Ended() {
+	if s.ending() {
 		return
 	}
 	a := &shutdownAttempt{s: s, cause: cause, waiters: waiters}

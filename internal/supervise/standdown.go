@@ -77,7 +77,7 @@ func (d *standDown) stopped() {
 	if d.release != nil {
 		d.release.handOver()
 	}
-	if s.fencing != f || s.shutdown != nil || s.phase.Ended() {
+	if s.fencing != f || s.ending() {
 		return
 	}
 	s.fencing = nil

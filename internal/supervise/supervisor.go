@@ -247,7 +247,7 @@ func trimmed[T any](q []T) []T {
 // cannot be trusted to supervise any more, so it shuts down and fails.
 func (s *root) internalError(err error, stack []byte) {
 	s.cfg.Logger.Error("supervisor failed", "err", err, "stack", string(stack))
-	if s.phase.Ended() || s.shutdown != nil {
+	if s.ending() {
 		return
 	}
 	func() {
