@@ -642,3 +642,54 @@ func pickName(t *testing.T, format string, ok func(string) bool) string {
 	t.Fatalf("no name %q found", format)
 	return ""
 }
+
+// reportingController hands each incarnation's start context to the test
+// and returns, started (its context then ends, its failure reporter stays).
+type reportingController struct{ ctxs chan context.Context }
+
+func (reportingController) Name() string { return "reporter" }
+func (c reportingController) Run(ctx context.Context) error {
+	c.ctxs <- ctx
+	return nil
+}
+func (reportingController) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "reporter", Healthy: true}
+}
+func (reportingController) Shutdown(context.Context) {}
+
+// ReportFailure, called with the context a controller's Run received,
+// fails that incarnation: the supervisor restarts it, and the event names
+// the error. A context that did not come from a manager reports nothing.
+func TestReportFailureRestartsTheChild(t *testing.T) {
+	m := seamManager(t, nil, 0)
+	rec := record(m)
+	ctxs := make(chan context.Context, 2)
+	m.Add(reportingController{ctxs})
+	gStart(t, m)
+	first := recvCtx(t, ctxs)
+
+	require.False(t, cm.ReportFailure(context.Background(), errors.New("nobody's")), "a context not from a manager")
+	require.True(t, cm.ReportFailure(first, errors.New("lost my watch")))
+	recvCtx(t, ctxs) // the next incarnation's Run
+	rec.gWait(t, 1, cm.ChildRestarted, "reporter")
+	var failed []error
+	for _, e := range rec.snapshot() {
+		if e.Type == cm.ChildFailed {
+			failed = append(failed, e.Err)
+		}
+	}
+	require.Len(t, failed, 1)
+	require.ErrorContains(t, failed[0], "lost my watch")
+	seamShutdown(t, m)
+}
+
+func recvCtx(t *testing.T, ch <-chan context.Context) context.Context {
+	t.Helper()
+	select {
+	case ctx := <-ch:
+		return ctx
+	case <-time.After(elWait):
+		t.Fatalf("no Run within %s", elWait)
+		return nil
+	}
+}

@@ -342,3 +342,59 @@ func TestWebhookServerShutdown(t *testing.T) {
 		t.Error("a server served twice")
 	}
 }
+
+// Start listens on Addr itself: an address it cannot listen on is an
+// error that says so, and one it can is served until ctx ends.
+func TestWebhookServerStartListensOnAddr(t *testing.T) {
+	ca := newAdmCA(t)
+	files := newAdmCertFiles(t)
+	files.write(t, ca.issue(t, 1))
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy, err := webhook.NewServer(webhook.ServerConfig{Addr: taken.Addr().String(), CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "webhook: server:") {
+		t.Fatalf("Start on a taken address: %v, want an error naming the server", err)
+	}
+
+	// A free port, found by listening and closing: Start listens on it.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	srv, err := webhook.NewServer(webhook.ServerConfig{Addr: addr, CertFile: files.cert, KeyFile: files.key, Handler: http.NotFoundHandler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Start(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; { // until Start listens
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Start did not listen on %s: %v", addr, err)
+		}
+		select {
+		case err := <-served:
+			t.Fatalf("Start returned before it served: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	admServerSerial(t, addr, ca.pool)
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Start after its context ended: %v", err)
+	}
+}

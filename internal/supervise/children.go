@@ -751,11 +751,6 @@ func everyChild(*childRecord) bool { return true }
 // fencedChild is the scope of a lost lease.
 func fencedChild(rec *childRecord) bool { return fencedKind(rec.spec.Kind) }
 
-// onlyChild is the scope of a lifecycle message naming rec.
-func onlyChild(rec *childRecord) func(*childRecord) bool {
-	return func(r *childRecord) bool { return r == rec }
-}
-
 // quiesce takes the children that touches selects out of every restart plan
 // and puts those backing off in StateStopped, so that nothing restarts them.
 // A plan left with no child to restart is cancelled; a plan that also

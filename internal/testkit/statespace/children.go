@@ -42,13 +42,11 @@ type child struct {
 	journal    *Journal
 	release    <-chan struct{} // closed when the sequence releases hung calls
 
-	mu       sync.Mutex
-	knobs    Knobs
-	inc      int
-	report   func(error)
-	probes   int
-	lastSeen time.Time            // the last probe
-	guards   map[int]func() error // each incarnation's lease guard (controllers and stores)
+	mu     sync.Mutex
+	knobs  Knobs
+	inc    int
+	report func(error)
+	guards map[int]func() error // each incarnation's lease guard (controllers and stores)
 }
 
 func newChild(name, kind string, j *Journal, release <-chan struct{}) *child {
@@ -63,12 +61,6 @@ func (c *child) set(fn func(*Knobs)) {
 	c.mu.Lock()
 	fn(&c.knobs)
 	c.mu.Unlock()
-}
-
-func (c *child) get() Knobs {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.knobs
 }
 
 // fail reports a failure of the current incarnation through its
@@ -151,21 +143,12 @@ func (c *child) Shutdown(ctx context.Context) {
 // probe records a health probe and returns the answer.
 func (c *child) probe() bool {
 	c.mu.Lock()
-	c.probes++
-	c.lastSeen = time.Now()
 	k := c.knobs
 	c.mu.Unlock()
 	if k.HealthPanics {
 		panic(fmt.Sprintf("statespace: %s's health panics", c.name))
 	}
 	return !k.Unhealthy
-}
-
-// lastProbe returns when the child was last probed and how often.
-func (c *child) lastProbe() (time.Time, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lastSeen, c.probes
 }
 
 // Controller is a journaling cm.Controller.
