@@ -43,7 +43,7 @@ func (r *runner) onEvent(e cm.Event) {
 			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),
 			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager end", stamp(at), e.Err),
 			resolved: func() bool {
-				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(child) ||
+				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(child) || r.stoppedWithin(child) ||
 					r.eventSince(at, func(x cm.Event) bool {
 						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child) ||
 							// A group above it (or, for a group, the group itself)
@@ -141,6 +141,25 @@ func (r *runner) stoppedAbove(child string) bool {
 		}
 	}
 	return false
+}
+
+// stoppedWithin reports whether every child under group (a group's path)
+// was stopped or removed on request: a failed group whose restart then
+// has nothing left to start (its one child stopped while the restart
+// backed off) is out of supervision as surely as a stopped group. It
+// reads stopReq as stoppedAbove does. r.mu is held.
+func (r *runner) stoppedWithin(group string) bool {
+	n := 0
+	for path := range r.children {
+		if path == group || !within(path, group) {
+			continue
+		}
+		if !r.stoppedAbove(path) {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // eventSince reports whether an event at or after at satisfies match.
