@@ -423,8 +423,8 @@ func TestGroupRestartMeetsReelection(t *testing.T) {
 // failure goes to the group's decider, and the request goes on with the
 // rest (before, they stayed stopped with nothing to start them: found by
 // TestStateSpace -statespace.trees). With RestForOne the decider's plan
-// takes the rest from the request: each child starts once either way, and
-// the answer names the failure.
+// names the rest too: each child starts once either way (the plan skips
+// one the request started meanwhile), and the answer names the failure.
 func TestGroupRestartGoesOnPastAFailedStart(t *testing.T) {
 	for _, strategy := range []supervisor.Strategy{cm.OneForOne, cm.RestForOne} {
 		t.Run(string(strategy), func(t *testing.T) {
@@ -447,6 +447,34 @@ func TestGroupRestartGoesOnPastAFailedStart(t *testing.T) {
 			seamBooks(t, m, first, second)
 		})
 	}
+}
+
+// A group's RestartChild waiting on its webhook's start while a sibling
+// of the group fails under an AllForOne level: the level's plan restarts
+// the group whole, the request's start is cut short, and each child starts
+// again once (a guard of the seam: it passes on 770b1b3 too).
+func TestGroupRestartMeetsAnAllForOneRestartAbove(t *testing.T) {
+	log := &seamLog{}
+	m := seamManager(t, nil, 0)
+	x := newSeamChild(log, "o", "x")
+	hook, ctrl := newSeamChild(log, "o/g", "hook"), newSeamChild(log, "o/g", "ctrl")
+	m.Add(cm.NewGroup("o", cm.SupervisionSpec{Strategy: cm.AllForOne},
+		seamController{x}, cm.NewGroup("g", cm.SupervisionSpec{}, seamWebhook{hook}, seamController{ctrl})))
+	gStart(t, m)
+	entered, release := hook.blockRun(t, 2)
+
+	restarted := seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "o/g") })
+	seamReached(t, "the group's restart waits on its webhook", entered)
+	x.fail()
+	gEventually(t, "everything running again", func() bool {
+		return x.runCount() == 2 && gState(t, m, x.path) == supervisor.StateRunning &&
+			gState(t, m, hook.path) == supervisor.StateRunning && gState(t, m, ctrl.path) == supervisor.StateRunning
+	})
+	release()
+	_ = seamResult(t, "RestartChild", restarted) // answered: nil, or that the plan interrupted it
+	seamShutdown(t, m)
+	assert.Equal(t, 2, ctrl.runCount(), "the controller started again once, by the plan: %v", log.snapshot())
+	seamBooks(t, m, x, hook, ctrl)
 }
 
 // A RestartChild of one controller whose Shutdown hangs while the lease

@@ -298,7 +298,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
-		plan.take(member)
+		member.plan = plan
 		if member.piped() == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
@@ -311,7 +311,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	} else {
 		plan.recs = lvl.inOrder(members)
 		for _, r := range plan.recs {
-			plan.take(r)
+			r.plan = plan
 		}
 		if p := member.piped(); p != nil && p.self {
 			// Restarting itself, but this plan restarts others with it, in
@@ -335,17 +335,6 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		return nil
 	}))
 	plan.step()
-}
-
-// take makes r the plan's to start again. A request that had still to
-// start it (a group's RestartChild or StartChild, whose child failed to
-// start, or whose sibling under an AllForOne level failed) lets it go: the
-// plan starts it, once.
-func (plan *restartPlan) take(r *childRecord) {
-	r.plan = plan
-	if q := r.queued(); q != nil {
-		q.unqueue(r)
-	}
 }
 
 // encloses reports whether outer is a level above inner (not inner itself).
@@ -635,8 +624,7 @@ func (r *childRequest) step() {
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, err))
 			case !owned || next.stopRequested || !s.leaseHeld(next):
 				// Taken out by a stand-down (takeOut: the next start round
-				// starts it) or by a restart plan (take: the plan starts
-				// it), stopped meanwhile by a StopChild of its own (a
+				// starts it), stopped meanwhile by a StopChild of its own (a
 				// group's child), or its shard is not held now: it starts
 				// when acquired.
 				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
@@ -699,8 +687,9 @@ func (r *childRequest) settled(b *barrier, err error) {
 	}
 	// A group's child: one stopped while it started is left to what
 	// stopped it; one that failed to start is supervised like any failure
-	// (its level decides, and a plan it makes takes what it restarts), and
-	// the answer names the first such failure. Either way the group goes on
+	// (its level decides; a plan it makes skips a child this request has
+	// started meanwhile, nextChild), and the answer names the first such
+	// failure. Either way the group goes on
 	// with the rest, which would otherwise stay stopped with nothing to
 	// start them.
 	if err == errInterrupted {
