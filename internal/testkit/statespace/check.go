@@ -294,8 +294,18 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	}
 }
 
-// checkStranded: while the manager runs, a webhook (it runs on every
-// replica, whoever leads) that is Stopped, with no group above it Stopped
+// strandable reports whether a child of kind runs whenever the manager
+// runs, so that checkStranded judges it: a webhook always (it runs on every
+// replica, whoever leads); a controller or a store when there is no
+// election (with one, a standby's or a lost shard's are Stopped for as long
+// as the lease is not held).
+func (r *runner) strandable(kind actors.Kind) bool {
+	return kind == actors.KindWebhook ||
+		(r.sc.Election == ElectionOff && (kind == actors.KindController || kind == actors.KindStore))
+}
+
+// checkStranded: while the manager runs, a webhook (or, without election,
+// a controller or a store: strandable) that is Stopped, with no group above it Stopped
 // or Stopping and no StopChild or RemoveChild ever sent for it or a group
 // above it, must leave Stopped within the longest backoff: nothing stops a
 // webhook for good but a request or its group's spent budget (OnExhausted
@@ -312,7 +322,7 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, cs := range all {
-		if cs.Kind != actors.KindWebhook || cs.State != supervisor.StateStopped {
+		if !r.strandable(cs.Kind) || cs.State != supervisor.StateStopped {
 			continue
 		}
 		name, since := cs.Name, cs.Since
@@ -330,7 +340,7 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 		// it stopped.
 		r.obligations = append(r.obligations, &obligation{
 			inv: Stranded, child: name, key: key, due: time.Now().Add(r.sc.maxBackoff() + r.cfg.Slack),
-			what: fmt.Sprintf("webhook Stopped since %s while the manager runs, with no StopChild or RemoveChild of it or above it and no group above it stopped", stamp(since)),
+			what: fmt.Sprintf("%s Stopped since %s while the manager runs, with no StopChild or RemoveChild of it or above it and no group above it stopped", cs.Kind, stamp(since)),
 			resolved: func() bool {
 				if !r.doneAt.IsZero() || r.phase != cm.PhaseRunning || r.stopAsked(name) {
 					return true

@@ -91,7 +91,8 @@ const (
 	// "group" (or a child that is not a group with Kind "group"); or its
 	// event and its EscalationError disagree.
 	EscalationWrong Invariant = "escalation-wrong"
-	// Stranded: while the manager ran, a webhook stayed Stopped past the
+	// Stranded: while the manager ran, a webhook (or, without election, a
+	// controller or a store) stayed Stopped past the
 	// longest backoff with no StopChild or RemoveChild of it or above it
 	// and no group above it stopped or stopping: nothing would start it
 	// again.
