@@ -211,12 +211,20 @@ func seamCall(call func(ctx context.Context) error) <-chan error {
 // seamResult waits for a call's result.
 func seamResult(t *testing.T, what string, res <-chan error) error {
 	t.Helper()
+	return recvWithin(t, res, what+": no answer")
+}
+
+// recvWithin receives from ch, and fails the test (saying what did not
+// come) after elWait.
+func recvWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
-	case err := <-res:
-		return err
+	case v := <-ch:
+		return v
 	case <-time.After(elWait):
-		t.Fatalf("%s: no answer within %s", what, elWait)
-		return nil
+		t.Fatalf("%s within %s", what, elWait)
+		var zero T
+		return zero
 	}
 }
 
@@ -694,11 +702,11 @@ func TestReportFailureRestartsTheChild(t *testing.T) {
 	ctxs := make(chan context.Context, 2)
 	m.Add(reportingController{ctxs})
 	gStart(t, m)
-	first := recvCtx(t, ctxs)
+	first := recvWithin(t, ctxs, "no Run")
 
 	require.False(t, cm.ReportFailure(context.Background(), errors.New("nobody's")), "a context not from a manager")
 	require.True(t, cm.ReportFailure(first, errors.New("lost my watch")))
-	recvCtx(t, ctxs) // the next incarnation's Run
+	recvWithin(t, ctxs, "no second Run") // the next incarnation's Run
 	rec.gWait(t, 1, cm.ChildRestarted, "reporter")
 	var failed []error
 	for _, e := range rec.snapshot() {
@@ -711,13 +719,3 @@ func TestReportFailureRestartsTheChild(t *testing.T) {
 	seamShutdown(t, m)
 }
 
-func recvCtx(t *testing.T, ch <-chan context.Context) context.Context {
-	t.Helper()
-	select {
-	case ctx := <-ch:
-		return ctx
-	case <-time.After(elWait):
-		t.Fatalf("no Run within %s", elWait)
-		return nil
-	}
-}

@@ -27,13 +27,7 @@ func serveInBackground(ctx context.Context, m *cm.ControllerManager, shutdownTim
 
 func waitServe(t *testing.T, served <-chan error) error {
 	t.Helper()
-	select {
-	case err := <-served:
-		return err
-	case <-time.After(elWait):
-		t.Fatalf("Serve did not return within %s", elWait)
-		return nil
-	}
+	return recvWithin(t, served, "Serve did not return")
 }
 
 // newStandby returns a manager whose Lease another holder keeps for an
