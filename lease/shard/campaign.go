@@ -94,17 +94,28 @@ func (e *Elector) reconcile() {
 }
 
 // campaignLimit is how many campaigns may be in flight at once:
-// Config.MaxCampaigns, and no more than the Lease client's rate limiter
-// lets through in a retry period besides one renewal per held shard and the
-// member Lease's, so that campaigns never queue the renewals up behind them
-// in the client; one at least.
+// Config.MaxCampaigns, and within the Lease client's rate limit
+// (campaignsWithin).
 func (e *Elector) campaignLimit() int {
 	limit := e.cfg.MaxCampaigns
 	if qps, ok := e.rateLimits(); ok {
-		budget := int(qps*e.cfg.RetryPeriod.Seconds()) - len(e.held) - 1
-		limit = min(limit, max(budget, 1))
+		limit = min(limit, campaignsWithin(qps, e.cfg.RetryPeriod, len(e.held)))
 	}
 	return limit
+}
+
+// campaignRequests is what one campaign costs the client's rate limiter: a
+// campaign for an existing Lease reads it before it writes (update), and
+// one whose create is refused reads it too.
+const campaignRequests = 2
+
+// campaignsWithin is how many campaigns fit in what a rate limiter of qps
+// lets through in one retry period besides a renewal per held shard and
+// the member Lease's, so that campaigns never queue the renewals up behind
+// them in the client; one at least.
+func campaignsWithin(qps float64, period time.Duration, held int) int {
+	budget := int(qps*period.Seconds()) - held - 1
+	return max(budget/campaignRequests, 1)
 }
 
 // clientQPS reads the QPS of client's rate limiter for Leases, where it has

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -50,5 +51,31 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, decide(self, tt.stopping, tt.limit, tt.shards))
 		})
+	}
+}
+
+// A campaign costs the rate limiter a read and a write: the campaigns in
+// flight, with a renewal per held shard and the member Lease's, fit in
+// what the limiter lets through in a retry period; one at least.
+func TestCampaignsWithinTheRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		qps    float64
+		period time.Duration
+		held   int
+		want   int
+	}{
+		{5, 2 * time.Second, 0, 4},    // 10 requests: the member Lease's renewal, 4 campaigns of 2
+		{5, 2 * time.Second, 4, 2},    // 10 - 4 renewals - 1 = 5: 2 campaigns
+		{5, 2 * time.Second, 9, 1},    // nothing left: one at least
+		{5, 2 * time.Second, 30, 1},   // more held than the limiter lets through: one at least
+		{50, 2 * time.Second, 10, 44}, // 100 - 10 - 1 = 89: 44 campaigns
+	} {
+		if got := campaignsWithin(tc.qps, tc.period, tc.held); got != tc.want {
+			t.Errorf("campaignsWithin(%v, %s, %d) = %d, want %d", tc.qps, tc.period, tc.held, got, tc.want)
+		}
+		if got := campaignsWithin(tc.qps, tc.period, tc.held); tc.held+1+got*campaignRequests > int(tc.qps*tc.period.Seconds()) && got > 1 {
+			t.Errorf("campaignsWithin(%v, %s, %d) = %d: %d requests in a period that lets %d through", tc.qps, tc.period, tc.held, got,
+				tc.held+1+got*campaignRequests, int(tc.qps*tc.period.Seconds()))
+		}
 	}
 }
