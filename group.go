@@ -132,7 +132,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 // decl is g's declaration at path, in the group at path parent ("" for
 // the root), its name and spec validated.
 func (g *Group) decl(parent, path string) supervise.GroupDecl {
-	d := supervise.GroupDecl{Path: path, Parent: parent}
+	d := supervise.GroupDecl{Name: g.name, Parent: parent}
 	var errs []error
 	if err := supervise.CheckName(g.name, actors.KindGroup, parent); err != nil {
 		errs = append(errs, err)

@@ -718,4 +718,3 @@ func TestReportFailureRestartsTheChild(t *testing.T) {
 	require.ErrorContains(t, failed[0], "lost my watch")
 	seamShutdown(t, m)
 }
-

@@ -21,7 +21,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 	specs := make([]childactor.Spec, len(added))
 	errs := make([]error, len(added))
 	var byHealth []int                   // controllers named by GetHealth().Name
-	parent := make([]string, len(added)) // the group an InGroup is in
+	parent := make([]string, len(added)) // the group an InGroup or a GroupDecl is in
 	added = slices.Clone(added)
 	for i, v := range added {
 		switch given := v.(type) {
@@ -38,7 +38,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 				continue
 			}
 			decl := given
-			specs[i] = childactor.Spec{Name: given.Path, Kind: actors.KindGroup, Impl: &decl, Group: given.Parent}
+			specs[i], parent[i] = childactor.Spec{Name: given.Name, Kind: actors.KindGroup, Impl: &decl}, given.Parent
 			continue
 		case InGroup:
 			parent[i] = given.Parent
@@ -73,7 +73,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 		}
 	}
 	for i := range specs {
-		if errs[i] != nil || specs[i].Kind == actors.KindGroup {
+		if errs[i] != nil {
 			continue
 		}
 		if errs[i] = CheckName(specs[i].Name, specs[i].Kind, parent[i]); errs[i] != nil {
@@ -96,11 +96,12 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 type Invalid struct{ Err error }
 
 // Facade plumbing: GroupDecl, among the values given to Specs, declares a
-// group (controllermanager.NewGroup) at Path; the values that follow it
-// wrapped in an InGroup naming it are its children. Its Policy's and its
+// group (controllermanager.NewGroup) named Name in the group at Parent;
+// its path is made as a child's is; the values that follow it wrapped in
+// an InGroup naming that path are its children. Its Policy's and its
 // backoff's zero fields inherit the parent's.
 type GroupDecl struct {
-	Path string
+	Name string
 	// Parent is the path of the group it is in, "" at the root.
 	Parent         string
 	Policy         Policy
