@@ -340,6 +340,21 @@ func fleetManagerWith(t *testing.T, clk *clocktesting.FakeClock, cfg cm.Controll
 	return mgr, log
 }
 
+// oneMemberOnline starts a manager whose one child is a fleet of one member
+// cluster, "a", answering its probes, and waits until "a" is Online.
+func oneMemberOnline(t *testing.T) (*clocktesting.FakeClock, *fakeMember, *handProvider, *builds, *cm.Fleet, *cm.ControllerManager, *eventLog) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	return clk, a, prov, bl, fleet, mgr, log
+}
+
 func startFleet(t *testing.T, mgr *cm.ControllerManager) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -519,14 +534,7 @@ func TestFleetUnreachableClusterStartsOfflineAndNeverBlocksStart(t *testing.T) {
 }
 
 func TestFleetRotatedConfigRestartsTheSubtreeOnce(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := newBuilds()
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	_, a, prov, bl, _, mgr, log := oneMemberOnline(t)
 
 	require.NoError(t, prov.Engage(t, "a", a.config()), "an equal config")
 	rotated := a.config()
@@ -615,14 +623,7 @@ func TestFleetEventsOfAClusterComeInOrder(t *testing.T) {
 // with one new config from several goroutines at once (a resync racing a
 // watch event) changes the cluster once: one ClusterEngaged, one rebuild.
 func TestFleetConcurrentEqualEngagesEngageOnce(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := newBuilds()
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	_, a, prov, bl, _, _, log := oneMemberOnline(t)
 
 	const callers = 8
 	errs := make(chan error, callers)
@@ -643,14 +644,7 @@ func TestFleetConcurrentEqualEngagesEngageOnce(t *testing.T) {
 }
 
 func TestFleetRefusesBadClusterNames(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := newBuilds()
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	_, a, prov, bl, fleet, _, _ := oneMemberOnline(t)
 
 	for _, name := range []string{"", ".", "..", "a/b", "provider", "with space", "tab\t", strings.Repeat("x", 254)} {
 		err := prov.Engage(t, name, a.config())
@@ -764,14 +758,7 @@ func TestFleetBuildThatPanicsFailsOnlyItsCluster(t *testing.T) {
 }
 
 func TestFleetDisengageDuringARestart(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := newBuilds()
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	clk, _, prov, bl, _, mgr, log := oneMemberOnline(t)
 
 	ctrl := bl.of("a")[0]
 	ctrl.fail.Store(true)
@@ -815,14 +802,7 @@ func TestFleetDuplicateName(t *testing.T) {
 // removed, the new config probed, and the cluster is built on it once it
 // answers, not before.
 func TestFleetRotatedWhileOffline(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := newBuilds()
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	clk, a, prov, bl, _, mgr, log := oneMemberOnline(t)
 	a.set(memberFailing)
 	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
 
