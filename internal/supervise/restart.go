@@ -269,12 +269,10 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now))}
 	members := map[*childRecord]bool{}
-	var restart []*childRecord
 	for _, m := range lvl.restartSet(member) {
-		restart = m.node().restartWhole(restart)
-	}
-	for _, r := range restart {
-		members[r] = true
+		for _, r := range m.node().restartWhole(nil) {
+			members[r] = true
+		}
 	}
 	// A child already in a plan (a restart in progress) joins this one, and
 	// so do the rest of that plan's children still waiting to start.
@@ -512,7 +510,8 @@ func (r *childRequest) become(to requestStage) {
 //
 // A request owns the children it has still to start (queue): they are
 // busy, and nothing else starts them (a start round, a shard acquired)
-// until their turn, so that a group's start in its order, stores first.
+// until their turn, so that a group's children start in its order, stores
+// first.
 // Three decisions reach it meanwhile: a StopChild or RemoveChild of its
 // child (or of a group above it) ends it with ErrChildStopped or
 // ErrChildRemoved (stopReaches); a stand-down takes the fenced children out
@@ -571,9 +570,9 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 }
 
 // queue marks the children a request is to start one after another (a
-// group's; a hosted child's one) as busy until their turn: a lifecycle request on one of them
-// meanwhile is refused (ErrBusy) rather than start it twice, and neither a
-// start round nor a shard acquired starts them.
+// group's; a hosted child's one) as busy until their turn: a lifecycle
+// request on one of them meanwhile is refused (ErrBusy) rather than start
+// it twice, and neither a start round nor a shard acquired starts them.
 func (r *childRequest) queue() {
 	for _, x := range r.recs {
 		x.hist().queued = r
@@ -689,9 +688,8 @@ func (r *childRequest) settled(b *barrier, err error) {
 	// stopped it; one that failed to start is supervised like any failure
 	// (its level decides; a plan it makes skips a child this request has
 	// started meanwhile, nextChild), and the answer names the first such
-	// failure. Either way the group goes on
-	// with the rest, which would otherwise stay stopped with nothing to
-	// start them.
+	// failure. Either way the group goes on with the rest, which would
+	// otherwise stay stopped with nothing to start them.
 	if err == errInterrupted {
 		r.lost = r.lost || !r.s.leaseHeld(child)
 	} else {

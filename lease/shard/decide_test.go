@@ -70,12 +70,13 @@ func TestCampaignsWithinTheRateLimit(t *testing.T) {
 		{5, 2 * time.Second, 30, 1},   // more held than the limiter lets through: one at least
 		{50, 2 * time.Second, 10, 44}, // 100 - 10 - 1 = 89: 44 campaigns
 	} {
-		if got := campaignsWithin(tc.qps, tc.period, tc.held); got != tc.want {
+		got := campaignsWithin(tc.qps, tc.period, tc.held)
+		if got != tc.want {
 			t.Errorf("campaignsWithin(%v, %s, %d) = %d, want %d", tc.qps, tc.period, tc.held, got, tc.want)
 		}
-		if got := campaignsWithin(tc.qps, tc.period, tc.held); tc.held+1+got*campaignRequests > int(tc.qps*tc.period.Seconds()) && got > 1 {
-			t.Errorf("campaignsWithin(%v, %s, %d) = %d: %d requests in a period that lets %d through", tc.qps, tc.period, tc.held, got,
-				tc.held+1+got*campaignRequests, int(tc.qps*tc.period.Seconds()))
+		requests, allowed := tc.held+1+got*campaignRequests, int(tc.qps*tc.period.Seconds())
+		if got > 1 && requests > allowed {
+			t.Errorf("campaignsWithin(%v, %s, %d) = %d: %d requests in a period that lets %d through", tc.qps, tc.period, tc.held, got, requests, allowed)
 		}
 	}
 }
