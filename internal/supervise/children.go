@@ -203,21 +203,10 @@ func (rec *childRecord) waiting() bool { return rec.wait != nil }
 // markStarted notes that rec's current incarnation (or a group's restart)
 // started now; clearStarted that none has started since its last start.
 func (s *root) markStarted(rec *childRecord) {
-	rec.startedAt, rec.started = s.sinceEpoch(s.now()), true
+	rec.startedAt, rec.started = s.clock.since(s.clock.now()), true
 }
 
 func clearStarted(rec *childRecord) { rec.startedAt, rec.started = 0, false }
-
-// sinceEpoch is t as a duration since the root's epoch, the first time it
-// was asked for: 8 bytes in a record where a time.Time is 24. The epoch is
-// a reading of the same clock, so the difference of two such durations is
-// that of the times (monotonic, with a real clock).
-func (s *root) sinceEpoch(t time.Time) time.Duration {
-	if !s.epochSet {
-		s.epoch, s.epochSet = t, true
-	}
-	return t.Sub(s.epoch)
-}
 
 // owner is an operation in flight that waits on children through a
 // barrier: a start round, a restart plan, a fencing, a stand-down, a shard
@@ -356,15 +345,14 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 	if p := rec.piped(); p != nil && p.taken {
 		rec.setPipe(nil)
 		rec.gen = p.start.Gen
-		s.gen = max(s.gen, rec.gen) // a child restarting itself numbers its incarnation
+		s.reg.seen(rec.gen) // a child restarting itself numbers its incarnation
 		rec.resetUnhealthy()
 		clearStarted(rec)
 		s.setState(rec, supervisor.StateStarting)
 		s.countRestart(rec, again)
 		return
 	}
-	s.gen++
-	rec.gen = s.gen
+	rec.gen = s.reg.nextGen()
 	rec.resetUnhealthy()
 	clearStarted(rec)
 	s.setState(rec, supervisor.StateStarting)
@@ -476,17 +464,8 @@ func (s *root) revoke(rec *childRecord, ctx context.Context) {
 	s.ctx.Send(rec.pid, childactor.Stop{Ctx: ctx})
 }
 
-// current finds the hosted child that reported, in incarnation gen.
-func (s *root) current(name string, gen uint64) *childRecord {
-	rec, ok := s.byName[name]
-	if !ok || rec.gen != gen {
-		return nil
-	}
-	return rec
-}
-
 func (s *root) onChildStarted(m childactor.Started) {
-	rec := s.current(m.Name, m.Gen)
+	rec := s.reg.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateStarting {
 		return
 	}
@@ -502,7 +481,7 @@ func (s *root) onChildStarted(m childactor.Started) {
 }
 
 func (s *root) onChildStartFailed(m childactor.StartFailed) {
-	rec := s.current(m.Name, m.Gen)
+	rec := s.reg.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateStarting {
 		return
 	}
@@ -516,7 +495,7 @@ func (s *root) onChildStartFailed(m childactor.StartFailed) {
 }
 
 func (s *root) onChildStopped(m childactor.Stopped) {
-	rec := s.current(m.Name, m.Gen)
+	rec := s.reg.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateStopping {
 		return
 	}
@@ -555,7 +534,7 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 // (pipedRestart), as a restart that is stopping: its Stop is on its way.
 func (s *root) adoptPiped(rec *childRecord, gen uint64) {
 	rec.gen = gen
-	s.gen = max(s.gen, gen)
+	s.reg.seen(gen)
 	rec.hist().restarts++
 	rec.resetUnhealthy()
 	clearStarted(rec)
@@ -564,7 +543,7 @@ func (s *root) adoptPiped(rec *childRecord, gen uint64) {
 }
 
 func (s *root) onChildFailed(m childactor.Failed) {
-	rec := s.current(m.Name, m.Gen)
+	rec := s.reg.current(m.Name, m.Gen)
 	if rec == nil || rec.state != supervisor.StateRunning {
 		// Stopping: if it restarts itself (Restarting), the Stop sent
 		// takes the restart back, or stops it (onChildStopped).
@@ -615,38 +594,21 @@ func (s *root) logFailure(msg string, rec *childRecord, err error) {
 // been handled (flushActive).
 func (s *root) setState(rec *childRecord, st supervisor.ChildState) {
 	rec.state = st
-	rec.since = s.now()
-	if !rec.activeDirty {
-		rec.activeDirty = true
-		s.dirty = append(s.dirty, rec)
-	}
+	rec.since = s.clock.now()
+	s.out.touched(rec)
 }
 
 // publish publishes a child event.
 func (s *root) publish(t supervisor.EventType, rec *childRecord, err error) {
-	s.emit(supervisor.Event{Type: t, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+	s.out.emit(supervisor.Event{Type: t, Time: s.clock.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts(), Err: err})
 }
-
-// emit queues e; Receive publishes the message's events, in order, once it
-// has handled it (flush).
-func (s *root) emit(e supervisor.Event) { s.events = append(s.events, e) }
 
 // respond answers a request; a nil requester (a plain Send) gets nothing.
 func (s *root) respond(to *actor.PID, value any, err error) {
 	if to != nil {
 		s.ctx.Send(to, supervisor.Reply{Value: value, Err: err})
 	}
-}
-
-// record finds a child by name (its path) for a lifecycle message: a
-// hosted child or a group.
-func (s *root) record(name string) (*childRecord, error) {
-	rec, ok := s.byName[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q", supervisor.ErrUnknownChild, name)
-	}
-	return rec, nil
 }
 
 // lifecycleRecord checks that a lifecycle message can act now and returns
@@ -659,7 +621,7 @@ func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
 		}
 		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, s.phase)
 	}
-	rec, err := s.record(name)
+	rec, err := s.reg.lookup(name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", act, err) // err names the child
 	}
@@ -693,49 +655,19 @@ func (s *root) leaseHeld(rec *childRecord) bool {
 	if s.cfg.Elector == nil || !fencedKind(rec.spec.Kind) {
 		return true
 	}
-	if !s.leader || s.fencing != nil {
+	if !s.shards.leader || s.fencing != nil {
 		return false
 	}
 	if rec.spec.Kind != actors.KindController {
 		return true
 	}
-	sh := s.shards[0]
-	if s.sharded() {
-		sh = s.shards[rec.spec.Shard]
-	}
+	sh := s.shards.of(rec)
 	return sh.held && sh.release == nil && sh.fencing == nil
-}
-
-// shardLease names shard i's Lease.
-func (s *root) shardLease(i int) string {
-	if s.cfg.ShardLease == nil {
-		return fmt.Sprint(i)
-	}
-	return s.cfg.ShardLease(i)
 }
 
 // shardChild is the scope of a lost or released shard: its controllers.
 func shardChild(i int) func(*childRecord) bool {
 	return func(r *childRecord) bool { return r.spec.Kind == actors.KindController && r.spec.Shard == i }
-}
-
-// scope returns the children touches selects, in the order they were added.
-func (s *root) scope(touches func(*childRecord) bool) []*childRecord {
-	var recs []*childRecord
-	for _, rec := range s.children {
-		if touches(rec) {
-			recs = append(recs, rec)
-		}
-	}
-	return recs
-}
-
-func (s *root) validShard(i int) bool {
-	if i < 0 || i >= len(s.shards) {
-		s.cfg.Logger.Error("supervisor: the elector named a shard out of range; ignored", "shard", i, "shards", len(s.shards))
-		return false
-	}
-	return true
 }
 
 // The decision "stop supervising what is in progress" is made in one place,
@@ -773,7 +705,7 @@ func (s *root) quiesce(touches func(*childRecord) bool) {
 			s.cancelPlan(plan)
 		}
 	}
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if touches(rec) && rec.state == supervisor.StateBackingOff {
 			rec.plan = nil
 			s.setState(rec, supervisor.StateStopped)

@@ -38,21 +38,17 @@ func (s *root) answerElector(msg any) func() {
 }
 
 func (s *root) onShardAcquired(m elector.Acquired) {
-	if !s.validShard(m.Shard) {
+	if !s.shards.valid(m.Shard) {
 		return
 	}
-	if !s.sharded() {
-		s.holder = s.cfg.Identity
-	}
+	s.shards.observed(m.Shard, s.cfg.Identity)
 	s.acquire(m.Shard)
 }
 
 // onHolderChanged records who holds the single lease, for Status; with
 // shards, Config.ShardHolders says.
 func (s *root) onHolderChanged(m elector.HolderChanged) {
-	if !s.sharded() && m.Shard == 0 {
-		s.holder = m.Identity
-	}
+	s.shards.observed(m.Shard, m.Identity)
 }
 
 // acquire records that this replica holds shard i (the single lease is
@@ -60,17 +56,14 @@ func (s *root) onHolderChanged(m elector.HolderChanged) {
 // start round waiting in Electing, or, once started, the shard's
 // controllers.
 func (s *root) acquire(i int) {
-	sh := s.shards[i]
-	if sh.held {
+	if !s.shards.set(i, true) {
 		return
 	}
-	sh.held = true
-	s.countHeld()
-	if s.sharded() {
+	if s.shards.sharded() {
 		s.obs.shardsAcquired.Add(1)
-		s.emit(supervisor.Event{Type: supervisor.ShardAcquired, Time: s.now(), Phase: s.phase, Shard: i})
+		s.out.emit(supervisor.Event{Type: supervisor.ShardAcquired, Time: s.clock.now(), Phase: s.phase, Shard: i})
 	} else {
-		s.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.now(), Phase: s.phase})
+		s.out.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.clock.now(), Phase: s.phase})
 	}
 	if s.ending() || s.fencing != nil {
 		return // a stand-down in progress resumes the round when it is done
@@ -88,7 +81,7 @@ func (s *root) acquire(i int) {
 // startShard starts shard i's controllers, just acquired while Starting or
 // Running, outside any start round: a failed start is supervised like any
 // failure.
-func (s *root) startShard(i int) { s.startUnowned(s.scope(shardChild(i))) }
+func (s *root) startShard(i int) { s.startUnowned(s.reg.scope(shardChild(i))) }
 
 // startUnowned starts the controllers among recs that may run now and that
 // nothing else will start: not stopped by StopChild, not active, not owned
@@ -133,7 +126,7 @@ func (s *root) storesUp(rec *childRecord) bool {
 // (at any depth) whose shard was acquired meanwhile (startUnowned).
 func (s *root) storeRecovered(store *childRecord) {
 	lvl := store.lvl
-	if lvl.parent == nil || s.shards == nil || s.shutdown != nil || s.fencing != nil ||
+	if lvl.parent == nil || !s.shards.on() || s.shutdown != nil || s.fencing != nil ||
 		(s.phase != supervisor.PhaseStarting && s.phase != supervisor.PhaseRunning) {
 		return
 	}
@@ -170,7 +163,7 @@ func (s *root) maybeFinishAfterLoss() {
 	if s.shutdown == nil {
 		return
 	}
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if rec.state.Active() {
 			return // releaseLease runs when they have stopped
 		}

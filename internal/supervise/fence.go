@@ -58,7 +58,7 @@ type fenceOverdue struct{ f *fencing }
 // when not nil, is called once they have stopped, with Reelect only, to
 // campaign for the shard again; the elector runs on.
 func (s *root) onShardLost(m elector.Lost) {
-	if !s.validShard(m.Shard) {
+	if !s.shards.valid(m.Shard) {
 		return
 	}
 	reason := m.Reason
@@ -73,24 +73,18 @@ func (s *root) onShardLost(m elector.Lost) {
 // campaign for the shard again; it is called once the shard's children have
 // stopped, with Reelect only.
 func (s *root) lose(i int, cause error, reelect func()) {
-	sh := s.shards[i]
-	wasHeld := sh.held
-	sh.held, sh.release = false, nil
-	s.countHeld()
-	if !s.sharded() && s.holder == s.cfg.Identity {
-		s.holder = "" // not us any more; the elector says who next
-	}
-	if s.sharded() {
+	wasHeld := s.shards.lose(i)
+	if s.shards.sharded() {
 		s.obs.shardsLost.Add(1)
-		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shardLease(i), cause)
-		s.emit(supervisor.Event{Type: supervisor.ShardLost, Time: s.now(), Phase: s.phase, Shard: i, Err: cause})
+		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shards.lease(i), cause)
+		s.out.emit(supervisor.Event{Type: supervisor.ShardLost, Time: s.clock.now(), Phase: s.phase, Shard: i, Err: cause})
 	} else if wasHeld {
-		s.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.now(), Phase: s.phase, Err: lease.ErrLost})
+		s.out.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.clock.now(), Phase: s.phase, Err: lease.ErrLost})
 	}
 	switch {
 	case s.ending():
 		s.loseDuringShutdown(i, cause) // not campaigned for again
-	case s.leader:
+	case s.shards.leader:
 		s.fenceShard(i, cause, reelect) // other shards are held: only this one's controllers stop
 	default:
 		s.fence(cause, reelect)
@@ -104,7 +98,7 @@ func (s *root) lose(i int, cause error, reelect func()) {
 // stands down to Electing and, once all have stopped, campaigns again:
 // reelect (the elector's Done, if any) is called.
 func (s *root) fence(cause error, reelect func()) {
-	f, ctx := s.beginFencing(cause, s.scope(fencedChild), -1)
+	f, ctx := s.beginFencing(cause, s.reg.scope(fencedChild), -1)
 	s.fencing = f
 	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
 	if s.exitOnLoss(f, ctx) {
@@ -119,8 +113,8 @@ func (s *root) fence(cause error, reelect func()) {
 // whole manager shuts down and fails with cause; with it, reelect lets the
 // elector campaign for the shard again once they have stopped.
 func (s *root) fenceShard(i int, cause error, reelect func()) {
-	f, ctx := s.beginFencing(cause, s.scope(shardChild(i)), i)
-	s.shards[i].fencing = f
+	f, ctx := s.beginFencing(cause, s.reg.scope(shardChild(i)), i)
+	s.shards.all[i].fencing = f
 	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
 	if s.exitOnLoss(f, ctx) {
 		return
@@ -155,7 +149,7 @@ func (s *root) loseDuringShutdown(i int, cause error) {
 	if s.shutdown == nil || s.phase != supervisor.PhaseShuttingDown {
 		return
 	}
-	if !s.sharded() {
+	if !s.shards.sharded() {
 		// It may have been waiting for Released; there is nothing left to release.
 		s.maybeFinishAfterLoss()
 		if s.phase.Ended() {
@@ -163,15 +157,15 @@ func (s *root) loseDuringShutdown(i int, cause error) {
 		}
 	}
 	scope, shard := fencedChild, -1
-	if s.sharded() && s.leader {
+	if s.shards.sharded() && s.shards.leader {
 		scope, shard = shardChild(i), i
 	}
-	active := s.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.Active() })
+	active := s.reg.scope(func(rec *childRecord) bool { return scope(rec) && rec.state.Active() })
 	if len(active) == 0 {
 		return
 	}
 	f, _ := s.beginFencing(cause, active, shard) // they are stopping with contexts of their own already
-	s.shards[i].fencing = f
+	s.shards.all[i].fencing = f
 }
 
 // beginFencing starts the fencing of recs after cause: their Shutdown
@@ -181,7 +175,7 @@ func (s *root) beginFencing(cause error, recs []*childRecord, shard int) (*fenci
 	timeout := s.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
-	f := &fencing{s: s, cause: cause, recs: recs, began: s.now(), shard: shard}
+	f := &fencing{s: s, cause: cause, recs: recs, began: s.clock.now(), shard: shard}
 	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
 	return f, ctx
 }
@@ -197,7 +191,7 @@ func (f *fencing) stopped() {
 	if f.shard < 0 {
 		return
 	}
-	if sh := s.shards[f.shard]; sh.fencing == f {
+	if sh := s.shards.all[f.shard]; sh.fencing == f {
 		sh.fencing = nil
 	}
 	if f.then != nil && !s.ending() {

@@ -226,7 +226,7 @@ func (lvl *level) budgetStatus() *supervisor.GroupStatus {
 	s, g := lvl.s, lvl.group
 	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
 		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
-	cutoff := s.now().Add(-lvl.policy.RestartWindow)
+	cutoff := s.clock.now().Add(-lvl.policy.RestartWindow)
 	for _, c := range lvl.children {
 		n := 0
 		for _, at := range c.budget() {

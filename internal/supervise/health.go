@@ -13,13 +13,46 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// probeState is the supervisor's liveness probing: one sweep at a time,
-// every HealthInterval, from the moment webhooks have started (a standby's
-// webhooks are probed too) until shutdown.
-type probeState struct {
+// prober is the supervisor's liveness probing: one sweep at a time, every
+// HealthInterval, from the moment webhooks have started (a standby's
+// webhooks are probed too) until shutdown. It owns the probe's timer and
+// whether a sweep is in flight; the sweep itself is the root's (onProbeTick).
+type prober struct {
+	clock    Clock
+	interval time.Duration // Timing.HealthInterval; probing is off when not positive
+	tick     func()        // sends probeTick to the supervisor
 	timer    clock.Timer
-	inFlight bool
+	started  bool
 	stopped  bool
+	inFlight bool
+}
+
+// start arms the first sweep, once.
+func (p *prober) start() {
+	if p.interval <= 0 || p.started || p.stopped {
+		return
+	}
+	p.started = true
+	p.timer = p.clock.AfterFunc(p.interval, p.tick)
+}
+
+// stop ends probing for good: the manager is shutting down.
+func (p *prober) stop() {
+	p.stopped = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// due reports, at a probeTick, whether a sweep begins now, and arms the
+// next tick: not once stopped, and not while the last sweep waits for its
+// deadline.
+func (p *prober) due() bool {
+	if !p.started || p.stopped {
+		return false
+	}
+	p.timer = p.clock.AfterFunc(p.interval, p.tick)
+	return !p.inFlight
 }
 
 type (
@@ -45,10 +78,10 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		col.Expect([]actors.HealthStatus{}, nil)
 		return
 	}
-	ctrls := s.ofKind(actors.KindController)
+	ctrls := s.reg.ofKind(actors.KindController)
 	// The groups' own lines come after the controllers', in the same slice:
 	// room for them now, rather than a copy of every status to append them.
-	statuses := make([]actors.HealthStatus, len(ctrls), len(ctrls)+len(s.byName)-len(s.children))
+	statuses := make([]actors.HealthStatus, len(ctrls), len(ctrls)+s.reg.groups())
 	pending := make([]int, 0, len(ctrls))
 	for i, rec := range ctrls {
 		standing, cause, answers := rec.standing()
@@ -119,42 +152,16 @@ func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord,
 // goroutine of their own: fewer are sent faster than a goroutine starts.
 const minQueriesPerSender = 512
 
-// startProbes arms the first liveness sweep.
-func (s *root) startProbes() {
-	if s.cfg.Timing.HealthInterval <= 0 || s.probe != nil {
-		return
-	}
-	s.probe = &probeState{}
-	s.armProbe()
-}
-
-func (s *root) armProbe() {
-	s.probe.timer = s.cfg.Clock.AfterFunc(s.cfg.Timing.HealthInterval, s.timerSend(func() any { return probeTick{} }))
-}
-
-func (s *root) stopProbes() {
-	if s.probe == nil {
-		return
-	}
-	s.probe.stopped = true
-	if s.probe.timer != nil {
-		s.probe.timer.Stop()
-	}
-}
-
+// onProbeTick begins a liveness sweep of the running controllers and
+// webhooks, when one is due.
 func (s *root) onProbeTick() {
-	p := s.probe
-	if p == nil || p.stopped || !s.supervising() {
+	if !s.supervising() || !s.probe.due() {
 		return
-	}
-	s.armProbe()
-	if p.inFlight {
-		return // the last sweep is still waiting for its deadline
 	}
 	// Controllers answer GetHealth; webhooks answer Ready (a webhook that
 	// stays not ready after its Start returned is stuck, not warming up).
 	var recs []*childRecord
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if (rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook) && rec.state == supervisor.StateRunning {
 			recs = append(recs, rec)
 		}
@@ -162,7 +169,7 @@ func (s *root) onProbeTick() {
 	if len(recs) == 0 {
 		return
 	}
-	p.inFlight = true
+	s.probe.inFlight = true
 	statuses := make([]actors.HealthStatus, len(recs))
 	pending := make([]int, len(recs))
 	gens := make([]uint64, len(recs))
@@ -174,7 +181,7 @@ func (s *root) onProbeTick() {
 	sweep := childactor.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *childactor.HealthCollector) {
 		s.queryHealth(col, recs, statuses, pending)
 	})
-	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.now()}
+	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.clock.now()}
 	go func() {
 		sweep.Wait(nil)
 		s.sendSelf(done)
@@ -185,14 +192,12 @@ func (s *root) onProbeTick() {
 // row is a failure.
 func (s *root) onProbeDone(m probeDone) {
 	statuses, _ := m.sweep.Close()
-	if s.probe != nil {
-		s.probe.inFlight = false
-	}
+	s.probe.inFlight = false
 	if !s.supervising() {
 		return
 	}
 	for i, rec := range m.recs {
-		if rec.gen != m.gens[i] || rec.state != supervisor.StateRunning || s.byName[rec.spec.Name] != rec {
+		if rec.gen != m.gens[i] || rec.state != supervisor.StateRunning || !s.reg.known(rec) {
 			continue // restarted, stopped or removed since the sweep began
 		}
 		st := statuses[i]

@@ -43,7 +43,7 @@ func (s *root) stopForGood(r *stopRequest) {
 		why = supervisor.ErrChildRemoved
 	}
 	s.stopReaches(rec, why)
-	rec.node().setStopped(true, s.now())
+	rec.node().setStopped(true, s.clock.now())
 	s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
 	recs := hosted(rec)
 	for _, x := range recs {
@@ -68,25 +68,22 @@ func (r *stopRequest) stopped() {
 		s.respond(r.replyTo, nil, nil)
 		return
 	}
-	if !s.known(rec) {
+	if !s.reg.known(rec) {
 		s.respond(r.replyTo, nil, nil) // removed meanwhile by an earlier RemoveChild
 		return
 	}
 	rec.lvl.children = deleteRecord(rec.lvl.children, rec)
-	rec.lvl.touch(s.now())
+	rec.lvl.touch(s.clock.now())
 	// A group goes with everything under it, its children before it.
 	under := subtree(rec)
 	for i := len(under) - 1; i >= 0; i-- {
 		x := under[i]
-		delete(s.byName, x.spec.Name)
+		s.reg.remove(x)
 		x.node().drop()
 		s.publish(supervisor.ChildRemoved, x, nil)
 	}
 	s.respond(r.replyTo, nil, nil)
 }
-
-// known reports whether rec is still the manager's (not removed).
-func (s *root) known(rec *childRecord) bool { return s.byName[rec.spec.Name] == rec }
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	if s.phase != supervisor.PhaseRunning {
@@ -95,7 +92,7 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	}
 	// Naming may call user code (Name, GetHealth): do it off the mailbox.
 	mode, timeout, shardOf := s.cfg.Mode, s.cfg.Timing.HealthTimeout, s.cfg.ShardOf
-	if !s.sharded() {
+	if !s.shards.sharded() {
 		shardOf = nil
 	}
 	if s.cfg.Tree != nil {
@@ -173,7 +170,7 @@ func (s *root) onChildNamed(m childNamed) {
 		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, s.phase)
 	}
 	if err == nil && m.parent != "" {
-		if g := s.groupNamed(m.parent); g == nil {
+		if g := s.reg.groupNamed(m.parent); g == nil {
 			err = fmt.Errorf("%w: no group %q", supervisor.ErrUnknownChild, m.parent)
 		} else if g.group.stopRequested {
 			err = fmt.Errorf("group %q is stopped", m.parent)
@@ -187,7 +184,7 @@ func (s *root) onChildNamed(m childNamed) {
 			paths = []childactor.Spec{m.spec}
 		}
 		for _, spec := range paths {
-			if _, dup := s.byName[spec.Name]; dup {
+			if s.reg.taken(spec.Name) {
 				err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, spec.Name)
 				break
 			}

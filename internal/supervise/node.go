@@ -66,15 +66,6 @@ func (rec *childRecord) node() node {
 // parent is the group rec is in, nil at the root.
 func (rec *childRecord) parent() *childRecord { return rec.lvl.group }
 
-// groupNamed is the level of the group at path name, nil if there is none
-// (at the root, name is "").
-func (s *root) groupNamed(name string) *level {
-	if rec := s.byName[name]; rec != nil {
-		return rec.sub
-	}
-	return nil
-}
-
 // leaf is a hosted child as a node: a pointer in a struct, held in the
 // interface as it is (no allocation).
 type leaf struct{ rec *childRecord }
@@ -95,8 +86,7 @@ func (l leaf) restartWhole(out []*childRecord) []*childRecord               { re
 
 func (l leaf) drop() {
 	s := l.rec.lvl.s
-	s.children = deleteRecord(s.children, l.rec)
-	s.unpublishWebhook(l.rec)
+	s.obs.removeWebhook(l.rec)
 	if l.rec.pid != nil {
 		s.ctx.Stop(l.rec.pid)
 	}
@@ -150,7 +140,7 @@ func (lvl *level) setStopped(stopped bool, now time.Time) {
 
 func (lvl *level) stopEnded() {
 	s, g := lvl.s, lvl.group
-	g.since = s.now()
+	g.since = s.clock.now()
 	s.publish(supervisor.ChildStopped, g, nil)
 }
 

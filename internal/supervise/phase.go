@@ -50,7 +50,7 @@ func (s *root) become(to supervisor.Phase, why string) {
 	s.phase = to
 	s.obs.setPhase(to)
 	s.cfg.Logger.Debug("phase changed", "from", from, "phase", to, "why", why)
-	s.emit(supervisor.Event{Type: supervisor.PhaseChanged, Time: s.now(), Phase: to})
+	s.out.emit(supervisor.Event{Type: supervisor.PhaseChanged, Time: s.clock.now(), Phase: to})
 }
 
 // ending reports whether the manager is on its way out: a shutdown has

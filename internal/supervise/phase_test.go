@@ -45,18 +45,18 @@ func TestPhaseMoves(t *testing.T) {
 				switch {
 				case from == to:
 					require.NotPanics(t, move)
-					assert.Empty(t, s.events, "staying in a phase is no move")
+					assert.Empty(t, s.out.events, "staying in a phase is no move")
 				case isLegal[[2]supervisor.Phase{from, to}]:
 					require.NotPanics(t, move)
 					assert.Equal(t, to, s.phase)
 					assert.Equal(t, to, s.obs.Phase())
-					require.Len(t, s.events, 1)
-					assert.Equal(t, supervisor.Event{Type: supervisor.PhaseChanged, Time: s.now(), Phase: to}, s.events[0])
+					require.Len(t, s.out.events, 1)
+					assert.Equal(t, supervisor.Event{Type: supervisor.PhaseChanged, Time: s.clock.now(), Phase: to}, s.out.events[0])
 				default:
 					require.PanicsWithValue(t, fmt.Sprintf("supervisor: illegal phase move %s → %s (test)", from, to), move)
 					assert.Equal(t, from, s.phase, "an illegal move leaves the phase")
 					assert.Equal(t, from, s.obs.Phase())
-					assert.Empty(t, s.events)
+					assert.Empty(t, s.out.events)
 				}
 			})
 		}
@@ -66,7 +66,7 @@ func TestPhaseMoves(t *testing.T) {
 func phaseRoot(p supervisor.Phase) *root {
 	cfg := Config{}
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: p}
+	s := &root{cfg: cfg, obs: cfg.Observed, phase: p, clock: msgClock{clock: cfg.Clock}, out: outbox{bus: cfg.Bus, obs: cfg.Observed}}
 	s.obs.setPhase(p)
 	return s
 }

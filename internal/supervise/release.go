@@ -50,11 +50,11 @@ type shardRelease struct {
 // onShardReleasing begins the hand-over of shard m.Shard.
 func (s *root) onShardReleasing(m elector.Releasing) {
 	done := s.answerElector(elector.HandedOver{Shard: m.Shard})
-	if !s.validShard(m.Shard) {
+	if !s.shards.valid(m.Shard) {
 		done()
 		return
 	}
-	sh := s.shards[m.Shard]
+	sh := s.shards.all[m.Shard]
 	if !sh.held {
 		done() // lost meanwhile and fenced: nothing of it runs
 		return
@@ -72,11 +72,11 @@ func (r *shardRelease) step() {
 	for {
 		switch r.stage {
 		case releaseControllers:
-			if r.wait = s.stopAll(r, s.scope(shardChild(r.i)), s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, s.reg.scope(shardChild(r.i)), s.boundedContext()); r.wait != nil {
 				return
 			}
 			switch {
-			case s.shards[r.i].release != r || s.holdsOtherThan(r.i):
+			case s.shards.all[r.i].release != r || s.shards.holdsOtherThan(r.i):
 				r.handOver()
 				return
 			case s.shutdown != nil && s.shutdown.stage == shutdownStopping:
@@ -94,12 +94,12 @@ func (r *shardRelease) step() {
 			switch s.phase {
 			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning:
 				if s.shutdown == nil && s.fencing == nil {
-					f := &fencing{s: s, recs: s.scope(fencedChild), shard: -1} // no loss: no fence timeout
+					f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
 					s.standDown(f, s.boundedContext(), nil, r)
 					return
 				}
 			}
-			if r.wait = s.stopAll(r, s.scope(fencedChild), s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, s.reg.scope(fencedChild), s.boundedContext()); r.wait != nil {
 				return
 			}
 			r.handOver()
@@ -130,28 +130,18 @@ func (r *shardRelease) handOver() {
 	if r.stage == releaseDone {
 		return
 	}
-	s, sh := r.s, r.s.shards[r.i]
+	s, sh := r.s, r.s.shards.all[r.i]
 	r.become(releaseDone)
 	r.wait = nil
 	if sh.release != r {
 		r.done() // lost while stopping; the loss fenced it
 		return
 	}
-	sh.release, sh.held = nil, false
-	s.countHeld()
-	if s.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
+	sh.release = nil
+	s.shards.set(r.i, false)
+	if s.shards.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
 		s.obs.shardsReleased.Add(1)
-		s.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.now(), Phase: s.phase, Shard: r.i})
+		s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.phase, Shard: r.i})
 	}
 	r.done()
-}
-
-// holdsOtherThan reports whether this replica holds a shard other than i.
-func (s *root) holdsOtherThan(i int) bool {
-	for j, sh := range s.shards {
-		if j != i && sh.held {
-			return true
-		}
-	}
-	return false
 }

@@ -113,7 +113,7 @@ func (p *restartPlan) step() {
 					s.setState(r, supervisor.StateBackingOff)
 				}
 			}
-			if wait := p.due.Sub(s.now()); wait > 0 && !p.piped() {
+			if wait := p.due.Sub(s.clock.now()); wait > 0 && !p.piped() {
 				weakPlan := weak.Make(p)
 				p.timer = s.cfg.Clock.AfterFunc(wait, s.timerSend(func() any {
 					if p := weakPlan.Value(); p != nil {
@@ -262,7 +262,7 @@ func (s *root) supervise(rec *childRecord, err error) {
 // how a plan made here sends its start.
 func (lvl *level) handleFailed(member *childRecord, err error) {
 	s := lvl.s
-	now := s.now()
+	now := s.clock.now()
 	if !lvl.allowRestart(member, now) {
 		lvl.giveUp(member, err)
 		return
@@ -300,8 +300,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		if member.piped() == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
-			s.gen++
-			p := &pipedRestart{start: childactor.Start{Gen: s.gen, Ctx: s.lifetimeContext(),
+			p := &pipedRestart{start: childactor.Start{Gen: s.reg.nextGen(), Ctx: s.lifetimeContext(),
 				Timeout: s.startTimeout, NotBefore: plan.due}}
 			p.start.Restart, p.start.Restarts = s.ticketFor(member)
 			member.setPipe(p)
@@ -351,7 +350,7 @@ func encloses(outer, inner *level) bool {
 func (lvl *level) inOrder(members map[*childRecord]bool) []*childRecord {
 	out := make([]*childRecord, 0, len(members))
 	seen := make(map[*childRecord]bool, len(members))
-	for _, r := range append(lvl.inStartOrder(nil, nil), lvl.s.children...) {
+	for _, r := range append(lvl.inStartOrder(nil, nil), lvl.s.reg.children...) {
 		if members[r] && !seen[r] {
 			seen[r] = true
 			out = append(out, r)
@@ -415,7 +414,7 @@ func (lvl *level) allowRestart(rec *childRecord, now time.Time) bool {
 // again once the child has run for RestartWindow without failing.
 func (lvl *level) backoff(rec *childRecord, now time.Time) time.Duration {
 	s := lvl.s
-	return backoffFor(rec, s.sinceEpoch(now)-rec.startedAt, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
+	return backoffFor(rec, s.clock.since(now)-rec.startedAt, lvl.policy.RestartWindow, lvl.initialBackoff, lvl.maxBackoff, s.cfg.Jitter())
 }
 
 // fixedBackoff reports whether lvl's backoff cannot grow: the initial is
@@ -427,7 +426,7 @@ func (lvl *level) fixedBackoff() bool { return lvl.initialBackoff >= lvl.maxBack
 func (s *root) escalate(rec *childRecord, err error) {
 	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget()), Window: rec.lvl.policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
-	s.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
+	s.out.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.clock.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts(), Err: e})
 	s.beginShutdown(e, s.boundedContext())
 }
@@ -563,7 +562,7 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	if rec.stopRequested || op == "StartChild" {
 		resetBudgets(rec) // a group starts over (a hosted child has nothing under it)
 	}
-	rec.node().setStopped(false, s.now())
+	rec.node().setStopped(false, s.clock.now())
 	r.recs = rec.node().appendStartOrder(nil, s.startable)
 	r.queue()
 	r.step()

@@ -1,6 +1,9 @@
 package supervise
 
 import (
+	"fmt"
+	"log/slog"
+
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -32,52 +35,146 @@ type shardState struct {
 	fencing *fencing      // its controllers stopping after it was lost, if any
 }
 
-// sharded reports whether leadership is split into shards.
-func (s *root) sharded() bool { return s.cfg.Shards > 1 }
-
-// initShards sets up the shards' state: one per shard, the single lease
-// being shard 0; none with election off.
-func (s *root) initShards() {
-	if s.cfg.Elector == nil {
-		return
-	}
-	n := max(s.cfg.Shards, 1)
-	s.shards = make([]*shardState, n)
-	for i := range s.shards {
-		s.shards[i] = &shardState{}
-	}
+// shardTable is this replica's leadership: which shards it holds (the
+// single lease being shard 0, the one shard), who holds the single lease as
+// last observed, and what each shard's loss or hand-over is doing. It owns
+// leader and its publication to Observed (set). With election off it holds
+// no shard (on is false).
+type shardTable struct {
+	all     []*shardState
+	many    bool             // Config.Shards > 1
+	leases  func(int) string // Config.ShardLease
+	holders func() []string  // Config.ShardHolders
+	self    string           // Config.Identity
+	obs     *Observed
+	logger  *slog.Logger
+	leader  bool   // some shard is held
+	holder  string // the single lease's holder as last observed, for Status
 }
 
-// countHeld updates leader (this replica holds some shard) from the shards.
-func (s *root) countHeld() {
-	held := 0
-	for _, sh := range s.shards {
-		if sh.held {
-			held++
+// newShardTable is the shard table of cfg: one shard per Config.Shards (the
+// single lease being shard 0), none with election off.
+func newShardTable(cfg *Config) shardTable {
+	t := shardTable{many: cfg.Shards > 1, leases: cfg.ShardLease, holders: cfg.ShardHolders,
+		self: cfg.Identity, obs: cfg.Observed, logger: cfg.Logger}
+	if cfg.Elector != nil {
+		t.all = make([]*shardState, max(cfg.Shards, 1))
+		for i := range t.all {
+			t.all[i] = &shardState{}
 		}
 	}
-	s.leader = held > 0
-	s.obs.leader.Store(s.leader)
-	s.obs.shardsHeld.Store(int64(held))
+	return t
 }
 
-// shardStatus is Status.Shards.
-func (s *root) shardStatus() []supervisor.ShardStatus {
-	if !s.sharded() {
+// on reports whether election is on: there are shards to hold.
+func (t *shardTable) on() bool { return len(t.all) > 0 }
+
+// sharded reports whether leadership is split into shards.
+func (t *shardTable) sharded() bool { return t.many }
+
+// count is how many shards a controller may be pinned to: 1 without shards.
+func (t *shardTable) count() int { return max(len(t.all), 1) }
+
+// of is the shard that fences controller rec: its own, or the single lease.
+func (t *shardTable) of(rec *childRecord) *shardState {
+	if t.many {
+		return t.all[rec.spec.Shard]
+	}
+	return t.all[0]
+}
+
+// valid reports whether i, named by the elector, is a shard; it logs one
+// that is not.
+func (t *shardTable) valid(i int) bool {
+	if i < 0 || i >= len(t.all) {
+		t.logger.Error("supervisor: the elector named a shard out of range; ignored", "shard", i, "shards", len(t.all))
+		return false
+	}
+	return true
+}
+
+// lease names shard i's Lease.
+func (t *shardTable) lease(i int) string {
+	if t.leases == nil {
+		return fmt.Sprint(i)
+	}
+	return t.leases(i)
+}
+
+// set records whether shard i is held, and what follows from it: leader
+// (some shard is held) and Observed's counts. It reports whether that
+// changed.
+func (t *shardTable) set(i int, held bool) bool {
+	sh := t.all[i]
+	changed := sh.held != held
+	sh.held = held
+	n := 0
+	for _, sh := range t.all {
+		if sh.held {
+			n++
+		}
+	}
+	t.leader = n > 0
+	t.obs.leader.Store(t.leader)
+	t.obs.shardsHeld.Store(int64(n))
+	return changed
+}
+
+// dropAll records that no shard is held any more: the manager has stopped.
+func (t *shardTable) dropAll() {
+	for i := range t.all {
+		t.set(i, false)
+	}
+}
+
+// observed records the single lease's holder, as the elector observed it
+// (this replica, once it has acquired it); with shards, Config.ShardHolders
+// says.
+func (t *shardTable) observed(shard int, identity string) {
+	if !t.many && shard == 0 {
+		t.holder = identity
+	}
+}
+
+// lose records that this replica lost shard i: not held, no hand-over in
+// progress, and, with the single lease, not this replica's any more (the
+// elector says who holds it next). It reports whether i was held.
+func (t *shardTable) lose(i int) bool {
+	t.all[i].release = nil
+	if !t.many && t.holder == t.self {
+		t.holder = ""
+	}
+	return t.set(i, false)
+}
+
+// holdsOtherThan reports whether this replica holds a shard other than i.
+func (t *shardTable) holdsOtherThan(i int) bool {
+	for j, sh := range t.all {
+		if j != i && sh.held {
+			return true
+		}
+	}
+	return false
+}
+
+// status is Status.Shards: each shard's Lease, holder and controllers
+// (children, the hosted children in the order they were added).
+func (t *shardTable) status(children []*childRecord) []supervisor.ShardStatus {
+	if !t.many {
 		return nil
 	}
 	var holders []string
-	if s.cfg.ShardHolders != nil {
-		holders = s.cfg.ShardHolders()
+	if t.holders != nil {
+		holders = t.holders()
 	}
-	st := make([]supervisor.ShardStatus, len(s.shards))
-	for i, sh := range s.shards {
-		st[i] = supervisor.ShardStatus{Index: i, Lease: s.shardLease(i), Held: sh.held}
+	st := make([]supervisor.ShardStatus, len(t.all))
+	for i, sh := range t.all {
+		st[i] = supervisor.ShardStatus{Index: i, Lease: t.lease(i), Held: sh.held}
 		if i < len(holders) {
 			st[i].Holder = holders[i]
 		}
 	}
-	for _, rec := range s.children {
+	for _, rec := range children {
 		if rec.spec.Kind == actors.KindController && rec.spec.Shard >= 0 && rec.spec.Shard < len(st) {
 			st[rec.spec.Shard].Children = append(st[rec.spec.Shard].Children, rec.spec.Name)
 		}

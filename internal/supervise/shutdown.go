@@ -103,7 +103,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		s.endStart(err)
 	}
 	s.quiesce(everyChild)
-	s.stopProbes()
+	s.probe.stop()
 	if s.endLifetime != nil {
 		s.endLifetime()
 	}
@@ -113,8 +113,8 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		ctx = s.boundFailedShutdown(ctx)
 	}
 	s.watchStopping(ctx)
-	sharded := s.sharded() && s.elector != nil
-	if a.wait = s.stopAll(a, s.children, ctx); a.wait == nil {
+	sharded := s.shards.sharded() && s.elector != nil
+	if a.wait = s.stopAll(a, s.reg.children, ctx); a.wait == nil {
 		s.releaseLease()
 	}
 	if sharded && a.stage == shutdownStopping {
@@ -159,7 +159,7 @@ func (s *root) onShutdownReport(m shutdownReport) {
 		return
 	}
 	var active []string
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if rec.state.Active() {
 			active = append(active, fmt.Sprintf("%s %q", rec.spec.Kind, rec.spec.Name))
 		}
@@ -169,7 +169,7 @@ func (s *root) onShutdownReport(m shutdownReport) {
 	}
 	stuck := m.stuck
 	if len(stuck) == 0 { // returned between the dump and now, or not watched: name them at least
-		for _, rec := range s.children {
+		for _, rec := range s.reg.children {
 			if rec.state.Active() {
 				stuck = append(stuck, supervisor.Unstopped{Name: rec.spec.Name, Kind: rec.spec.Kind, Call: "Shutdown"})
 			}
@@ -195,7 +195,7 @@ func (s *root) watchStopping(ctx context.Context) {
 	if childactor.ShutdownWatchFrom(ctx) == nil {
 		return
 	}
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if rec.state == supervisor.StateStopping {
 			if rec.piped() != nil {
 				rec.piped().revoked = true // this Stop revokes a restart sent along
@@ -237,23 +237,20 @@ func (s *root) finish() {
 	if s.shutdown.overdue != nil {
 		s.shutdown.overdue.Stop()
 	}
-	for _, sh := range s.shards {
-		sh.held = false
-	}
-	s.countHeld()
+	s.shards.dropAll()
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)
 		s.become(supervisor.PhaseFailed, "failed")
 	} else {
 		s.become(supervisor.PhaseStopped, "shut down")
 	}
-	s.flushActive() // Observed's active set is final before Done closes
+	s.out.flushActive() // Observed's active set is final before Done closes
 	final := s.status()
 	final.Err = cause
 	s.obs.finish(cause, final)
 	for _, w := range s.shutdown.waiters {
 		s.respond(w, nil, nil)
 	}
-	s.closeBus = true // once the message's events are published (flush)
+	s.out.closeBus = true // once the message's events are published (flush)
 	s.ctx.Stop(s.self)
 }

@@ -123,10 +123,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	s.startTimeout = m.StartTimeout
 	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
 
-	s.children = slices.Grow(s.children, len(m.Children))
-	if len(s.byName) == 0 {
-		s.byName = make(map[string]*childRecord, len(m.Children))
-	}
+	s.reg.grow(len(m.Children))
 	for _, spec := range m.Children {
 		s.addRecord(spec)
 	}
@@ -140,7 +137,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 // group's level; the group is recorded before its children.
 func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	rec := &childRecord{spec: spec, healthy: true, lvl: s.tree}
-	if g := s.groupNamed(spec.Group); g != nil {
+	if g := s.reg.groupNamed(spec.Group); g != nil {
 		rec.lvl = g
 	}
 	if spec.Kind == actors.KindController && rec.lvl.shard > 0 {
@@ -149,11 +146,11 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		rec.spec.Shard = rec.lvl.shard - 1
 	}
 	rec.lvl.children = append(rec.lvl.children, rec)
-	rec.lvl.touch(s.now())
+	rec.lvl.touch(s.clock.now())
 	if spec.Kind == actors.KindGroup {
 		rec.sub = newGroupLevel(rec, spec.Impl.(*GroupDecl))
-		rec.state, rec.since = supervisor.StatePending, s.now()
-		s.byName[spec.Name] = rec
+		rec.state, rec.since = supervisor.StatePending, s.clock.now()
+		s.reg.add(rec)
 		return rec
 	}
 	if spec.Kind != actors.KindController {
@@ -162,9 +159,8 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 		rec.pid = s.spawner.Spawn(s.ctx, &rec.spec, nil)
 	}
 	s.setState(rec, supervisor.StatePending)
-	s.children = append(s.children, rec)
-	s.byName[spec.Name] = rec
-	s.publishWebhook(rec)
+	s.reg.add(rec)
+	s.obs.addWebhook(rec)
 	return rec
 }
 
@@ -205,11 +201,11 @@ func (a *startAttempt) step() {
 				// here on, also as a standby waiting for the lease.
 				s.obs.ready.Store(true)
 			}
-			if a.wait = s.startAll(a, s.ofKind(actors.KindWebhook), a.ctx); a.wait != nil {
+			if a.wait = s.startAll(a, s.reg.ofKind(actors.KindWebhook), a.ctx); a.wait != nil {
 				return
 			}
 		case startElecting:
-			s.startProbes() // webhooks serve from now on, standby or not
+			s.probe.start() // webhooks serve from now on, standby or not
 			if s.cfg.Mode != ModeControllers {
 				s.obs.ready.Store(true)
 				s.obs.starting.Store(true)
@@ -221,7 +217,7 @@ func (a *startAttempt) step() {
 				if s.elector == nil {
 					s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
 				}
-				if !s.leader || s.fencing != nil {
+				if !s.shards.leader || s.fencing != nil {
 					return // acquire, or the stand-down's end, resumes the round
 				}
 			}
@@ -232,7 +228,7 @@ func (a *startAttempt) step() {
 			if a.wait = s.startAll(a, s.storesAt(a.depth), a.bounded); a.wait != nil {
 				return
 			}
-			if a.depth < s.maxDepth() {
+			if a.depth < s.reg.deepestStore() {
 				a.depth++
 				continue
 			}
@@ -251,7 +247,7 @@ func (a *startAttempt) step() {
 			s.become(supervisor.PhaseRunning, "started")
 			a.become(startDone)
 			s.endStart(nil)
-			s.startProbes()
+			s.probe.start()
 			return
 		case startDone:
 			return
@@ -273,7 +269,7 @@ func (a *startAttempt) settled(b *barrier, err error) {
 		a.s.failStart(fmt.Errorf("cannot %s: %w", a.stage.failure(), err))
 		return
 	}
-	if a.stage == startStores && a.depth < a.s.maxDepth() {
+	if a.stage == startStores && a.depth < a.s.reg.deepestStore() {
 		a.depth++ // the stores of the next level down
 	} else {
 		a.next()
@@ -408,7 +404,7 @@ func (s *root) endStart(err error) {
 // group's request still to start them: owned), which start them in turn.
 func (s *root) toStart(kind actors.Kind) []*childRecord {
 	var recs []*childRecord
-	for _, rec := range s.ofKind(kind) {
+	for _, rec := range s.reg.ofKind(kind) {
 		if !rec.stopRequested && !rec.state.Active() && !owned(rec) && s.leaseHeld(rec) {
 			recs = append(recs, rec)
 		}
@@ -421,34 +417,6 @@ func (s *root) toStart(kind actors.Kind) []*childRecord {
 func (s *root) storesAt(depth int) []*childRecord {
 	recs := s.toStart(actors.KindStore)
 	return slices.DeleteFunc(recs, func(r *childRecord) bool { return r.lvl.depth != depth })
-}
-
-// maxDepth is the depth of the deepest level that holds a store (0 with
-// none in a group): the last a start round recovers (storesAt).
-func (s *root) maxDepth() int {
-	d := 0
-	for _, r := range s.children {
-		if r.spec.Kind == actors.KindStore {
-			d = max(d, r.lvl.depth)
-		}
-	}
-	return d
-}
-
-func (s *root) ofKind(kind actors.Kind) []*childRecord {
-	n := 0
-	for _, rec := range s.children {
-		if rec.spec.Kind == kind {
-			n++
-		}
-	}
-	recs := make([]*childRecord, 0, n)
-	for _, rec := range s.children {
-		if rec.spec.Kind == kind {
-			recs = append(recs, rec)
-		}
-	}
-	return recs
 }
 
 // validateSpecs is the one validation of a manager's children, for Specs
@@ -486,7 +454,7 @@ func validateSpecs(specs []childactor.Spec, namingErrs []error) error {
 
 // validateShards reports a controller pinned to a shard that does not exist.
 func (s *root) validateShards(specs []childactor.Spec) error {
-	n := max(len(s.shards), 1)
+	n := s.shards.count()
 	var errs []error
 	for i, spec := range specs {
 		if spec.Kind == actors.KindController && (spec.Shard < 0 || spec.Shard >= n) {

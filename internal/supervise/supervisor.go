@@ -33,12 +33,13 @@ type Handle struct {
 // top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, bus: cfg.Bus, phase: supervisor.PhaseIdle,
+	s := &root{cfg: cfg, obs: cfg.Observed, phase: supervisor.PhaseIdle, out: outbox{bus: cfg.Bus, obs: cfg.Observed},
 		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
-		byName:     map[string]*childRecord{},
+		clock:      msgClock{clock: cfg.Clock},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.tree.s = s
-	s.initShards()
+	s.probe = prober{clock: cfg.Clock, interval: cfg.Timing.HealthInterval, tick: s.timerSend(func() any { return probeTick{} })}
+	s.shards = newShardTable(&cfg)
 	s.spawner = childactor.NewSpawner(childactor.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
 	// root's own code, and a child's Receive runs no user code that could
@@ -55,30 +56,22 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 type root struct {
 	cfg    Config
 	obs    *Observed
-	bus    *Bus
 	ctx    actor.Context // the context of the message being handled
 	self   *actor.PID
 	system *actor.ActorSystem
 
 	phase supervisor.Phase
-	tree  *level // the root's level: its children, its strategy and budget
-	// children are the hosted children of every level, depth first in the
-	// order they were added; byName finds every record, a group's too, by
-	// its path (the path is an address: the tree is the levels').
-	children []*childRecord
-	byName   map[string]*childRecord
-	gen      uint64 // last incarnation number given to a child
+	tree  *level   // the root's level: its children, its strategy and budget
+	reg   registry // every record, by path; the hosted children in the order added
 
-	events   []supervisor.Event // published once the message has been handled (flush)
-	closeBus bool               // the manager has stopped: the bus closes after them
-	dirty    []*childRecord     // whose activity Observed learns of then
+	out outbox // what the message being handled publishes once handled
 
 	start        *startAttempt
 	startTimeout time.Duration // bounds every start call, restarts included
 	shutdown     *shutdownAttempt
 	plans        map[*restartPlan]struct{}  // in flight, in every level
 	requests     map[*childRequest]struct{} // lifecycle requests in flight (RestartChild, StartChild, AddChild)
-	probe        *probeState
+	probe        prober
 
 	lifetime    context.Context // ends when the manager shuts down
 	endLifetime context.CancelFunc
@@ -87,9 +80,7 @@ type root struct {
 	spawner    *childactor.Spawner
 
 	elector *actor.PID
-	leader  bool          // this replica holds the lease (with shards: some shard)
-	holder  string        // the lease holder last observed
-	shards  []*shardState // the single lease is shard 0; nil with election off
+	shards  shardTable // what this replica holds of the lease (the single lease is shard 0)
 	// lastShard holds the hand-over of the last shard held when a shutdown
 	// began, done once every child has stopped (releaseLease).
 	lastShard []*shardRelease
@@ -100,20 +91,15 @@ type root struct {
 
 	terminated bool
 
-	nowAt    time.Time // now's reading for the message being handled
-	nowValid bool
-	// epoch is the first reading of the clock that a record keeps as a
-	// duration since it (sinceEpoch).
-	epoch    time.Time
-	epochSet bool
+	clock msgClock // read once per message
 }
 
 // Receive handles one message. It never blocks: user calls run in the child
 // actors, waits in goroutines that send a message back.
 func (s *root) Receive(ctx actor.Context) {
 	s.ctx = ctx
-	s.nowValid = false
-	defer s.flush()
+	s.clock.next()
+	defer s.out.flush()
 	defer func() {
 		if r := recover(); r != nil {
 			s.internalError(fmt.Errorf("supervisor: internal error while handling %T: %v", ctx.Message(), r), debug.Stack())
@@ -201,32 +187,55 @@ func (s *root) Receive(ctx actor.Context) {
 	}
 }
 
+// outbox is what a message's handling tells the world once it has been
+// handled (flush): the events, in order, and the children that became
+// active or stopped, for Observed. Receive flushes it after every message.
+type outbox struct {
+	bus      *Bus
+	obs      *Observed
+	events   []supervisor.Event
+	dirty    []*childRecord // whose activity Observed learns of at the flush
+	closeBus bool           // the manager has stopped: the bus closes after the events
+}
+
+// emit queues e.
+func (o *outbox) emit(e supervisor.Event) { o.events = append(o.events, e) }
+
+// touched notes that rec's state changed: Observed learns at the flush
+// whether it became active or stopped.
+func (o *outbox) touched(rec *childRecord) {
+	if !rec.activeDirty {
+		rec.activeDirty = true
+		o.dirty = append(o.dirty, rec)
+	}
+}
+
 // flush tells Observed which children became active or stopped while the
 // message was handled, then publishes the message's events in order.
-func (s *root) flush() {
-	s.flushActive()
-	for i, e := range s.events {
-		s.bus.Publish(e)
-		s.events[i] = supervisor.Event{}
+func (o *outbox) flush() {
+	o.flushActive()
+	for i, e := range o.events {
+		o.bus.Publish(e)
+		o.events[i] = supervisor.Event{}
 	}
-	s.events = trimmed(s.events)
-	if s.closeBus {
-		s.closeBus = false
-		s.bus.Close()
+	o.events = trimmed(o.events)
+	if o.closeBus {
+		o.closeBus = false
+		o.bus.Close()
 	}
 }
 
 // flushActive tells Observed which children became active or stopped.
-func (s *root) flushActive() {
-	for i, rec := range s.dirty {
+func (o *outbox) flushActive() {
+	for i, rec := range o.dirty {
 		rec.activeDirty = false
 		if active := rec.state.Active(); active != rec.activeObserved {
 			rec.activeObserved = active
-			s.obs.setActive(&rec.spec, active)
+			o.obs.setActive(&rec.spec, active)
 		}
-		s.dirty[i] = nil
+		o.dirty[i] = nil
 	}
-	s.dirty = trimmed(s.dirty)
+	o.dirty = trimmed(o.dirty)
 }
 
 // keptQueue is the largest queue (events, dirty records) kept for the next
@@ -254,17 +263,6 @@ func (s *root) internalError(err error, stack []byte) {
 		defer func() { _ = recover() }() // a second panic must not take the process down
 		s.beginShutdown(err, s.boundedContext())
 	}()
-}
-
-// now is the time of the message being handled: read once per message, so
-// that a message touching every child (a start, a shutdown) reads the clock
-// once, not a few times per child.
-func (s *root) now() time.Time {
-	if s.nowValid {
-		return s.nowAt
-	}
-	s.nowAt, s.nowValid = s.cfg.Clock.Now(), true
-	return s.nowAt
 }
 
 // timerSend returns a timer's function that sends the message msg returns to
@@ -299,9 +297,9 @@ func (s *root) status() supervisor.Status {
 	if final, ok := s.obs.Final(); ok {
 		return final
 	}
-	st := supervisor.Status{Phase: s.phase, Leader: s.leader, Identity: s.cfg.Identity, LeaderIdentity: s.holder}
-	st.Shards = s.shardStatus()
-	st.Children = s.tree.status(s.now())
+	st := supervisor.Status{Phase: s.phase, Leader: s.shards.leader, Identity: s.cfg.Identity, LeaderIdentity: s.shards.holder}
+	st.Shards = s.shards.status(s.reg.children)
+	st.Children = s.tree.status(s.clock.now())
 	return st
 }
 
@@ -317,7 +315,7 @@ func (s *root) onTerminated(m *actor.Terminated) {
 	if s.phase.Ended() {
 		return // the tree is being torn down
 	}
-	for _, rec := range s.children {
+	for _, rec := range s.reg.children {
 		if rec.pid != nil && rec.pid.Equal(m.Who) {
 			s.internalError(fmt.Errorf("supervisor: the actor of %s %q stopped unexpectedly", rec.spec.Kind, rec.spec.Name), nil)
 			return

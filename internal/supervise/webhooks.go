@@ -34,26 +34,26 @@ type WebhookTable struct {
 // first webhook's actor is spawned.
 func (o *Observed) Webhooks() *WebhookTable { return o.webhooks.Load() }
 
-// publishWebhook adds rec, a webhook child just spawned, to the table.
-func (s *root) publishWebhook(rec *childRecord) {
+// addWebhook publishes a table with rec, a webhook child just spawned.
+func (o *Observed) addWebhook(rec *childRecord) {
 	wh, ok := rec.spec.Impl.(actors.Webhook)
 	if !ok || rec.spec.Kind != actors.KindWebhook {
 		return
 	}
 	var routes []WebhookRoute
-	if old := s.obs.webhooks.Load(); old != nil {
+	if old := o.webhooks.Load(); old != nil {
 		routes = slices.Clip(old.Routes)
 	}
 	routes = append(routes, WebhookRoute{Name: rec.spec.Name, Webhook: wh, PID: rec.pid})
-	s.obs.webhooks.Store(&WebhookTable{Routes: routes})
+	o.webhooks.Store(&WebhookTable{Routes: routes})
 }
 
-// unpublishWebhook removes rec, a child being removed, from the table.
-func (s *root) unpublishWebhook(rec *childRecord) {
-	old := s.obs.webhooks.Load()
+// removeWebhook publishes a table without rec, a child being removed.
+func (o *Observed) removeWebhook(rec *childRecord) {
+	old := o.webhooks.Load()
 	if old == nil || rec.spec.Kind != actors.KindWebhook {
 		return
 	}
 	routes := slices.DeleteFunc(slices.Clone(old.Routes), func(r WebhookRoute) bool { return r.PID == rec.pid })
-	s.obs.webhooks.Store(&WebhookTable{Routes: routes})
+	o.webhooks.Store(&WebhookTable{Routes: routes})
 }
