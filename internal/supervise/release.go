@@ -84,7 +84,7 @@ func (r *shardRelease) step() {
 				// stopped (releaseLease), as the single lease does; never,
 				// if one does not stop.
 				r.become(releaseAfterShutdown)
-				s.lastShard = append(s.lastShard, r)
+				s.shutdown.lastShard = append(s.shutdown.lastShard, r)
 				return
 			case s.shutdown != nil:
 				r.handOver() // every child has stopped already

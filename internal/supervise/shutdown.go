@@ -46,6 +46,9 @@ type shutdownAttempt struct {
 	wait    *barrier
 	cause   error // why: nil when requested
 	waiters []*actor.PID
+	// lastShard holds the hand-over of the last shard held when the
+	// shutdown began, done once every child has stopped (releaseLease).
+	lastShard []*shardRelease
 
 	// A shutdown that nobody asked for (an escalation, a failed start, a
 	// lost lease with Exit) is bounded: see boundFailedShutdown.
@@ -215,10 +218,10 @@ func (a *shutdownAttempt) settled(*barrier, error) { a.s.releaseLease() }
 func (s *root) releaseLease() {
 	s.shutdown.become(shutdownReleasing)
 	s.shutdown.wait = nil
-	for _, r := range s.lastShard {
+	for _, r := range s.shutdown.lastShard {
 		r.handOver()
 	}
-	s.lastShard = nil
+	s.shutdown.lastShard = nil
 	if s.elector == nil {
 		s.finish()
 		return

@@ -81,9 +81,6 @@ type root struct {
 
 	elector *actor.PID
 	shards  shardTable // what this replica holds of the lease (the single lease is shard 0)
-	// lastShard holds the hand-over of the last shard held when a shutdown
-	// began, done once every child has stopped (releaseLease).
-	lastShard []*shardRelease
 	// fencing is the stop, replica-wide, of every controller and store in
 	// progress: after the lease (the last shard held) was lost, or once the
 	// last shard was handed over.
