@@ -65,6 +65,16 @@ func TestFleetOutageDuringAShardMove(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, victim, "no member runs on a")
+	// b adds a member's group once its first probe has answered: wait for
+	// it, or an outage that comes first leaves b no group to show (the
+	// seam under test is a group that is there, stopped, when its shard
+	// moves). Under load b's first probe can come after a's start.
+	pollUntil(t, 3*elWait, func() string {
+		if _, ok := findCluster(to, victim); !ok {
+			return fmt.Sprintf("%s not yet engaged on %s", victim, to.id)
+		}
+		return ""
+	})
 	log := subscribe(t, to.mgr)
 	failedAt := time.Now()
 	members[victim].set(memberFailing)
