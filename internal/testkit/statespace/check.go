@@ -22,6 +22,7 @@ func (r *runner) check(ctx context.Context) {
 	r.checkGuards(false)
 	r.checkTree()
 	r.checkStoppedRan()
+	r.checkAnswers()
 }
 
 // stopDone is a StopChild or RemoveChild of path, sent at sent, answered
@@ -487,4 +488,97 @@ func (r *runner) unended() string {
 		}
 	}
 	return fmt.Sprintf("phase %s; not stopped: %v; stopped: %v", st.Phase, open, stopped)
+}
+
+// answer is a lifecycle call of path answered nil: sent at sent, answered
+// at answered (both on the runner's clock, as the journal's times are).
+type answer struct {
+	msg            string // RestartChild, StartChild, AddChild, StopChild, RemoveChild
+	path           string
+	sent, answered time.Time
+}
+
+// noteAnswer records msg, sent at sent, when it was answered nil: the
+// next check judges it (checkAnswers).
+func (r *runner) noteAnswer(msg any, sent time.Time, err error) {
+	if err != nil {
+		return
+	}
+	a := answer{sent: sent, answered: time.Now()}
+	switch m := msg.(type) {
+	case supervisor.StopChild:
+		a.msg, a.path = "StopChild", m.Name
+	case supervisor.RemoveChild:
+		a.msg, a.path = "RemoveChild", m.Name
+	case supervisor.RestartChild:
+		a.msg, a.path = "RestartChild", m.Name
+	case supervisor.StartChild:
+		a.msg, a.path = "StartChild", m.Name
+	case supervisor.AddChild:
+		a.msg, a.path = "AddChild", m.Runnable.(interface{ Name() string }).Name()
+		if m.Parent != "" {
+			a.path = m.Parent + "/" + a.path
+		}
+	default:
+		return
+	}
+	r.mu.Lock()
+	r.answers = append(r.answers, a)
+	r.mu.Unlock()
+}
+
+// checkAnswers judges every lifecycle call answered nil since the last
+// check (AnswerWrong). Each is judged once: the journal entries its answer
+// waited for were written before the answer was sent.
+func (r *runner) checkAnswers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.answers {
+		if detail := r.answerWrong(a); detail != "" {
+			r.violateOnceLocked(fmt.Sprintf("answer/%s/%s/%d", a.msg, a.path, a.sent.UnixNano()), Violation{
+				Invariant: AnswerWrong, Child: a.path, Time: a.answered,
+				Detail: fmt.Sprintf("%s(%s), sent at %s, answered nil at %s, but %s", a.msg, a.path, stamp(a.sent), stamp(a.answered), detail),
+			})
+		}
+	}
+	r.judged += len(r.answers)
+	r.answers = r.answers[:0]
+}
+
+// answerWrong says how what a's children did disagrees with a, or "".
+// r.mu is held.
+func (r *runner) answerWrong(a answer) string {
+	switch a.msg {
+	case "StopChild", "RemoveChild":
+		for path := range r.children {
+			if !within(path, a.path) {
+				continue
+			}
+			for _, in := range r.journal.Of(path) {
+				// Started before the call was sent: its Shutdown is the
+				// call's to wait for.
+				if !in.StartedOK || !in.StartEnd.Before(a.sent) {
+					continue
+				}
+				if !in.ShutdownOut || in.ShutdownEnd.After(a.answered) {
+					return fmt.Sprintf("%s incarnation %d (started at %s) had not returned from its Shutdown by then", path, in.Inc, stamp(in.From))
+				}
+			}
+		}
+	default:
+		c := r.children[a.path]
+		if c == nil {
+			return "" // a group's call answers for its children, not judged
+		}
+		if a.msg == "AddChild" && r.sc.Election != ElectionOff && c.kind != "webhook" {
+			return "" // answered at once when its shard is not held
+		}
+		for _, in := range r.journal.Of(a.path) {
+			if in.From.After(a.sent) && in.StartedOK && !in.StartEnd.After(a.answered) {
+				return ""
+			}
+		}
+		return "no start call of it began after the call was sent and returned nil before the answer"
+	}
+	return ""
 }

@@ -223,6 +223,7 @@ func (r *runner) request(msg any) {
 		sent := time.Now()
 		_, err := r.m.Request(ctx, msg)
 		r.noteStop(msg, sent, err)
+		r.noteAnswer(msg, sent, err)
 		desc := fmt.Sprintf("%T%+v", msg, msg)
 		if add, ok := msg.(supervisor.AddChild); ok {
 			desc = fmt.Sprintf("AddChild %s", add.Runnable.(interface{ Name() string }).Name())

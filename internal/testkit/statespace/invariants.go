@@ -97,6 +97,18 @@ const (
 	// and no group above it stopped or stopping: nothing would start it
 	// again.
 	Stranded Invariant = "stranded"
+	// AnswerWrong: a lifecycle call answered nil disagrees with what its
+	// children did. A StopChild or RemoveChild answers once the Shutdown
+	// has returned: none of the incarnations of the child (every child, for
+	// a group) whose start call had returned nil before the call was sent
+	// may still be short of its Shutdown's return at the answer. A
+	// RestartChild, StartChild or AddChild of a hosted child answers once
+	// the start call has returned: one of its start calls began after the
+	// call was sent and returned nil before the answer. (Not judged: a
+	// group's RestartChild, StartChild or AddChild, which answers for many
+	// children; an AddChild of a controller or store with election on,
+	// which answers at once when its shard is not held.)
+	AnswerWrong Invariant = "answer-wrong"
 )
 
 // Violation is one broken invariant.

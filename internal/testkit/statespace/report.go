@@ -17,6 +17,7 @@ type Result struct {
 	// failed.
 	Excused  []Violation
 	Steps    int // steps run
+	Answers  int // lifecycle calls answered nil and judged (AnswerWrong)
 	Skipped  int // steps whose phase did not come
 	Took     time.Duration
 	MaxPause time.Duration

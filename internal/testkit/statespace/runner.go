@@ -69,6 +69,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	r.vmu.Unlock()
 	r.mu.Lock()
 	res.Log = slices.Clone(r.log)
+	res.Answers = r.judged
 	r.mu.Unlock()
 	return res
 }
@@ -104,6 +105,8 @@ type runner struct {
 	reqs        []lifecycleReq       // the lifecycle steps sent, in order
 	stopsDone   []stopDone           // the StopChild and RemoveChild answered nil
 	startsDone  []stopDone           // the StartChild and RestartChild answered
+	answers     []answer             // lifecycle calls answered nil, not yet judged (checkAnswers)
+	judged      int                  // answers judged
 	order       map[string][]string  // each level's children (names) in the order added; "" is the root
 	addedAt     map[string]time.Time // when each child added by a step was sent
 	lastSeen    map[string]seenState // each child's state in the last Status checked
