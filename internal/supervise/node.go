@@ -86,6 +86,7 @@ func (l leaf) restartWhole(out []*childRecord) []*childRecord               { re
 
 func (l leaf) drop() {
 	s := l.rec.lvl.s
+	s.reg.dropHosted(l.rec)
 	s.obs.removeWebhook(l.rec)
 	if l.rec.pid != nil {
 		s.ctx.Stop(l.rec.pid)

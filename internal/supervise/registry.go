@@ -28,24 +28,28 @@ func (r *registry) grow(n int) {
 	}
 }
 
-// add indexes rec, a hosted child or a group.
+// add indexes rec, a hosted child: by its path, and last of the hosted
+// children.
 func (r *registry) add(rec *childRecord) {
+	r.addGroup(rec)
+	r.children = append(r.children, rec)
+}
+
+// addGroup indexes rec, a group, by its path.
+func (r *registry) addGroup(rec *childRecord) {
 	if r.byName == nil {
 		r.byName = map[string]*childRecord{}
 	}
 	r.byName[rec.spec.Name] = rec
-	if rec.spec.Kind != actors.KindGroup {
-		r.children = append(r.children, rec)
-	}
 }
 
-// remove forgets rec, removed from the tree.
-func (r *registry) remove(rec *childRecord) {
-	delete(r.byName, rec.spec.Name)
-	if rec.spec.Kind != actors.KindGroup {
-		r.children = deleteRecord(r.children, rec)
-	}
-}
+// remove forgets rec's path: it is removed from the tree (a hosted child
+// leaves the hosted children as it is dropped: dropHosted).
+func (r *registry) remove(rec *childRecord) { delete(r.byName, rec.spec.Name) }
+
+// dropHosted takes rec, a hosted child being removed, out of the hosted
+// children.
+func (r *registry) dropHosted(rec *childRecord) { r.children = deleteRecord(r.children, rec) }
 
 // taken reports whether a record is at path name.
 func (r *registry) taken(name string) bool {

@@ -150,7 +150,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	if spec.Kind == actors.KindGroup {
 		rec.sub = newGroupLevel(rec, spec.Impl.(*GroupDecl))
 		rec.state, rec.since = supervisor.StatePending, s.clock.now()
-		s.reg.add(rec)
+		s.reg.addGroup(rec)
 		return rec
 	}
 	if spec.Kind != actors.KindController {
