@@ -102,13 +102,16 @@ func generateSequence(seed uint64) ss.Scenario {
 // invariant broken, and the seeds of every other sequence that broke it.
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
-	var steps, skipped, excused, answers int
+	var steps, skipped, excused, answers, reelect int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
 	for _, res := range results {
 		steps += res.Steps
 		answers += res.Answers
+		if res.Reelect {
+			reelect++
+		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
 		maxPause = max(maxPause, res.MaxPause)
@@ -126,9 +129,9 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	if n := len(took); n > 0 {
 		median, longest = took[n/2], took[n-1]
 	}
-	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses; %d lifecycle answers judged",
+	t.Logf("%d sequences, %d steps (%d skipped: their phase did not come) in %s: %.1f sequences/s (each: median %s, longest %s); longest process pause %s; %d violations excused by pauses; %d lifecycle answers and %d re-elections judged",
 		len(results), steps, skipped, elapsed.Round(time.Millisecond), float64(len(results))/elapsed.Seconds(),
-		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused, answers)
+		median.Round(time.Millisecond), longest.Round(time.Millisecond), maxPause.Round(time.Millisecond), excused, answers, reelect)
 	var treeTook, flatTook []time.Duration
 	for _, res := range results {
 		if len(res.Scenario.Groups) > 0 {

@@ -36,6 +36,7 @@ func (r *runner) run(ctx context.Context) {
 	r.settle(ctx)
 	r.logf("settled: %s", r.unended())
 	r.heal()
+	r.checkReelected(ctx)
 	r.finish(ctx)
 }
 
@@ -103,6 +104,9 @@ func (r *runner) apply(ctx context.Context, st Step) {
 	r.mu.Unlock()
 	switch st.Do {
 	case DoStart:
+		r.mu.Lock()
+		r.started = true
+		r.mu.Unlock()
 		startCtx, cancel := context.WithCancel(context.Background())
 		r.startCancel = cancel
 		r.background.Add(1)
@@ -175,6 +179,11 @@ func (r *runner) apply(ctx context.Context, st Step) {
 			if d < time.Second {
 				d = time.Second
 			}
+			r.mu.Lock()
+			if until := time.Now().Add(d); until.After(r.stealUntil) {
+				r.stealUntil = until
+			}
+			r.mu.Unlock()
 			if err := r.srv.Steal(namespace, r.shardLease(st.Shard), thief, d); err != nil {
 				r.logf("steal: %v", err)
 			}

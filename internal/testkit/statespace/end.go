@@ -54,6 +54,83 @@ func (r *runner) heal() {
 	r.mu.Unlock()
 }
 
+// checkReelected: with Reelect, a manager that was started and neither
+// asked to stop nor stopped comes back, once every fault has healed, to
+// Running holding every shard (NotReelected). Its bound: what a stolen
+// Lease has still to run, then a lease duration (its own last hold
+// expiring), the fence, the longest backoff (a store recovering after the
+// stand-down) and a few retry periods, plus Slack.
+func (r *runner) checkReelected(ctx context.Context) {
+	r.mu.Lock()
+	judged := r.srv != nil && r.sc.Election == Reelect && r.started && r.shutdownReq.IsZero()
+	stealUntil := r.stealUntil
+	r.mu.Unlock()
+	stealLeft := max(0, time.Until(stealUntil))
+	stole := "no Steal"
+	if !stealUntil.IsZero() {
+		stole = "the last Steal expired " + stamp(stealUntil)
+	}
+	if !judged {
+		return
+	}
+	r.mu.Lock()
+	r.reelectJudged = true
+	r.mu.Unlock()
+	bound := stealLeft + LeaseDuration + FenceTimeout + r.sc.maxBackoff() + 5*RetryPeriod + r.cfg.Slack
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		select {
+		case <-r.m.Done():
+			return // it stopped: how is the other invariants' to judge
+		default:
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := r.m.Status(sctx)
+		cancel()
+		if err == nil {
+			if last = r.unelected(st); last == "" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			r.violate(Violation{Invariant: NotReelected, Time: time.Now(),
+				Detail: fmt.Sprintf("%s, %s after every fault had healed (%s)", last, bound.Round(time.Millisecond), stole)})
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// unelected says how st falls short of Running with every shard held, or "".
+func (r *runner) unelected(st cm.Status) string {
+	if st.Phase != cm.PhaseRunning {
+		return fmt.Sprintf("phase %s (leader %v)", st.Phase, st.Leader)
+	}
+	if r.sc.Shards <= 1 {
+		if !st.Leader {
+			return "Running without the lease"
+		}
+		return ""
+	}
+	var missing []int
+	for _, sh := range st.Shards {
+		if !sh.Held {
+			missing = append(missing, sh.Index)
+		}
+	}
+	if len(missing) > 0 || len(st.Shards) != r.sc.Shards {
+		return fmt.Sprintf("Running without shards %v of %d", missing, r.sc.Shards)
+	}
+	return ""
+}
+
 // finish shuts the manager down and checks how it ended.
 func (r *runner) finish(ctx context.Context) {
 	defer close(r.doneWatch)

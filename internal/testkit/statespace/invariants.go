@@ -109,6 +109,13 @@ const (
 	// children; an AddChild of a controller or store with election on,
 	// which answers at once when its shard is not held.)
 	AnswerWrong Invariant = "answer-wrong"
+	// NotReelected: with Reelect, once every fault had healed (the network
+	// back, the API server fast again, every hung call released, a stolen
+	// Lease expired), a manager that was started, neither asked to stop
+	// nor stopped, did not come back to Running holding every shard (the
+	// single lease) within its bound: the lease free, nothing kept it from
+	// taking it. The one replica of a sequence is the only candidate.
+	NotReelected Invariant = "not-reelected"
 )
 
 // Violation is one broken invariant.

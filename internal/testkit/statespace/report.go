@@ -16,9 +16,10 @@ type Result struct {
 	// silence explains (no Lease write at all for that long): logged, not
 	// failed.
 	Excused  []Violation
-	Steps    int // steps run
-	Answers  int // lifecycle calls answered nil and judged (AnswerWrong)
-	Skipped  int // steps whose phase did not come
+	Steps    int  // steps run
+	Answers  int  // lifecycle calls answered nil and judged (AnswerWrong)
+	Reelect  bool // whether its re-election was judged (NotReelected)
+	Skipped  int  // steps whose phase did not come
 	Took     time.Duration
 	MaxPause time.Duration
 	Log      []string // what each step did, and the manager's events

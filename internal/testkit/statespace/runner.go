@@ -69,7 +69,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	r.vmu.Unlock()
 	r.mu.Lock()
 	res.Log = slices.Clone(r.log)
-	res.Answers = r.judged
+	res.Answers, res.Reelect = r.judged, r.reelectJudged
 	r.mu.Unlock()
 	return res
 }
@@ -86,8 +86,12 @@ type runner struct {
 	// faulted: a partition, Steal or slow-API step has been taken; guarded
 	// by mu.
 	faulted bool
-	m       *cm.ControllerManager
-	pauses  *pausewatch.Watch
+	// started: a Start step was taken; stealUntil: when the last Steal's
+	// Lease expires, by its own duration. Guarded by mu.
+	started    bool
+	stealUntil time.Time
+	m          *cm.ControllerManager
+	pauses     *pausewatch.Watch
 
 	startCancel context.CancelFunc
 	startDone   chan error
@@ -102,21 +106,23 @@ type runner struct {
 	phaseCh     chan struct{} // closed at each phase change
 	obligations []*obligation
 	stopReq     map[string]bool
-	reqs        []lifecycleReq       // the lifecycle steps sent, in order
-	stopsDone   []stopDone           // the StopChild and RemoveChild answered nil
-	startsDone  []stopDone           // the StartChild and RestartChild answered
-	answers     []answer             // lifecycle calls answered nil, not yet judged (checkAnswers)
-	judged      int                  // answers judged
-	order       map[string][]string  // each level's children (names) in the order added; "" is the root
-	addedAt     map[string]time.Time // when each child added by a step was sent
-	lastSeen    map[string]seenState // each child's state in the last Status checked
-	shutdownReq time.Time            // the first ShutdownAndWait or cancelled Start
-	exitAt      time.Time            // the first moment the host would exit: Done, or a ShutdownAndWait returned
-	doneAt      time.Time
-	knobGen     map[string]int
-	log         []string
-	steps       int
-	skipped     int
+	reqs        []lifecycleReq // the lifecycle steps sent, in order
+	stopsDone   []stopDone     // the StopChild and RemoveChild answered nil
+	startsDone  []stopDone     // the StartChild and RestartChild answered
+	answers     []answer       // lifecycle calls answered nil, not yet judged (checkAnswers)
+	judged      int            // answers judged
+	// reelectJudged: checkReelected judged this sequence.
+	reelectJudged bool
+	order         map[string][]string  // each level's children (names) in the order added; "" is the root
+	addedAt       map[string]time.Time // when each child added by a step was sent
+	lastSeen      map[string]seenState // each child's state in the last Status checked
+	shutdownReq   time.Time            // the first ShutdownAndWait or cancelled Start
+	exitAt        time.Time            // the first moment the host would exit: Done, or a ShutdownAndWait returned
+	doneAt        time.Time
+	knobGen       map[string]int
+	log           []string
+	steps         int
+	skipped       int
 
 	vmu        sync.Mutex
 	violations []Violation
