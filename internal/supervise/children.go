@@ -595,7 +595,10 @@ func (s *root) logFailure(msg string, rec *childRecord, err error) {
 func (s *root) setState(rec *childRecord, st supervisor.ChildState) {
 	rec.state = st
 	rec.since = s.clock.now()
-	s.out.touched(rec)
+	if !rec.activeDirty { // Observed learns at the flush whether it became active or stopped
+		rec.activeDirty = true
+		s.out.dirty = append(s.out.dirty, rec)
+	}
 }
 
 // publish publishes a child event.

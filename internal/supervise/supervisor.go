@@ -198,15 +198,6 @@ type outbox struct {
 // emit queues e.
 func (o *outbox) emit(e supervisor.Event) { o.events = append(o.events, e) }
 
-// touched notes that rec's state changed: Observed learns at the flush
-// whether it became active or stopped.
-func (o *outbox) touched(rec *childRecord) {
-	if !rec.activeDirty {
-		rec.activeDirty = true
-		o.dirty = append(o.dirty, rec)
-	}
-}
-
 // flush tells Observed which children became active or stopped while the
 // message was handled, then publishes the message's events in order.
 func (o *outbox) flush() {
