@@ -27,13 +27,14 @@
 //     take any update. The Elector then tells versions apart by their
 //     record (holder, times, transitions) and reads the Lease before each
 //     write, refusing to write over a record that is not the one it
-//     decided on, as client-go's LeaderElector does. That keeps two holders
-//     apart but for the instant between a read and the write that follows
-//     it, which a fake that checks no version cannot close: two replicas
-//     that campaign for a free Lease in that same instant may both win, and
-//     the one overwritten finds out from its watch or, at the latest, from
-//     the read before its next renewal, a retry period later. Use this
-//     package where that matters.
+//     decided on, as client-go's LeaderElector does. The instant between
+//     that read and the write, which a fake that checks no version cannot
+//     close, is covered by reading a takeover back a retry period after
+//     it was written before it counts (a retry period more per takeover),
+//     and by not counting a write that took longer than that: a stall
+//     there costs a lease duration without a holder, not two holders.
+//     Prefer this package for tests of the election itself: it refuses
+//     the second write as the API server does.
 package leasetest
 
 import (

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -149,6 +150,12 @@ func (e *Elector) campaign(i int) {
 	if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
 		return // held elsewhere, or deleted while held and not expired yet (observed.gone)
 	}
+	if until, ok := e.suspect[i]; ok {
+		if e.cfg.Clock.Now().Before(until) && o != nil && holderOf(o.lease) == e.cfg.Identity {
+			return // our unconfirmed write: it may stand over a holder that still runs (confirm)
+		}
+		delete(e.suspect, i)
+	}
 	var decided *coordinationv1.Lease // nil: there is no Lease to update, it is created
 	if o != nil && !o.gone {
 		decided = o.lease
@@ -203,8 +210,62 @@ func (e *Elector) campaign(i int) {
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
 	w.sent = w.term.Elapsed()
 	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return e.update(ctx, decided, l, true)
+		read := e.cfg.Clock.Now()
+		got, err := e.update(ctx, decided, l, true)
+		if err != nil || decided.ResourceVersion != "" {
+			return got, err
+		}
+		return e.confirm(ctx, got, e.cfg.Clock.Since(read))
 	})
+}
+
+// errUnconfirmed is a campaign's write, made where the Lease has no
+// versions, that confirm could not prove was the last: the Lease may name
+// this replica, but it is not held (see suspect).
+var errUnconfirmed = errors.New("the write could not be confirmed as the last")
+
+// confirm closes, where the Lease has no versions (client-go's fake
+// clientsets: every update is taken), the window that update's read leaves
+// open: two replicas that read the same free or expired Lease both write
+// it, the later write wins, and both would hold. So a takeover counts only
+// once it has been read back as the last write a retry period after it
+// was answered, and only if its read and its write together took less
+// than a retry period: a rival whose write lands after our read-back
+// must have read before ours landed, so its own read and write took more
+// than a retry period, and it does not count its write either. A live
+// holder renews within that period too, and its renewal shows in the
+// read-back. took is the time from before update's read to its answer.
+// The write that does not count is errUnconfirmed, got the Lease as
+// written: campaigned keeps it as suspect.
+func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
+	if took >= e.cfg.RetryPeriod {
+		return got, errUnconfirmed
+	}
+	select {
+	case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
+	case <-ctx.Done():
+		return got, errUnconfirmed
+	}
+	cur, err := e.store.Get(ctx, got.Name)
+	switch {
+	case err != nil:
+		return got, errUnconfirmed
+	case !sameVersion(cur, got):
+		return cur, apierrors.NewConflict(leasesResource, got.Name, errors.New("written over since our write"))
+	}
+	return got, nil
+}
+
+// suspectWrite notes got, a write of shard i's Lease naming this replica
+// that does not count (confirm, errRenewedLate): it may stand over a
+// rival's takeover, whose holder runs until its next renewal finds it. A
+// Lease that names this replica is not campaigned for until LeaseDuration
+// after the last such write was answered, as anybody's would be once seen.
+func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
+	e.suspect[i] = e.cfg.Clock.Now().Add(e.cfg.LeaseDuration)
+	if got != nil {
+		e.see(got)
+	}
 }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has
@@ -216,6 +277,14 @@ func (e *Elector) campaigned(w *written) {
 	if w.err != nil {
 		seen := len(e.seenWhileWriting[i]) > 0
 		delete(e.seenWhileWriting, i)
+		if errors.Is(w.err, errUnconfirmed) {
+			// Ours as the Lease now stands, perhaps over a holder that
+			// counted its own: it is left to expire as anybody's would
+			// (suspect), then campaigned for again.
+			e.cfg.Logger.Info("shard written but not confirmed: waiting for it to expire", "shard", i)
+			e.suspectWrite(i, w.got)
+			return
+		}
 		if apierrors.IsNotFound(w.err) {
 			// The Lease it was to update from has been deleted since. It
 			// had expired by our clock (campaign), so its holder has given

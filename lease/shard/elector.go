@@ -235,6 +235,10 @@ type Elector struct {
 	fencing     map[int]bool                  // lost, waiting for the Lost callback's done
 	campaigning map[int]bool                  // a campaign in flight
 	tried       map[int]*coordinationv1.Lease // the version last campaigned on (nil: none), per shard
+	// suspect is, per shard, until when a Lease that names this replica
+	// is not campaigned for: a write of it, where the Lease has no
+	// versions, did not count (suspectWrite).
+	suspect map[int]time.Time
 	// seenWhileWriting is, per shard with a write in flight, the versions of
 	// its Lease the watch showed meanwhile, in order (replaySeen).
 	seenWhileWriting map[int][]*coordinationv1.Lease
@@ -310,7 +314,7 @@ func New(cfg Config) (*Elector, error) {
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
-		tried:            map[int]*coordinationv1.Lease{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
+		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
 		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -45,8 +46,14 @@ func (e *Elector) renewAll() {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				if adopted, ok := e.renewAfterConflict(ctx, decided, term); ok {
 					w.adopted, w.sent = true, adopted.sent
-					return adopted.got, nil
+					got, err = adopted.got, nil
 				}
+			}
+			if err == nil && decided.ResourceVersion == "" && term.Check() != nil {
+				// No versions (a fake clientset): a rival may have taken
+				// the Lease once it expired, between our read and our
+				// write, and been written over.
+				return got, errRenewedLate
 			}
 			return got, err
 		})
@@ -56,9 +63,18 @@ func (e *Elector) renewAll() {
 // renewedShard takes a renewal's answer.
 func (e *Elector) renewedShard(w *written) {
 	i, h := w.shard, w.h
-	if e.held[i] != h {
+	if late := errors.Is(w.err, errRenewedLate); late || e.held[i] != h {
 		delete(e.seenWhileWriting, i)
-		return // lost meanwhile (the watch, or the deadline)
+		if e.held[i] == h {
+			e.lose(i, "renewal answered after the lease could have expired, on a store without versions")
+		}
+		if late {
+			// Our write stands, perhaps over a rival's takeover, whether
+			// or not the shard was lost meanwhile: campaigned for again
+			// only once it has expired, as anybody's would be.
+			e.suspectWrite(i, w.got)
+		}
+		return // or lost meanwhile (the watch, or the deadline)
 	}
 	h.writing = false
 	switch {
@@ -95,6 +111,15 @@ func (e *Elector) renewedShard(w *written) {
 	}
 	e.loseOverdue()
 }
+
+// errRenewedLate is a renewal written where the Lease has no versions
+// (client-go's fake clientsets) and answered only once its term could no
+// longer prove the hold (lease.Term.Check): a rival that took the Lease
+// once it had expired, between the renewal's read and its write, was
+// written over, and may count its takeover (confirm read it back before
+// our write landed). With versions the API server refuses such a write;
+// without, the shard is lost.
+var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
 // ownWrite is a renewal made from a version of the Lease this replica
 // wrote but whose answer it missed.
