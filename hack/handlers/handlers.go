@@ -33,6 +33,9 @@ type pkg struct {
 	files map[string]*ast.File     // by path relative to the module's root
 	funcs map[string]*ast.FuncDecl // "Name" or "Recv.Name"
 	where map[*ast.FuncDecl]string // the file each is defined in
+	// fields is the type of each field of the package's structs whose type
+	// the package declares: "Struct.field" → "Type" (a pointer's element).
+	fields map[string]string
 }
 
 // Render returns the Markdown tables of the actors in Packages, read from
@@ -42,8 +45,9 @@ func Render(root string) (string, error) { return render(root, Packages) }
 func render(root string, dirs []string) (string, error) {
 	var b strings.Builder
 	b.WriteString("For each actor, every case of the type switch of its `Receive`, the methods of the actor and\n" +
-		"the functions of its package that the case calls (calls through a field or another package are\n" +
-		"left out), and the file each is defined in.\n")
+		"the functions of its package that the case calls, with the methods it calls through a field (of\n" +
+		"the actor or of the message) whose type the package declares, named with that type (calls\n" +
+		"through a variable or another package are left out), and the file each is defined in.\n")
 	for _, dir := range dirs {
 		p, err := parse(root, dir)
 		if err != nil {
@@ -61,7 +65,8 @@ func render(root string, dirs []string) (string, error) {
 }
 
 func parse(root, dir string) (*pkg, error) {
-	p := &pkg{dir: dir, fset: token.NewFileSet(), files: map[string]*ast.File{}, funcs: map[string]*ast.FuncDecl{}, where: map[*ast.FuncDecl]string{}}
+	p := &pkg{dir: dir, fset: token.NewFileSet(), files: map[string]*ast.File{}, funcs: map[string]*ast.FuncDecl{}, where: map[*ast.FuncDecl]string{},
+		fields: map[string]string{}}
 	names, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
 	if err != nil {
 		return nil, err
@@ -78,6 +83,7 @@ func parse(root, dir string) (*pkg, error) {
 		rel := filepath.ToSlash(filepath.Join(dir, filepath.Base(name)))
 		p.files[rel] = f
 		for _, d := range f.Decls {
+			p.addFields(d)
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok {
 				continue
@@ -90,6 +96,35 @@ func parse(root, dir string) (*pkg, error) {
 		}
 	}
 	return p, nil
+}
+
+// addFields records the fields of d's struct types whose type is one of
+// the package's (T or *T).
+func (p *pkg) addFields(d ast.Decl) {
+	gd, ok := d.(*ast.GenDecl)
+	if !ok || gd.Tok != token.TYPE {
+		return
+	}
+	for _, spec := range gd.Specs {
+		ts := spec.(*ast.TypeSpec)
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			continue
+		}
+		for _, f := range st.Fields.List {
+			t := f.Type
+			if s, ok := t.(*ast.StarExpr); ok {
+				t = s.X
+			}
+			id, ok := t.(*ast.Ident)
+			if !ok {
+				continue
+			}
+			for _, n := range f.Names {
+				p.fields[ts.Name.Name+"."+n.Name] = id.Name
+			}
+		}
+	}
 }
 
 // recvType is the name of fd's receiver type, "" for a function.
@@ -144,7 +179,7 @@ func (p *pkg) typeSwitch(recv string, fd *ast.FuncDecl, depth int) (*ast.TypeSwi
 	if sw != nil || depth == 3 {
 		return sw, fd
 	}
-	for _, callee := range p.calls(recv, fd.Body, recvName(fd)) {
+	for _, callee := range p.calls(recv, fd.Body, recvName(fd), scope{}) {
 		if s, in := p.typeSwitch(recv, callee, depth+1); s != nil {
 			return s, in
 		}
@@ -159,11 +194,18 @@ func recvName(fd *ast.FuncDecl) string {
 	return ""
 }
 
-// calls are the methods of recv (called on self, the receiver's name) and
-// the functions of the package that n calls, in the order they appear,
-// each once. Calls through a field, a variable or another package are not
-// this actor's handlers and are left out.
-func (p *pkg) calls(recv string, n ast.Node, self string) []*ast.FuncDecl {
+// scope is a case of the type switch: the variable it binds (m in
+// "switch m := msg.(type)") and, when the case names one of the package's
+// types alone, that type.
+type scope struct{ bound, typ string }
+
+// calls are the methods of recv (called on self, the receiver's name), the
+// functions of the package, and the methods called through a field of the
+// receiver or of the case's message whose type the package declares
+// (s.shutdown.onOverdue(), m.attempt.expired(...)), that n calls, in the
+// order they appear, each once. Calls through a variable or another
+// package are not this actor's handlers and are left out.
+func (p *pkg) calls(recv string, n ast.Node, self string, sc scope) []*ast.FuncDecl {
 	var out []*ast.FuncDecl
 	seen := map[*ast.FuncDecl]bool{}
 	ast.Inspect(n, func(n ast.Node) bool {
@@ -176,6 +218,20 @@ func (p *pkg) calls(recv string, n ast.Node, self string) []*ast.FuncDecl {
 		case *ast.SelectorExpr:
 			if id, ok := fun.X.(*ast.Ident); ok && self != "" && id.Name == self {
 				fd = p.funcs[recv+"."+fun.Sel.Name]
+			}
+			if field, ok := fun.X.(*ast.SelectorExpr); ok {
+				if id, ok := field.X.(*ast.Ident); ok {
+					base := ""
+					switch {
+					case self != "" && id.Name == self:
+						base = recv
+					case sc.bound != "" && id.Name == sc.bound:
+						base = sc.typ
+					}
+					if t := p.fields[base+"."+field.Sel.Name]; base != "" && t != "" {
+						fd = p.funcs[t+"."+fun.Sel.Name]
+					}
+				}
 			}
 		case *ast.Ident:
 			fd = p.funcs[fun.Name]
@@ -207,8 +263,25 @@ func (p *pkg) render(b *strings.Builder, recv string) {
 			types = []string{"(any other)"}
 		}
 		var handlers, files []string
-		for _, fd := range p.calls(recv, &ast.BlockStmt{List: cc.Body}, self) {
-			handlers = append(handlers, "`"+fd.Name.Name+"`")
+		sc := scope{}
+		if as, ok := sw.Assign.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && len(cc.List) == 1 {
+			if id, ok := as.Lhs[0].(*ast.Ident); ok {
+				sc.bound = id.Name
+			}
+			t := cc.List[0]
+			if s, ok := t.(*ast.StarExpr); ok {
+				t = s.X
+			}
+			if id, ok := t.(*ast.Ident); ok {
+				sc.typ = id.Name
+			}
+		}
+		for _, fd := range p.calls(recv, &ast.BlockStmt{List: cc.Body}, self, sc) {
+			name := fd.Name.Name
+			if r := recvType(fd); r != "" && r != recv {
+				name = r + "." + name // a method of an operation, not of the actor
+			}
+			handlers = append(handlers, "`"+name+"`")
 			if f := "`" + p.where[fd] + "`"; !slices.Contains(files, f) {
 				files = append(files, f)
 			}

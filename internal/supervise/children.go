@@ -526,7 +526,7 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 		// new incarnation all the same: count it, and stop it.
 		rec.setPipe(nil)
 		s.adoptPiped(rec, p.start.Gen)
-		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
 	}
 }
 
@@ -564,7 +564,7 @@ func (s *root) onChildFailed(m childactor.Failed) {
 		if rec.state == supervisor.StateRunning {
 			s.setState(rec, supervisor.StateStopping)
 		}
-		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.boundedContext()})
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
 	}
 }
 

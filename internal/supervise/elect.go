@@ -168,5 +168,5 @@ func (s *root) maybeFinishAfterLoss() {
 			return // releaseLease runs when they have stopped
 		}
 	}
-	s.finish()
+	s.shutdown.finish()
 }

@@ -93,15 +93,15 @@ func (s *root) lose(i int, cause error, reelect func()) {
 
 // fence stops every controller and store, with Shutdown contexts that end at
 // three quarters of Config.FenceTimeout; at its end, any of them still
-// shutting down fails the manager (onFenceOverdue). Without Reelect the
+// shutting down fails the manager (overdue). Without Reelect the
 // whole manager shuts down and fails with cause; with it, the replica
 // stands down to Electing and, once all have stopped, campaigns again:
 // reelect (the elector's Done, if any) is called.
 func (s *root) fence(cause error, reelect func()) {
 	f, ctx := s.beginFencing(cause, s.reg.scope(fencedChild), -1)
 	s.fencing = f
-	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
-	if s.exitOnLoss(f, ctx) {
+	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if f.exit(ctx) {
 		return
 	}
 	s.standDown(f, ctx, reelect, nil)
@@ -115,8 +115,8 @@ func (s *root) fence(cause error, reelect func()) {
 func (s *root) fenceShard(i int, cause error, reelect func()) {
 	f, ctx := s.beginFencing(cause, s.reg.scope(shardChild(i)), i)
 	s.shards.all[i].fencing = f
-	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.fenceTimeout(), "reelect", s.cfg.Reelect)
-	if s.exitOnLoss(f, ctx) {
+	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
+	if f.exit(ctx) {
 		return
 	}
 	f.then = reelect
@@ -126,10 +126,11 @@ func (s *root) fenceShard(i int, cause error, reelect func()) {
 	}
 }
 
-// exitOnLoss is a lost lease (or shard) without Reelect: the whole manager
+// exit is a lost lease (or shard) without Reelect: the whole manager
 // shuts down with f's cause, its children's Shutdown bounded by ctx, and f
 // only sees its own children stop. It reports whether it did.
-func (s *root) exitOnLoss(f *fencing, ctx context.Context) bool {
+func (f *fencing) exit(ctx context.Context) bool {
+	s := f.s
 	if s.cfg.Reelect {
 		return false
 	}
@@ -143,7 +144,7 @@ func (s *root) exitOnLoss(f *fencing, ctx context.Context) bool {
 // loseDuringShutdown bounds, by the fence timeout, the children of shard i
 // (every fenced child, with one lease or the last shard) already shutting
 // down when the lease is lost during a shutdown: past it, any of them still
-// active fails the manager (onFenceOverdue), since it may run while another
+// active fails the manager (overdue), since it may run while another
 // replica leads.
 func (s *root) loseDuringShutdown(i int, cause error) {
 	if s.shutdown == nil || s.phase != supervisor.PhaseShuttingDown {
@@ -170,9 +171,9 @@ func (s *root) loseDuringShutdown(i int, cause error) {
 
 // beginFencing starts the fencing of recs after cause: their Shutdown
 // contexts (ctx) end at three quarters of the fence timeout, and at its end
-// onFenceOverdue fails the manager if any of them is still active.
+// overdue fails the manager if any of them is still active.
 func (s *root) beginFencing(cause error, recs []*childRecord, shard int) (*fencing, context.Context) {
-	timeout := s.fenceTimeout()
+	timeout := s.cfg.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
 	f := &fencing{s: s, cause: cause, recs: recs, began: s.clock.now(), shard: shard}
@@ -214,13 +215,13 @@ func (f *fencing) fenced() {
 	}
 }
 
-// onFenceOverdue fails the manager when a controller or store has not
+// overdue fails the manager when a controller or store has not
 // returned from Shutdown within Config.FenceTimeout after a lost lease: it
 // may still be running while another replica takes the lease over. The
 // manager stops at once, without waiting for it, so that Done tells the
 // host to exit, the only fence left.
-func (s *root) onFenceOverdue(m fenceOverdue) {
-	f := m.f
+func (f *fencing) overdue() {
+	s := f.s
 	if f.stage == fenceDone || s.phase.Ended() {
 		return
 	}
@@ -234,20 +235,20 @@ func (s *root) onFenceOverdue(m fenceOverdue) {
 		return
 	}
 	err := fmt.Errorf("%w; not fenced: %s did not return from Shutdown within %s, and may still run while another replica leads",
-		f.cause, strings.Join(stuck, ", "), s.fenceTimeout())
+		f.cause, strings.Join(stuck, ", "), s.cfg.fenceTimeout())
 	s.cfg.Logger.Error("lease lost: fencing incomplete, the process must exit", "err", err)
 	f.become(fenceDone)
 	if s.shutdown == nil {
-		s.beginShutdown(err, s.boundedContext())
+		s.beginShutdown(err, s.cfg.boundedContext())
 	}
 	s.shutdown.cause = err
-	s.finish()
+	s.shutdown.finish()
 }
 
-// fenceTimeout is Config.FenceTimeout, or Timing.ShutdownTimeout without it.
-func (s *root) fenceTimeout() time.Duration {
-	if s.cfg.FenceTimeout > 0 {
-		return s.cfg.FenceTimeout
+// fenceTimeout is FenceTimeout, or Timing.ShutdownTimeout without it.
+func (c *Config) fenceTimeout() time.Duration {
+	if c.FenceTimeout > 0 {
+		return c.FenceTimeout
 	}
-	return s.cfg.Timing.ShutdownTimeout
+	return c.Timing.ShutdownTimeout
 }

@@ -51,7 +51,7 @@ func (s *root) stopForGood(r *stopRequest) {
 			s.setState(x, supervisor.StateStopped)
 		}
 	}
-	if r.wait = s.stopAll(r, recs, s.boundedContext()); r.wait == nil {
+	if r.wait = s.stopAll(r, recs, s.cfg.boundedContext()); r.wait == nil {
 		r.stopped()
 	}
 }

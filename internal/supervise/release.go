@@ -72,7 +72,7 @@ func (r *shardRelease) step() {
 	for {
 		switch r.stage {
 		case releaseControllers:
-			if r.wait = s.stopAll(r, s.reg.scope(shardChild(r.i)), s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, s.reg.scope(shardChild(r.i)), s.cfg.boundedContext()); r.wait != nil {
 				return
 			}
 			switch {
@@ -95,11 +95,11 @@ func (r *shardRelease) step() {
 			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning:
 				if s.shutdown == nil && s.fencing == nil {
 					f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
-					s.standDown(f, s.boundedContext(), nil, r)
+					s.standDown(f, s.cfg.boundedContext(), nil, r)
 					return
 				}
 			}
-			if r.wait = s.stopAll(r, s.reg.scope(fencedChild), s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, s.reg.scope(fencedChild), s.cfg.boundedContext()); r.wait != nil {
 				return
 			}
 			r.handOver()

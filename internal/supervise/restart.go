@@ -103,7 +103,7 @@ func (p *restartPlan) step() {
 	for {
 		switch p.stage {
 		case planStopping:
-			if p.wait = s.stopAll(p, p.recs, s.boundedContext()); p.wait != nil {
+			if p.wait = s.stopAll(p, p.recs, s.cfg.boundedContext()); p.wait != nil {
 				return
 			}
 			p.overdue.Stop()
@@ -314,7 +314,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 			// Restarting itself, but this plan restarts others with it, in
 			// order: it is to stay stopped until its turn.
 			p.revoked = true
-			s.ctx.Send(member.pid, childactor.Stop{Ctx: s.boundedContext()})
+			s.ctx.Send(member.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
 		}
 	}
 	if len(plan.recs) == 0 {
@@ -428,7 +428,7 @@ func (s *root) escalate(rec *childRecord, err error) {
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
 	s.out.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.clock.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
 		Phase: s.phase, Restarts: rec.restarts(), Err: e})
-	s.beginShutdown(e, s.boundedContext())
+	s.beginShutdown(e, s.cfg.boundedContext())
 }
 
 // lifetimeContext is the base of the start calls of restarts: it ends when
@@ -593,7 +593,7 @@ func (r *childRequest) step() {
 	for {
 		switch r.stage {
 		case requestStopping:
-			if r.wait = s.stopAll(r, r.recs, s.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, r.recs, s.cfg.boundedContext()); r.wait != nil {
 				return
 			}
 			r.stopped()

@@ -51,7 +51,7 @@ type shutdownAttempt struct {
 	lastShard []*shardRelease
 
 	// A shutdown that nobody asked for (an escalation, a failed start, a
-	// lost lease with Exit) is bounded: see boundFailedShutdown.
+	// lost lease with Exit) is bounded: see bound.
 	watch   *childactor.ShutdownWatch
 	overdue clock.Timer
 }
@@ -103,7 +103,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		if err == nil {
 			err = fmt.Errorf("%w: %w", supervisor.ErrShutdown, context.Canceled)
 		}
-		s.endStart(err)
+		s.start.end(err)
 	}
 	s.quiesce(everyChild)
 	s.probe.stop()
@@ -113,12 +113,12 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	s.obs.ready.Store(false)
 	s.become(supervisor.PhaseShuttingDown, "shutdown")
 	if cause != nil {
-		ctx = s.boundFailedShutdown(ctx)
+		ctx = a.bound(ctx)
 	}
 	s.watchStopping(ctx)
 	sharded := s.shards.sharded() && s.elector != nil
 	if a.wait = s.stopAll(a, s.reg.children, ctx); a.wait == nil {
-		s.releaseLease()
+		a.releaseLease()
 	}
 	if sharded && a.stage == shutdownStopping {
 		// A replica that is shutting down takes no shard: the elector
@@ -130,35 +130,39 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	}
 }
 
-// boundFailedShutdown bounds a shutdown that nobody asked for: nobody
-// waits for it with a context of their own, and a Shutdown call that hangs
-// would leave the manager in ShuttingDown for ever, Done open and the lease
-// renewed while nothing runs on it. Once Timing.ShutdownTimeout has passed
-// the manager ends Failed anyway, its Err naming the cause and, with their
-// stacks, the children whose Shutdown has not returned (onShutdownOverdue).
-// The lease is not given up then, since those children may still run: the
+// bound bounds a shutdown that nobody asked for: nobody waits for it with
+// a context of their own, and a Shutdown call that hangs would leave the
+// manager in ShuttingDown for ever, Done open and the lease renewed while
+// nothing runs on it. Once Timing.ShutdownTimeout has passed the manager
+// ends Failed anyway, its Err naming the cause and, with their stacks, the
+// children whose Shutdown has not returned (onOverdue, onReport). The
+// lease is not given up then, since those children may still run: the
 // renewals stop and the lease expires on its own. It returns ctx carrying
 // the watch of those Shutdown calls.
-func (s *root) boundFailedShutdown(ctx context.Context) context.Context {
-	a := s.shutdown
+func (a *shutdownAttempt) bound(ctx context.Context) context.Context {
+	s := a.s
 	a.watch = childactor.NewShutdownWatch()
 	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any { return shutdownOverdue{} }))
 	return childactor.WithShutdownWatch(ctx, a.watch)
 }
 
-func (s *root) onShutdownOverdue(shutdownOverdue) {
-	a := s.shutdown
-	if a == nil || s.phase.Ended() {
+// onOverdue: the root's shutdown, if any, was bounded (bound) and its
+// time is up: where its Shutdown calls are stuck is found off the mailbox.
+func (a *shutdownAttempt) onOverdue() {
+	if a == nil || a.s.phase.Ended() {
 		return
 	}
-	watch := a.watch
+	s, watch := a.s, a.watch
 	go func() { // a dump of every goroutine's stack: not on the mailbox
 		s.sendSelf(shutdownReport{attempt: a, stuck: watch.Unstopped()})
 	}()
 }
 
-func (s *root) onShutdownReport(m shutdownReport) {
-	if m.attempt != s.shutdown || s.phase.Ended() {
+// onReport fails the manager whose bounded shutdown is overdue, naming
+// the children stuck in Shutdown (stuck, from onOverdue's dump).
+func (a *shutdownAttempt) onReport(stuck []supervisor.Unstopped) {
+	s := a.s
+	if a != s.shutdown || s.phase.Ended() {
 		return
 	}
 	var active []string
@@ -170,7 +174,6 @@ func (s *root) onShutdownReport(m shutdownReport) {
 	if len(active) == 0 {
 		return // all stopped meanwhile: the lease is being given up
 	}
-	stuck := m.stuck
 	if len(stuck) == 0 { // returned between the dump and now, or not watched: name them at least
 		for _, rec := range s.reg.children {
 			if rec.state.Active() {
@@ -180,13 +183,13 @@ func (s *root) onShutdownReport(m shutdownReport) {
 	}
 	uerr := &supervisor.UnstoppedError{Children: stuck}
 	s.cfg.Logger.Error("shutdown after a failure did not complete: the manager fails without giving the lease up",
-		"cause", m.attempt.cause, "timeout", s.cfg.Timing.ShutdownTimeout, "err", uerr)
+		"cause", a.cause, "timeout", s.cfg.Timing.ShutdownTimeout, "err", uerr)
 	for _, u := range stuck {
 		s.cfg.Logger.Error("child did not stop", "child", u.Name, "kind", u.Kind, "call", u.Call, "for", u.For,
 			"goroutine", u.Goroutine, "stack", u.Stack)
 	}
-	m.attempt.cause = errors.Join(m.attempt.cause, uerr)
-	s.finish()
+	a.cause = errors.Join(a.cause, uerr)
+	a.finish()
 }
 
 // watchStopping lets the actors.ShutdownWatch in ctx, if any, watch the
@@ -211,19 +214,20 @@ func (s *root) watchStopping(ctx context.Context) {
 func (a *shutdownAttempt) current(b *barrier) bool {
 	return a.s.shutdown == a && a.stage == shutdownStopping && a.wait == b
 }
-func (a *shutdownAttempt) settled(*barrier, error) { a.s.releaseLease() }
+func (a *shutdownAttempt) settled(*barrier, error) { a.releaseLease() }
 
 // releaseLease gives the lease up, now that every child has stopped: the
 // last shard's hand-over waited for that (shardRelease).
-func (s *root) releaseLease() {
-	s.shutdown.become(shutdownReleasing)
-	s.shutdown.wait = nil
-	for _, r := range s.shutdown.lastShard {
+func (a *shutdownAttempt) releaseLease() {
+	s := a.s
+	a.become(shutdownReleasing)
+	a.wait = nil
+	for _, r := range a.lastShard {
 		r.handOver()
 	}
-	s.shutdown.lastShard = nil
+	a.lastShard = nil
 	if s.elector == nil {
-		s.finish()
+		a.finish()
 		return
 	}
 	s.ctx.Send(s.elector, resignMessage)
@@ -231,14 +235,15 @@ func (s *root) releaseLease() {
 
 // finish ends the manager: Stopped after a requested shutdown, Failed
 // otherwise; then its actors stop.
-func (s *root) finish() {
+func (a *shutdownAttempt) finish() {
+	s := a.s
 	if s.phase.Ended() {
 		return
 	}
-	cause := s.shutdown.cause
-	s.shutdown.become(shutdownDone)
-	if s.shutdown.overdue != nil {
-		s.shutdown.overdue.Stop()
+	cause := a.cause
+	a.become(shutdownDone)
+	if a.overdue != nil {
+		a.overdue.Stop()
 	}
 	s.shards.dropAll()
 	if cause != nil {
@@ -251,7 +256,7 @@ func (s *root) finish() {
 	final := s.status()
 	final.Err = cause
 	s.obs.finish(cause, final)
-	for _, w := range s.shutdown.waiters {
+	for _, w := range a.waiters {
 		s.respond(w, nil, nil)
 	}
 	s.out.closeBus = true // once the message's events are published (flush)

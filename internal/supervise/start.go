@@ -84,7 +84,7 @@ type (
 		err     error
 	}
 	// startExpired: the start context ended: the caller's context (its
-	// cancel or its deadline), or startTimeout (failStart tells them apart).
+	// cancel or its deadline), or startTimeout (fail tells them apart).
 	startExpired struct {
 		attempt *startAttempt
 		err     error
@@ -105,12 +105,12 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		err = validateSpecs(m.Children, nil)
 	}
 	if err == nil {
-		err = s.validateShards(m.Children)
+		err = s.shards.validate(m.Children)
 	}
 	if err != nil {
 		s.become(supervisor.PhaseInitializing, "start")
 		s.respond(replyTo, nil, err)
-		s.beginShutdown(err, s.boundedContext())
+		s.beginShutdown(err, s.cfg.boundedContext())
 		return
 	}
 	base := m.Ctx
@@ -164,13 +164,13 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	return rec
 }
 
-func (s *root) onPreflightDone(m preflightDone) {
-	a := m.attempt
-	if a != s.start || a.stage != startPreflight {
+// preflightDone: the pre-flight (Context.Start) of round a returned err.
+func (a *startAttempt) preflightDone(err error) {
+	if a != a.s.start || a.stage != startPreflight {
 		return
 	}
-	if m.err != nil {
-		s.failStart(fmt.Errorf("cannot start context: %w", m.err))
+	if err != nil {
+		a.fail(fmt.Errorf("cannot start context: %w", err))
 		return
 	}
 	a.next()
@@ -246,7 +246,7 @@ func (a *startAttempt) step() {
 			s.obs.started.Store(true)
 			s.become(supervisor.PhaseRunning, "started")
 			a.become(startDone)
-			s.endStart(nil)
+			a.end(nil)
 			s.probe.start()
 			return
 		case startDone:
@@ -266,7 +266,7 @@ func (a *startAttempt) current(b *barrier) bool { return a.s.start == a && a.wai
 func (a *startAttempt) settled(b *barrier, err error) {
 	a.wait = nil
 	if err != nil {
-		a.s.failStart(fmt.Errorf("cannot %s: %w", a.stage.failure(), err))
+		a.fail(fmt.Errorf("cannot %s: %w", a.stage.failure(), err))
 		return
 	}
 	if a.stage == startStores && a.depth < a.s.reg.deepestStore() {
@@ -323,35 +323,37 @@ type ignoreReports struct{}
 func (ignoreReports) current(*barrier) bool   { return false }
 func (ignoreReports) settled(*barrier, error) {}
 
-// onStartExpired ends a start whose context ended. startTimeout passing is
-// a failure: the manager ends Failed. The caller's context ending is the
-// caller asking to stop (a SIGTERM while a standby waits for the lease): the
-// manager shuts down as ShutdownAndWait would and ends Stopped, Err nil (see
-// failStart), so that the outcome does not depend on whether
-// ShutdownAndWait, the cancellation or a child's reaction to it reaches the
-// supervisor first.
-func (s *root) onStartExpired(m startExpired) {
-	if m.attempt != s.start {
+// expired ends round a, if still the root's, whose context ended (err).
+// startTimeout passing is a failure: the manager ends Failed. The caller's
+// context ending is the caller asking to stop (a SIGTERM while a standby
+// waits for the lease): the manager shuts down as ShutdownAndWait would and
+// ends Stopped, Err nil (see fail), so that the outcome does not depend on
+// whether ShutdownAndWait, the cancellation or a child's reaction to it
+// reaches the supervisor first.
+func (a *startAttempt) expired(err error) {
+	s := a.s
+	if a != s.start {
 		return
 	}
 	switch s.phase {
 	case supervisor.PhaseInitializing, supervisor.PhaseElecting, supervisor.PhaseRecovering, supervisor.PhaseStarting:
-		s.failStart(m.err)
+		a.fail(err)
 	}
 }
 
-// failStart ends a start that failed: the caller gets err, and the manager
-// shuts down what it started and ends in Failed with err. When the caller's
-// context has ended, whatever failed did so because of it (a Run returning
-// its context's error): the caller asked to stop, and the manager ends
-// Stopped, Err nil, as after ShutdownAndWait.
-func (s *root) failStart(err error) {
-	if a := s.start; a != nil && a.ctx.Err() != nil {
-		s.endStart(fmt.Errorf("start ended by its caller's context: %w", err))
-		s.beginShutdown(nil, s.boundedContext())
+// fail ends round a, the root's, which failed: the caller gets err, and
+// the manager shuts down what it started and ends in Failed with err. When
+// the caller's context has ended, whatever failed did so because of it (a
+// Run returning its context's error): the caller asked to stop, and the
+// manager ends Stopped, Err nil, as after ShutdownAndWait.
+func (a *startAttempt) fail(err error) {
+	s := a.s
+	if a.ctx.Err() != nil {
+		a.end(fmt.Errorf("start ended by its caller's context: %w", err))
+		s.beginShutdown(nil, s.cfg.boundedContext())
 		return
 	}
-	s.beginShutdown(err, s.boundedContext())
+	s.beginShutdown(err, s.cfg.boundedContext())
 }
 
 // reelectionRound returns the start round after a stand-down: it begins
@@ -382,10 +384,11 @@ func (a *startAttempt) abandon() (replyTo *actor.PID, ctx context.Context, cance
 	return a.replyTo, a.ctx, a.cancel
 }
 
-// endStart answers the Start request and releases its contexts.
-func (s *root) endStart(err error) {
-	a := s.start
-	if a == nil {
+// end answers the Start request of round a, the root's, and releases its
+// contexts.
+func (a *startAttempt) end(err error) {
+	s := a.s
+	if a != s.start {
 		return
 	}
 	s.start = nil
@@ -452,9 +455,10 @@ func validateSpecs(specs []childactor.Spec, namingErrs []error) error {
 	return nil
 }
 
-// validateShards reports a controller pinned to a shard that does not exist.
-func (s *root) validateShards(specs []childactor.Spec) error {
-	n := s.shards.count()
+// validate reports a controller among specs pinned to a shard that does
+// not exist.
+func (t *shardTable) validate(specs []childactor.Spec) error {
+	n := t.count()
 	var errs []error
 	for i, spec := range specs {
 		if spec.Kind == actors.KindController && (spec.Shard < 0 || spec.Shard >= n) {

@@ -155,16 +155,16 @@ func (s *root) Receive(ctx actor.Context) {
 	case elector.Released:
 		s.onLeaseReleased()
 	case fenceOverdue:
-		s.onFenceOverdue(m)
+		m.f.overdue()
 	case shutdownOverdue:
-		s.onShutdownOverdue(m)
+		s.shutdown.onOverdue()
 	case shutdownReport:
-		s.onShutdownReport(m)
+		m.attempt.onReport(m.stuck)
 
 	case preflightDone:
-		s.onPreflightDone(m)
+		m.attempt.preflightDone(m.err)
 	case startExpired:
-		s.onStartExpired(m)
+		m.attempt.expired(m.err)
 	case restartDue:
 		s.onRestartDue(m)
 	case stopOverdue:
@@ -249,7 +249,7 @@ func (s *root) internalError(err error, stack []byte) {
 	}
 	func() {
 		defer func() { _ = recover() }() // a second panic must not take the process down
-		s.beginShutdown(err, s.boundedContext())
+		s.beginShutdown(err, s.cfg.boundedContext())
 	}()
 }
 
@@ -275,8 +275,8 @@ func (s *root) sendSelf(msg any) { s.system.Root.Send(s.self, msg) }
 
 // boundedContext is the context for Shutdown calls the supervisor decides on
 // by itself (restarts, escalation): bounded by Timing.ShutdownTimeout.
-func (s *root) boundedContext() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timing.ShutdownTimeout)
+func (c *Config) boundedContext() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timing.ShutdownTimeout)
 	_ = cancel // released when the deadline passes; the children hold it until then
 	return ctx
 }

@@ -8,6 +8,7 @@ package docsection
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,7 +45,9 @@ func Check(t testing.TB, s Section, want string, update bool) {
 		return
 	}
 	if update {
-		out := append(append(append(append(head, s.Begin...), want...), s.End...), tail...)
+		// A new slice: head, rest and tail share doc's array, and appending
+		// to head would write over the tail before it is copied.
+		out := slices.Concat(head, []byte(s.Begin), []byte(want), []byte(s.End), tail)
 		if err := os.WriteFile(s.File, out, 0o644); err != nil {
 			t.Fatal(err)
 		}
