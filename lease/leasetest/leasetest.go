@@ -29,10 +29,11 @@
 //     write, refusing to write over a record that is not the one it
 //     decided on, as client-go's LeaderElector does. The instant between
 //     that read and the write, which a fake that checks no version cannot
-//     close, is covered by reading a takeover back a retry period after
-//     it was written before it counts (a retry period more per takeover),
-//     and by not counting a write that took longer than that: a stall
-//     there costs a lease duration without a holder, not two holders.
+//     close, is covered by reading a takeover back a third of the renew
+//     deadline after it was written before it counts (that much more per
+//     takeover), and by not counting a write that took longer than that:
+//     a stall there costs a lease duration without a holder, not two
+//     holders.
 //     Prefer this package for tests of the election itself: it refuses
 //     the second write as the API server does.
 package leasetest

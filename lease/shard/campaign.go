@@ -228,21 +228,20 @@ var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 // clientsets: every update is taken), the window that update's read leaves
 // open: two replicas that read the same free or expired Lease both write
 // it, the later write wins, and both would hold. So a takeover counts only
-// once it has been read back as the last write a retry period after it
-// was answered, and only if its read and its write together took less
-// than a retry period: a rival whose write lands after our read-back
-// must have read before ours landed, so its own read and write took more
-// than a retry period, and it does not count its write either. A live
-// holder renews within that period too, and its renewal shows in the
-// read-back. took is the time from before update's read to its answer.
-// The write that does not count is errUnconfirmed, got the Lease as
-// written: campaigned keeps it as suspect.
+// once it has been read back as the last write confirmAfter after it was
+// answered, and only if its read and its write together took less than
+// that: a rival whose write lands after our read-back must have read
+// before ours landed, so its own read and write took longer, and it does
+// not count its write either. took is the time from before update's read
+// to its answer. The write that does not count is errUnconfirmed, got the
+// Lease as written: campaigned keeps it as suspect.
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
-	if took >= e.cfg.RetryPeriod {
+	after := e.cfg.confirmAfter()
+	if took >= after {
 		return got, errUnconfirmed
 	}
 	select {
-	case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
+	case <-e.cfg.Clock.After(after):
 	case <-ctx.Done():
 		return got, errUnconfirmed
 	}
@@ -267,6 +266,14 @@ func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 		e.see(got)
 	}
 }
+
+// confirmAfter is how long a takeover's read and write may take, where
+// the Lease has no versions, and how long after its answer it is read back
+// (confirm): a third of RenewDeadline, so that the three fit in the
+// deadline that bounds a campaign's write (goWrite). Every replica must
+// use the same: a rival's write is refused by comparing the time it took
+// with the time we waited.
+func (c Config) confirmAfter() time.Duration { return c.RenewDeadline / 3 }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has
 // begun to stop meanwhile is released again at once: nothing ran under it,

@@ -153,7 +153,7 @@ func (u *unversioned) entered(g *gatedStore, what string) {
 
 // Two replicas read the same free Lease; a's write is held while b writes,
 // reads its write back and takes the Lease, then lands over b's. a must
-// not count it: its read and write took more than a retry period. b finds
+// not count it: its read and write took longer than confirmAfter. b finds
 // a's record at its next renewal and loses the shard; a's write is left to
 // expire before anybody takes the Lease again.
 func TestUnversionedCampaignRaceHasOneHolder(t *testing.T) {
