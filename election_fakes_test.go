@@ -28,8 +28,10 @@ import (
 // empty and take an update whatever version it carries, and leasetest,
 // which refuses a stale one as the API server does; each with every watch
 // working, and with watches that stop delivering without closing (a stuck
-// watch cache, a proxy that buffers); and leasetest answering every call
-// in 100ms. Two managers, the timing of
+// watch cache, a proxy that buffers); and both NewClientset and leasetest
+// answering every call in 100ms (on the fake, the moment between a read
+// and the write after it, which its missing versions leave open, then
+// lasts 100ms). Two managers, the timing of
 // election_test.go (a 2s lease, 1s renew deadline, 100ms retry period),
 // one lease and four shards. Each run checks that the two never run a
 // controller at once, that the standby takes nothing from a live holder
@@ -43,6 +45,7 @@ import (
 // clientset each gets, and whether its watches still deliver.
 type fakeServer struct {
 	client func(id string) kubernetes.Interface
+	delay  time.Duration // before every Lease call of a fake clientset's (not leasetest's)
 	// stalled[id]: id's watches deliver nothing more, and stay open.
 	mu      sync.Mutex
 	stalled map[string]*atomic.Bool
@@ -57,6 +60,13 @@ func newFakeServer(backend string) *fakeServer {
 	case "NewSimpleClientset":
 		c := fake.NewSimpleClientset()
 		s.client = func(string) kubernetes.Interface { return c }
+	case "NewClientset-100ms":
+		// The fake, answering every Lease call in 100ms: the moment
+		// between a campaign's read and its write, which the fake's
+		// missing versions leave open, lasts 100ms.
+		c := fake.NewClientset()
+		s.client = func(string) kubernetes.Interface { return c }
+		s.delay = 100 * time.Millisecond
 	case "leasetest":
 		srv := leasetest.NewServer()
 		s.client = func(id string) kubernetes.Interface { return srv.Client(id) }
@@ -84,7 +94,7 @@ func (s *fakeServer) clientFor(id string) kubernetes.Interface {
 	defer s.mu.Unlock()
 	flag := &atomic.Bool{}
 	s.stalled[id] = flag
-	return stallingClient{Interface: s.client(id), stalled: flag}
+	return stallingClient{Interface: s.client(id), stalled: flag, delay: s.delay}
 }
 
 func (s *fakeServer) stall(id string) {
@@ -98,27 +108,76 @@ func (s *fakeServer) stall(id string) {
 type stallingClient struct {
 	kubernetes.Interface
 	stalled *atomic.Bool
+	delay   time.Duration
 }
 
 func (c stallingClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return stallingCoordination{CoordinationV1Interface: c.Interface.CoordinationV1(), stalled: c.stalled}
+	return stallingCoordination{CoordinationV1Interface: c.Interface.CoordinationV1(), stalled: c.stalled, delay: c.delay}
 }
 
 type stallingCoordination struct {
 	coordinationv1client.CoordinationV1Interface
 	stalled *atomic.Bool
+	delay   time.Duration
 }
 
 func (c stallingCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return stallingLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), stalled: c.stalled}
+	return stallingLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), stalled: c.stalled, delay: c.delay}
 }
 
 type stallingLeases struct {
 	coordinationv1client.LeaseInterface
 	stalled *atomic.Bool
+	delay   time.Duration // each call reaches the fake after it, unless ctx ends first
+}
+
+// slow waits out the delay of a call, or returns ctx's error.
+func (l stallingLeases) slow(ctx context.Context) error {
+	if l.delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(l.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l stallingLeases) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if err := l.slow(ctx); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Get(ctx, name, opts)
+}
+
+func (l stallingLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	if err := l.slow(ctx); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.List(ctx, opts)
+}
+
+func (l stallingLeases) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if err := l.slow(ctx); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Create(ctx, lease, opts)
+}
+
+func (l stallingLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if err := l.slow(ctx); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Update(ctx, lease, opts)
 }
 
 func (l stallingLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := l.slow(ctx); err != nil {
+		return nil, err
+	}
 	w, err := l.LeaseInterface.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -241,7 +300,7 @@ func (r *fakeReplica) losses() int {
 }
 
 func TestElectionOnFakeClientsets(t *testing.T) {
-	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest", "leasetest-100ms"} {
+	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "NewClientset-100ms", "leasetest", "leasetest-100ms"} {
 		for _, shards := range []int{1, 4} {
 			for _, stall := range []string{"", "standby", "all"} {
 				name := fmt.Sprintf("%s/S=%d/watch=live", backend, shards)
