@@ -30,7 +30,7 @@
 //     decided on, as client-go's LeaderElector does. The instant between
 //     that read and the write, which a fake that checks no version cannot
 //     close, is covered by reading a takeover back a third of the renew
-//     deadline after it was written before it counts (that much more per
+//     deadline (at most a second) after it was written before it counts (that much more per
 //     takeover), and by not counting a write that took longer than that:
 //     a stall there costs a lease duration without a holder, not two
 //     holders.

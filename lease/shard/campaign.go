@@ -270,10 +270,12 @@ func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 // confirmAfter is how long a takeover's read and write may take, where
 // the Lease has no versions, and how long after its answer it is read back
 // (confirm): a third of RenewDeadline, so that the three fit in the
-// deadline that bounds a campaign's write (goWrite). Every replica must
-// use the same: a rival's write is refused by comparing the time it took
-// with the time we waited.
-func (c Config) confirmAfter() time.Duration { return c.RenewDeadline / 3 }
+// deadline that bounds a campaign's write (goWrite), and at most a second,
+// which only a starved process spends between two calls to an in-memory
+// fake, so that a unit test with the default timing does not wait five
+// seconds per takeover. Every replica must use the same: a rival's write
+// is refused by comparing the time it took with the time we waited.
+func (c Config) confirmAfter() time.Duration { return min(c.RenewDeadline/3, time.Second) }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has
 // begun to stop meanwhile is released again at once: nothing ran under it,
