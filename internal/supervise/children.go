@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -202,8 +203,8 @@ func (rec *childRecord) waiting() bool { return rec.wait != nil }
 
 // markStarted notes that rec's current incarnation (or a group's restart)
 // started now; clearStarted that none has started since its last start.
-func (s *root) markStarted(rec *childRecord) {
-	rec.startedAt, rec.started = s.clock.since(s.clock.now()), true
+func (rec *childRecord) markStarted(c *msgClock) {
+	rec.startedAt, rec.started = c.since(c.now()), true
 }
 
 func clearStarted(rec *childRecord) { rec.startedAt, rec.started = 0, false }
@@ -327,7 +328,7 @@ func (s *root) startAll(o owner, recs []*childRecord, ctx context.Context) *barr
 func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 	b := &barrier{owner: o, failFast: true}
 	b.add(rec)
-	s.startChild(rec, s.lifetimeContext(), s.startTimeout)
+	s.startChild(rec, s.lifetime.context(), s.startTimeout)
 	return b
 }
 
@@ -442,7 +443,7 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 		return nil, 0
 	}
 	if lvl.ticket == nil {
-		lvl.ticket = &childactor.RestartTicket{Backoff: lvl.maxBackoff, Ctx: s.lifetimeContext(),
+		lvl.ticket = &childactor.RestartTicket{Backoff: lvl.maxBackoff, Ctx: s.lifetime.context(),
 			Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
 	}
 	return lvl.ticket, uint32(min(left, 1<<31))
@@ -470,7 +471,7 @@ func (s *root) onChildStarted(m childactor.Started) {
 		return
 	}
 	s.setState(rec, supervisor.StateRunning)
-	s.markStarted(rec)
+	rec.markStarted(&s.clock)
 	rec.healthy = true
 	rec.setMessage("")
 	s.publish(supervisor.ChildStarted, rec, nil)
@@ -502,7 +503,7 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 	pipe := rec.piped()
 	rec.setPipe(nil)
 	if m.Err != nil {
-		s.logFailure("child panicked in Shutdown", rec, m.Err)
+		logFailure(s.cfg.Logger, "child panicked in Shutdown", rec, m.Err)
 	}
 	if m.Then != 0 && (pipe == nil || pipe.revoked || pipe.start.Gen != m.Then) {
 		// The child started a restart (sent along, or with its ticket)
@@ -574,20 +575,20 @@ func (s *root) recordFailure(rec *childRecord, err error) {
 	rec.hist().lastErr = err
 	rec.healthy = false
 	rec.hist().message = err.Error()
-	s.logFailure("child failed", rec, err)
+	logFailure(s.cfg.Logger, "child failed", rec, err)
 	s.publish(supervisor.ChildFailed, rec, err)
 }
 
 // logFailure logs a failure of rec once; a panic with its stack, as klog
 // and controller-runtime do, since the PanicError's message leaves it out.
-func (s *root) logFailure(msg string, rec *childRecord, err error) {
+func logFailure(log *slog.Logger, msg string, rec *childRecord, err error) {
 	var pe *actors.PanicError
 	if errors.As(err, &pe) {
-		s.cfg.Logger.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err,
+		log.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err,
 			"panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
 		return
 	}
-	s.cfg.Logger.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
+	log.Error(msg, "child", rec.spec.Name, "kind", rec.spec.Kind, "err", err)
 }
 
 // setState moves rec to st; Observed learns of it once the message has
@@ -705,7 +706,7 @@ func (s *root) quiesce(touches func(*childRecord) bool) {
 			rest++
 		}
 		if rest == 0 {
-			s.cancelPlan(plan)
+			plan.cancel()
 		}
 	}
 	for _, rec := range s.reg.children {

@@ -177,7 +177,7 @@ func (s *root) beginFencing(cause error, recs []*childRecord, shard int) (*fenci
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then
 	f := &fencing{s: s, cause: cause, recs: recs, began: s.clock.now(), shard: shard}
-	f.timer = s.cfg.Clock.AfterFunc(timeout, s.timerSend(func() any { return fenceOverdue{f: f} }))
+	f.timer = s.cfg.Clock.AfterFunc(timeout, s.self.after(func() any { return fenceOverdue{f: f} }))
 	return f, ctx
 }
 

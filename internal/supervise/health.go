@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"k8s.io/utils/clock"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -93,7 +94,7 @@ func (s *root) onGatherHealth(m GatherHealth) {
 		statuses[i] = standing.Status(rec.spec.Name, cause)
 	}
 	statuses = s.tree.appendGroupsHealth(statuses) // never pending: recs stay the controllers
-	s.queryHealth(col, ctrls, statuses, pending)
+	queryHealth(s.ctx, s.self.system.Root, col, ctrls, statuses, pending)
 }
 
 // standing is where rec stands as the supervisor knows it, and the failure
@@ -128,11 +129,10 @@ func (rec *childRecord) standing() (standing childactor.Standing, cause error, a
 // mailbox runs inline on its sender), and the children are independent.
 // Every query is sent before queryHealth returns, so the root's messages to
 // each child keep their order.
-func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
+func queryHealth(self actor.SenderContext, root *actor.RootContext, col *childactor.HealthCollector, recs []*childRecord, statuses []actors.HealthStatus, pending []int) {
 	col.Expect(statuses, pending)
 	senders := max(1, min(runtime.GOMAXPROCS(0), len(pending)/minQueriesPerSender))
 	var sent sync.WaitGroup
-	root := s.system.Root
 	for k := 1; k < senders; k++ {
 		part := pending[k*len(pending)/senders : (k+1)*len(pending)/senders]
 		sent.Go(func() {
@@ -142,7 +142,7 @@ func (s *root) queryHealth(col *childactor.HealthCollector, recs []*childRecord,
 		})
 	}
 	for _, i := range pending[:len(pending)/senders] {
-		s.ctx.Send(recs[i].pid, childactor.HealthQuery{Index: i, Collector: col})
+		self.Send(recs[i].pid, childactor.HealthQuery{Index: i, Collector: col})
 	}
 	sent.Wait()
 	col.Dispatch()
@@ -178,13 +178,13 @@ func (s *root) onProbeTick() {
 		pending[i] = i
 		gens[i] = rec.gen
 	}
-	sweep := childactor.StartHealthSweep(s.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *childactor.HealthCollector) {
-		s.queryHealth(col, recs, statuses, pending)
+	sweep := childactor.StartHealthSweep(s.self.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *childactor.HealthCollector) {
+		queryHealth(s.ctx, s.self.system.Root, col, recs, statuses, pending)
 	})
 	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.clock.now()}
 	go func() {
 		sweep.Wait(nil)
-		s.sendSelf(done)
+		s.self.send(done)
 	}()
 }
 

@@ -34,7 +34,7 @@ type stopRequest struct {
 
 // stopForGood takes r's child (every child of a group) out of supervision,
 // any restart plan and any lifecycle request (which it ends, saying why:
-// stopReaches), and shuts it down: nothing starts it again until a
+// requests.interrupt), and shuts it down: nothing starts it again until a
 // StartChild or RestartChild of it, and nothing ever once removed.
 func (s *root) stopForGood(r *stopRequest) {
 	rec := r.rec
@@ -42,7 +42,7 @@ func (s *root) stopForGood(r *stopRequest) {
 	if r.remove {
 		why = supervisor.ErrChildRemoved
 	}
-	s.stopReaches(rec, why)
+	s.requests.interrupt(rec, why)
 	rec.node().setStopped(true, s.clock.now())
 	s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
 	recs := hosted(rec)
@@ -125,7 +125,7 @@ func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 		if err == nil && spec.Kind == actors.KindController && shardOf != nil {
 			spec.Shard = shardOf(spec.Name)
 		}
-		s.sendSelf(childNamed{spec: spec, err: err, parent: m.Parent, replyTo: replyTo})
+		s.self.send(childNamed{spec: spec, err: err, parent: m.Parent, replyTo: replyTo})
 	}()
 }
 
@@ -149,7 +149,7 @@ func (s *root) addTree(m supervisor.AddChild, vals []any, mode Mode, timeout tim
 		if len(specs) > 0 {
 			named.spec = specs[0]
 		}
-		s.sendSelf(named)
+		s.self.send(named)
 	}()
 }
 
@@ -205,7 +205,7 @@ func (s *root) onChildNamed(m childNamed) {
 		s.respond(m.replyTo, nil, nil)
 		return
 	}
-	r := s.newRequest(rec, "AddChild", m.replyTo)
+	r := s.requests.open(s, rec, "AddChild", m.replyTo)
 	r.become(requestStarting) // nothing to stop: it has never run
 	r.recs, r.next = []*childRecord{rec}, 1
 	r.wait = s.startIncarnation(r, rec)
@@ -223,7 +223,7 @@ func (s *root) startTree(m childNamed) {
 			top = rec
 		}
 	}
-	r := s.newRequest(top, "AddChild", m.replyTo)
+	r := s.requests.open(s, top, "AddChild", m.replyTo)
 	r.become(requestStarting) // nothing to stop: it has never run, and a first start is no restart
 	r.recs = s.leaves(top)
 	r.queue()

@@ -153,7 +153,7 @@ func (lvl *level) restarted() {
 func (lvl *level) restartWhole(out []*childRecord) []*childRecord {
 	s, g := lvl.s, lvl.group
 	lvl.restarted()
-	s.markStarted(g)
+	g.markStarted(&s.clock)
 	resetBudgets(g)
 	return append(out, s.leaves(g)...)
 }

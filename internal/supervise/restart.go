@@ -42,7 +42,7 @@ var planStageNames = [...]string{"stopping", "backing off", "starting", "done"}
 func (st planStage) String() string { return planStageNames[st] }
 
 // planMoves is every move of a restart plan's stage: down the stages in
-// order, or to done from any (cancelled: cancelPlan).
+// order, or to done from any (cancelled: cancel).
 var planMoves = map[planStage][]planStage{
 	planStopping:   {planBackingOff, planDone},
 	planBackingOff: {planStarting, planDone},
@@ -115,20 +115,20 @@ func (p *restartPlan) step() {
 			}
 			if wait := p.due.Sub(s.clock.now()); wait > 0 && !p.piped() {
 				weakPlan := weak.Make(p)
-				p.timer = s.cfg.Clock.AfterFunc(wait, s.timerSend(func() any {
+				p.timer = s.cfg.Clock.AfterFunc(wait, s.self.after(func() any {
 					if p := weakPlan.Value(); p != nil {
 						return restartDue{plan: p}
 					}
 					return nil
 				}))
-				return // onRestartDue goes on
+				return // backoffPassed goes on
 			}
 		case planStarting:
 			if r := p.nextChild(); r != nil {
 				p.wait = s.startIncarnation(p, r)
 				return
 			}
-			s.cancelPlan(p)
+			p.cancel()
 			return
 		case planDone:
 			return
@@ -203,22 +203,25 @@ func (p *restartPlan) settled(b *barrier, err error) {
 	p.step()
 }
 
-func (s *root) onRestartDue(m restartDue) {
-	if m.plan.stage == planBackingOff {
-		m.plan.become(planStarting)
-		m.plan.step()
+// backoffPassed: the plan's backoff has passed (restartDue), and it starts
+// its children.
+func (p *restartPlan) backoffPassed() {
+	if p.stage == planBackingOff {
+		p.become(planStarting)
+		p.step()
 	}
 }
 
-// onStopOverdue escalates a restart whose Shutdown calls did not return in
-// time: starting a child again while its previous incarnation may still run
-// is what supervision must never do.
-func (s *root) onStopOverdue(m stopOverdue) {
-	if m.plan.stage != planStopping || !s.supervising() {
+// shutdownOverdue escalates a restart whose Shutdown calls did not return
+// in time (stopOverdue): starting a child again while its previous
+// incarnation may still run is what supervision must never do.
+func (p *restartPlan) shutdownOverdue() {
+	s := p.s
+	if p.stage != planStopping || !s.supervising() {
 		return
 	}
-	for _, r := range m.plan.recs {
-		if r.plan == m.plan && r.state == supervisor.StateStopping {
+	for _, r := range p.recs {
+		if r.plan == p && r.state == supervisor.StateStopping {
 			err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, s.cfg.Timing.ShutdownTimeout)
 			s.escalate(r, err)
 			return
@@ -226,13 +229,15 @@ func (s *root) onStopOverdue(m stopOverdue) {
 	}
 }
 
-func (s *root) cancelPlan(plan *restartPlan) {
-	plan.become(planDone)
-	if plan.timer != nil {
-		plan.timer.Stop()
+// cancel ends the plan where it stands: done, its timers stopped, out of
+// the plans in flight.
+func (p *restartPlan) cancel() {
+	p.become(planDone)
+	if p.timer != nil {
+		p.timer.Stop()
 	}
-	plan.overdue.Stop()
-	delete(s.plans, plan)
+	p.overdue.Stop()
+	delete(p.s.plans, p)
 }
 
 // supervise handles one failure of rec with its level's strategy: restart
@@ -286,7 +291,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 				// the rest of the enclosing restart back.
 				continue
 			}
-			s.cancelPlan(old)
+			old.cancel()
 			for _, o := range old.recs {
 				if o.plan == old {
 					members[o] = true
@@ -300,7 +305,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		if member.piped() == nil && s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
-			p := &pipedRestart{start: childactor.Start{Gen: s.reg.nextGen(), Ctx: s.lifetimeContext(),
+			p := &pipedRestart{start: childactor.Start{Gen: s.reg.nextGen(), Ctx: s.lifetime.context(),
 				Timeout: s.startTimeout, NotBefore: plan.due}}
 			p.start.Restart, p.start.Restarts = s.ticketFor(member)
 			member.setPipe(p)
@@ -325,7 +330,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	s.plans[plan] = struct{}{}
 	weakPlan := weak.Make(plan)
-	plan.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any {
+	plan.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.self.after(func() any {
 		if p := weakPlan.Value(); p != nil {
 			return stopOverdue{plan: p}
 		}
@@ -431,13 +436,27 @@ func (s *root) escalate(rec *childRecord, err error) {
 	s.beginShutdown(e, s.cfg.boundedContext())
 }
 
-// lifetimeContext is the base of the start calls of restarts: it ends when
-// the manager shuts down.
-func (s *root) lifetimeContext() context.Context {
-	if s.lifetime == nil {
-		s.lifetime, s.endLifetime = context.WithCancel(context.Background())
+// lifetime is the base of the start calls the supervisor makes by itself
+// (restarts, AddChild, a re-election's start round): it ends when the
+// manager shuts down.
+type lifetime struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context is the lifetime's context, made on first use.
+func (l *lifetime) context() context.Context {
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancel(context.Background())
 	}
-	return s.lifetime
+	return l.ctx
+}
+
+// end cancels every start call made on the lifetime's context.
+func (l *lifetime) end() {
+	if l.cancel != nil {
+		l.cancel()
+	}
 }
 
 // supervising reports whether failures are handled: from the start until
@@ -513,7 +532,7 @@ func (r *childRequest) become(to requestStage) {
 // first.
 // Three decisions reach it meanwhile: a StopChild or RemoveChild of its
 // child (or of a group above it) ends it with ErrChildStopped or
-// ErrChildRemoved (stopReaches); a stand-down takes the fenced children out
+// ErrChildRemoved (interrupt); a stand-down takes the fenced children out
 // (the next start round starts them afresh: takeOut); a child of a shard
 // not held at its turn is left for the shard's acquisition.
 type childRequest struct {
@@ -535,13 +554,19 @@ type childRequest struct {
 	failed error
 }
 
-// newRequest makes a request of op on rec, in flight until answered.
-func (s *root) newRequest(rec *childRecord, op string, replyTo *actor.PID) *childRequest {
+// requestSet is the lifecycle requests in flight (RestartChild,
+// StartChild, AddChild): a request is in it from open to answer, and the
+// decisions that reach a request in flight (interrupt, takeOut) find it
+// here.
+type requestSet map[*childRequest]struct{}
+
+// open makes a request of op on rec, in flight until answered.
+func (q *requestSet) open(s *root, rec *childRecord, op string, replyTo *actor.PID) *childRequest {
 	r := &childRequest{s: s, rec: rec, op: op, replyTo: replyTo}
-	if s.requests == nil {
-		s.requests = map[*childRequest]struct{}{}
+	if *q == nil {
+		*q = requestSet{}
 	}
-	s.requests[r] = struct{}{}
+	(*q)[r] = struct{}{}
 	return r
 }
 
@@ -558,7 +583,7 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		s.respond(replyTo, nil, err)
 		return
 	}
-	r := s.newRequest(rec, op, replyTo)
+	r := s.requests.open(s, rec, op, replyTo)
 	if rec.stopRequested || op == "StartChild" {
 		resetBudgets(rec) // a group starts over (a hosted child has nothing under it)
 	}
@@ -651,7 +676,7 @@ func (r *childRequest) answer(err error) {
 	for _, x := range r.recs[min(r.next, len(r.recs)):] {
 		r.unqueue(x)
 	}
-	delete(r.s.requests, r)
+	delete(r.s.requests, r) // the set has it from open to answer
 	r.s.respond(r.replyTo, nil, err)
 }
 
@@ -700,13 +725,13 @@ func (r *childRequest) settled(b *barrier, err error) {
 	r.step()
 }
 
-// stopReaches is a StopChild or RemoveChild of rec reaching the requests
+// interrupt is a StopChild or RemoveChild of rec reaching the requests
 // in flight: a request on rec, or on a child or group under it, ends now
 // with err (ErrChildStopped, ErrChildRemoved), and what it had still to
 // start stays stopped; a group's request above rec goes on without it
 // (step skips a child stopped meanwhile).
-func (s *root) stopReaches(rec *childRecord, err error) {
-	for r := range s.requests {
+func (q requestSet) interrupt(rec *childRecord, err error) {
+	for r := range q {
 		if inside(r.rec, rec) {
 			// Both sentinels: a start cut short by a stop
 			// (ErrStartInterrupted, as for a lost lease or shard), and
@@ -719,8 +744,8 @@ func (s *root) stopReaches(rec *childRecord, err error) {
 // takeOut takes the children touches selects out of every group request
 // that has still to start them: a stand-down's, whose next start round
 // starts them afresh, stores first at every depth.
-func (s *root) takeOut(touches func(*childRecord) bool) {
-	for r := range s.requests {
+func (q requestSet) takeOut(touches func(*childRecord) bool) {
+	for r := range q {
 		for _, x := range r.recs[min(r.next, len(r.recs)):] {
 			if touches(x) && x.queued() == r {
 				r.unqueue(x)

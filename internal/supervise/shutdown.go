@@ -107,9 +107,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 	}
 	s.quiesce(everyChild)
 	s.probe.stop()
-	if s.endLifetime != nil {
-		s.endLifetime()
-	}
+	s.lifetime.end()
 	s.obs.ready.Store(false)
 	s.become(supervisor.PhaseShuttingDown, "shutdown")
 	if cause != nil {
@@ -142,7 +140,7 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 func (a *shutdownAttempt) bound(ctx context.Context) context.Context {
 	s := a.s
 	a.watch = childactor.NewShutdownWatch()
-	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.timerSend(func() any { return shutdownOverdue{} }))
+	a.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.self.after(func() any { return shutdownOverdue{} }))
 	return childactor.WithShutdownWatch(ctx, a.watch)
 }
 
@@ -154,7 +152,7 @@ func (a *shutdownAttempt) onOverdue() {
 	}
 	s, watch := a.s, a.watch
 	go func() { // a dump of every goroutine's stack: not on the mailbox
-		s.sendSelf(shutdownReport{attempt: a, stuck: watch.Unstopped()})
+		s.self.send(shutdownReport{attempt: a, stuck: watch.Unstopped()})
 	}()
 }
 
@@ -260,5 +258,5 @@ func (a *shutdownAttempt) finish() {
 		s.respond(w, nil, nil)
 	}
 	s.out.closeBus = true // once the message's events are published (flush)
-	s.ctx.Stop(s.self)
+	s.ctx.Stop(s.self.pid)
 }

@@ -53,7 +53,7 @@ func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), releas
 	// A group's request still to start fenced children gives them up: the
 	// next round starts them, and a request left owning them would start
 	// them a second time beside it.
-	s.takeOut(fencedChild)
+	s.requests.takeOut(fencedChild)
 	s.obs.starting.Store(false)
 	s.obs.started.Store(false)
 	s.become(supervisor.PhaseElecting, "standing down")

@@ -121,7 +121,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	a := &startAttempt{s: s, replyTo: replyTo, ctx: ctx, cancel: cancel, timeout: m.StartTimeout}
 	s.start = a
 	s.startTimeout = m.StartTimeout
-	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
+	context.AfterFunc(ctx, func() { s.self.send(startExpired{attempt: a, err: context.Cause(ctx)}) })
 
 	s.reg.grow(len(m.Children))
 	for _, spec := range m.Children {
@@ -192,7 +192,7 @@ func (a *startAttempt) step() {
 				if preflight != nil {
 					err = childactor.Call("context", "manager", "Start", func() error { return preflight(ctx) })
 				}
-				s.sendSelf(preflightDone{attempt: a, err: err})
+				s.self.send(preflightDone{attempt: a, err: err})
 			}()
 			return
 		case startWebhooks:
@@ -311,7 +311,7 @@ func (a *startAttempt) bound() {
 	bounded := a.bounded
 	context.AfterFunc(bounded, func() {
 		if errors.Is(context.Cause(bounded), context.DeadlineExceeded) {
-			s.sendSelf(startExpired{attempt: a,
+			s.self.send(startExpired{attempt: a,
 				err: fmt.Errorf("start timed out after %s: %w", a.timeout, context.DeadlineExceeded)})
 		}
 	})
@@ -367,10 +367,10 @@ func (s *root) reelectionRound(prev *startAttempt) *startAttempt {
 	if prev != nil {
 		a.replyTo, a.ctx, a.cancel = prev.abandon()
 	} else {
-		a.ctx, a.cancel = context.WithCancel(s.lifetimeContext())
+		a.ctx, a.cancel = context.WithCancel(s.lifetime.context())
 	}
 	ctx := a.ctx
-	context.AfterFunc(ctx, func() { s.sendSelf(startExpired{attempt: a, err: context.Cause(ctx)}) })
+	context.AfterFunc(ctx, func() { s.self.send(startExpired{attempt: a, err: context.Cause(ctx)}) })
 	return a
 }
 

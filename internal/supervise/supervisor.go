@@ -34,11 +34,11 @@ type Handle struct {
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, phase: supervisor.PhaseIdle, out: outbox{bus: cfg.Bus, obs: cfg.Observed},
-		tree:       &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
-		clock:      msgClock{clock: cfg.Clock},
+		tree:  &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
+		clock: msgClock{clock: cfg.Clock}, self: &mailbox{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.tree.s = s
-	s.probe = prober{clock: cfg.Clock, interval: cfg.Timing.HealthInterval, tick: s.timerSend(func() any { return probeTick{} })}
+	s.probe = prober{clock: cfg.Clock, interval: cfg.Timing.HealthInterval, tick: s.self.after(func() any { return probeTick{} })}
 	s.shards = newShardTable(&cfg)
 	s.spawner = childactor.NewSpawner(childactor.Config{Logger: cfg.Logger, Clock: cfg.Clock, Goroutines: s.goroutines, Guards: cfg.Guards})
 	// protoactor never restarts a child on its own: supervision is the
@@ -54,11 +54,10 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 
 // root is the root supervisor actor. All its fields are owned by Receive.
 type root struct {
-	cfg    Config
-	obs    *Observed
-	ctx    actor.Context // the context of the message being handled
-	self   *actor.PID
-	system *actor.ActorSystem
+	cfg  Config
+	obs  *Observed
+	ctx  actor.Context // the context of the message being handled
+	self *mailbox      // its address, from any goroutine
 
 	phase supervisor.Phase
 	tree  *level   // the root's level: its children, its strategy and budget
@@ -69,12 +68,11 @@ type root struct {
 	start        *startAttempt
 	startTimeout time.Duration // bounds every start call, restarts included
 	shutdown     *shutdownAttempt
-	plans        map[*restartPlan]struct{}  // in flight, in every level
-	requests     map[*childRequest]struct{} // lifecycle requests in flight (RestartChild, StartChild, AddChild)
+	plans        map[*restartPlan]struct{} // in flight, in every level
+	requests     requestSet                // lifecycle requests in flight (RestartChild, StartChild, AddChild)
 	probe        prober
 
-	lifetime    context.Context // ends when the manager shuts down
-	endLifetime context.CancelFunc
+	lifetime lifetime // ends when the manager shuts down
 
 	goroutines *childactor.Goroutines // lent to the children's user calls
 	spawner    *childactor.Spawner
@@ -104,7 +102,7 @@ func (s *root) Receive(ctx actor.Context) {
 	}()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		s.self, s.system = ctx.Self(), ctx.ActorSystem()
+		s.self.pid, s.self.system = ctx.Self(), ctx.ActorSystem()
 	case *actor.Terminated:
 		s.onTerminated(m)
 	case *actor.Stopped:
@@ -166,9 +164,9 @@ func (s *root) Receive(ctx actor.Context) {
 	case startExpired:
 		m.attempt.expired(m.err)
 	case restartDue:
-		s.onRestartDue(m)
+		m.plan.backoffPassed()
 	case stopOverdue:
-		s.onStopOverdue(m)
+		m.plan.shutdownOverdue()
 	case probeTick:
 		s.onProbeTick()
 	case probeDone:
@@ -253,25 +251,33 @@ func (s *root) internalError(err error, stack []byte) {
 	}()
 }
 
-// timerSend returns a timer's function that sends the message msg returns to
-// the supervisor. It holds the supervisor weakly: Stop leaves a timer in the
-// runtime's timer heap until it would have fired (longer, while other timers
-// are pending), and a closure holding s would keep a stopped manager, its
-// records and its whole actor system alive that long. msg returns nil when
-// what it refers to is gone.
-func (s *root) timerSend(msg func() any) func() {
-	w := weak.Make(s)
+// mailbox is the supervisor's own address, known once it has started: how
+// its goroutines, its timers and its contexts' callbacks send it a message.
+// Only the root holds it.
+type mailbox struct {
+	system *actor.ActorSystem
+	pid    *actor.PID
+}
+
+// send sends msg to the supervisor itself from any goroutine.
+func (b *mailbox) send(msg any) { b.system.Root.Send(b.pid, msg) }
+
+// after returns a timer's function that sends the message msg returns to
+// the supervisor. It holds the mailbox weakly, and so the supervisor: Stop
+// leaves a timer in the runtime's timer heap until it would have fired
+// (longer, while other timers are pending), and a closure holding the
+// mailbox would keep a stopped manager's actor system alive that long. msg
+// returns nil when what it refers to is gone.
+func (b *mailbox) after(msg func() any) func() {
+	w := weak.Make(b)
 	return func() {
-		if s := w.Value(); s != nil {
+		if b := w.Value(); b != nil {
 			if m := msg(); m != nil {
-				s.sendSelf(m)
+				b.send(m)
 			}
 		}
 	}
 }
-
-// send sends msg to the supervisor itself from any goroutine.
-func (s *root) sendSelf(msg any) { s.system.Root.Send(s.self, msg) }
 
 // boundedContext is the context for Shutdown calls the supervisor decides on
 // by itself (restarts, escalation): bounded by Timing.ShutdownTimeout.
