@@ -381,14 +381,20 @@ func (r *elReplica) status(t *testing.T) cm.Status {
 // elEventually polls cond every 5ms until it holds, failing after elWait.
 func elEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(elWait)
+	elEventuallyWithin(t, elWait, what, cond)
+}
+
+// elEventuallyWithin fails unless cond holds within wait.
+func elEventuallyWithin(t *testing.T, wait time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(wait)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("not within %s: %s", elWait, what)
+			t.Fatalf("not within %s: %s", wait, what)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -238,17 +239,17 @@ var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
 	after := e.cfg.confirmAfter()
 	if took >= after {
-		return got, errUnconfirmed
+		return got, fmt.Errorf("%w: its read and write took %s, not less than %s", errUnconfirmed, took, after)
 	}
 	select {
 	case <-e.cfg.Clock.After(after):
 	case <-ctx.Done():
-		return got, errUnconfirmed
+		return got, fmt.Errorf("%w: %w before its read-back", errUnconfirmed, context.Cause(ctx))
 	}
 	cur, err := e.store.Get(ctx, got.Name)
 	switch {
 	case err != nil:
-		return got, errUnconfirmed
+		return got, fmt.Errorf("%w: its read-back failed: %w", errUnconfirmed, err)
 	case !sameVersion(cur, got):
 		return cur, apierrors.NewConflict(leasesResource, got.Name, errors.New("written over since our write"))
 	}
@@ -290,7 +291,7 @@ func (e *Elector) campaigned(w *written) {
 			// Ours as the Lease now stands, perhaps over a holder that
 			// counted its own: it is left to expire as anybody's would
 			// (suspect), then campaigned for again.
-			e.cfg.Logger.Info("shard written but not confirmed: waiting for it to expire", "shard", i)
+			e.cfg.Logger.Info("shard written but not confirmed: waiting for it to expire", "shard", i, "err", w.err)
 			e.suspectWrite(i, w.got)
 			return
 		}
