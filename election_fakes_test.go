@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,35 +247,24 @@ type fakeReplica struct {
 	m      *cm.ControllerManager
 	events *elEvents
 	done   chan error // Start's result
-	// unconfirmed counts the takeovers its elector wrote but left to
-	// expire, as it logs them: on a fake, one whose read and write took a
-	// third of the renew deadline or more (rule 5) is waited out on
-	// purpose, not missed.
-	unconfirmed *unconfirmedLog
+	log    *logRecorder
 }
 
-// unconfirmedLog is a slog handler that discards everything but counts the
-// elector's "shard written but not confirmed" reports.
-type unconfirmedLog struct{ n atomic.Int64 }
-
-func (h *unconfirmedLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
-func (h *unconfirmedLog) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "shard written but not confirmed") {
-		h.n.Add(1)
-	}
-	return nil
+// unconfirmed counts the takeovers r's elector wrote but left to expire,
+// as it logs them: on a fake, one whose read and write took a third of the
+// renew deadline or more (rule 5) is waited out on purpose, not missed.
+func (r *fakeReplica) unconfirmed() int {
+	return len(r.log.withPrefix("shard written but not confirmed"))
 }
-func (h *unconfirmedLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *unconfirmedLog) WithGroup(string) slog.Handler      { return h }
 
 func newFakeReplica(t *testing.T, srv *fakeServer, id string, shards int, activity *elActivity) *fakeReplica {
 	t.Helper()
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = int32(shards)
 	spec.LeaseDuration.Duration = fakeLeaseDuration
-	r := &fakeReplica{id: id, events: &elEvents{}, done: make(chan error, 1), unconfirmed: &unconfirmedLog{}}
+	r := &fakeReplica{id: id, events: &elEvents{}, done: make(chan error, 1), log: &logRecorder{}}
 	m, err := cm.NewControllerManager(cm.NewContext(srv.clientFor(id)), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
-		cm.WithIdentity(id), cm.WithLogger(slog.New(r.unconfirmed)))
+		cm.WithIdentity(id), cm.WithLogger(slog.New(r.log)))
 	require.NoError(t, err)
 	r.m = m
 	r.events.subscribe(m)
@@ -332,9 +320,7 @@ func (r *fakeReplica) gains() (int, time.Time) {
 }
 
 // losses counts r's LeaderLost and ShardLost events.
-func (r *fakeReplica) losses() int {
-	return r.events.count(cm.LeaderLost) + r.events.count(cm.ShardLost)
-}
+func (r *fakeReplica) losses() int { return r.events.losses() }
 
 func TestElectionOnFakeClientsets(t *testing.T) {
 	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "NewClientset-100ms", "leasetest", "leasetest-100ms"} {
@@ -421,7 +407,7 @@ watch:
 	// controllers stop at once: ShutdownAndWait is the release).
 	bGains, _ = b.gains()
 	bLosses = b.losses()
-	bUnconfirmed := b.unconfirmed.n.Load()
+	bUnconfirmed := b.unconfirmed()
 	leaving := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	a.m.ShutdownAndWait(ctx)
@@ -444,7 +430,7 @@ watch:
 	// 5: it logs that it waits the write out).
 	if bound := fakeLeaseDuration - 2*elRetryPeriod; handover > bound {
 		report := t.Errorf
-		unconfirmed := b.unconfirmed.n.Load() - bUnconfirmed
+		unconfirmed := b.unconfirmed() - bUnconfirmed
 		if b.losses() != bLosses || unconfirmed > 0 || activity.pauses.Longest() > elRetryPeriod {
 			report = t.Logf // a stalled process delays a seen release too
 		}

@@ -296,6 +296,9 @@ func (e *elEvents) count(typ cm.EventType) int {
 	return n
 }
 
+// losses counts the LeaderLost and ShardLost events.
+func (e *elEvents) losses() int { return e.count(cm.LeaderLost) + e.count(cm.ShardLost) }
+
 // nth waits for the n-th event of typ (from 1) and returns it.
 func (e *elEvents) nth(t *testing.T, typ cm.EventType, n int) cm.Event {
 	t.Helper()

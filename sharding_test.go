@@ -75,7 +75,7 @@ func (s *shScenario) movesReport(lostBefore int) func(format string, args ...any
 func (s *shScenario) losses() int {
 	n := 0
 	for _, r := range s.replicas {
-		n += r.events.count(cm.ShardLost) + r.events.count(cm.LeaderLost)
+		n += r.events.losses()
 	}
 	return n
 }
