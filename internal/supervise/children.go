@@ -343,21 +343,25 @@ func (s *root) startIncarnation(o owner, rec *childRecord) *barrier {
 // the number of start calls minus one.
 func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Duration) {
 	again := rec.gen != 0
-	if p := rec.piped(); p != nil && p.taken {
+	p := rec.piped()
+	taken := p != nil && p.taken
+	if taken {
 		rec.setPipe(nil)
 		rec.gen = p.start.Gen
 		s.reg.seen(rec.gen) // a child restarting itself numbers its incarnation
-		rec.resetUnhealthy()
-		clearStarted(rec)
-		s.setState(rec, supervisor.StateStarting)
-		s.countRestart(rec, again)
-		return
+	} else {
+		rec.gen = s.reg.nextGen()
 	}
-	rec.gen = s.reg.nextGen()
 	rec.resetUnhealthy()
 	clearStarted(rec)
 	s.setState(rec, supervisor.StateStarting)
-	s.countRestart(rec, again)
+	if again {
+		rec.hist().restarts++
+		s.publish(supervisor.ChildRestarted, rec, nil)
+	}
+	if taken {
+		return
+	}
 	start := childactor.Start{Gen: rec.gen, Ctx: ctx, Timeout: timeout}
 	start.Restart, start.Restarts = s.ticketFor(rec)
 	if rec.pid == nil {
@@ -365,15 +369,6 @@ func (s *root) startChild(rec *childRecord, ctx context.Context, timeout time.Du
 		return
 	}
 	s.ctx.Send(rec.pid, start)
-}
-
-// countRestart counts the start call startChild has just made as a
-// restart of rec, again when it is not rec's first.
-func (s *root) countRestart(rec *childRecord, again bool) {
-	if again {
-		rec.hist().restarts++
-		s.publish(supervisor.ChildRestarted, rec, nil)
-	}
 }
 
 // stopAll shuts down every active child of recs in parallel with ctx for o,
@@ -477,7 +472,7 @@ func (s *root) onChildStarted(m childactor.Started) {
 	s.publish(supervisor.ChildStarted, rec, nil)
 	settleChild(rec, nil, false)
 	if rec.spec.Kind == actors.KindStore {
-		s.storeRecovered(rec)
+		rec.lvl.storeRecovered()
 	}
 }
 

@@ -37,25 +37,17 @@ func (s *root) answerElector(msg any) func() {
 	}
 }
 
+// onShardAcquired records that this replica holds shard m.Shard (the
+// single lease is shard 0) and runs what it may run now: the stores and
+// controllers of a start round waiting in Electing, or, once started, the
+// shard's controllers. Who holds a lease (elector.HolderChanged) is only
+// recorded, for Status; with shards, Config.ShardHolders says.
 func (s *root) onShardAcquired(m elector.Acquired) {
-	if !s.shards.valid(m.Shard) {
+	i := m.Shard
+	if !s.shards.valid(i) {
 		return
 	}
-	s.shards.observed(m.Shard, s.cfg.Identity)
-	s.acquire(m.Shard)
-}
-
-// onHolderChanged records who holds the single lease, for Status; with
-// shards, Config.ShardHolders says.
-func (s *root) onHolderChanged(m elector.HolderChanged) {
-	s.shards.observed(m.Shard, m.Identity)
-}
-
-// acquire records that this replica holds shard i (the single lease is
-// shard 0) and runs what it may run now: the stores and controllers of a
-// start round waiting in Electing, or, once started, the shard's
-// controllers.
-func (s *root) acquire(i int) {
+	s.shards.observed(i, s.cfg.Identity)
 	if !s.shards.set(i, true) {
 		return
 	}
@@ -87,14 +79,14 @@ func (s *root) startShard(i int) { s.startUnowned(s.reg.scope(shardChild(i))) }
 // nothing else will start: not stopped by StopChild, not active, not owned
 // by a decision in progress (a restart plan, a group's request: they start
 // them in their order), under a shard held, and whose groups' stores have
-// recovered (storesUp). Stores first wins over "a shard acquired while
+// recovered (level.storesUp). Stores first wins over "a shard acquired while
 // Running starts its controllers at once": a controller whose group's
 // store is still recovering (restarting, or backing off) waits for it, and
 // starts once it has (onChildStarted).
 func (s *root) startUnowned(recs []*childRecord) {
 	for _, rec := range recs {
 		if rec.spec.Kind != actors.KindController || rec.stopRequested || rec.state.Active() || owned(rec) ||
-			!s.leaseHeld(rec) || !s.storesUp(rec) {
+			!s.leaseHeld(rec) || !rec.lvl.storesUp() {
 			continue
 		}
 		s.startIncarnation(shardStart{s: s, rec: rec}, rec)
@@ -107,11 +99,13 @@ func owned(rec *childRecord) bool {
 	return rec.plan != nil || (rec.queued() != nil && rec.queued().stage != requestDone)
 }
 
-// storesUp reports whether every store of rec's groups (at every level
-// above it but the root's, whose stores restart alone) that this replica
-// runs has recovered: the order a group starts in, stores first.
-func (s *root) storesUp(rec *childRecord) bool {
-	for l := rec.lvl; l.parent != nil; l = l.parent {
+// storesUp reports whether every store of lvl and of the groups above it
+// (but the root's, whose stores restart alone) that this replica runs has
+// recovered: the order a group starts in, stores first. A child of lvl
+// that is not a store starts only then.
+func (lvl *level) storesUp() bool {
+	s := lvl.s
+	for l := lvl; l.parent != nil; l = l.parent {
 		for _, c := range l.children {
 			if c.spec.Kind == actors.KindStore && !c.stopRequested && s.leaseHeld(c) && c.state != supervisor.StateRunning {
 				return false
@@ -121,11 +115,11 @@ func (s *root) storesUp(rec *childRecord) bool {
 	return true
 }
 
-// storeRecovered starts what waited for store, a group's store that has
-// just recovered while Starting or Running: the controllers of its group
-// (at any depth) whose shard was acquired meanwhile (startUnowned).
-func (s *root) storeRecovered(store *childRecord) {
-	lvl := store.lvl
+// storeRecovered starts what waited for a store of lvl, a group's, that
+// has just recovered while Starting or Running: the controllers of the
+// group (at any depth) whose shard was acquired meanwhile (startUnowned).
+func (lvl *level) storeRecovered() {
+	s := lvl.s
 	if lvl.parent == nil || !s.shards.on() || s.shutdown != nil || s.fencing != nil ||
 		(s.phase != supervisor.PhaseStarting && s.phase != supervisor.PhaseRunning) {
 		return
@@ -154,19 +148,19 @@ func (s *root) onLeaseReleased() {
 		s.ctx.Stop(s.elector)
 		s.elector = nil
 	}
-	s.maybeFinishAfterLoss()
+	s.shutdown.finishIfStopped()
 }
 
-// maybeFinishAfterLoss finishes a shutdown that was waiting for the lease,
-// once every child has stopped.
-func (s *root) maybeFinishAfterLoss() {
-	if s.shutdown == nil {
+// finishIfStopped finishes a, a shutdown that was waiting for the lease
+// (nil: none), once every child has stopped.
+func (a *shutdownAttempt) finishIfStopped() {
+	if a == nil {
 		return
 	}
-	for _, rec := range s.reg.children {
+	for _, rec := range a.s.reg.children {
 		if rec.state.Active() {
 			return // releaseLease runs when they have stopped
 		}
 	}
-	s.shutdown.finish()
+	a.finish()
 }

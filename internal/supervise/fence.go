@@ -83,44 +83,44 @@ func (s *root) lose(i int, cause error, reelect func()) {
 	}
 	switch {
 	case s.ending():
-		s.loseDuringShutdown(i, cause) // not campaigned for again
+		s.shutdown.lose(i, cause) // not campaigned for again
 	case s.shards.leader:
-		s.fenceShard(i, cause, reelect) // other shards are held: only this one's controllers stop
+		// Other shards are held: only this one's controllers stop.
+		f, ctx := newFencing(s, cause, s.reg.scope(shardChild(i)), i)
+		f.begin(ctx, reelect)
 	default:
-		s.fence(cause, reelect)
+		f, ctx := newFencing(s, cause, s.reg.scope(fencedChild), -1)
+		f.begin(ctx, reelect)
 	}
 }
 
-// fence stops every controller and store, with Shutdown contexts that end at
+// begin fences: f's children stop with Shutdown contexts (ctx) that end at
 // three quarters of Config.FenceTimeout; at its end, any of them still
-// shutting down fails the manager (overdue). Without Reelect the
-// whole manager shuts down and fails with cause; with it, the replica
-// stands down to Electing and, once all have stopped, campaigns again:
-// reelect (the elector's Done, if any) is called.
-func (s *root) fence(cause error, reelect func()) {
-	f, ctx := s.beginFencing(cause, s.reg.scope(fencedChild), -1)
-	s.fencing = f
-	s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
+// shutting down fails the manager (overdue). Without Reelect the whole
+// manager shuts down and fails with f's cause (exit). With it, a lost
+// lease (or the last shard: every controller and store) stands the
+// replica down to Electing and, once all have stopped, campaigns again;
+// one shard lost while others are held stops that shard's controllers
+// alone, the other shards' children and the stores running on. reelect
+// (the elector's Fenced, if any) is called once they have stopped.
+func (f *fencing) begin(ctx context.Context, reelect func()) {
+	s := f.s
+	if f.shard < 0 {
+		s.fencing = f
+		s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
+	} else {
+		s.shards.all[f.shard].fencing = f
+		s.cfg.Logger.Warn("shard lost: fencing", "shard", f.shard, "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
+	}
 	if f.exit(ctx) {
 		return
 	}
-	s.standDown(f, ctx, reelect, nil)
-}
-
-// fenceShard stops shard i's controllers after its Lease was lost while this
-// replica holds other shards, bounded by the fence timeout as fence is;
-// the other shards' children and the stores run on. Without Reelect the
-// whole manager shuts down and fails with cause; with it, reelect lets the
-// elector campaign for the shard again once they have stopped.
-func (s *root) fenceShard(i int, cause error, reelect func()) {
-	f, ctx := s.beginFencing(cause, s.reg.scope(shardChild(i)), i)
-	s.shards.all[i].fencing = f
-	s.cfg.Logger.Warn("shard lost: fencing", "shard", i, "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
-	if f.exit(ctx) {
+	if f.shard < 0 {
+		s.standDown(f, ctx, reelect, nil)
 		return
 	}
 	f.then = reelect
-	s.quiesce(shardChild(i))
+	s.quiesce(shardChild(f.shard))
 	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
 		f.stopped()
 	}
@@ -141,18 +141,22 @@ func (f *fencing) exit(ctx context.Context) bool {
 	return true
 }
 
-// loseDuringShutdown bounds, by the fence timeout, the children of shard i
-// (every fenced child, with one lease or the last shard) already shutting
-// down when the lease is lost during a shutdown: past it, any of them still
-// active fails the manager (overdue), since it may run while another
-// replica leads.
-func (s *root) loseDuringShutdown(i int, cause error) {
-	if s.shutdown == nil || s.phase != supervisor.PhaseShuttingDown {
+// lose bounds, by the fence timeout, the children of shard i (every
+// fenced child, with one lease or the last shard) already shutting down
+// when the lease is lost during a, a shutdown (nil: none): past it, any of
+// them still active fails the manager (overdue), since it may run while
+// another replica leads.
+func (a *shutdownAttempt) lose(i int, cause error) {
+	if a == nil {
+		return
+	}
+	s := a.s
+	if s.phase != supervisor.PhaseShuttingDown {
 		return
 	}
 	if !s.shards.sharded() {
 		// It may have been waiting for Released; there is nothing left to release.
-		s.maybeFinishAfterLoss()
+		a.finishIfStopped()
 		if s.phase.Ended() {
 			return
 		}
@@ -165,14 +169,15 @@ func (s *root) loseDuringShutdown(i int, cause error) {
 	if len(active) == 0 {
 		return
 	}
-	f, _ := s.beginFencing(cause, active, shard) // they are stopping with contexts of their own already
+	f, _ := newFencing(s, cause, active, shard) // they are stopping with contexts of their own already
 	s.shards.all[i].fencing = f
 }
 
-// beginFencing starts the fencing of recs after cause: their Shutdown
-// contexts (ctx) end at three quarters of the fence timeout, and at its end
-// overdue fails the manager if any of them is still active.
-func (s *root) beginFencing(cause error, recs []*childRecord, shard int) (*fencing, context.Context) {
+// newFencing starts the fencing of recs after cause (shard: the shard
+// lost, -1 for the lease or every shard): their Shutdown contexts (ctx)
+// end at three quarters of the fence timeout, and at its end overdue fails
+// the manager if any of them is still active.
+func newFencing(s *root, cause error, recs []*childRecord, shard int) (*fencing, context.Context) {
 	timeout := s.cfg.fenceTimeout()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout*3/4)
 	_ = cancel // released at the deadline; the children hold it until then

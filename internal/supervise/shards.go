@@ -14,13 +14,13 @@ import (
 // the same machinery with one shard, 0: every decision below reads the
 // shard's state, so that one path serves both.
 //
-//   - acquire (elect.go): Electing with a start round waiting recovers the
-//     stores and starts the held shards' controllers; Starting or Running
-//     starts the shard's controllers at once.
-//   - lose (elect.go): the shard's controllers are fenced within the fence
-//     timeout (fenceShard, fence.go); when it was the last shard held, the
-//     stores too and the replica stands down to Electing (fence,
-//     standdown.go), as with the single lease.
+//   - onShardAcquired (elect.go): Electing with a start round waiting
+//     recovers the stores and starts the held shards' controllers; Starting
+//     or Running starts the shard's controllers at once.
+//   - lose (fence.go): the shard's controllers are fenced within the fence
+//     timeout (fencing.begin); when it was the last shard held, the stores
+//     too and the replica stands down to Electing (standdown.go), as with
+//     the single lease.
 //   - shardRelease (release.go): a shard the elector hands over is released
 //     only once its controllers' Shutdown has returned; after the last one
 //     the stores stop too and the replica stands down to Electing.

@@ -47,7 +47,7 @@ func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), releas
 	d := &standDown{s: s, f: f, reelect: reelect, release: release}
 	s.fencing = f
 	if s.start != nil {
-		s.start = s.reelectionRound(s.start)
+		s.start = newReelectionRound(s, s.start)
 	}
 	s.quiesce(fencedChild)
 	// A group's request still to start fenced children gives them up: the
@@ -82,7 +82,7 @@ func (d *standDown) stopped() {
 	}
 	s.fencing = nil
 	if s.start == nil {
-		s.start = s.reelectionRound(nil)
+		s.start = newReelectionRound(s, nil)
 	}
 	s.start.step()
 }

@@ -179,7 +179,7 @@ func (a *startAttempt) preflightDone(err error) {
 
 // step runs the round from its stage on, top to bottom, until a stage must
 // wait: for children to start (a barrier, which calls settled), for the
-// pre-flight (preflightDone) or for the lease (acquire). Each stage begins
+// pre-flight (preflightDone) or for the lease (onShardAcquired). Each stage begins
 // only once the one before it has ended without an error.
 func (a *startAttempt) step() {
 	s := a.s
@@ -218,14 +218,14 @@ func (a *startAttempt) step() {
 					s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
 				}
 				if !s.shards.leader || s.fencing != nil {
-					return // acquire, or the stand-down's end, resumes the round
+					return // onShardAcquired, or the stand-down's end, resumes the round
 				}
 			}
 		case startStores:
 			a.bound()
 			s.obs.starting.Store(true)
 			s.become(supervisor.PhaseRecovering, "the lease is held")
-			if a.wait = s.startAll(a, s.storesAt(a.depth), a.bounded); a.wait != nil {
+			if a.wait = s.startAll(a, a.storesAt(), a.bounded); a.wait != nil {
 				return
 			}
 			if a.depth < s.reg.deepestStore() {
@@ -234,12 +234,12 @@ func (a *startAttempt) step() {
 			}
 		case startControllers:
 			s.become(supervisor.PhaseStarting, "stores recovered")
-			if a.wait = s.startAll(a, s.toStart(actors.KindController), a.bounded); a.wait != nil {
+			if a.wait = s.startAll(a, a.toStart(actors.KindController), a.bounded); a.wait != nil {
 				return
 			}
 		case startRunnables:
 			// Plain runnables have no start call: nothing to wait for.
-			s.startAll(ignoreReports{}, s.toStart(actors.KindRunnable), a.ctx)
+			s.startAll(ignoreReports{}, a.toStart(actors.KindRunnable), a.ctx)
 			if s.cfg.Mode == ModeBase {
 				s.obs.starting.Store(true)
 			}
@@ -356,13 +356,13 @@ func (a *startAttempt) fail(err error) {
 	s.beginShutdown(err, s.cfg.boundedContext())
 }
 
-// reelectionRound returns the start round after a stand-down: it begins
+// newReelectionRound returns s's start round after a stand-down: it begins
 // at startElecting, the round's entry after a lost lease (preflight has
 // run and the webhooks stay up), and waits for the lease. A round in
 // flight (prev) is abandoned, and its Start call, if not answered yet,
 // waits for this one; the abandoned round is no longer the root's, so its
 // barriers drop their children's reports.
-func (s *root) reelectionRound(prev *startAttempt) *startAttempt {
+func newReelectionRound(s *root, prev *startAttempt) *startAttempt {
 	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout}
 	if prev != nil {
 		a.replyTo, a.ctx, a.cancel = prev.abandon()
@@ -405,7 +405,8 @@ func (a *startAttempt) end(err error) {
 // runnables outlive a lost lease), those whose shard this replica does
 // not hold, and those a decision in progress owns (a restart plan, a
 // group's request still to start them: owned), which start them in turn.
-func (s *root) toStart(kind actors.Kind) []*childRecord {
+func (a *startAttempt) toStart(kind actors.Kind) []*childRecord {
+	s := a.s
 	var recs []*childRecord
 	for _, rec := range s.reg.ofKind(kind) {
 		if !rec.stopRequested && !rec.state.Active() && !owned(rec) && s.leaseHeld(rec) {
@@ -415,11 +416,11 @@ func (s *root) toStart(kind actors.Kind) []*childRecord {
 	return recs
 }
 
-// storesAt is what a start round recovers of the stores at depth (0: the
-// root's own).
-func (s *root) storesAt(depth int) []*childRecord {
-	recs := s.toStart(actors.KindStore)
-	return slices.DeleteFunc(recs, func(r *childRecord) bool { return r.lvl.depth != depth })
+// storesAt is what a start round recovers of the stores at the depth it
+// is at (a.depth; 0: the root's own).
+func (a *startAttempt) storesAt() []*childRecord {
+	recs := a.toStart(actors.KindStore)
+	return slices.DeleteFunc(recs, func(r *childRecord) bool { return r.lvl.depth != a.depth })
 }
 
 // validateSpecs is the one validation of a manager's children, for Specs

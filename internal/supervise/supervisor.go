@@ -145,7 +145,7 @@ func (s *root) Receive(ctx actor.Context) {
 	case elector.Acquired:
 		s.onShardAcquired(m)
 	case elector.HolderChanged:
-		s.onHolderChanged(m)
+		s.shards.observed(m.Shard, m.Identity) // who holds it, for Status
 	case elector.Releasing:
 		s.onShardReleasing(m)
 	case elector.Lost:
