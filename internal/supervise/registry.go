@@ -3,7 +3,6 @@ package supervise
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -139,38 +138,4 @@ func (r *registry) deepestStore() int {
 		}
 	}
 	return d
-}
-
-// msgClock is the supervisor's reading of its clock: once per message, so
-// that a message touching every child (a start, a shutdown) reads the clock
-// once, not a few times per child; and the epoch a record keeps its times
-// from (since).
-type msgClock struct {
-	clock    Clock
-	at       time.Time // the reading for the message being handled
-	valid    bool
-	epoch    time.Time
-	epochSet bool
-}
-
-// next forgets the reading: a new message is handled.
-func (c *msgClock) next() { c.valid = false }
-
-// now is the time of the message being handled.
-func (c *msgClock) now() time.Time {
-	if !c.valid {
-		c.at, c.valid = c.clock.Now(), true
-	}
-	return c.at
-}
-
-// since is t as a duration since the epoch, the first time it was asked
-// for: 8 bytes in a record where a time.Time is 24. The epoch is a reading
-// of the same clock, so the difference of two such durations is that of
-// the times (monotonic, with a real clock).
-func (c *msgClock) since(t time.Time) time.Duration {
-	if !c.epochSet {
-		c.epoch, c.epochSet = t, true
-	}
-	return t.Sub(c.epoch)
 }

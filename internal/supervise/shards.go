@@ -49,6 +49,7 @@ type shardTable struct {
 	obs     *Observed
 	logger  *slog.Logger
 	leader  bool   // some shard is held
+	held    int    // how many shards are held
 	holder  string // the single lease's holder as last observed, for Status
 }
 
@@ -106,18 +107,19 @@ func (t *shardTable) lease(i int) string {
 // changed.
 func (t *shardTable) set(i int, held bool) bool {
 	sh := t.all[i]
-	changed := sh.held != held
-	sh.held = held
-	n := 0
-	for _, sh := range t.all {
-		if sh.held {
-			n++
-		}
+	if sh.held == held {
+		return false
 	}
-	t.leader = n > 0
+	sh.held = held
+	if held {
+		t.held++
+	} else {
+		t.held--
+	}
+	t.leader = t.held > 0
 	t.obs.leader.Store(t.leader)
-	t.obs.shardsHeld.Store(int64(n))
-	return changed
+	t.obs.shardsHeld.Store(int64(t.held))
+	return true
 }
 
 // dropAll records that no shard is held any more: the manager has stopped.
