@@ -180,6 +180,7 @@ func (s *root) Receive(ctx actor.Context) {
 			s.respond(sender, nil, fmt.Errorf("%w: %T", supervisor.ErrUnknownMessage, m))
 		}
 	}
+	s.checkOps()
 }
 
 // outbox is what a message's handling tells the world once it has been
