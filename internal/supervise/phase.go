@@ -125,8 +125,11 @@ var phaseOps = map[supervisor.Phase]opsOf{
 		shutdownStages: []shutdownStage{shutdownDone}},
 }
 
-// inFlight is the root's operations in flight.
-func (s *root) inFlight() op {
+// checkOps checks, once a message has been handled, that the operations in
+// flight are those the phase allows (phaseOps). A breach is a bug of this
+// package, as an illegal move is: it panics, naming the phase and the
+// operations, which Receive turns into an internal error.
+func (s *root) checkOps() {
 	var o op
 	if s.start != nil {
 		o |= opStart
@@ -143,16 +146,7 @@ func (s *root) inFlight() op {
 	if len(s.requests) > 0 {
 		o |= opRequests
 	}
-	return o
-}
-
-// checkOps checks, once a message has been handled, that the operations in
-// flight are those the phase allows (phaseOps). A breach is a bug of this
-// package, as an illegal move is: it panics, naming the phase and the
-// operations, which Receive turns into an internal error.
-func (s *root) checkOps() {
 	allowed := phaseOps[s.phase]
-	o := s.inFlight()
 	if extra := o &^ allowed.may; extra != 0 {
 		panic(fmt.Sprintf("supervisor: %s in flight in phase %s", extra, s.phase))
 	}
