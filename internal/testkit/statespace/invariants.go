@@ -33,8 +33,9 @@ const (
 	// Shutdown had not returned.
 	ReleasedEarly Invariant = "released-before-shutdown"
 	// FailureUnresolved: a failure (ChildFailed) was followed within its
-	// bound by neither a new start call of the child, nor the manager's end,
-	// nor anything else that takes the child out of supervision.
+	// bound by neither a new start call of the child, nor the beginning of
+	// the manager's shutdown, nor anything else that takes the child out of
+	// supervision.
 	FailureUnresolved Invariant = "failure-unresolved"
 	// NotProbed: a running child made unhealthy (a webhook not ready) was
 	// neither found unhealthy nor restarted within its bound.

@@ -41,11 +41,16 @@ func (r *runner) onEvent(e cm.Event) {
 		}
 		r.obligations = append(r.obligations, &obligation{
 			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),
-			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager end", stamp(at), e.Err),
+			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager begin to shut down", stamp(at), e.Err),
 			resolved: func() bool {
 				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(child) || r.stoppedWithin(child) ||
 					r.eventSince(at, func(x cm.Event) bool {
 						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child) ||
+							// The manager began to shut down (a lost lease with
+							// Exit, a failed start): nothing is restarted from
+							// then on, and how long the end takes is judged by
+							// not-ended and done, not here.
+							(x.Type == cm.PhaseChanged && x.Phase == cm.PhaseShuttingDown) ||
 							// A group above it (or, for a group, the group itself)
 							// failed or stopped: that group's failure is the one
 							// to resolve now, or it stays stopped (ExhaustedStop).
