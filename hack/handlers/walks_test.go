@@ -13,7 +13,7 @@ import (
 
 // stopLine is one stop of a walk in docs/architecture.md ("### Walking one
 // restart"): "12. `internal/supervise/supervisor.go`: `(*root).boundedContext`",
-// or "39. `internal/supervise/elect.go`: the function `answerElector` ...".
+// or "20. `internal/supervise/supervisor.go`: the closure `(*mailbox).after` ...".
 var stopLine = regexp.MustCompile("(?m)^\\s*\\d+\\. `([^`]+\\.go)`: (?:the (?:function|closure) )?`(?:\\(\\*?(\\w+)\\)\\.)?(\\w+)`")
 
 // TestDocsWalksNameRealFunctions checks that every stop of the walks in

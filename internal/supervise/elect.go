@@ -26,14 +26,13 @@ import (
 
 var resignMessage = elector.Resign{}
 
-// answerElector returns the function that sends msg (HandedOver or Fenced)
+// tellElector sends reply (elector.HandedOver or elector.Fenced; nil: none)
 // to the elector actor, if it still runs: how the root answers a Releasing
-// or a Lost once what they ask for is done.
-func (s *root) answerElector(msg any) func() {
-	return func() {
-		if s.elector != nil {
-			s.ctx.Send(s.elector, msg)
-		}
+// or a Lost once what they ask for is done. An operation that is to answer
+// holds its reply as a message, not as a closure.
+func (s *root) tellElector(reply any) {
+	if reply != nil && s.elector != nil {
+		s.ctx.Send(s.elector, reply)
 	}
 }
 

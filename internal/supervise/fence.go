@@ -44,8 +44,8 @@ type fencing struct {
 	began time.Time
 	timer clock.Timer // fenceOverdue at Config.FenceTimeout
 	wait  *barrier
-	shard int    // the shard whose controllers it stops, or -1: the whole replica
-	then  func() // the elector's Done: campaign for the shard again, with Reelect
+	shard int // the shard whose controllers it stops, or -1: the whole replica
+	reply any // elector.Fenced, sent once stopped with Reelect: campaign for the shard again
 }
 
 // fenceOverdue: a fencing's children have not all stopped within
@@ -65,14 +65,14 @@ func (s *root) onShardLost(m elector.Lost) {
 	if reason == "" {
 		reason = "taken by another replica or not renewed in time"
 	}
-	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), s.answerElector(elector.Fenced{Shard: m.Shard}))
+	s.lose(m.Shard, fmt.Errorf("%w: %s", lease.ErrLost, reason), elector.Fenced{Shard: m.Shard})
 }
 
 // lose records that this replica lost shard i (the single lease is shard 0)
-// and fences what ran under it. reelect, when not nil, lets the elector
-// campaign for the shard again; it is called once the shard's children have
+// and fences what ran under it. reply, when not nil, lets the elector
+// campaign for the shard again; it is sent once the shard's children have
 // stopped, with Reelect only.
-func (s *root) lose(i int, cause error, reelect func()) {
+func (s *root) lose(i int, cause error, reply any) {
 	wasHeld := s.shards.lose(i)
 	if s.shards.sharded() {
 		s.obs.shardsLost.Add(1)
@@ -87,10 +87,10 @@ func (s *root) lose(i int, cause error, reelect func()) {
 	case s.shards.leader:
 		// Other shards are held: only this one's controllers stop.
 		f, ctx := newFencing(s, cause, s.reg.scope(shardChild(i)), i)
-		f.begin(ctx, reelect)
+		f.begin(ctx, reply)
 	default:
 		f, ctx := newFencing(s, cause, s.reg.scope(fencedChild), -1)
-		f.begin(ctx, reelect)
+		f.begin(ctx, reply)
 	}
 }
 
@@ -101,9 +101,9 @@ func (s *root) lose(i int, cause error, reelect func()) {
 // lease (or the last shard: every controller and store) stands the
 // replica down to Electing and, once all have stopped, campaigns again;
 // one shard lost while others are held stops that shard's controllers
-// alone, the other shards' children and the stores running on. reelect
-// (the elector's Fenced, if any) is called once they have stopped.
-func (f *fencing) begin(ctx context.Context, reelect func()) {
+// alone, the other shards' children and the stores running on. reply (the
+// elector's Fenced, if any) is sent once they have stopped.
+func (f *fencing) begin(ctx context.Context, reply any) {
 	s := f.s
 	if f.shard < 0 {
 		s.fencing = f
@@ -116,10 +116,10 @@ func (f *fencing) begin(ctx context.Context, reelect func()) {
 		return
 	}
 	if f.shard < 0 {
-		s.standDown(f, ctx, reelect, nil)
+		s.standDown(f, ctx, reply, nil)
 		return
 	}
-	f.then = reelect
+	f.reply = reply
 	s.quiesce(shardChild(f.shard))
 	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
 		f.stopped()
@@ -200,8 +200,8 @@ func (f *fencing) stopped() {
 	if sh := s.shards.all[f.shard]; sh.fencing == f {
 		sh.fencing = nil
 	}
-	if f.then != nil && !s.ending() {
-		f.then()
+	if !s.ending() {
+		s.tellElector(f.reply)
 	}
 }
 

@@ -44,22 +44,20 @@ type shardRelease struct {
 	i     int
 	stage releaseStage
 	wait  *barrier
-	done  func() // answers the elector HandedOver: hand the Lease over
 }
 
 // onShardReleasing begins the hand-over of shard m.Shard.
 func (s *root) onShardReleasing(m elector.Releasing) {
-	done := s.answerElector(elector.HandedOver{Shard: m.Shard})
 	if !s.shards.valid(m.Shard) {
-		done()
+		s.tellElector(elector.HandedOver{Shard: m.Shard})
 		return
 	}
 	sh := s.shards.all[m.Shard]
 	if !sh.held {
-		done() // lost meanwhile and fenced: nothing of it runs
+		s.tellElector(elector.HandedOver{Shard: m.Shard}) // lost meanwhile and fenced: nothing of it runs
 		return
 	}
-	r := &shardRelease{s: s, i: m.Shard, done: done}
+	r := &shardRelease{s: s, i: m.Shard}
 	sh.release = r
 	s.quiesce(shardChild(r.i))
 	s.cfg.Logger.Info("shard moving to another replica: stopping its controllers", "shard", r.i)
@@ -134,7 +132,7 @@ func (r *shardRelease) handOver() {
 	r.become(releaseDone)
 	r.wait = nil
 	if sh.release != r {
-		r.done() // lost while stopping; the loss fenced it
+		s.tellElector(elector.HandedOver{Shard: r.i}) // lost while stopping; the loss fenced it
 		return
 	}
 	sh.release = nil
@@ -143,5 +141,5 @@ func (r *shardRelease) handOver() {
 		s.obs.shardsReleased.Add(1)
 		s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.phase, Shard: r.i})
 	}
-	r.done()
+	s.tellElector(elector.HandedOver{Shard: r.i}) // hand the Lease over
 }

@@ -38,13 +38,13 @@ type standDown struct {
 	stage   standStage
 	f       *fencing // the root's fencing while it lasts
 	wait    *barrier
-	reelect func()        // the lost shard's Done, if any
+	reply   any           // the lost shard's elector.Fenced, if any
 	release *shardRelease // the last shard's hand-over, if that is why
 }
 
 // standDown begins a stand-down: f's children stop with ctx.
-func (s *root) standDown(f *fencing, ctx context.Context, reelect func(), release *shardRelease) {
-	d := &standDown{s: s, f: f, reelect: reelect, release: release}
+func (s *root) standDown(f *fencing, ctx context.Context, reply any, release *shardRelease) {
+	d := &standDown{s: s, f: f, reply: reply, release: release}
 	s.fencing = f
 	if s.start != nil {
 		s.start = newReelectionRound(s, s.start)
@@ -71,9 +71,7 @@ func (d *standDown) stopped() {
 	d.become(standDone)
 	d.wait = nil
 	f.fenced()
-	if d.reelect != nil {
-		d.reelect()
-	}
+	s.tellElector(d.reply)
 	if d.release != nil {
 		d.release.handOver()
 	}
