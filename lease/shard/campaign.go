@@ -146,6 +146,9 @@ func clientQPS(client kubernetes.Interface) func() (float64, bool) {
 // someone else wrote first; the read, or the watch, brings their version.
 // The write goes out on its own goroutine; campaigned takes its answer.
 func (e *Elector) campaign(i int) {
+	if !e.synced {
+		return // nothing listed yet: a Lease not seen is not a Lease that does not exist
+	}
 	name := e.leaseName(i)
 	o := e.observed[name]
 	if e.live(o) && holderOf(o.lease) != e.cfg.Identity {

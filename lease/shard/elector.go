@@ -246,9 +246,14 @@ type Elector struct {
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
 	heard            bool // the watch showed something since the last tick
-	silentTicks      int  // ticks in a row with nothing from the watch (pollIfSilent)
-	stopping         bool
-	done             <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
+	// synced is whether a list (or, for a lock, a read) has shown what is
+	// stored. Until then a campaign would create a Lease it has not looked
+	// for: should the held Lease be deleted while that Create is in flight,
+	// the Create would succeed beside a holder that still runs (campaign).
+	synced      bool
+	silentTicks int // ticks in a row with nothing from the watch (pollIfSilent)
+	stopping    bool
+	done        <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
 
 	// For tests that step a fake clock: ticks counts the retry periods
 	// handled, each once the writes it sent have been answered; ticking is

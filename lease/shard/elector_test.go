@@ -14,6 +14,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -81,6 +83,10 @@ type group struct {
 	// wrap, when set, wraps the store of the replicas started from then on
 	// (a test's hook into their reads and writes).
 	wrap func(leaseStore) leaseStore
+	// client, when set, is the clientset the replicas started from then on
+	// are given in place of their leasetest client (a test's hook into
+	// their lists and watches).
+	client func(*leasetest.Client) kubernetes.Interface
 	// awaitWatches: step waits, before it moves the clock, until every
 	// replica not cut off has been shown the server's last write. A test
 	// that counts requests or periods sets it: stepped faster than a
@@ -143,7 +149,11 @@ func (g *group) waitDone(r *replica) {
 
 func (g *group) start(id string) *replica {
 	r := &replica{id: id, client: g.server.Client(id), done: make(chan struct{}), lost: make(chan int, 64)}
-	e, err := New(Config{Client: r.client, Namespace: testNamespace, Name: testGroup, Identity: id, Shards: g.shards,
+	var client kubernetes.Interface = r.client
+	if g.client != nil {
+		client = g.client(r.client)
+	}
+	e, err := New(Config{Client: client, Namespace: testNamespace, Name: testGroup, Identity: id, Shards: g.shards,
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: g.clock, SingleLease: g.single,
 		Callbacks: Callbacks{
 			Acquired: func(i int) { g.journal.start(id, i) },
@@ -768,6 +778,77 @@ func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
 			t.Logf("created again after %d retry periods", periods)
 		})
 	}
+}
+
+// TestAStartingReplicaCampaignsOnlyAfterItsFirstList: a replica whose
+// watch has not delivered its first list has not seen the held Lease, and
+// a Lease not seen is not a Lease that does not exist. Deleted meanwhile,
+// the Lease would be created by that replica's campaign beside a holder
+// that still runs, until the holder's next renewal found it out. It is
+// deleted here before the standby starts, with the standby's list held:
+// the holder creates it again at its renewal, and the standby, once it has
+// listed, stands by.
+func TestAStartingReplicaCampaignsOnlyAfterItsFirstList(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newOneLeaseGroup(t, single)
+			a := g.start("a")
+			g.settle("a alone")
+			name := g.lease0()
+			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
+			gate := make(chan struct{})
+			g.client = func(c *leasetest.Client) kubernetes.Interface { return heldLists{Client: c, gate: gate} }
+			b := g.start("b")
+			g.step() // a renews (creating the Lease again); b ticks, its member Lease written
+			assert.Equal(t, "a", g.server.Holder(testNamespace, name), "the deleted Lease was not created again by its holder")
+			require.NoError(t, a.e.Guard(0)())
+			assert.False(t, b.e.Status()[0].Held)
+			close(gate)
+			g.settle("b listed")
+			g.step()
+			assert.Equal(t, []string{"a"}, g.holders())
+			select {
+			case i := <-a.lost:
+				t.Fatalf("a lost shard %d", i)
+			default:
+			}
+		})
+	}
+}
+
+// heldLists is a clientset whose Lease lists wait until gate is closed
+// (or their context ends): a watch that has not delivered its first list.
+type heldLists struct {
+	*leasetest.Client
+	gate <-chan struct{}
+}
+
+func (c heldLists) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return heldListsV1{CoordinationV1Interface: c.Client.CoordinationV1(), gate: c.gate}
+}
+
+type heldListsV1 struct {
+	coordinationv1client.CoordinationV1Interface
+	gate <-chan struct{}
+}
+
+func (c heldListsV1) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return heldListsLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), gate: c.gate}
+}
+
+type heldListsLeases struct {
+	coordinationv1client.LeaseInterface
+	gate <-chan struct{}
+}
+
+func (l heldListsLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	select {
+	case <-l.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return l.LeaseInterface.List(ctx, opts)
 }
 
 // TestALeaseDeletedWhileItsHolderIsCutOff: the holder cannot hear of the

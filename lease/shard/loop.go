@@ -142,11 +142,12 @@ func (e *Elector) abandonAll() {
 
 func (e *Elector) handle(ev any) {
 	switch m := ev.(type) {
-	case leaseSeen:
-		e.heard = true
+	case leaseSeen: // after a list, or a lock's read: the whole truth for its one Lease
+		e.heard, e.synced = true, true
 		e.noteShown(m.lease)
 		e.see(m.lease)
 	case polled:
+		e.synced = true
 		for k := range m.leases {
 			e.noteShown(&m.leases[k])
 			// A Lease this replica holds or is writing is judged by its
@@ -159,7 +160,7 @@ func (e *Elector) handle(ev any) {
 		}
 		e.missing(m.leases, true)
 	case listed:
-		e.heard = true
+		e.heard, e.synced = true, true
 		for i := range m.leases {
 			e.noteShown(&m.leases[i])
 			e.see(&m.leases[i])
