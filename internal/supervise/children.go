@@ -210,7 +210,7 @@ func (rec *childRecord) markStarted(c *msgClock) {
 func clearStarted(rec *childRecord) { rec.startedAt, rec.started = 0, false }
 
 // owner is an operation in flight that waits on children through a
-// barrier: a start round, a restart plan, a fencing, a stand-down, a shard
+// barrier: a start round, a restart plan, a fencing (a stand-down too), a shard
 // hand-over, a shutdown, a lifecycle request. current is the one check
 // that a child's report is still wanted: false once the operation has
 // ended, or moved on to a stage that no longer waits for b.

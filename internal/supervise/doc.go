@@ -23,8 +23,8 @@
 // What spans messages is a named state machine, a struct with a stage field
 // advanced by one step method whose switch reads its stages in order: the
 // start round (start.go), a restart plan and a restart on request
-// (restart.go), a fencing after a lost lease or shard (fence.go), the
-// stand-down to Electing (standdown.go), a shard's hand-over (release.go)
+// (restart.go), a fencing after a lost lease or shard, which with Reelect
+// stands the replica down to Electing (fence.go), a shard's hand-over (release.go)
 // and the shutdown (shutdown.go). Children's reports settle a barrier
 // (children.go), which tells its owner unless the owner has ended or moved
 // on: the one place a stale report is dropped. The phase moves only through

@@ -17,7 +17,7 @@ import (
 // lease guards is shut down within Config.FenceTimeout, before another
 // replica may acquire the lease. Then, without Config.Reelect, the manager
 // fails with lease.ErrLost (the whole shutdown, webhooks included); with
-// it, the replica stands down to Electing (standdown.go), webhooks and
+// it, the replica stands down to Electing (fence.go, (*fencing).standDown), webhooks and
 // plain runnables still running, and once elected again recovers the
 // stores and runs the controllers afresh. A shard the elector hands over is
 // released only once its controllers have stopped (release.go).

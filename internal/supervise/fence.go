@@ -33,9 +33,12 @@ var fenceMoves = map[fenceStage][]fenceStage{fenceStopping: {fenceDone}, fenceDo
 func (f *fencing) become(to fenceStage) { f.stage = moveStage("fencing", f.stage, to, fenceMoves) }
 
 // fencing is the stop of what a lost lease (or shard) guarded, within the
-// fence timeout. A replica-wide fencing is carried by a stand-down, which
-// waits for the children; a shard's fencing, or one that ends the manager
-// (no Reelect), waits for them itself.
+// fence timeout: one shard's controllers, or the whole replica's
+// controllers and stores. With Reelect a replica-wide fencing is a
+// stand-down (standDown): the replica goes back to Electing and, once its
+// children have stopped, campaigns again; the last shard's hand-over
+// stands the replica down the same way, without a loss (no cause, no
+// fence timeout). Without Reelect it ends the manager (exit).
 type fencing struct {
 	s     *root
 	stage fenceStage
@@ -46,6 +49,9 @@ type fencing struct {
 	wait  *barrier
 	shard int // the shard whose controllers it stops, or -1: the whole replica
 	reply any // elector.Fenced, sent once stopped with Reelect: campaign for the shard again
+	// release is the last shard's hand-over that stands the replica down,
+	// handed over once the stores have stopped too.
+	release *shardRelease
 }
 
 // fenceOverdue: a fencing's children have not all stopped within
@@ -115,11 +121,11 @@ func (f *fencing) begin(ctx context.Context, reply any) {
 	if f.exit(ctx) {
 		return
 	}
+	f.reply = reply
 	if f.shard < 0 {
-		s.standDown(f, ctx, reply, nil)
+		f.standDown(ctx, nil)
 		return
 	}
-	f.reply = reply
 	s.quiesce(shardChild(f.shard))
 	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
 		f.stopped()
@@ -189,20 +195,63 @@ func newFencing(s *root, cause error, recs []*childRecord, shard int) (*fencing,
 func (f *fencing) current(b *barrier) bool { return f.stage == fenceStopping && f.wait == b }
 func (f *fencing) settled(*barrier, error) { f.stopped() }
 
+// standDown takes the replica back to Electing, f's children stopping with
+// ctx: after a lost lease (the last shard held) with Reelect, or once the
+// last shard is to be handed over (release). A start in progress
+// (Recovering, Starting) is abandoned, the Start call, if any, waiting for
+// the next round; webhooks and plain runnables run on (a webhook's restart
+// in progress goes on), and their liveness probes too, as on any standby.
+// Once every controller and store has stopped, the elector may campaign
+// again (f.reply), the shard waiting for it is handed over (release), and
+// the next start round waits for the lease (stopped).
+func (f *fencing) standDown(ctx context.Context, release *shardRelease) {
+	s := f.s
+	f.release = release
+	s.fencing = f
+	if s.start != nil {
+		s.start = newReelectionRound(s, s.start)
+	}
+	s.quiesce(fencedChild)
+	// A group's request still to start fenced children gives them up: the
+	// next round starts them, and a request left owning them would start
+	// them a second time beside it.
+	s.requests.takeOut(fencedChild)
+	s.obs.starting.Store(false)
+	s.obs.started.Store(false)
+	s.become(supervisor.PhaseElecting, "standing down")
+	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
+		f.stopped()
+	}
+}
+
 // stopped: every child f stops has stopped. A shard's fencing lets the
-// elector campaign for the shard again.
+// elector campaign for the shard again; a stand-down does too, hands the
+// last shard over if that is why, and resumes the start round, unless the
+// manager is ending (exit, or a shutdown that overtook it).
 func (f *fencing) stopped() {
 	s := f.s
 	f.fenced()
-	if f.shard < 0 {
+	if f.shard >= 0 {
+		if sh := s.shards.all[f.shard]; sh.fencing == f {
+			sh.fencing = nil
+		}
+		if !s.ending() {
+			s.tellElector(f.reply)
+		}
 		return
 	}
-	if sh := s.shards.all[f.shard]; sh.fencing == f {
-		sh.fencing = nil
+	s.tellElector(f.reply)
+	if f.release != nil {
+		f.release.handOver()
 	}
-	if !s.ending() {
-		s.tellElector(f.reply)
+	if s.fencing != f || s.ending() {
+		return
 	}
+	s.fencing = nil
+	if s.start == nil {
+		s.start = newReelectionRound(s, nil)
+	}
+	s.start.step()
 }
 
 // fenced ends f: its children have stopped.

@@ -93,7 +93,7 @@ func (r *shardRelease) step() {
 			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning:
 				if s.shutdown == nil && s.fencing == nil {
 					f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
-					s.standDown(f, s.cfg.boundedContext(), nil, r)
+					f.standDown(s.cfg.boundedContext(), r)
 					return
 				}
 			}

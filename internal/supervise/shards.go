@@ -19,7 +19,7 @@ import (
 //     or Running starts the shard's controllers at once.
 //   - lose (fence.go): the shard's controllers are fenced within the fence
 //     timeout (fencing.begin); when it was the last shard held, the stores
-//     too and the replica stands down to Electing (standdown.go), as with
+//     too and the replica stands down to Electing (fence.go, (*fencing).standDown), as with
 //     the single lease.
 //   - shardRelease (release.go): a shard the elector hands over is released
 //     only once its controllers' Shutdown has returned; after the last one

@@ -82,13 +82,6 @@ func TestOperationStageMoves(t *testing.T) {
 			f := &fencing{stage: from}
 			return f.become, func() fenceStage { return f.stage }
 		})
-	checkMoves(t, "stand-down",
-		[]standStage{standStopping, standDone},
-		[][2]standStage{{standStopping, standDone}},
-		func(from standStage) (func(standStage), func() standStage) {
-			d := &standDown{stage: from}
-			return d.become, func() standStage { return d.stage }
-		})
 	checkMoves(t, "shard hand-over",
 		[]releaseStage{releaseControllers, releaseStores, releaseAfterShutdown, releaseDone},
 		[][2]releaseStage{
