@@ -259,7 +259,7 @@ func (lvl *level) giveUp(member *childRecord, err error) {
 	s.publish(supervisor.ChildFailed, g, gerr)
 	if lvl.stopOnExhausted {
 		lvl.exhausted = true
-		s.stopForGood(&stopRequest{s: s, rec: g})
+		(&stopRequest{s: s, rec: g}).begin()
 		return
 	}
 	lvl.parent.handleFailed(g, gerr)

@@ -17,27 +17,46 @@ func (s *root) onStopChild(m supervisor.StopChild, replyTo *actor.PID) {
 		s.respond(replyTo, nil, err)
 		return
 	}
-	s.stopForGood(&stopRequest{s: s, rec: rec, replyTo: replyTo})
+	(&stopRequest{s: s, rec: rec, replyTo: replyTo}).begin()
 }
 
-// stopRequest is a StopChild or RemoveChild in progress: the child is out
+// stopStage is where a stop for good is, in this order.
+type stopStage uint8
+
+const (
+	stopStopping stopStage = iota // its hosted children are shutting down
+	stopDone                      // they have stopped: the requester is answered
+)
+
+var stopStageNames = [...]string{"stopping", "done"}
+
+func (st stopStage) String() string { return stopStageNames[st] }
+
+// stopMoves is every move of a stop for good's stage: stopping, then done.
+var stopMoves = map[stopStage][]stopStage{stopStopping: {stopDone}, stopDone: nil}
+
+// become is the one way a stop for good's stage moves (moveStage).
+func (r *stopRequest) become(to stopStage) { r.stage = moveStage("stop", r.stage, to, stopMoves) }
+
+// stopRequest is a stop for good in progress: a StopChild or RemoveChild,
+// or a group stopped on its spent budget (no requester). The child is out
 // of supervision and shutting down; once it has stopped the requester is
 // answered (a RemoveChild's child removed first).
 type stopRequest struct {
 	s       *root
+	stage   stopStage
 	rec     *childRecord
 	remove  bool
 	replyTo *actor.PID
 	wait    *barrier
-	done    bool
 }
 
-// stopForGood takes r's child (every child of a group) out of supervision,
-// any restart plan and any lifecycle request (which it ends, saying why:
+// begin takes r's child (every child of a group) out of supervision, any
+// restart plan and any lifecycle request (which it ends, saying why:
 // requests.interrupt), and shuts it down: nothing starts it again until a
 // StartChild or RestartChild of it, and nothing ever once removed.
-func (s *root) stopForGood(r *stopRequest) {
-	rec := r.rec
+func (r *stopRequest) begin() {
+	s, rec := r.s, r.rec
 	why := supervisor.ErrChildStopped
 	if r.remove {
 		why = supervisor.ErrChildRemoved
@@ -56,13 +75,14 @@ func (s *root) stopForGood(r *stopRequest) {
 	}
 }
 
-func (r *stopRequest) current(b *barrier) bool { return !r.done && r.wait == b }
+func (r *stopRequest) current(b *barrier) bool { return r.stage == stopStopping && r.wait == b }
 func (r *stopRequest) settled(*barrier, error) { r.stopped() }
 
 // stopped ends the request, its child stopped.
 func (r *stopRequest) stopped() {
 	s, rec := r.s, r.rec
-	r.done, r.wait = true, nil
+	r.become(stopDone)
+	r.wait = nil
 	rec.node().stopEnded()
 	if !r.remove {
 		s.respond(r.replyTo, nil, nil)
@@ -236,7 +256,7 @@ func (s *root) onRemoveChild(m supervisor.RemoveChild, replyTo *actor.PID) {
 		s.respond(replyTo, nil, err)
 		return
 	}
-	s.stopForGood(&stopRequest{s: s, rec: rec, remove: true, replyTo: replyTo})
+	(&stopRequest{s: s, rec: rec, remove: true, replyTo: replyTo}).begin()
 }
 
 func deleteRecord(recs []*childRecord, rec *childRecord) []*childRecord {

@@ -56,8 +56,8 @@ func (p *restartPlan) become(to planStage) {
 }
 
 // moveStage is the transition check of every operation (start round,
-// shutdown, fencing, stand-down, shard hand-over, restart plan, lifecycle
-// request): from to to must be a move legal lists; staying put is nothing;
+// shutdown, fencing, shard hand-over, restart plan, lifecycle request,
+// stop for good): from to to must be a move legal lists; staying put is nothing;
 // any other move is a bug of this package and panics naming both stages, which Receive
 // turns into an internal error (the manager fails, the stack logged).
 func moveStage[S interface {

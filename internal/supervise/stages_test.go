@@ -82,6 +82,13 @@ func TestOperationStageMoves(t *testing.T) {
 			f := &fencing{stage: from}
 			return f.become, func() fenceStage { return f.stage }
 		})
+	checkMoves(t, "stop",
+		[]stopStage{stopStopping, stopDone},
+		[][2]stopStage{{stopStopping, stopDone}},
+		func(from stopStage) (func(stopStage), func() stopStage) {
+			r := &stopRequest{stage: from}
+			return r.become, func() stopStage { return r.stage }
+		})
 	checkMoves(t, "shard hand-over",
 		[]releaseStage{releaseControllers, releaseStores, releaseAfterShutdown, releaseDone},
 		[][2]releaseStage{
