@@ -60,9 +60,9 @@ type fenceOverdue struct{ f *fencing }
 
 // onShardLost fences what ran under the shard: its Lease may pass to
 // another replica once the elector's fence budget has passed, so its
-// controllers (and, with the last shard held, the stores) stop now. Done,
-// when not nil, is called once they have stopped, with Reelect only, to
-// campaign for the shard again; the elector runs on.
+// controllers (and, with the last shard held, the stores) stop now. Once
+// they have stopped the elector is told (elector.Fenced), with Reelect
+// only, and campaigns for the shard again; the elector runs on.
 func (s *root) onShardLost(m elector.Lost) {
 	if !s.shards.valid(m.Shard) {
 		return
