@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
@@ -818,37 +819,109 @@ func TestAStartingReplicaCampaignsOnlyAfterItsFirstList(t *testing.T) {
 }
 
 // heldLists is a clientset whose Lease lists wait until gate is closed
-// (or their context ends): a watch that has not delivered its first list.
+// (nil: they do not), or until their context ends: a watch that has not
+// delivered its first list. The first hang lists (and the first
+// hangWatches watches) are never answered at all: they return only when
+// their context ends, and are counted in hung (hungWatches).
 type heldLists struct {
 	*leasetest.Client
-	gate <-chan struct{}
+	gate                     <-chan struct{}
+	hang, hung               *atomic.Int32
+	hangWatches, hungWatches *atomic.Int32
 }
 
 func (c heldLists) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return heldListsV1{CoordinationV1Interface: c.Client.CoordinationV1(), gate: c.gate}
+	return heldListsV1{CoordinationV1Interface: c.Client.CoordinationV1(), c: c}
 }
 
 type heldListsV1 struct {
 	coordinationv1client.CoordinationV1Interface
-	gate <-chan struct{}
+	c heldLists
 }
 
 func (c heldListsV1) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return heldListsLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), gate: c.gate}
+	return heldListsLeases{LeaseInterface: c.CoordinationV1Interface.Leases(namespace), c: c.c}
 }
 
 type heldListsLeases struct {
 	coordinationv1client.LeaseInterface
-	gate <-chan struct{}
+	c heldLists
 }
 
 func (l heldListsLeases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	select {
-	case <-l.gate:
-	case <-ctx.Done():
+	if l.c.hang != nil && l.c.hang.Add(-1) >= 0 {
+		<-ctx.Done()
+		l.c.hung.Add(1)
 		return nil, ctx.Err()
 	}
+	if l.c.gate != nil {
+		select {
+		case <-l.c.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return l.LeaseInterface.List(ctx, opts)
+}
+
+func (l heldListsLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if l.c.hangWatches != nil && l.c.hangWatches.Add(-1) >= 0 {
+		<-ctx.Done()
+		l.c.hungWatches.Add(1)
+		return nil, ctx.Err()
+	}
+	return l.LeaseInterface.Watch(ctx, opts)
+}
+
+// TestAListThatNeverAnswersIsTriedAgain: the API server takes a starting
+// replica's first list and never answers it. The list is given up after
+// RenewDeadline, as a write is, and made again at the next retry: the
+// replica, which campaigns only once it has listed, leads then, instead of
+// waiting for an answer that never comes.
+func TestAListThatNeverAnswersIsTriedAgain(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			g := newOneLeaseGroup(t, single)
+			var hang, hung atomic.Int32
+			hang.Store(1)
+			g.client = func(c *leasetest.Client) kubernetes.Interface { return heldLists{Client: c, hang: &hang, hung: &hung} }
+			a := g.start("a")
+			require.Eventually(t, func() bool { return hung.Load() == 1 }, wait, poll, "the first list was not given up")
+			periods := 0
+			for g.server.Holder(testNamespace, g.lease0()) != "a" {
+				require.Less(t, periods, 4, "a did not lead once it could list")
+				g.step()
+				periods++
+			}
+			require.NoError(t, a.e.Guard(0)())
+		})
+	}
+}
+
+// TestAWatchThatNeverOpensIsTriedAgain: the API server takes a standby's
+// first watch request and never answers it. Until the call returns, the
+// watch goroutine neither forwards events nor serves the polls asked for
+// a silent watch: the replica would be blind to every later write. The
+// opening is given up after RenewDeadline and the list and watch made
+// again at the next retry, and the standby is shown the holder's renewals.
+func TestAWatchThatNeverOpensIsTriedAgain(t *testing.T) {
+	g := newOneLeaseGroup(t, false)
+	g.start("a")
+	g.settle("a alone")
+	var hang, hung atomic.Int32
+	hang.Store(1)
+	g.client = func(c *leasetest.Client) kubernetes.Interface {
+		return heldLists{Client: c, hangWatches: &hang, hungWatches: &hung}
+	}
+	b := g.start("b")
+	require.Eventually(t, func() bool { return hung.Load() == 1 }, wait, poll, "the first watch was not given up")
+	for range 3 {
+		g.step() // a renews; b lists and watches again
+	}
+	latest := g.server.LatestVersion()
+	require.Eventually(t, func() bool { return b.e.shown.Load() >= latest }, wait, poll,
+		"b was not shown version %d (shown %d)", latest, b.e.shown.Load())
+	assert.Equal(t, []string{"a"}, g.holders())
 }
 
 // TestALeaseDeletedWhileItsHolderIsCutOff: the holder cannot hear of the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
 // see records l, with the local time when its record changed. An edit of
@@ -314,7 +315,7 @@ func (e *Elector) watch(ctx context.Context) {
 		}
 	}
 	poll := func() bool {
-		list, err := leases.List(ctx, opts)
+		list, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
 		if err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 			return true
@@ -326,15 +327,16 @@ func (e *Elector) watch(ctx context.Context) {
 		case <-e.pollNow: // the list below is fresher
 		default:
 		}
-		if list, err := leases.List(ctx, opts); err != nil {
+		if list, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) }); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 		} else if forward(listed{leases: list.Items}) {
 			wopts := opts
 			wopts.ResourceVersion = list.ResourceVersion
-			if w, err := leases.Watch(ctx, wopts); err != nil {
+			if w, stop, err := e.openWatch(ctx, leases, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
 				e.forwardWatch(ctx, w, forward, poll)
+				stop()
 			}
 		}
 		select {
@@ -342,6 +344,38 @@ func (e *Elector) watch(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// readWithin makes one of the watch goroutine's reads (a list, a poll, a
+// lock's read) with a context that ends after d (RenewDeadline, as a
+// write's does): a read the API server never answers is given up and tried
+// again at the next retry, instead of leaving the replica blind for ever
+// and, before its first list, unable to campaign (synced).
+func readWithin[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return call(ctx)
+}
+
+// openWatch opens a watch of leases whose opening is bounded by
+// RenewDeadline, as a read is (readWithin): a watch the API server never
+// opens is given up and the list and watch made again at the next retry,
+// where the loop would otherwise wait for ever, with no poll either
+// (forwardWatch serves them). Once open, it lasts until ctx ends or stop
+// is called.
+func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.LeaseInterface, opts metav1.ListOptions) (watch.Interface, context.CancelFunc, error) {
+	wctx, stop := context.WithCancel(ctx)
+	late := time.AfterFunc(e.cfg.RenewDeadline, stop)
+	w, err := leases.Watch(wctx, opts)
+	if !late.Stop() && err == nil {
+		w.Stop()
+		err = fmt.Errorf("not opened within %s", e.cfg.RenewDeadline)
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return w, stop, nil
 }
 
 // forwardWatch forwards w's events until it ends or ctx does, and polls

@@ -153,7 +153,7 @@ func (s *lockStore) lease(rec *resourcelock.LeaderElectionRecord, raw []byte) *c
 // loop as if a watch had shown it, until ctx ends: a lock has no watch.
 func (e *Elector) poll(ctx context.Context) {
 	for ctx.Err() == nil {
-		l, err := e.store.Get(ctx, e.cfg.Name)
+		l, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.Lease, error) { return e.store.Get(ctx, e.cfg.Name) })
 		var m any
 		switch {
 		case err == nil:
