@@ -131,15 +131,13 @@ func (r *shardRelease) handOver() {
 	s, sh := r.s, r.s.shards.all[r.i]
 	r.become(releaseDone)
 	r.wait = nil
-	if sh.release != r {
-		s.tellElector(elector.HandedOver{Shard: r.i}) // lost while stopping; the loss fenced it
-		return
-	}
-	sh.release = nil
-	s.shards.set(r.i, false)
-	if s.shards.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
-		s.obs.shardsReleased.Add(1)
-		s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.phase, Shard: r.i})
+	if sh.release == r { // else lost while stopping: the loss fenced it
+		sh.release = nil
+		s.shards.set(r.i, false)
+		if s.shards.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
+			s.obs.shardsReleased.Add(1)
+			s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.phase, Shard: r.i})
+		}
 	}
 	s.tellElector(elector.HandedOver{Shard: r.i}) // hand the Lease over
 }

@@ -190,11 +190,10 @@ func (g *group) start(id string) *replica {
 // stands by, and returns them with the Lease's name.
 func (g *group) holderAndStandby() (a, b *replica, name string) {
 	g.t.Helper()
-	a = g.start("a")
-	g.settle("a alone")
+	a, name = g.holderAlone()
 	b = g.start("b")
 	g.settle("b standing by")
-	return a, b, g.lease0()
+	return a, b, name
 }
 
 // stop ends r gracefully: it releases its shards.
@@ -653,6 +652,21 @@ func newOneLeaseGroup(t *testing.T, single bool) *group {
 	return g
 }
 
+// holderAlone starts replica a alone and waits until it holds shard 0 (or
+// the single lease), whose Lease's name it returns.
+func (g *group) holderAlone() (a *replica, name string) {
+	g.t.Helper()
+	a = g.start("a")
+	g.settle("a alone")
+	return a, g.lease0()
+}
+
+// admin is the Lease client of someone outside the group (kubectl, a
+// GitOps tool).
+func (g *group) admin() coordinationv1client.LeaseInterface {
+	return g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+}
+
 // lease0 is the name of the Lease of shard 0, or of the single lease.
 func (g *group) lease0() string {
 	if g.single {
@@ -672,10 +686,8 @@ func TestAForeignWriteThatKeepsTheHolderKeepsTheShard(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
-			a := g.start("a")
-			g.settle("a alone")
-			name := g.lease0()
-			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			a, name := g.holderAlone()
+			admin := g.admin()
 			for round := range 3 {
 				l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
 				require.NoError(t, err)
@@ -727,7 +739,7 @@ func TestAnAnnotatedLeaseIsStillReleased(t *testing.T) {
 	g := newSingleGroup(t)
 	g.start("a")
 	g.settle("a alone")
-	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	admin := g.admin()
 	l, err := admin.Get(context.Background(), testGroup, metav1.GetOptions{})
 	require.NoError(t, err)
 	l.Annotations = map[string]string{"example.com/touched": "yes"}
@@ -753,7 +765,7 @@ func TestADeletedLeaseIsCreatedAgainByItsHolder(t *testing.T) {
 			a, _, name := g.holderAndStandby()
 			before, ok := g.server.Lease(testNamespace, name)
 			require.True(t, ok)
-			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			admin := g.admin()
 			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
 			periods := 0
 			for g.server.Holder(testNamespace, name) == "" {
@@ -793,10 +805,8 @@ func TestAStartingReplicaCampaignsOnlyAfterItsFirstList(t *testing.T) {
 	for _, single := range []bool{false, true} {
 		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
-			a := g.start("a")
-			g.settle("a alone")
-			name := g.lease0()
-			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			a, name := g.holderAlone()
+			admin := g.admin()
 			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
 			gate := make(chan struct{})
 			g.client = func(c *leasetest.Client) kubernetes.Interface { return heldLists{Client: c, gate: gate} }
@@ -936,7 +946,7 @@ func TestALeaseDeletedWhileItsHolderIsCutOff(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
 			a, b, name := g.holderAndStandby()
 			a.client.Partition(true)
-			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			admin := g.admin()
 			require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
 			periods := 0
 			for g.server.Holder(testNamespace, name) == "" {
@@ -967,7 +977,7 @@ func TestADeletedMemberLeaseIsCreatedAgain(t *testing.T) {
 	g.start("a")
 	g.start("b")
 	g.settleStepping("a and b", 4*int(leaseDuration/retryPeriod))
-	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	admin := g.admin()
 	member := MemberLease(testGroup, "b")
 	require.NoError(t, admin.Delete(context.Background(), member, metav1.DeleteOptions{}))
 	for range 2 * int(leaseDuration/retryPeriod) {
@@ -990,7 +1000,7 @@ func TestEditsOfADeadHoldersLeaseDoNotKeepItAlive(t *testing.T) {
 			g := newOneLeaseGroup(t, single)
 			_, _, name := g.holderAndStandby()
 			g.crash("a")
-			admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+			admin := g.admin()
 			periods := 0
 			for g.server.Holder(testNamespace, name) != "b" {
 				require.Less(t, periods, 3*int(leaseDuration/retryPeriod), "b never took the dead holder's Lease")
@@ -1025,7 +1035,7 @@ func TestAnEditThatDropsTheGroupLabelIsUndone(t *testing.T) {
 	a := g.start("a")
 	g.settle("a alone")
 	name := ShardLease(testGroup, 0)
-	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	admin := g.admin()
 	l, err := admin.Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err)
 	delete(l.Labels, LabelGroup)
@@ -1060,7 +1070,7 @@ func TestALeaseOutOfSightIsReadWhenItsCreateIsRefused(t *testing.T) {
 	last, ok := g.server.Lease(testNamespace, name)
 	require.True(t, ok)
 	g.crash("a")
-	admin := g.server.Client("admin").CoordinationV1().Leases(testNamespace)
+	admin := g.admin()
 	require.NoError(t, admin.Delete(context.Background(), name, metav1.DeleteOptions{}))
 	hidden := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
 		Labels: map[string]string{"example.com/kept": "yes"}}, Spec: *last.Spec.DeepCopy()}

@@ -314,8 +314,11 @@ func (e *Elector) watch(ctx context.Context) {
 			return false
 		}
 	}
+	listLeases := func() (*coordinationv1.LeaseList, error) {
+		return readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
+	}
 	poll := func() bool {
-		list, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
+		list, err := listLeases()
 		if err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 			return true
@@ -327,7 +330,7 @@ func (e *Elector) watch(ctx context.Context) {
 		case <-e.pollNow: // the list below is fresher
 		default:
 		}
-		if list, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) }); err != nil {
+		if list, err := listLeases(); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 		} else if forward(listed{leases: list.Items}) {
 			wopts := opts
