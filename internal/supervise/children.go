@@ -401,8 +401,9 @@ func (s *root) stopAll(o owner, recs []*childRecord, ctx context.Context) *barri
 	return b.pending()
 }
 
-// pipedRestart is a restart sent with the Stop of its plan
-// (childactor.Stop.Then): once its Shutdown has returned, the child starts
+// pipedRestart is a restart sent with the Stop of its plan, or of a
+// RestartChild or StartChild of the child alone (childactor.Stop.Then;
+// pipeRestart makes it): once its Shutdown has returned, the child starts
 // the next incarnation on its own, without the round trip of a Stopped and
 // a Start through the root. It is only a shortcut: the root records the
 // restart when the Stopped comes, as if it had sent the Start then, and any
@@ -444,14 +445,26 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 	return lvl.ticket, uint32(min(left, 1<<31))
 }
 
-// pipes reports whether rec's restart by a plan of its own can travel with
-// its Stop: a hosted child in a restart's first stop, not under the lease
+// pipes reports whether rec's restart (by a plan of its own, or a
+// request on it alone) can travel with its Stop: a hosted child in a
+// restart's first stop, not under the lease
 // (with election on, whether a fenced child may start again is decided
 // when it has stopped, by the lease then: leaseHeld).
 func (s *root) pipes(rec *childRecord) bool {
 	return rec.piped() == nil && rec.pid != nil &&
 		(rec.state == supervisor.StateRunning || rec.state == supervisor.StateFailed) &&
 		(s.cfg.Elector == nil || !fencedKind(rec.spec.Kind))
+}
+
+// pipeRestart sends rec's next incarnation with the Stop that is about to
+// end its current one (pipedRestart), to start once its Shutdown has
+// returned and notBefore has passed: a restart plan's of one child, and a
+// RestartChild's or StartChild's of a hosted child.
+func (s *root) pipeRestart(rec *childRecord, notBefore time.Time) {
+	p := &pipedRestart{start: childactor.Start{Gen: s.reg.nextGen(), Ctx: s.lifetime.context(),
+		Timeout: s.startTimeout, NotBefore: notBefore}}
+	p.start.Restart, p.start.Restarts = s.ticketFor(rec)
+	rec.setPipe(p)
 }
 
 // revoke tells rec, stopping with a restart sent along, to stay stopped.

@@ -302,13 +302,10 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
-		if member.piped() == nil && s.pipes(member) {
+		if s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
-			p := &pipedRestart{start: childactor.Start{Gen: s.reg.nextGen(), Ctx: s.lifetime.context(),
-				Timeout: s.startTimeout, NotBefore: plan.due}}
-			p.start.Restart, p.start.Restarts = s.ticketFor(member)
-			member.setPipe(p)
+			s.pipeRestart(member, plan.due)
 		}
 	} else {
 		plan.recs = lvl.inOrder(members)
@@ -618,6 +615,13 @@ func (r *childRequest) step() {
 	for {
 		switch r.stage {
 		case requestStopping:
+			if len(r.recs) == 1 && r.recs[0] == rec && s.pipes(rec) {
+				// One hosted child: its restart travels with the Stop, as a
+				// plan's does, and it starts again as soon as its Shutdown
+				// has returned; the request records it, and answers, when
+				// the Stopped and the Started come.
+				s.pipeRestart(rec, time.Time{})
+			}
 			if r.wait = s.stopAll(r, r.recs, s.cfg.boundedContext()); r.wait != nil {
 				return
 			}
