@@ -141,13 +141,6 @@ func (c *child) runOnTail(fn func()) bool {
 // posts to it and holds no queue while idle (see inlineMailbox).
 var childMailbox = actor.WithMailbox(newInlineMailbox)
 
-// NewProps returns the Props of a child actor hosting spec. A parent
-// spawning many children uses a Spawner instead.
-func NewProps(spec Spec, cfg Config) *actor.Props {
-	c := newChild(&spec, cfg.filled(), nil)
-	return actor.PropsFromProducer(func() actor.Actor { return c }, childMailbox)
-}
-
 // filled returns a copy of cfg with its defaults, for children to share.
 func (cfg Config) filled() *Config {
 	if cfg.Logger == nil {
