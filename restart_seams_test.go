@@ -61,6 +61,8 @@ type seamChild struct {
 	report    func(error)
 	onRun     map[int]func(ctx context.Context) error
 	holdStop  map[int]chan struct{}
+	// lastly[n] runs as Shutdown n returns, on its goroutine.
+	lastly map[int]func()
 }
 
 func newSeamChild(log *seamLog, parent, name string) *seamChild {
@@ -68,7 +70,8 @@ func newSeamChild(log *seamLog, parent, name string) *seamChild {
 	if parent != "" {
 		path = parent + "/" + name
 	}
-	return &seamChild{path: path, name: name, log: log, onRun: map[int]func(context.Context) error{}, holdStop: map[int]chan struct{}{}}
+	return &seamChild{path: path, name: name, log: log, onRun: map[int]func(context.Context) error{}, holdStop: map[int]chan struct{}{},
+		lastly: map[int]func(){}}
 }
 
 func (c *seamChild) Name() string { return c.name }
@@ -91,7 +94,7 @@ func (c *seamChild) start(ctx context.Context) error {
 func (c *seamChild) Shutdown(context.Context) {
 	c.mu.Lock()
 	n := c.shutdowns + 1
-	hold := c.holdStop[n]
+	hold, lastly := c.holdStop[n], c.lastly[n]
 	c.mu.Unlock()
 	if hold != nil {
 		<-hold
@@ -100,6 +103,9 @@ func (c *seamChild) Shutdown(context.Context) {
 	c.shutdowns++
 	c.mu.Unlock()
 	c.log.add("stop %s %d", c.path, n)
+	if lastly != nil {
+		lastly()
+	}
 }
 
 func (c *seamChild) counts() (runs, shutdowns int) {
@@ -365,6 +371,63 @@ func TestRestartChildMeetsStopOrRemove(t *testing.T) {
 			if tc.group && !tc.starting {
 				assert.Zero(t, rec.count(cm.ChildRestarted, "g"), "nothing of the group started again: no ChildRestarted")
 			}
+			noFailures(t, rec)
+			seamBooks(t, m, c)
+		})
+	}
+}
+
+// A RestartChild of one hosted child sends its restart with the Stop, so
+// the child starts again on its own once Shutdown returns. A StopChild or
+// RemoveChild sent at that very moment (from the Shutdown's last line, so
+// that the root takes it before the child's Stopped) meets the restart
+// either before the child has taken it (the child stays stopped) or just
+// after (the new incarnation is adopted and stopped); both orders happen,
+// and either way RestartChild answers ErrChildStopped or ErrChildRemoved,
+// the child runs no start call once the stop has ended, every incarnation
+// is shut down once, and Restarts = runs - 1.
+func TestRestartChildMeetsAStopAsItsShutdownReturns(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		name := "StopChild"
+		if remove {
+			name = "RemoveChild"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			log := &seamLog{}
+			m := seamManager(t, nil, 0)
+			rec := record(m)
+			c := newSeamChild(log, "", "c")
+			m.Add(seamController{c})
+			gStart(t, m)
+
+			c.mu.Lock()
+			c.lastly[1] = func() {
+				if remove {
+					m.Send(supervisor.RemoveChild{Name: "c"})
+				} else {
+					m.Send(supervisor.StopChild{Name: "c"})
+				}
+			}
+			c.mu.Unlock()
+			want := cm.ErrChildStopped
+			if remove {
+				want = cm.ErrChildRemoved
+			}
+			err := seamResult(t, "RestartChild", seamCall(func(ctx context.Context) error { return m.RestartChild(ctx, "c") }))
+			require.ErrorIs(t, err, want, "RestartChild says why it did not restart")
+
+			if remove {
+				gEventually(t, "removed", func() bool { return rec.count(cm.ChildRemoved, "c") == 1 })
+			} else {
+				gEventually(t, "stopped", func() bool { return gState(t, m, "c") == supervisor.StateStopped })
+			}
+			runsBefore, _ := c.counts()
+			t.Logf("start calls before the stop ended: %d (2: the child had taken the restart)", runsBefore)
+			seamShutdown(t, m)
+			runs, shutdowns := c.counts()
+			assert.Equal(t, runsBefore, runs, "no start call once the stop has ended")
+			assert.Equal(t, runs, shutdowns, "every incarnation shut down once")
 			noFailures(t, rec)
 			seamBooks(t, m, c)
 		})
