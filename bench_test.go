@@ -170,26 +170,16 @@ func heapInUse() int64 {
 // controller's background work to its Run entered again, with a backoff of
 // a nanosecond (no wait). It reports the median and the 99th percentile.
 func BenchmarkRestart(b *testing.B) {
-	ctx := context.Background()
 	entered := make(chan struct{}, 1)
-	c := testchild.NewController("c", testchild.Behavior{Run: func(context.Context, int) error {
-		entered <- struct{}{}
-		return nil
-	}})
-	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{
+	m, c := benchOneController(b, &cm.SupervisionSpec{
 		MaxRestarts:    1 << 30,
 		RestartWindow:  metav1.Duration{Duration: time.Nanosecond},
 		InitialBackoff: metav1.Duration{Duration: time.Nanosecond},
 		MaxBackoff:     metav1.Duration{Duration: time.Nanosecond},
-	}}, "", cm.WithLogger(slog.New(slog.DiscardHandler)), cm.WithEventBuffer(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.Add(c)
-	if err := m.Start(ctx, 0); err != nil {
-		b.Fatal(err)
-	}
-	defer m.ShutdownAndWait(ctx)
+	}, func(context.Context, int) error {
+		entered <- struct{}{}
+		return nil
+	})
 	<-entered
 	errFailed := errors.New("failed")
 	latencies := make([]time.Duration, 0, b.N)
@@ -200,9 +190,33 @@ func BenchmarkRestart(b *testing.B) {
 		<-entered
 		latencies = append(latencies, time.Since(begin))
 	}
+	reportQuantiles(b, latencies, "p50-ns", "p99-ns")
+}
+
+// benchOneController starts a manager (supervision sup, nil for the
+// defaults) of one controller "c" whose Run is run, and shuts it down when
+// the benchmark ends.
+func benchOneController(b *testing.B, sup *cm.SupervisionSpec, run func(context.Context, int) error) (*cm.ControllerManager, *testchild.Controller) {
+	c := testchild.NewController("c", testchild.Behavior{Run: run})
+	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{Supervision: sup}, "",
+		cm.WithLogger(slog.New(slog.DiscardHandler)), cm.WithEventBuffer(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Add(c)
+	if err := m.Start(context.Background(), 0); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.ShutdownAndWait(context.Background()) })
+	return m, c
+}
+
+// reportQuantiles reports the median and the 99th percentile of
+// latencies, in nanoseconds, as the metrics p50 and p99.
+func reportQuantiles(b *testing.B, latencies []time.Duration, p50, p99 string) {
 	slices.Sort(latencies)
-	b.ReportMetric(float64(latencies[len(latencies)/2].Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(latencies[len(latencies)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(latencies[len(latencies)/2].Nanoseconds()), p50)
+	b.ReportMetric(float64(latencies[len(latencies)*99/100].Nanoseconds()), p99)
 }
 
 // waitRunning waits until the child's last Run has been reported, so that
@@ -226,20 +240,10 @@ func waitRunning(b *testing.B, m *cm.ControllerManager) {
 func BenchmarkRestartChild(b *testing.B) {
 	ctx := context.Background()
 	entered := make(chan time.Time, 1)
-	c := testchild.NewController("c", testchild.Behavior{Run: func(context.Context, int) error {
+	m, _ := benchOneController(b, nil, func(context.Context, int) error {
 		entered <- time.Now()
 		return nil
-	}})
-	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{}, "",
-		cm.WithLogger(slog.New(slog.DiscardHandler)), cm.WithEventBuffer(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.Add(c)
-	if err := m.Start(ctx, 0); err != nil {
-		b.Fatal(err)
-	}
-	defer m.ShutdownAndWait(ctx)
+	})
 	<-entered
 	toRun := make([]time.Duration, 0, b.N)
 	for b.Loop() {
@@ -254,7 +258,5 @@ func BenchmarkRestartChild(b *testing.B) {
 			b.Fatal("RestartChild returned before Run was entered again")
 		}
 	}
-	slices.Sort(toRun)
-	b.ReportMetric(float64(toRun[len(toRun)/2].Nanoseconds()), "p50-to-run-ns")
-	b.ReportMetric(float64(toRun[len(toRun)*99/100].Nanoseconds()), "p99-to-run-ns")
+	reportQuantiles(b, toRun, "p50-to-run-ns", "p99-to-run-ns")
 }
