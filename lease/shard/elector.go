@@ -264,7 +264,12 @@ type Elector struct {
 	// shown, where versions are numbers: a test waits for it to reach the
 	// server's last write before it steps the clock again, so that a watch
 	// a loaded machine delays is not taken for a silent one.
-	shown      atomic.Int64
+	shown atomic.Int64
+	// watchWaits counts the watch goroutine's waits for its next retry
+	// (after an error or a closed watch), each counted once its timer
+	// exists: a test that sees it grow may step the clock and know that
+	// the step reaches the retry.
+	watchWaits atomic.Int64
 	tick       tickState
 	rateLimits func() (qps float64, ok bool) // the Lease client's rate limiter, if known
 }

@@ -897,12 +897,14 @@ func TestAListThatNeverAnswersIsTriedAgain(t *testing.T) {
 			g.client = func(c *leasetest.Client) kubernetes.Interface { return heldLists{Client: c, hang: &hang, hung: &hung} }
 			a := g.start("a")
 			require.Eventually(t, func() bool { return hung.Load() == 1 }, wait, poll, "the first list was not given up")
-			periods := 0
-			for g.server.Holder(testNamespace, g.lease0()) != "a" {
-				require.Less(t, periods, 4, "a did not lead once it could list")
-				g.step()
-				periods++
-			}
+			require.Eventually(t, func() bool { return a.e.watchWaits.Load() == 1 }, wait, poll, "the watch did not wait for its retry")
+			g.step() // the retry: a lists again, and campaigns once it has
+			require.Eventually(t, func() bool { return g.server.Holder(testNamespace, g.lease0()) == "a" }, wait, poll,
+				"a did not lead once it could list")
+			// The server shows a's write before a has taken its answer:
+			// wait until a's Status agrees, as settle does, then ask the
+			// guard.
+			g.settle("a leading")
 			require.NoError(t, a.e.Guard(0)())
 		})
 	}
@@ -925,6 +927,7 @@ func TestAWatchThatNeverOpensIsTriedAgain(t *testing.T) {
 	}
 	b := g.start("b")
 	require.Eventually(t, func() bool { return hung.Load() == 1 }, wait, poll, "the first watch was not given up")
+	require.Eventually(t, func() bool { return b.e.watchWaits.Load() == 1 }, wait, poll, "the watch did not wait for its retry")
 	for range 3 {
 		g.step() // a renews; b lists and watches again
 	}

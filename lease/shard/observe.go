@@ -342,8 +342,10 @@ func (e *Elector) watch(ctx context.Context) {
 				stop()
 			}
 		}
+		retry := e.cfg.Clock.After(e.cfg.RetryPeriod)
+		e.watchWaits.Add(1) // once the timer exists: a step of a fake clock now reaches it
 		select {
-		case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
+		case <-retry:
 		case <-ctx.Done():
 		}
 	}
