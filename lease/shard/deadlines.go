@@ -24,12 +24,14 @@ type earlyLoss struct{ doneCalled bool }
 func (e *Elector) watchDeadlines(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
 	defer t.Stop()
+	e.deadlineChecks.Add(1) // the ticker exists: a step of a fake clock reaches it
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 			e.checkDeadlines()
+			e.deadlineChecks.Add(1)
 		}
 	}
 }

@@ -270,8 +270,12 @@ type Elector struct {
 	// exists: a test that sees it grow may step the clock and know that
 	// the step reaches the retry.
 	watchWaits atomic.Int64
-	tick       tickState
-	rateLimits func() (qps float64, ok bool) // the Lease client's rate limiter, if known
+	// deadlineChecks counts the deadline watcher's passes, Lost called for
+	// each shard it gave up, and one before the first, once its ticker
+	// exists (watchDeadlines).
+	deadlineChecks atomic.Int64
+	tick           tickState
+	rateLimits     func() (qps float64, ok bool) // the Lease client's rate limiter, if known
 }
 
 // observed is a Lease as last seen and when it was first seen so: the

@@ -489,20 +489,28 @@ func TestLossIsNotDelayedByAHangingAPIServer(t *testing.T) {
 	})
 	t.Cleanup(func() { close(hang) })
 	hung.Store(true)
-	g.clock.Step(retryPeriod) // a tick: every renewal goes out, and hangs
+	// Each step waits until the deadline watcher has checked after it
+	// (Lost is called within the check), so that no step outruns it.
+	stepChecked := func(d time.Duration) {
+		t.Helper()
+		before := a.e.deadlineChecks.Load()
+		g.clock.Step(d)
+		require.Eventually(t, func() bool { return a.e.deadlineChecks.Load() > before }, wait, poll, "the deadline watcher did not check")
+	}
+	require.Eventually(t, func() bool { return a.e.deadlineChecks.Load() > 0 }, wait, poll, "the deadline watcher has no ticker")
+	stepChecked(retryPeriod) // a tick: every renewal goes out, and hangs
 	// Step in quarters of a retry period, as the watcher ticks, until past
 	// the renew deadline since the last renewal.
 	lost := map[int]bool{}
 	for stepped := retryPeriod; len(lost) < 3; stepped += retryPeriod / 4 {
 		require.LessOrEqual(t, stepped, renewDeadline+retryPeriod, "not every shard was lost within the renew deadline + a retry period (lost %v)", lost)
-		g.clock.Step(retryPeriod / 4)
-		deadline := time.After(200 * time.Millisecond)
+		stepChecked(retryPeriod / 4)
 	drain:
 		for {
 			select {
 			case i := <-a.lost:
 				lost[i] = true
-			case <-deadline:
+			default:
 				break drain
 			}
 		}
