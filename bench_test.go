@@ -14,6 +14,7 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/lease/leasetest"
 )
 
 // The benchmarks put each manager operation beside the same work done the
@@ -197,8 +198,14 @@ func BenchmarkRestart(b *testing.B) {
 // defaults) of one controller "c" whose Run is run, and shuts it down when
 // the benchmark ends.
 func benchOneController(b *testing.B, sup *cm.SupervisionSpec, run func(context.Context, int) error) (*cm.ControllerManager, *testchild.Controller) {
+	return benchOneControllerOn(b, cm.NewContext(nil), cm.ControllerManagerConfigSpec{Supervision: sup}, run)
+}
+
+// benchOneControllerOn is benchOneController with the manager's context and
+// spec given (leader election, for one).
+func benchOneControllerOn(b *testing.B, mctx cm.Context, spec cm.ControllerManagerConfigSpec, run func(context.Context, int) error) (*cm.ControllerManager, *testchild.Controller) {
 	c := testchild.NewController("c", testchild.Behavior{Run: run})
-	m, err := cm.NewControllerManager(cm.NewContext(nil), cm.ControllerManagerConfigSpec{Supervision: sup}, "",
+	m, err := cm.NewControllerManager(mctx, spec, "",
 		cm.WithLogger(slog.New(slog.DiscardHandler)), cm.WithEventBuffer(1))
 	if err != nil {
 		b.Fatal(err)
@@ -236,11 +243,31 @@ func waitRunning(b *testing.B, m *cm.ControllerManager) {
 // BenchmarkRestartChild measures a RestartChild of a running controller:
 // from the call until its Run is entered again (p50-to-run-ns, p99), and
 // until the call has returned, which waits for that Run to be reported
-// (ns/op).
+// (ns/op); without leader election and with it (a leasetest server).
 func BenchmarkRestartChild(b *testing.B) {
+	b.Run("election=off", func(b *testing.B) {
+		benchRestartChild(b, cm.NewContext(nil), cm.ControllerManagerConfigSpec{})
+	})
+	// Under the lease, the restart does not travel with the Stop: the
+	// root starts the controller again once it has stopped, where it
+	// checks that the lease is still held. client-go's default timings,
+	// so that renewals are rare beside the calls.
+	b.Run("election=on", func(b *testing.B) {
+		yes := true
+		spec := cm.ControllerManagerConfigSpec{LeaderElection: &cm.LeaderElectionSpec{
+			Enabled: &yes, LeaseName: "bench", LeaseNamespace: "bench",
+			LeaseDuration: metav1.Duration{Duration: 15 * time.Second},
+			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
+			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
+		}}
+		benchRestartChild(b, cm.NewContext(leasetest.NewServer().Client("bench")), spec)
+	})
+}
+
+func benchRestartChild(b *testing.B, mctx cm.Context, spec cm.ControllerManagerConfigSpec) {
 	ctx := context.Background()
 	entered := make(chan time.Time, 1)
-	m, _ := benchOneController(b, nil, func(context.Context, int) error {
+	m, _ := benchOneControllerOn(b, mctx, spec, func(context.Context, int) error {
 		entered <- time.Now()
 		return nil
 	})
