@@ -274,15 +274,20 @@ func (s *shScenario) dumpIfFailed() {
 	}
 }
 
+// leaseName is shard i's Lease: the single lease when there is one shard.
+func (s *shScenario) leaseName(i int) string {
+	if s.shards == 1 {
+		return elLeaseName
+	}
+	return fmt.Sprintf("%s-%d", elLeaseName, i)
+}
+
 // serverLeases describes the server's shard Leases: holder and last
 // renewal.
 func (s *shScenario) serverLeases() string {
 	var leases []string
 	for i := range s.shards {
-		name := elLeaseName
-		if s.shards > 1 {
-			name = fmt.Sprintf("%s-%d", elLeaseName, i)
-		}
+		name := s.leaseName(i)
 		if l, ok := s.srv.Lease(elNamespace, name); ok && l.Spec.RenewTime != nil {
 			leases = append(leases, fmt.Sprintf("%d: %q renewed %s", i, s.srv.Holder(elNamespace, name), l.Spec.RenewTime.Format("05.000")))
 		}
@@ -385,12 +390,6 @@ func TestShardedReplicas(t *testing.T) {
 func runShardScenario(t *testing.T, replicas, shards int, faults bool) {
 	s := &shScenario{t: t, srv: leasetest.NewServer(), shards: shards, activity: newElActivity(t)}
 	t.Cleanup(s.dumpIfFailed) // after the replicas' shutdowns, registered later
-	leaseName := func(i int) string {
-		if shards == 1 {
-			return elLeaseName
-		}
-		return fmt.Sprintf("%s-%d", elLeaseName, i)
-	}
 	for i := range replicas {
 		newShReplica(s, fmt.Sprintf("r%d", i))
 	}
@@ -416,7 +415,7 @@ func runShardScenario(t *testing.T, replicas, shards int, faults bool) {
 
 	a5 := a2
 	if faults {
-		a5 = s.faults(a2, leaseName)
+		a5 = s.faults(a2)
 	}
 
 	// A replica leaving with ShutdownAndWait hands its shards over once
@@ -469,7 +468,7 @@ func countOf(holders []string, id string) int {
 
 // faults cuts a replica off and heals it, then steals shard 0's Lease,
 // settling after each; it returns the assignment at the end.
-func (s *shScenario) faults(a2 []string, leaseName func(int) string) []string {
+func (s *shScenario) faults(a2 []string) []string {
 	t, shards := s.t, s.shards
 	// A replica cut off from the API server fences its shards; the others
 	// take them over, and only them, once their Leases have expired.
@@ -513,7 +512,7 @@ func (s *shScenario) faults(a2 []string, leaseName func(int) string) []string {
 		theftBefore[r.id] = r.events.count(lostType)
 	}
 	lostBefore = s.settledFrom
-	require.NoError(t, s.srv.Steal(elNamespace, leaseName(0), "thief", elLeaseDuration))
+	require.NoError(t, s.srv.Steal(elNamespace, s.leaseName(0), "thief", elLeaseDuration))
 	for _, r := range s.replicas {
 		if r.id == victim {
 			r.events.nth(t, lostType, theftBefore[r.id]+1)
