@@ -613,7 +613,7 @@ func (s *root) setState(rec *childRecord, st supervisor.ChildState) {
 // publish publishes a child event.
 func (s *root) publish(t supervisor.EventType, rec *childRecord, err error) {
 	s.out.emit(supervisor.Event{Type: t, Time: s.clock.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
-		Phase: s.phase, Restarts: rec.restarts(), Err: err})
+		Phase: s.state.phase(), Restarts: rec.restarts(), Err: err})
 }
 
 // respond answers a request; a nil requester (a plain Send) gets nothing.
@@ -627,11 +627,11 @@ func (s *root) respond(to *actor.PID, value any, err error) {
 // the child it names: what names the request ("restart of child \"jobs\""),
 // act what it does ("restart"), for the errors.
 func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
-	if s.phase != supervisor.PhaseRunning {
-		if s.phase.Ended() {
+	if s.state.phase() != supervisor.PhaseRunning {
+		if s.state.phase().Ended() {
 			return nil, fmt.Errorf("%s: %w", what, supervisor.ErrStopped)
 		}
-		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, s.phase)
+		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, s.state.phase())
 	}
 	rec, err := s.reg.lookup(name)
 	if err != nil {
@@ -667,7 +667,7 @@ func (s *root) leaseHeld(rec *childRecord) bool {
 	if s.cfg.Elector == nil || !fencedKind(rec.spec.Kind) {
 		return true
 	}
-	if !s.shards.leader || s.fencing != nil {
+	if !s.shards.leader || s.state.standingDown() != nil {
 		return false
 	}
 	if rec.spec.Kind != actors.KindController {

@@ -52,18 +52,16 @@ func (s *root) onShardAcquired(m elector.Acquired) {
 	}
 	if s.shards.sharded() {
 		s.obs.shardsAcquired.Add(1)
-		s.out.emit(supervisor.Event{Type: supervisor.ShardAcquired, Time: s.clock.now(), Phase: s.phase, Shard: i})
+		s.out.emit(supervisor.Event{Type: supervisor.ShardAcquired, Time: s.clock.now(), Phase: s.state.phase(), Shard: i})
 	} else {
-		s.out.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.clock.now(), Phase: s.phase})
+		s.out.emit(supervisor.Event{Type: supervisor.LeaderElected, Time: s.clock.now(), Phase: s.state.phase()})
 	}
-	if s.ending() || s.fencing != nil {
+	if s.ending() || s.state.standingDown() != nil {
 		return // a stand-down in progress resumes the round when it is done
 	}
-	switch s.phase {
+	switch s.state.phase() {
 	case supervisor.PhaseElecting:
-		if s.start != nil {
-			s.start.resume()
-		}
+		s.state.round().resume() // Electing without a stand-down has a round
 	case supervisor.PhaseStarting, supervisor.PhaseRunning:
 		s.startShard(i) // a start round in Recovering picks them up itself
 	}
@@ -119,8 +117,8 @@ func (lvl *level) storesUp() bool {
 // group (at any depth) whose shard was acquired meanwhile (startUnowned).
 func (lvl *level) storeRecovered() {
 	s := lvl.s
-	if lvl.parent == nil || !s.shards.on() || s.shutdown != nil || s.fencing != nil ||
-		(s.phase != supervisor.PhaseStarting && s.phase != supervisor.PhaseRunning) {
+	// Starting and Running own no shutdown and no stand-down.
+	if p := s.state.phase(); lvl.parent == nil || !s.shards.on() || (p != supervisor.PhaseStarting && p != supervisor.PhaseRunning) {
 		return
 	}
 	s.startUnowned(lvl.appendHosted(nil))
@@ -147,7 +145,7 @@ func (s *root) onLeaseReleased() {
 		s.ctx.Stop(s.elector)
 		s.elector = nil
 	}
-	s.shutdown.finishIfStopped()
+	s.state.shutdown().finishIfStopped()
 }
 
 // finishIfStopped finishes a, a shutdown that was waiting for the lease

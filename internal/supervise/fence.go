@@ -83,13 +83,13 @@ func (s *root) lose(i int, cause error, reply any) {
 	if s.shards.sharded() {
 		s.obs.shardsLost.Add(1)
 		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shards.lease(i), cause)
-		s.out.emit(supervisor.Event{Type: supervisor.ShardLost, Time: s.clock.now(), Phase: s.phase, Shard: i, Err: cause})
+		s.out.emit(supervisor.Event{Type: supervisor.ShardLost, Time: s.clock.now(), Phase: s.state.phase(), Shard: i, Err: cause})
 	} else if wasHeld {
-		s.out.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.clock.now(), Phase: s.phase, Err: lease.ErrLost})
+		s.out.emit(supervisor.Event{Type: supervisor.LeaderLost, Time: s.clock.now(), Phase: s.state.phase(), Err: lease.ErrLost})
 	}
 	switch {
 	case s.ending():
-		s.shutdown.lose(i, cause) // not campaigned for again
+		s.state.shutdown().lose(i, cause) // not campaigned for again
 	case s.shards.leader:
 		// Other shards are held: only this one's controllers stop.
 		f, ctx := newFencing(s, cause, s.reg.scope(shardChild(i)), i)
@@ -112,7 +112,6 @@ func (s *root) lose(i int, cause error, reply any) {
 func (f *fencing) begin(ctx context.Context, reply any) {
 	s := f.s
 	if f.shard < 0 {
-		s.fencing = f
 		s.cfg.Logger.Warn("lease lost: fencing", "children", len(f.recs), "timeout", s.cfg.fenceTimeout(), "reelect", s.cfg.Reelect)
 	} else {
 		s.shards.all[f.shard].fencing = f
@@ -157,13 +156,13 @@ func (a *shutdownAttempt) lose(i int, cause error) {
 		return
 	}
 	s := a.s
-	if s.phase != supervisor.PhaseShuttingDown {
+	if s.state.phase() != supervisor.PhaseShuttingDown {
 		return
 	}
 	if !s.shards.sharded() {
 		// It may have been waiting for Released; there is nothing left to release.
 		a.finishIfStopped()
-		if s.phase.Ended() {
+		if s.state.phase().Ended() {
 			return
 		}
 	}
@@ -207,18 +206,18 @@ func (f *fencing) settled(*barrier, error) { f.stopped() }
 func (f *fencing) standDown(ctx context.Context, release *shardRelease) {
 	s := f.s
 	f.release = release
-	s.fencing = f
-	if s.start != nil {
-		s.start = newReelectionRound(s, s.start)
+	round := s.state.round()
+	if round != nil {
+		round = newReelectionRound(s, round)
 	}
+	s.obs.starting.Store(false)
+	s.obs.started.Store(false)
+	s.become(electPhase{start: round, fence: f}, "standing down")
 	s.quiesce(fencedChild)
 	// A group's request still to start fenced children gives them up: the
 	// next round starts them, and a request left owning them would start
 	// them a second time beside it.
 	s.requests.takeOut(fencedChild)
-	s.obs.starting.Store(false)
-	s.obs.started.Store(false)
-	s.become(supervisor.PhaseElecting, "standing down")
 	if f.wait = s.stopAll(f, f.recs, ctx); f.wait == nil {
 		f.stopped()
 	}
@@ -244,14 +243,16 @@ func (f *fencing) stopped() {
 	if f.release != nil {
 		f.release.handOver()
 	}
-	if s.fencing != f || s.ending() {
-		return
+	st, ok := s.state.(electPhase)
+	if !ok || st.fence != f {
+		return // overtaken by a shutdown, or by the stand-down after it
 	}
-	s.fencing = nil
-	if s.start == nil {
-		s.start = newReelectionRound(s, nil)
+	round := st.start
+	if round == nil {
+		round = newReelectionRound(s, nil)
 	}
-	s.start.step()
+	s.become(electPhase{start: round}, "stood down")
+	round.step()
 }
 
 // fenced ends f: its children have stopped.
@@ -276,7 +277,7 @@ func (f *fencing) fenced() {
 // host to exit, the only fence left.
 func (f *fencing) overdue() {
 	s := f.s
-	if f.stage == fenceDone || s.phase.Ended() {
+	if f.stage == fenceDone || s.state.phase().Ended() {
 		return
 	}
 	var stuck []string
@@ -292,11 +293,10 @@ func (f *fencing) overdue() {
 		f.cause, strings.Join(stuck, ", "), s.cfg.fenceTimeout())
 	s.cfg.Logger.Error("lease lost: fencing incomplete, the process must exit", "err", err)
 	f.become(fenceDone)
-	if s.shutdown == nil {
-		s.beginShutdown(err, s.cfg.boundedContext())
-	}
-	s.shutdown.cause = err
-	s.shutdown.finish()
+	s.beginShutdown(err, s.cfg.boundedContext()) // unless ending already
+	a := s.state.shutdown()
+	a.cause = err
+	a.finish()
 }
 
 // fenceTimeout is FenceTimeout, or Timing.ShutdownTimeout without it.

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/actorkube/controllermanager/supervisor"
@@ -41,20 +42,20 @@ func TestPhaseMoves(t *testing.T) {
 		for _, to := range supervisor.Phases() {
 			t.Run(fmt.Sprintf("%s→%s", from, to), func(t *testing.T) {
 				s := phaseRoot(from)
-				move := func() { s.become(to, "test") }
+				move := func() { s.become(stateFor(s, to), "test") }
 				switch {
 				case from == to:
 					require.NotPanics(t, move)
 					assert.Empty(t, s.out.events, "staying in a phase is no move")
 				case isLegal[[2]supervisor.Phase{from, to}]:
 					require.NotPanics(t, move)
-					assert.Equal(t, to, s.phase)
+					assert.Equal(t, to, s.state.phase())
 					assert.Equal(t, to, s.obs.Phase())
 					require.Len(t, s.out.events, 1)
 					assert.Equal(t, supervisor.Event{Type: supervisor.PhaseChanged, Time: s.clock.now(), Phase: to}, s.out.events[0])
 				default:
 					require.PanicsWithValue(t, fmt.Sprintf("supervisor: illegal phase move %s → %s (test)", from, to), move)
-					assert.Equal(t, from, s.phase, "an illegal move leaves the phase")
+					assert.Equal(t, from, s.state.phase(), "an illegal move leaves the phase")
 					assert.Equal(t, from, s.obs.Phase())
 					assert.Empty(t, s.out.events)
 				}
@@ -66,119 +67,185 @@ func TestPhaseMoves(t *testing.T) {
 func phaseRoot(p supervisor.Phase) *root {
 	cfg := Config{}
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, phase: p, clock: msgClock{clock: cfg.Clock}, out: outbox{bus: cfg.Bus, obs: cfg.Observed}}
+	s := &root{cfg: cfg, obs: cfg.Observed, clock: msgClock{clock: cfg.Clock}, out: outbox{bus: cfg.Bus, obs: cfg.Observed}}
+	s.state = stateFor(s, p)
 	s.obs.setPhase(p)
 	return s
 }
 
-// opsRoot is a root in phase p with the operations of o in flight, the
-// start round and the shutdown at the stages given.
-func opsRoot(p supervisor.Phase, o op, start startStage, shutdown shutdownStage) *root {
-	s := phaseRoot(p)
-	if o&opStart != 0 {
-		s.start = &startAttempt{s: s, stage: start}
+// stateFor is a state of phase p holding what p must own: a start round
+// at the phase's first stage, the shutdown at its first.
+func stateFor(s *root, p supervisor.Phase) phaseState {
+	switch p {
+	case supervisor.PhaseIdle:
+		return idlePhase{}
+	case supervisor.PhaseElecting:
+		return electPhase{start: &startAttempt{s: s, stage: startElecting}}
+	case supervisor.PhaseRunning:
+		return runPhase{}
 	}
-	if o&opStandDown != 0 {
-		s.fencing = &fencing{s: s, shard: -1}
+	if slices.Contains(startPhases, p) {
+		return startPhase{at: p, start: &startAttempt{s: s, stage: phaseAllows[p].startStages[0]}}
 	}
-	if o&opShutdown != 0 {
-		s.shutdown = &shutdownAttempt{s: s, stage: shutdown}
-	}
-	if o&opPlans != 0 {
-		s.plans = map[*restartPlan]struct{}{{}: {}}
-	}
-	if o&opRequests != 0 {
-		s.requests = requestSet{{}: {}}
-	}
-	return s
+	return endPhase{at: p, shut: &shutdownAttempt{s: s, stage: phaseAllows[p].shutdownStages[0]}}
 }
 
-// TestPhaseOps checks the table of what each phase allows in flight
-// (phaseOps) against what it means, rule by rule, and against every
-// combination the package's and the root package's tests, the state-space
-// test and its sharded groups were seen to reach (recorded once, before
-// the table was written, by logging the combination after every message).
-func TestPhaseOps(t *testing.T) {
-	const none = op(0)
-	seen := []struct {
-		phase    supervisor.Phase
-		ops      op
-		start    startStage
-		shutdown shutdownStage
+// TestPhaseStates checks that become refuses a state that does not hold
+// what its phase must own, naming what is missing, and leaves the state
+// as it was; and that staying in a phase replaces its operations without
+// a move.
+func TestPhaseStates(t *testing.T) {
+	round := &startAttempt{stage: startElecting}
+	fence := &fencing{shard: -1}
+	refused := []struct {
+		from supervisor.Phase
+		to   phaseState
+		want string
 	}{
-		{supervisor.PhaseIdle, none, 0, 0},
-		{supervisor.PhaseInitializing, opStart, startPreflight, 0},
-		{supervisor.PhaseInitializing, opStart, startWebhooks, 0},
-		{supervisor.PhaseInitializing, opStart | opPlans, startWebhooks, 0},
-		{supervisor.PhaseElecting, opStandDown, 0, 0},
-		{supervisor.PhaseElecting, opStart, startElecting, 0},
-		{supervisor.PhaseElecting, opStart | opStandDown, startElecting, 0},
-		{supervisor.PhaseElecting, opStandDown | opRequests, 0, 0},
-		{supervisor.PhaseElecting, opStart | opRequests, startElecting, 0},
-		{supervisor.PhaseElecting, opStandDown | opPlans, 0, 0},
-		{supervisor.PhaseElecting, opStart | opPlans, startElecting, 0},
-		{supervisor.PhaseRecovering, opStart, startStores, 0},
-		{supervisor.PhaseRecovering, opStart | opPlans, startStores, 0},
-		{supervisor.PhaseStarting, opStart, startControllers, 0},
-		{supervisor.PhaseStarting, opStart | opRequests, startControllers, 0},
-		{supervisor.PhaseStarting, opStart | opPlans, startControllers, 0},
-		{supervisor.PhaseRunning, none, 0, 0},
-		{supervisor.PhaseRunning, opRequests, 0, 0},
-		{supervisor.PhaseRunning, opPlans, 0, 0},
-		{supervisor.PhaseRunning, opPlans | opRequests, 0, 0},
-		{supervisor.PhaseShuttingDown, opShutdown, 0, shutdownStopping},
-		{supervisor.PhaseShuttingDown, opShutdown, 0, shutdownReleasing},
-		{supervisor.PhaseShuttingDown, opShutdown | opStandDown, 0, shutdownStopping},
-		{supervisor.PhaseShuttingDown, opShutdown | opStandDown, 0, shutdownReleasing},
-		{supervisor.PhaseShuttingDown, opShutdown | opRequests, 0, shutdownStopping},
-		{supervisor.PhaseStopped, opShutdown, 0, shutdownDone},
-		{supervisor.PhaseFailed, opShutdown, 0, shutdownDone},
-		{supervisor.PhaseFailed, opShutdown | opStandDown, 0, shutdownDone},
+		{supervisor.PhaseIdle, startPhase{at: supervisor.PhaseInitializing}, "phase Initializing without a start round"},
+		{supervisor.PhaseInitializing, startPhase{at: supervisor.PhaseRecovering}, "phase Recovering without a start round"},
+		{supervisor.PhaseRecovering, startPhase{at: supervisor.PhaseStarting}, "phase Starting without a start round"},
+		{supervisor.PhaseRecovering, startPhase{at: supervisor.PhaseElecting, start: round}, "phase Electing is not a start round's"},
+		{supervisor.PhaseInitializing, electPhase{}, "phase Electing without a start round or a stand-down"},
+		{supervisor.PhaseRunning, electPhase{}, "phase Electing without a start round or a stand-down"},
+		{supervisor.PhaseRunning, endPhase{at: supervisor.PhaseShuttingDown}, "phase ShuttingDown without the shutdown"},
+		{supervisor.PhaseShuttingDown, endPhase{at: supervisor.PhaseStopped, fence: fence}, "phase Stopped without the shutdown"},
+		{supervisor.PhaseShuttingDown, endPhase{at: supervisor.PhaseFailed}, "phase Failed without the shutdown"},
+		{supervisor.PhaseRunning, endPhase{at: supervisor.PhaseRunning, shut: &shutdownAttempt{}}, "phase Running is not a shutdown's"},
 	}
-	for _, c := range seen {
-		t.Run(fmt.Sprintf("seen/%s/%s", c.phase, c.ops), func(t *testing.T) {
-			require.NotPanics(t, opsRoot(c.phase, c.ops, c.start, c.shutdown).checkOps)
+	for _, c := range refused {
+		t.Run(fmt.Sprintf("%s→%T", c.from, c.to), func(t *testing.T) {
+			s := phaseRoot(c.from)
+			before := s.state
+			require.PanicsWithValue(t, fmt.Sprintf("supervisor: %s (test)", c.want), func() { s.become(c.to, "test") })
+			assert.Equal(t, before, s.state, "a refused state leaves the state")
+			assert.Empty(t, s.out.events)
 		})
 	}
 
-	// Nothing but restart plans and requests runs beside Running.
-	for _, o := range []op{opStart, opStandDown, opShutdown} {
-		s := opsRoot(supervisor.PhaseRunning, o|opPlans, startControllers, shutdownStopping)
-		require.PanicsWithValue(t, fmt.Sprintf("supervisor: %s in flight in phase Running", o), s.checkOps)
+	// A stand-down ends: Electing keeps the round it made and drops the
+	// stand-down, without a move.
+	s := phaseRoot(supervisor.PhaseRunning)
+	s.become(electPhase{fence: fence}, "standing down")
+	require.Len(t, s.out.events, 1)
+	assert.Same(t, fence, s.state.standingDown())
+	assert.Nil(t, s.state.round())
+	s.become(electPhase{start: round}, "stood down")
+	require.Len(t, s.out.events, 1, "staying in Electing is no move")
+	assert.Nil(t, s.state.standingDown())
+	assert.Same(t, round, s.state.round())
+	// The shutdown carries the stand-down it overtook to the end.
+	shut := &shutdownAttempt{s: s}
+	s.become(electPhase{start: round, fence: fence}, "standing down again")
+	s.become(endPhase{at: supervisor.PhaseShuttingDown, shut: shut, fence: s.state.standingDown()}, "shutdown")
+	assert.Nil(t, s.state.round(), "a shutdown owns no start round")
+	assert.Same(t, fence, s.state.standingDown())
+	assert.Same(t, shut, s.state.shutdown())
+	assert.True(t, s.ending())
+	// What Idle and Running own: nothing.
+	for _, st := range []phaseState{idlePhase{}, runPhase{}} {
+		assert.Nil(t, st.round())
+		assert.Nil(t, st.standingDown())
+		assert.Nil(t, st.shutdown())
 	}
-	// Electing with nothing to start the replica once elected.
-	for _, o := range []op{none, opPlans, opRequests} {
-		s := opsRoot(supervisor.PhaseElecting, o, 0, 0)
-		require.PanicsWithValue(t, "supervisor: phase Electing without a start round or a stand-down", s.checkOps)
+}
+
+// TestPhaseOps checks what a phase allows beside the operations its state
+// owns (phaseAllows), rule by rule, and against every combination the
+// package's and the root package's tests, the state-space test and its
+// sharded groups were seen to reach (recorded once by logging the
+// combination after every message, when the operations were still
+// pointers beside the phase; the operations the phase now owns by type
+// are given by stateFor or by the case).
+func TestPhaseOps(t *testing.T) {
+	type beside struct{ plans, requests bool }
+	seen := []struct {
+		phase    supervisor.Phase
+		beside   beside
+		start    startStage
+		shutdown shutdownStage
+	}{
+		{supervisor.PhaseIdle, beside{}, 0, 0},
+		{supervisor.PhaseInitializing, beside{}, startPreflight, 0},
+		{supervisor.PhaseInitializing, beside{}, startWebhooks, 0},
+		{supervisor.PhaseInitializing, beside{plans: true}, startWebhooks, 0},
+		{supervisor.PhaseElecting, beside{}, startElecting, 0},
+		{supervisor.PhaseElecting, beside{requests: true}, startElecting, 0},
+		{supervisor.PhaseElecting, beside{plans: true}, startElecting, 0},
+		{supervisor.PhaseRecovering, beside{}, startStores, 0},
+		{supervisor.PhaseRecovering, beside{plans: true}, startStores, 0},
+		{supervisor.PhaseStarting, beside{}, startControllers, 0},
+		{supervisor.PhaseStarting, beside{requests: true}, startControllers, 0},
+		{supervisor.PhaseStarting, beside{plans: true}, startControllers, 0},
+		{supervisor.PhaseRunning, beside{}, 0, 0},
+		{supervisor.PhaseRunning, beside{requests: true}, 0, 0},
+		{supervisor.PhaseRunning, beside{plans: true}, 0, 0},
+		{supervisor.PhaseRunning, beside{plans: true, requests: true}, 0, 0},
+		{supervisor.PhaseShuttingDown, beside{}, 0, shutdownStopping},
+		{supervisor.PhaseShuttingDown, beside{}, 0, shutdownReleasing},
+		{supervisor.PhaseShuttingDown, beside{requests: true}, 0, shutdownStopping},
+		{supervisor.PhaseStopped, beside{}, 0, shutdownDone},
+		{supervisor.PhaseFailed, beside{}, 0, shutdownDone},
+		{supervisor.PhaseFailed, beside{requests: true}, 0, shutdownDone},
 	}
-	// A start round's stage is its phase's.
-	s := opsRoot(supervisor.PhaseRecovering, opStart, startControllers, 0)
-	require.PanicsWithValue(t, "supervisor: a start round at stage controllers in phase Recovering", s.checkOps)
-	s = opsRoot(supervisor.PhaseElecting, opStart, startStores, 0)
-	require.PanicsWithValue(t, "supervisor: a start round at stage stores in phase Electing", s.checkOps)
-	for _, p := range []supervisor.Phase{supervisor.PhaseInitializing, supervisor.PhaseRecovering, supervisor.PhaseStarting} {
-		s := opsRoot(p, opPlans, 0, 0)
-		require.PanicsWithValue(t, fmt.Sprintf("supervisor: phase %s without a start round", p), s.checkOps)
-	}
-	// From ShuttingDown on: the shutdown, at its stage, and no restart
-	// plan or start round.
-	for _, p := range []supervisor.Phase{supervisor.PhaseShuttingDown, supervisor.PhaseStopped, supervisor.PhaseFailed} {
-		s := opsRoot(p, none, 0, 0)
-		require.PanicsWithValue(t, fmt.Sprintf("supervisor: phase %s without the shutdown", p), s.checkOps)
-		for _, o := range []op{opPlans, opStart} {
-			s := opsRoot(p, opShutdown|o, startControllers, shutdownDone)
-			if p == supervisor.PhaseShuttingDown {
-				s.shutdown.stage = shutdownStopping
-			}
-			require.PanicsWithValue(t, fmt.Sprintf("supervisor: %s in flight in phase %s", o, p), s.checkOps)
+	with := func(p supervisor.Phase, b beside, start startStage, shutdown shutdownStage) *root {
+		s := phaseRoot(p)
+		if a := s.state.round(); a != nil {
+			a.stage = start
 		}
+		if a := s.state.shutdown(); a != nil {
+			a.stage = shutdown
+		}
+		if b.plans {
+			s.plans = map[*restartPlan]struct{}{{}: {}}
+		}
+		if b.requests {
+			s.requests = requestSet{{}: {}}
+		}
+		return s
 	}
-	s = opsRoot(supervisor.PhaseStopped, opShutdown, 0, shutdownStopping)
+	for _, c := range seen {
+		t.Run(fmt.Sprintf("seen/%s/%+v", c.phase, c.beside), func(t *testing.T) {
+			require.NotPanics(t, with(c.phase, c.beside, c.start, c.shutdown).checkOps)
+		})
+	}
+	// Electing with only a stand-down (and plans or requests beside it),
+	// and a shutdown that overtook one: seen too.
+	for _, b := range []beside{{}, {plans: true}, {requests: true}} {
+		s := with(supervisor.PhaseElecting, b, 0, 0)
+		s.state = electPhase{fence: &fencing{shard: -1}}
+		require.NotPanics(t, s.checkOps)
+	}
+	for _, st := range []shutdownStage{shutdownStopping, shutdownReleasing} {
+		s := with(supervisor.PhaseShuttingDown, beside{}, 0, st)
+		s.state = endPhase{at: supervisor.PhaseShuttingDown, shut: s.state.shutdown(), fence: &fencing{shard: -1}}
+		require.NotPanics(t, s.checkOps)
+	}
+
+	// A start round's stage is its phase's.
+	s := with(supervisor.PhaseRecovering, beside{}, startControllers, 0)
+	require.PanicsWithValue(t, "supervisor: a start round at stage controllers in phase Recovering", s.checkOps)
+	s = with(supervisor.PhaseElecting, beside{}, startStores, 0)
+	require.PanicsWithValue(t, "supervisor: a start round at stage stores in phase Electing", s.checkOps)
+	s = with(supervisor.PhaseInitializing, beside{}, startElecting, 0)
+	require.PanicsWithValue(t, "supervisor: a start round at stage electing in phase Initializing", s.checkOps)
+	// A start round takes no request before the lease could be held.
+	s = with(supervisor.PhaseInitializing, beside{requests: true}, startWebhooks, 0)
+	require.PanicsWithValue(t, "supervisor: a lifecycle request in flight in phase Initializing", s.checkOps)
+	// From ShuttingDown on: the shutdown at its stage, no restart plan.
+	for _, p := range []supervisor.Phase{supervisor.PhaseShuttingDown, supervisor.PhaseStopped, supervisor.PhaseFailed} {
+		s := with(p, beside{plans: true}, 0, phaseAllows[p].shutdownStages[0])
+		require.PanicsWithValue(t, fmt.Sprintf("supervisor: a restart plan in flight in phase %s", p), s.checkOps)
+	}
+	s = with(supervisor.PhaseStopped, beside{requests: true}, 0, shutdownDone)
+	require.PanicsWithValue(t, "supervisor: a lifecycle request in flight in phase Stopped", s.checkOps)
+	s = with(supervisor.PhaseStopped, beside{}, 0, shutdownStopping)
 	require.PanicsWithValue(t, "supervisor: the shutdown at stage stopping in phase Stopped", s.checkOps)
-	s = opsRoot(supervisor.PhaseShuttingDown, opShutdown, 0, shutdownDone)
+	s = with(supervisor.PhaseShuttingDown, beside{}, 0, shutdownDone)
 	require.PanicsWithValue(t, "supervisor: the shutdown at stage done in phase ShuttingDown", s.checkOps)
 	// Idle has nothing in flight.
-	s = opsRoot(supervisor.PhaseIdle, opPlans, 0, 0)
+	s = with(supervisor.PhaseIdle, beside{plans: true}, 0, 0)
 	require.PanicsWithValue(t, "supervisor: a restart plan in flight in phase Idle", s.checkOps)
-	assert.Equal(t, "a start round, the shutdown", (opStart | opShutdown).String())
+	s = with(supervisor.PhaseIdle, beside{requests: true}, 0, 0)
+	require.PanicsWithValue(t, "supervisor: a lifecycle request in flight in phase Idle", s.checkOps)
 }

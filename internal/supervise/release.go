@@ -73,29 +73,27 @@ func (r *shardRelease) step() {
 			if r.wait = s.stopAll(r, s.reg.scope(shardChild(r.i)), s.cfg.boundedContext()); r.wait != nil {
 				return
 			}
-			switch {
+			switch a := s.state.shutdown(); {
 			case s.shards.all[r.i].release != r || s.shards.holdsOtherThan(r.i):
 				r.handOver()
 				return
-			case s.shutdown != nil && s.shutdown.stage == shutdownStopping:
+			case a != nil && a.stage == shutdownStopping:
 				// The last shard of a shutdown goes once every child has
 				// stopped (releaseLease), as the single lease does; never,
 				// if one does not stop.
 				r.become(releaseAfterShutdown)
-				s.shutdown.lastShard = append(s.shutdown.lastShard, r)
+				a.lastShard = append(a.lastShard, r)
 				return
-			case s.shutdown != nil:
+			case a != nil:
 				r.handOver() // every child has stopped already
 				return
 			}
 		case releaseStores:
-			switch s.phase {
-			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning:
-				if s.shutdown == nil && s.fencing == nil {
-					f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
-					f.standDown(s.cfg.boundedContext(), r)
-					return
-				}
+			switch s.state.phase() {
+			case supervisor.PhaseRecovering, supervisor.PhaseStarting, supervisor.PhaseRunning: // no shutdown, no stand-down
+				f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
+				f.standDown(s.cfg.boundedContext(), r)
+				return
 			}
 			if r.wait = s.stopAll(r, s.reg.scope(fencedChild), s.cfg.boundedContext()); r.wait != nil {
 				return
@@ -136,7 +134,7 @@ func (r *shardRelease) handOver() {
 		s.shards.set(r.i, false)
 		if s.shards.sharded() { // the single lease's hand-over is its release: LeaderLost says nothing of it
 			s.obs.shardsReleased.Add(1)
-			s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.phase, Shard: r.i})
+			s.out.emit(supervisor.Event{Type: supervisor.ShardReleased, Time: s.clock.now(), Phase: s.state.phase(), Shard: r.i})
 		}
 	}
 	s.tellElector(elector.HandedOver{Shard: r.i}) // hand the Lease over

@@ -429,7 +429,7 @@ func (s *root) escalate(rec *childRecord, err error) {
 	e := &supervisor.EscalationError{Child: rec.spec.Name, Kind: rec.spec.Kind, Restarts: len(rec.budget()), Window: rec.lvl.policy.RestartWindow, Err: err}
 	s.cfg.Logger.Error("child escalated: shutting the manager down", "child", rec.spec.Name, "err", e)
 	s.out.emit(supervisor.Event{Type: supervisor.Escalated, Time: s.clock.now(), Child: rec.spec.Name, Kind: string(rec.spec.Kind),
-		Phase: s.phase, Restarts: rec.restarts(), Err: e})
+		Phase: s.state.phase(), Restarts: rec.restarts(), Err: e})
 	s.beginShutdown(e, s.cfg.boundedContext())
 }
 
@@ -459,7 +459,7 @@ func (l *lifetime) end() {
 // supervising reports whether failures are handled: from the start until
 // the shutdown begins.
 func (s *root) supervising() bool {
-	return !s.ending() && s.phase != supervisor.PhaseIdle
+	return !s.ending() && s.state.phase() != supervisor.PhaseIdle
 }
 
 // Restarts on request.

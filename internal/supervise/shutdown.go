@@ -70,11 +70,11 @@ type (
 )
 
 func (s *root) onShutdownManager(m supervisor.ShutdownManager, replyTo *actor.PID) {
-	switch {
-	case s.phase.Ended():
+	switch a := s.state.shutdown(); {
+	case s.state.phase().Ended():
 		s.respond(replyTo, nil, nil)
-	case s.shutdown != nil:
-		s.shutdown.waiters = append(s.shutdown.waiters, replyTo)
+	case a != nil:
+		a.waiters = append(a.waiters, replyTo)
 		s.watchStopping(m.Ctx)
 	default:
 		ctx := m.Ctx
@@ -97,19 +97,19 @@ func (s *root) beginShutdown(cause error, ctx context.Context, waiters ...*actor
 		return
 	}
 	a := &shutdownAttempt{s: s, cause: cause, waiters: waiters}
-	s.shutdown = a
-	if s.start != nil {
+	round := s.state.round()
+	s.obs.ready.Store(false)
+	s.become(endPhase{at: supervisor.PhaseShuttingDown, shut: a, fence: s.state.standingDown()}, "shutdown")
+	if round != nil {
 		err := cause
 		if err == nil {
 			err = fmt.Errorf("%w: %w", supervisor.ErrShutdown, context.Canceled)
 		}
-		s.start.end(err)
+		round.end(err)
 	}
 	s.quiesce(everyChild)
 	s.probe.stop()
 	s.lifetime.end()
-	s.obs.ready.Store(false)
-	s.become(supervisor.PhaseShuttingDown, "shutdown")
 	if cause != nil {
 		ctx = a.bound(ctx)
 	}
@@ -147,7 +147,7 @@ func (a *shutdownAttempt) bound(ctx context.Context) context.Context {
 // onOverdue: the root's shutdown, if any, was bounded (bound) and its
 // time is up: where its Shutdown calls are stuck is found off the mailbox.
 func (a *shutdownAttempt) onOverdue() {
-	if a == nil || a.s.phase.Ended() {
+	if a == nil || a.s.state.phase().Ended() {
 		return
 	}
 	s, watch := a.s, a.watch
@@ -160,7 +160,7 @@ func (a *shutdownAttempt) onOverdue() {
 // the children stuck in Shutdown (stuck, from onOverdue's dump).
 func (a *shutdownAttempt) onReport(stuck []supervisor.Unstopped) {
 	s := a.s
-	if a != s.shutdown || s.phase.Ended() {
+	if a != s.state.shutdown() || s.state.phase().Ended() {
 		return
 	}
 	var active []string
@@ -210,7 +210,7 @@ func (s *root) watchStopping(ctx context.Context) {
 }
 
 func (a *shutdownAttempt) current(b *barrier) bool {
-	return a.s.shutdown == a && a.stage == shutdownStopping && a.wait == b
+	return a.s.state.shutdown() == a && a.stage == shutdownStopping && a.wait == b
 }
 func (a *shutdownAttempt) settled(*barrier, error) { a.releaseLease() }
 
@@ -235,7 +235,7 @@ func (a *shutdownAttempt) releaseLease() {
 // otherwise; then its actors stop.
 func (a *shutdownAttempt) finish() {
 	s := a.s
-	if s.phase.Ended() {
+	if s.state.phase().Ended() {
 		return
 	}
 	cause := a.cause
@@ -244,11 +244,13 @@ func (a *shutdownAttempt) finish() {
 		a.overdue.Stop()
 	}
 	s.shards.dropAll()
+	end := endPhase{at: supervisor.PhaseStopped, shut: a, fence: s.state.standingDown()}
 	if cause != nil {
 		s.cfg.Logger.Error("manager failed", "err", cause)
-		s.become(supervisor.PhaseFailed, "failed")
+		end.at = supervisor.PhaseFailed
+		s.become(end, "failed")
 	} else {
-		s.become(supervisor.PhaseStopped, "shut down")
+		s.become(end, "shut down")
 	}
 	s.out.flushActive() // Observed's active set is final before Done closes
 	final := s.status()

@@ -92,25 +92,12 @@ type (
 )
 
 func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
-	if s.phase != supervisor.PhaseIdle {
+	if p := s.state.phase(); p != supervisor.PhaseIdle {
 		err := supervisor.ErrStartTwice
-		if s.phase.Ended() {
-			err = fmt.Errorf("%w: it has stopped (%s)", supervisor.ErrStartTwice, s.phase)
+		if p.Ended() {
+			err = fmt.Errorf("%w: it has stopped (%s)", supervisor.ErrStartTwice, p)
 		}
 		s.respond(replyTo, nil, err)
-		return
-	}
-	err := m.Err
-	if err == nil {
-		err = validateSpecs(m.Children, nil)
-	}
-	if err == nil {
-		err = s.shards.validate(m.Children)
-	}
-	if err != nil {
-		s.become(supervisor.PhaseInitializing, "start")
-		s.respond(replyTo, nil, err)
-		s.beginShutdown(err, s.cfg.boundedContext())
 		return
 	}
 	base := m.Ctx
@@ -119,15 +106,28 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	}
 	ctx, cancel := context.WithCancel(base)
 	a := &startAttempt{s: s, replyTo: replyTo, ctx: ctx, cancel: cancel, timeout: m.StartTimeout}
-	s.start = a
 	s.startTimeout = m.StartTimeout
+	err := m.Err
+	if err == nil {
+		err = validateSpecs(m.Children, nil)
+	}
+	if err == nil {
+		err = s.shards.validate(m.Children)
+	}
+	if err != nil {
+		// The round fails before its first stage: the shutdown answers
+		// the Start call with err.
+		s.become(startPhase{at: supervisor.PhaseInitializing, start: a}, "start")
+		s.beginShutdown(err, s.cfg.boundedContext())
+		return
+	}
 	context.AfterFunc(ctx, func() { s.self.send(startExpired{attempt: a, err: context.Cause(ctx)}) })
 
 	s.reg.grow(len(m.Children))
 	for _, spec := range m.Children {
 		s.addRecord(spec)
 	}
-	s.become(supervisor.PhaseInitializing, "start")
+	s.become(startPhase{at: supervisor.PhaseInitializing, start: a}, "start")
 	a.step()
 }
 
@@ -166,7 +166,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 
 // preflightDone: the pre-flight (Context.Start) of round a returned err.
 func (a *startAttempt) preflightDone(err error) {
-	if a != a.s.start || a.stage != startPreflight {
+	if a != a.s.state.round() || a.stage != startPreflight {
 		return
 	}
 	if err != nil {
@@ -183,7 +183,7 @@ func (a *startAttempt) preflightDone(err error) {
 // only once the one before it has ended without an error.
 func (a *startAttempt) step() {
 	s := a.s
-	for s.start == a {
+	for s.state.round() == a {
 		switch a.stage {
 		case startPreflight:
 			preflight, ctx := s.cfg.Preflight, a.ctx
@@ -213,18 +213,19 @@ func (a *startAttempt) step() {
 				continue
 			}
 			if s.cfg.Elector != nil {
-				s.become(supervisor.PhaseElecting, "waiting for the lease")
+				fence := s.state.standingDown()
+				s.become(electPhase{start: a, fence: fence}, "waiting for the lease")
 				if s.elector == nil {
 					s.elector = s.ctx.SpawnPrefix(s.cfg.Elector, "elector")
 				}
-				if !s.shards.leader || s.fencing != nil {
+				if !s.shards.leader || fence != nil {
 					return // onShardAcquired, or the stand-down's end, resumes the round
 				}
 			}
 		case startStores:
 			a.bound()
 			s.obs.starting.Store(true)
-			s.become(supervisor.PhaseRecovering, "the lease is held")
+			s.become(startPhase{at: supervisor.PhaseRecovering, start: a}, "the lease is held")
 			if a.wait = s.startAll(a, a.storesAt(), a.bounded); a.wait != nil {
 				return
 			}
@@ -233,7 +234,7 @@ func (a *startAttempt) step() {
 				continue
 			}
 		case startControllers:
-			s.become(supervisor.PhaseStarting, "stores recovered")
+			s.become(startPhase{at: supervisor.PhaseStarting, start: a}, "stores recovered")
 			if a.wait = s.startAll(a, a.toStart(actors.KindController), a.bounded); a.wait != nil {
 				return
 			}
@@ -244,8 +245,7 @@ func (a *startAttempt) step() {
 				s.obs.starting.Store(true)
 			}
 			s.obs.started.Store(true)
-			s.become(supervisor.PhaseRunning, "started")
-			a.become(startDone)
+			s.become(runPhase{}, "started")
 			a.end(nil)
 			s.probe.start()
 			return
@@ -259,7 +259,7 @@ func (a *startAttempt) step() {
 
 // current reports whether the round still waits for b: it is the root's
 // round and b is its stage's barrier.
-func (a *startAttempt) current(b *barrier) bool { return a.s.start == a && a.wait == b }
+func (a *startAttempt) current(b *barrier) bool { return a.s.state.round() == a && a.wait == b }
 
 // settled ends the stage whose children b started: the first error fails
 // the start, else the next stage begins.
@@ -331,12 +331,7 @@ func (ignoreReports) settled(*barrier, error) {}
 // whether ShutdownAndWait, the cancellation or a child's reaction to it
 // reaches the supervisor first.
 func (a *startAttempt) expired(err error) {
-	s := a.s
-	if a != s.start {
-		return
-	}
-	switch s.phase {
-	case supervisor.PhaseInitializing, supervisor.PhaseElecting, supervisor.PhaseRecovering, supervisor.PhaseStarting:
+	if a == a.s.state.round() {
 		a.fail(err)
 	}
 }
@@ -384,16 +379,15 @@ func (a *startAttempt) abandon() (replyTo *actor.PID, ctx context.Context, cance
 	return a.replyTo, a.ctx, a.cancel
 }
 
-// end answers the Start request of round a, the root's, and releases its
-// contexts.
+// end ends round a, unless it has ended (or was abandoned) already: it
+// answers the Start request and releases its contexts. What the phase
+// becomes is its caller's: Running, or the shutdown's.
 func (a *startAttempt) end(err error) {
-	s := a.s
-	if a != s.start {
+	if a.stage == startDone {
 		return
 	}
-	s.start = nil
 	a.become(startDone)
-	s.respond(a.replyTo, nil, err)
+	a.s.respond(a.replyTo, nil, err)
 	if a.cancelBounded != nil {
 		a.cancelBounded()
 	}

@@ -33,7 +33,7 @@ type Handle struct {
 // top-level actor of system, named name.
 func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) {
 	cfg.fill()
-	s := &root{cfg: cfg, obs: cfg.Observed, phase: supervisor.PhaseIdle, out: outbox{bus: cfg.Bus, obs: cfg.Observed},
+	s := &root{cfg: cfg, obs: cfg.Observed, state: idlePhase{}, out: outbox{bus: cfg.Bus, obs: cfg.Observed},
 		tree:  &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true},
 		clock: msgClock{clock: cfg.Clock}, self: &mailbox{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
@@ -59,15 +59,13 @@ type root struct {
 	ctx  actor.Context // the context of the message being handled
 	self *mailbox      // its address, from any goroutine
 
-	phase supervisor.Phase
-	tree  *level   // the root's level: its children, its strategy and budget
-	reg   registry // every record, by path; the hosted children in the order added
+	state phaseState // the phase and the operations it owns: made only by become
+	tree  *level     // the root's level: its children, its strategy and budget
+	reg   registry   // every record, by path; the hosted children in the order added
 
 	out outbox // what the message being handled publishes once handled
 
-	start        *startAttempt
-	startTimeout time.Duration // bounds every start call, restarts included
-	shutdown     *shutdownAttempt
+	startTimeout time.Duration             // bounds every start call, restarts included
 	plans        map[*restartPlan]struct{} // in flight, in every level
 	requests     requestSet                // lifecycle requests in flight (RestartChild, StartChild, AddChild)
 	probe        prober
@@ -79,10 +77,6 @@ type root struct {
 
 	elector *actor.PID
 	shards  shardTable // what this replica holds of the lease (the single lease is shard 0)
-	// fencing is the stop, replica-wide, of every controller and store in
-	// progress: after the lease (the last shard held) was lost, or once the
-	// last shard was handed over.
-	fencing *fencing
 
 	terminated bool
 
@@ -155,7 +149,7 @@ func (s *root) Receive(ctx actor.Context) {
 	case fenceOverdue:
 		m.f.overdue()
 	case shutdownOverdue:
-		s.shutdown.onOverdue()
+		s.state.shutdown().onOverdue()
 	case shutdownReport:
 		m.attempt.onReport(m.stuck)
 
@@ -292,7 +286,7 @@ func (s *root) status() supervisor.Status {
 	if final, ok := s.obs.Final(); ok {
 		return final
 	}
-	st := supervisor.Status{Phase: s.phase, Leader: s.shards.leader, Identity: s.cfg.Identity, LeaderIdentity: s.shards.holder}
+	st := supervisor.Status{Phase: s.state.phase(), Leader: s.shards.leader, Identity: s.cfg.Identity, LeaderIdentity: s.shards.holder}
 	st.Shards = s.shards.status(s.reg.children)
 	st.Children = s.tree.status(s.clock.now())
 	return st
@@ -307,7 +301,7 @@ var stopCrashedChild = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directiv
 // not stop it: that is a crash of its Receive, and the manager cannot
 // supervise that child any more, so it fails.
 func (s *root) onTerminated(m *actor.Terminated) {
-	if s.phase.Ended() {
+	if s.state.phase().Ended() {
 		return // the tree is being torn down
 	}
 	for _, rec := range s.reg.children {
