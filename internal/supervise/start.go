@@ -74,6 +74,9 @@ type startAttempt struct {
 	// bounded is ctx with the start timeout, from Recovering on.
 	bounded       context.Context
 	cancelBounded context.CancelFunc
+	// stopped is the answer of a round its caller's context ended (fail),
+	// given by the shutdown that ends it in place of the shutdown's own.
+	stopped error
 }
 
 // The supervisor's own messages for starting.
@@ -344,7 +347,7 @@ func (a *startAttempt) expired(err error) {
 func (a *startAttempt) fail(err error) {
 	s := a.s
 	if a.ctx.Err() != nil {
-		a.end(fmt.Errorf("start ended by its caller's context: %w", err))
+		a.stopped = fmt.Errorf("start ended by its caller's context: %w", err)
 		s.beginShutdown(nil, s.cfg.boundedContext())
 		return
 	}
@@ -380,11 +383,16 @@ func (a *startAttempt) abandon() (replyTo *actor.PID, ctx context.Context, cance
 }
 
 // end ends round a, unless it has ended (or was abandoned) already: it
-// answers the Start request and releases its contexts. What the phase
-// becomes is its caller's: Running, or the shutdown's.
+// answers the Start request (with err, or why its caller stopped it) and
+// releases its contexts. What the phase becomes is its caller's, which
+// moves it first, so that a Start call answered reads its outcome in the
+// phase: Running, or the shutdown's.
 func (a *startAttempt) end(err error) {
 	if a.stage == startDone {
 		return
+	}
+	if a.stopped != nil {
+		err = a.stopped
 	}
 	a.become(startDone)
 	a.s.respond(a.replyTo, nil, err)
