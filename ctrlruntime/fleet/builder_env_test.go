@@ -2,8 +2,10 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,10 +68,22 @@ func TestEnvFleetBuilderOwnsWatchesAndPredicates(t *testing.T) {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
+	var notMetadata atomic.Value // the type WatchesMetadata's handler got, if not metadata only
+	metaToConfigMap := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if _, ok := o.(*metav1.PartialObjectMetadata); !ok {
+			notMetadata.Store(fmt.Sprintf("%T", o))
+		}
+		name, ok := strings.CutPrefix(o.GetName(), "rq-")
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
 	require.NoError(t, fleet.ControllerManagedBy(mgr).Named("builder").
 		For(&corev1.ConfigMap{}, fleet.WithPredicates(labelled)).
 		Owns(&corev1.Secret{}).
 		Watches(&corev1.ServiceAccount{}, toConfigMap).
+		WatchesMetadata(&corev1.ResourceQuota{}, metaToConfigMap).
 		WithEventFilter(inNS).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 2, RecoverPanic: ptr.To(true)}).
 		Complete(got))
@@ -107,8 +121,14 @@ func TestEnvFleetBuilderOwnsWatchesAndPredicates(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sa-cm1"}}))
 	require.Eventually(t, func() bool { return got.count("a/"+ns+"/cm1") == 3 }, waitFor, 20*time.Millisecond, "Watches: a/cm1 reconciled again")
 
+	// WatchesMetadata: a ResourceQuota "rq-cm1" maps to cm1, its handler
+	// given the metadata only.
+	require.NoError(t, cl.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rq-cm1"}}))
+	require.Eventually(t, func() bool { return got.count("a/"+ns+"/cm1") == 4 }, waitFor, 20*time.Millisecond, "WatchesMetadata: a/cm1 reconciled again")
+	require.Nil(t, notMetadata.Load(), "WatchesMetadata's handler got whole objects")
+
 	require.Zero(t, got.count("a/"+ns+"/plain"), "For's predicate filtered the unlabelled ConfigMap")
 	got.mu.Lock()
 	defer got.mu.Unlock()
-	require.Equal(t, map[string]int{"a/" + ns + "/cm1": 3}, got.got, "nothing else: the other namespace's cm1 was filtered by WithEventFilter")
+	require.Equal(t, map[string]int{"a/" + ns + "/cm1": 4}, got.got, "nothing else: the other namespace's cm1 was filtered by WithEventFilter")
 }

@@ -20,6 +20,10 @@ func TestBuilderRefusesWhatCannotRun(t *testing.T) {
 	require.ErrorContains(t, err, "reconciler is nil")
 	require.ErrorContains(t, fleet.ControllerManagedBy(nil).For(&corev1.Secret{}).Complete(fleet.Func(nop)), "manager is nil")
 
+	err = fleet.ControllerManagedBy(mgr).For(&corev1.Pod{}).Watches(nil, nil).WatchesMetadata(&corev1.Secret{}, nil).Complete(fleet.Func(nop))
+	require.ErrorContains(t, err, "Watches <nil>: object and handler must not be nil")
+	require.ErrorContains(t, err, "WatchesMetadata *v1.Secret: object and handler must not be nil")
+
 	require.NoError(t, fleet.ControllerManagedBy(mgr).For(&corev1.Secret{}).Complete(fleet.Func(nop)))
 	require.ErrorContains(t, fleet.ControllerManagedBy(mgr).Named("secret").For(&corev1.ConfigMap{}).Complete(fleet.Func(nop)),
 		`a reconciler named "secret" is already registered`, "the default name is the For type's, lower case")

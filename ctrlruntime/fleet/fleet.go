@@ -9,7 +9,8 @@
 // children of that cluster's group: a store "cluster", a controller-runtime
 // cluster.Cluster (cache, client, recorder, field indexer) built from the
 // Cluster's guarded Config and started with the informers of every kind a
-// reconciler is For, synced before the group's controllers run; then one
+// reconciler watches (For, Owns, Watches; metadata only for
+// WatchesMetadata), synced before the group's controllers run; then one
 // controller per reconciler. A member going Offline stops its group, and so
 // that cluster's informers and reconcilers only.
 package fleet
@@ -21,7 +22,6 @@ import (
 	"sync"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -105,7 +105,7 @@ func (m *Manager) Build(c cm.Cluster) []cm.Runnable {
 		m.mu.Unlock()
 	}()
 	for _, s := range specs {
-		mb.warm = append(mb.warm, s.objects()...)
+		mb.warm = append(mb.warm, s.kinds()...)
 	}
 	children := []cm.Runnable{cm.StoreChild(&clusterStore{m: mb})}
 	for _, s := range specs {
@@ -137,7 +137,7 @@ type member struct {
 	name   string
 	config func() *rest.Config
 	opts   []cluster.Option
-	warm   []client.Object
+	warm   []watchSpec
 
 	mu sync.Mutex
 	cl cluster.Cluster

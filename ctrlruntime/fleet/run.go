@@ -9,8 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -88,9 +91,13 @@ func (s *clusterStore) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet: cluster %q: %w", s.m.name, err)
 	}
-	for _, obj := range s.m.warm {
-		if _, err := cl.GetCache().GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("fleet: cluster %q: informer for %T: %w", s.m.name, obj, err)
+	for _, w := range s.m.warm {
+		obj, err := w.object(cl.GetScheme())
+		if err == nil {
+			_, err = cl.GetCache().GetInformer(ctx, obj)
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: cluster %q: informer for %s: %w", s.m.name, w, err)
 		}
 	}
 	abandon := s.bg.start(ctx, cl.Start, func(err error) error {
@@ -144,8 +151,12 @@ func (c *controller) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
 	}
 	for _, w := range c.spec.watches(cl) {
-		if err := ctrl.Watch(source.Kind(cl.GetCache(), w.obj, w.handler, w.preds...)); err != nil {
-			return fmt.Errorf("fleet: reconciler %q on cluster %q: watch %T: %w", c.spec.name, name, w.obj, err)
+		obj, err := w.object(cl.GetScheme())
+		if err == nil {
+			err = ctrl.Watch(source.Kind(cl.GetCache(), obj, w.handler, w.preds...))
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: reconciler %q on cluster %q: watch %s: %w", c.spec.name, name, w, err)
 		}
 	}
 	c.failed.Store(nil)
@@ -180,11 +191,39 @@ type controllerSpec struct {
 	options       crcontroller.Options
 }
 
-// watchSpec is one Owns or Watches.
+// watchSpec is one For, Owns, Watches or WatchesMetadata.
 type watchSpec struct {
 	obj     client.Object
 	handler handler.EventHandler
 	preds   []predicate.Predicate
+	// metadata: WatchesMetadata's, whose informer and events hold the
+	// kind's metadata only (object).
+	metadata bool
+}
+
+// object is what w's informer holds: its object, or, for WatchesMetadata,
+// a metav1.PartialObjectMetadata of its kind as scheme names it, as
+// controller-runtime's builder projects it.
+func (w watchSpec) object(scheme *runtime.Scheme) (client.Object, error) {
+	if !w.metadata {
+		return w.obj, nil
+	}
+	gvk, err := apiutil.GVKForObject(w.obj, scheme)
+	if err != nil {
+		return nil, err
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(gvk)
+	return meta, nil
+}
+
+// String names w's kind for errors: "*v1.Secret", or "metadata of
+// *v1.Secret".
+func (w watchSpec) String() string {
+	if w.metadata {
+		return fmt.Sprintf("metadata of %T", w.obj)
+	}
+	return fmt.Sprintf("%T", w.obj)
 }
 
 // watches are the spec's watches on cluster cl: For, then each Owns and
@@ -200,17 +239,18 @@ func (s *controllerSpec) watches(cl cluster.Cluster) []watchSpec {
 		out = append(out, watchSpec{obj: o.obj, handler: h, preds: preds(o.preds)})
 	}
 	for _, w := range s.watched {
-		out = append(out, watchSpec{obj: w.obj, handler: w.handler, preds: preds(w.preds)})
+		out = append(out, watchSpec{obj: w.obj, handler: w.handler, preds: preds(w.preds), metadata: w.metadata})
 	}
 	return out
 }
 
-// objects are the kinds the spec watches, whose informers a member's cache
-// starts and syncs before its reconcilers run.
-func (s *controllerSpec) objects() []client.Object {
-	out := []client.Object{s.forObj}
+// kinds are the kinds the spec watches (metadata only for
+// WatchesMetadata), whose informers a member's cache starts and syncs
+// before its reconcilers run.
+func (s *controllerSpec) kinds() []watchSpec {
+	out := []watchSpec{{obj: s.forObj}}
 	for _, w := range append(append([]watchSpec(nil), s.owns...), s.watched...) {
-		out = append(out, w.obj)
+		out = append(out, watchSpec{obj: w.obj, metadata: w.metadata})
 	}
 	return out
 }
@@ -284,19 +324,35 @@ func (b *Builder) Owns(obj client.Object, opts ...Option) *Builder {
 // to requests (handler.EnqueueRequestsFromMapFunc, say); the reconciler
 // gets them with the cluster's name.
 func (b *Builder) Watches(obj client.Object, h handler.EventHandler, opts ...Option) *Builder {
-	w := watchSpec{obj: obj, handler: h}
+	return b.watch("Watches", watchSpec{obj: obj, handler: h}, opts)
+}
+
+// WatchesMetadata is Watches of obj's metadata only, as
+// controller-runtime's builder's WatchesMetadata: each member's cache
+// holds a metav1.PartialObjectMetadata informer of obj's kind (named by
+// the cluster's scheme), and h and the predicates get
+// *metav1.PartialObjectMetadata objects. A kind the cluster's scheme does
+// not know fails the start of that cluster's cache (its store "cluster"),
+// the error naming the kind, and the cluster with it.
+func (b *Builder) WatchesMetadata(obj client.Object, h handler.EventHandler, opts ...Option) *Builder {
+	return b.watch("WatchesMetadata", watchSpec{obj: obj, handler: h, metadata: true}, opts)
+}
+
+// watch records w, a Watches or WatchesMetadata (call, for its error),
+// with its options.
+func (b *Builder) watch(call string, w watchSpec, opts []Option) *Builder {
 	for _, o := range opts {
 		o.apply(&w)
 	}
-	if obj == nil || h == nil {
-		b.errs = append(b.errs, fmt.Errorf("Watches %T: object and handler must not be nil", obj))
+	if w.obj == nil || w.handler == nil {
+		b.errs = append(b.errs, fmt.Errorf("%s %T: object and handler must not be nil", call, w.obj))
 	}
 	b.watched = append(b.watched, w)
 	return b
 }
 
-// WithEventFilter filters the events of every watch (For, Owns, Watches),
-// as controller-runtime's builder's does.
+// WithEventFilter filters the events of every watch (For, Owns, Watches,
+// WatchesMetadata), as controller-runtime's builder's does.
 func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
 	b.filters = append(b.filters, p)
 	return b
