@@ -447,6 +447,31 @@ func TestStateSpaceRegressions(t *testing.T) {
 			},
 		},
 	}, {
+		// Found by TestStateSpace with Lease edits (seed
+		// 1796459451043488467: failure-unresolved): a RestForOne plan stops
+		// the controller that failed and the group after it, whose
+		// controller hangs in Shutdown; a RemoveChild of that controller
+		// takes it out of the plan. The plan still waited for its stop, and
+		// its overdue check, which looks only at the children still in it,
+		// never fired: the failed controller stayed Stopped, never
+		// restarted, for as long as the removed one's Shutdown hung.
+		only: []ss.Invariant{ss.FailureUnresolved},
+		scenario: ss.Scenario{
+			Name: "removal-of-a-hung-child-holds-its-plan-back", Strategy: cm.OneForOne, Controllers: 2,
+			Groups: []ss.Group{
+				{Path: "g1", Strategy: cm.RestForOne, MaxRestarts: 3, Children: []string{"ctrl-1", "g2"}},
+				{Path: "g1/g2", Children: []string{"ctrl-0"}},
+			},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/g2/ctrl-0", Knobs: ss.Knobs{ShutdownHangs: true}},
+				{Do: ss.DoFail, Child: "g1/ctrl-1"},
+				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoRemove, Child: "g1/g2/ctrl-0"},
+				{Do: ss.DoWait, Dur: 4 * time.Second}, // past the failure's due: backoff, ShutdownTimeout and the slack
+			},
+		},
+	}, {
 		// Found by TestStateSpace on trees (seed 1796180934266180959:
 		// books): a group stopped by ExhaustedStop before its controller
 		// ever ran (a webhook's crash loop on a standby); StartChild then

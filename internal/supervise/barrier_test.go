@@ -87,3 +87,41 @@ func TestEveryBarrierWaitingOnAChildIsSettledByItsReport(t *testing.T) {
 func TestAnEmptyBarrierIsNotPending(t *testing.T) {
 	assert.Nil(t, (&barrier{owner: &recordingOwner{}}).pending())
 }
+
+// A barrier that drops a child (taken out of its owner) counts it as
+// reported, without an error, and no longer waits for it; the other
+// barriers waiting for the child still do, and its report settles them
+// alone.
+func TestADroppedChildIsNoLongerWaitedFor(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first bool // the dropping barrier waited first (the record's own), else second (in its history)
+	}{{"the record's barrier", true}, {"a barrier in its history", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, other := &childRecord{}, &childRecord{}
+			plan, removal := &recordingOwner{}, &recordingOwner{}
+			plan.wait, removal.wait = &barrier{owner: plan}, &barrier{owner: removal}
+			if tc.first {
+				plan.wait.add(rec)
+				removal.wait.add(rec)
+			} else {
+				removal.wait.add(rec)
+				plan.wait.add(rec)
+			}
+			plan.wait.add(other)
+			bar := plan.wait
+
+			assert.True(t, bar.drop(rec))
+			assert.Empty(t, plan.told, "the other child is still waited for")
+			assert.False(t, bar.drop(rec), "dropped once")
+			settleChild(other, nil, false)
+			assert.Equal(t, []error{nil}, plan.told, "settled by the child it still waited for")
+
+			settleChild(rec, errBoom, false)
+			assert.Equal(t, []error{nil}, plan.told, "the dropped child's report does not reach it")
+			assert.Equal(t, []error{errBoom}, removal.told, "the other barrier still gets it")
+			assert.Nil(t, rec.wait)
+		})
+	}
+	assert.False(t, (&barrier{owner: &recordingOwner{}}).drop(&childRecord{}), "a child it never waited for")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -267,6 +268,26 @@ func (b *barrier) settle(err error) {
 		b.done = true
 		b.owner.settled(b, b.err)
 	}
+}
+
+// drop stops b waiting for rec, as if rec had reported without an error:
+// b's owner no longer wants rec's report (quiesce took rec out of it).
+// Other barriers waiting for rec still do. It reports whether b was
+// waiting for rec.
+func (b *barrier) drop(rec *childRecord) bool {
+	switch x := rec.x; {
+	case rec.wait == b:
+		rec.wait = nil
+		if x != nil && len(x.waits) > 0 {
+			rec.wait, x.waits = x.waits[0], x.waits[1:]
+		}
+	case x != nil && slices.Contains(x.waits, b):
+		x.waits = slices.DeleteFunc(x.waits, func(w *barrier) bool { return w == b })
+	default:
+		return false
+	}
+	b.settle(nil)
+	return true
 }
 
 // pending returns b, or nil when it waits for nobody (every child it was
@@ -699,22 +720,30 @@ func fencedChild(rec *childRecord) bool { return fencedKind(rec.spec.Kind) }
 // and puts those backing off in StateStopped, so that nothing restarts them.
 // A plan left with no child to restart is cancelled; a plan that also
 // restarts children outside the scope (AllForOne after a webhook failed,
-// say) goes on for those alone.
+// say) goes on for those alone, without waiting for the stop of those
+// taken out (letGo): whoever took them out stops them.
 func (s *root) quiesce(touches func(*childRecord) bool) {
+	var out []*childRecord
 	for plan := range s.plans {
 		rest := 0
+		out = out[:0]
 		for _, r := range plan.recs {
 			if r.plan != plan {
 				continue // restarted already, or taken out before
 			}
 			if touches(r) {
 				r.plan = nil
+				out = append(out, r)
 				continue
 			}
 			rest++
 		}
 		if rest == 0 {
 			plan.cancel()
+			continue
+		}
+		for _, r := range out {
+			plan.letGo(r)
 		}
 	}
 	for _, rec := range s.reg.children {

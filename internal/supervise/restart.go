@@ -229,6 +229,19 @@ func (p *restartPlan) shutdownOverdue() {
 	}
 }
 
+// letGo: r, one of p's children, was taken out of p (quiesce) by what
+// stops it now (a StopChild or RemoveChild, a lost lease or shard). If p
+// is still stopping its children it no longer waits for r's stop: p will
+// not start r again, and a Shutdown of r that hangs is for what took r
+// out to answer (a RemoveChild's caller, a fencing's timeout), not a
+// reason to hold p's other children back: p's overdue check looks only at
+// its own children, and p would wait for as long as r's Shutdown hangs.
+func (p *restartPlan) letGo(r *childRecord) {
+	if p.stage == planStopping && p.wait != nil {
+		p.wait.drop(r)
+	}
+}
+
 // cancel ends the plan where it stands: done, its timers stopped, out of
 // the plans in flight.
 func (p *restartPlan) cancel() {
