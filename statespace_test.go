@@ -472,6 +472,21 @@ func TestStateSpaceRegressions(t *testing.T) {
 			},
 		},
 	}, {
+		// The same through StopChild, and an AllForOne plan of one group.
+		only: []ss.Invariant{ss.FailureUnresolved},
+		scenario: ss.Scenario{
+			Name: "stop-of-a-hung-child-holds-its-all-for-one-plan-back", Strategy: cm.OneForOne, Controllers: 2,
+			Groups: []ss.Group{{Path: "g1", Strategy: cm.AllForOne, MaxRestarts: 3, Children: []string{"ctrl-1", "ctrl-0"}}},
+			Steps: []ss.Step{
+				{Do: ss.DoStart},
+				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownHangs: true}},
+				{Do: ss.DoFail, Child: "g1/ctrl-1"},
+				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
+				{Do: ss.DoStop, Child: "g1/ctrl-0"},
+				{Do: ss.DoWait, Dur: 4 * time.Second},
+			},
+		},
+	}, {
 		// Found by TestStateSpace on trees (seed 1796180934266180959:
 		// books): a group stopped by ExhaustedStop before its controller
 		// ever ran (a webhook's crash loop on a standby); StartChild then
