@@ -462,14 +462,7 @@ func TestStateSpaceRegressions(t *testing.T) {
 				{Path: "g1", Strategy: cm.RestForOne, MaxRestarts: 3, Children: []string{"ctrl-1", "g2"}},
 				{Path: "g1/g2", Children: []string{"ctrl-0"}},
 			},
-			Steps: []ss.Step{
-				{Do: ss.DoStart},
-				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/g2/ctrl-0", Knobs: ss.Knobs{ShutdownHangs: true}},
-				{Do: ss.DoFail, Child: "g1/ctrl-1"},
-				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
-				{Do: ss.DoRemove, Child: "g1/g2/ctrl-0"},
-				{Do: ss.DoWait, Dur: 4 * time.Second}, // past the failure's due: backoff, ShutdownTimeout and the slack
-			},
+			Steps: hungChildTakenOutOfAPlan("g1/g2/ctrl-0", ss.DoRemove),
 		},
 	}, {
 		// The same through StopChild, and an AllForOne plan of one group.
@@ -477,14 +470,7 @@ func TestStateSpaceRegressions(t *testing.T) {
 		scenario: ss.Scenario{
 			Name: "stop-of-a-hung-child-holds-its-all-for-one-plan-back", Strategy: cm.OneForOne, Controllers: 2,
 			Groups: []ss.Group{{Path: "g1", Strategy: cm.AllForOne, MaxRestarts: 3, Children: []string{"ctrl-1", "ctrl-0"}}},
-			Steps: []ss.Step{
-				{Do: ss.DoStart},
-				{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: "g1/ctrl-0", Knobs: ss.Knobs{ShutdownHangs: true}},
-				{Do: ss.DoFail, Child: "g1/ctrl-1"},
-				{Do: ss.DoWait, Dur: 50 * time.Millisecond},
-				{Do: ss.DoStop, Child: "g1/ctrl-0"},
-				{Do: ss.DoWait, Dur: 4 * time.Second},
-			},
+			Steps:  hungChildTakenOutOfAPlan("g1/ctrl-0", ss.DoStop),
 		},
 	}, {
 		// Found by TestStateSpace on trees (seed 1796180934266180959:
@@ -554,5 +540,21 @@ func TestStateSpaceRegressions(t *testing.T) {
 				t.Logf("%d steps in %s, no invariant broken", res.Steps, res.Took.Round(time.Millisecond))
 			}
 		})
+	}
+}
+
+// hungChildTakenOutOfAPlan is the steps of the regression cases of a plan
+// that waited for a child taken out of it: hung's Shutdown hangs, g1/ctrl-1
+// fails (its plan stops hung too), and take (StopChild or RemoveChild) takes
+// hung out of the plan; then a wait past the failure's due (backoff,
+// ShutdownTimeout and the slack), by which g1/ctrl-1 must have restarted.
+func hungChildTakenOutOfAPlan(hung string, take ss.Action) []ss.Step {
+	return []ss.Step{
+		{Do: ss.DoStart},
+		{At: cm.PhaseRunning, Do: ss.DoKnobs, Child: hung, Knobs: ss.Knobs{ShutdownHangs: true}},
+		{Do: ss.DoFail, Child: "g1/ctrl-1"},
+		{Do: ss.DoWait, Dur: 50 * time.Millisecond},
+		{Do: take, Child: hung},
+		{Do: ss.DoWait, Dur: 4 * time.Second},
 	}
 }

@@ -648,11 +648,11 @@ func (s *root) respond(to *actor.PID, value any, err error) {
 // the child it names: what names the request ("restart of child \"jobs\""),
 // act what it does ("restart"), for the errors.
 func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
-	if s.state.phase() != supervisor.PhaseRunning {
-		if s.state.phase().Ended() {
+	if p := s.state.phase(); p != supervisor.PhaseRunning {
+		if p.Ended() {
 			return nil, fmt.Errorf("%s: %w", what, supervisor.ErrStopped)
 		}
-		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, s.state.phase())
+		return nil, fmt.Errorf("%s: %w (phase %s)", what, supervisor.ErrNotRunning, p)
 	}
 	rec, err := s.reg.lookup(name)
 	if err != nil {

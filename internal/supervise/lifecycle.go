@@ -106,8 +106,8 @@ func (r *stopRequest) stopped() {
 }
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
-	if s.state.phase() != supervisor.PhaseRunning {
-		s.respond(replyTo, nil, fmt.Errorf("AddChild: %w (phase %s)", supervisor.ErrNotRunning, s.state.phase()))
+	if p := s.state.phase(); p != supervisor.PhaseRunning {
+		s.respond(replyTo, nil, fmt.Errorf("AddChild: %w (phase %s)", supervisor.ErrNotRunning, p))
 		return
 	}
 	// Naming may call user code (Name, GetHealth): do it off the mailbox.
@@ -186,8 +186,8 @@ type childNamed struct {
 
 func (s *root) onChildNamed(m childNamed) {
 	err := m.err
-	if err == nil && s.state.phase() != supervisor.PhaseRunning {
-		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, s.state.phase())
+	if p := s.state.phase(); err == nil && p != supervisor.PhaseRunning {
+		err = fmt.Errorf("%w (phase %s)", supervisor.ErrNotRunning, p)
 	}
 	if err == nil && m.parent != "" {
 		if g := s.reg.groupNamed(m.parent); g == nil {
