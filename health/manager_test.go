@@ -146,15 +146,31 @@ func TestManagerHungController(t *testing.T) {
 	start(t, m)
 	srv := serve(t, health.NewHandler(m)) // the timeout is the manager's HealthTimeout
 
-	for range 3 {
+	// The manager names the hung controller once its HealthTimeout has
+	// passed; the handler waits a margin (50ms here) past it for that
+	// answer, then says only that the manager did not answer. On a loaded
+	// machine the manager's answer can miss the margin: that answer is
+	// accepted too (it is as unhealthy), and the manager's own is asked for
+	// again, until three have come.
+	want := lines("[+]phase ok", "[+]controller/jobs ok", "[-]controller/cron failed: no health answer within 200ms", "healthz check failed")
+	late := lines("[+]phase ok", "[-]controllers failed: no answer from GetHealth within 250ms", "healthz check failed")
+	named := 0
+	for try := 0; named < 3 && try < 30; try++ {
 		have := get(t, srv, "/healthz?verbose")
-		want := lines("[+]phase ok", "[+]controller/jobs ok", "[-]controller/cron failed: no health answer within 200ms", "healthz check failed")
-		if have.code != 500 || have.body != want {
+		switch {
+		case have.code == 500 && have.body == want:
+			named++
+		case have.code == 500 && have.body == late:
+			t.Logf("the manager's answer missed the handler's margin (a loaded machine): %q", have.body)
+		default:
 			t.Errorf("want 500 %q\nhave %d %q", want, have.code, have.body)
 		}
 		if limit := healthTimeout + 50*time.Millisecond + slack; have.elapsed > limit {
 			t.Errorf("answered in %s, want within %s", have.elapsed, limit)
 		}
+	}
+	if named < 3 {
+		t.Errorf("the manager named the hung controller in %d answers, want 3", named)
 	}
 	if have := get(t, srv, "/readyz"); have.code != 200 {
 		t.Errorf("a hung controller does not make the manager unready: have %d %q", have.code, have.body)
