@@ -255,7 +255,12 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	m.mu.Lock()
 	m.controllers = controllers
 	m.mu.Unlock()
-	_, err := m.ask(ctx, msg)
+	// The supervisor answers once the start has ended, and a start whose
+	// context ends ends at once (ErrStartAbandoned, as soon as its shutdown
+	// has begun): Start waits for that answer rather than returning on ctx,
+	// so that GetReadiness, Status and Err agree with its error as soon as
+	// it returns. The facade still returns should the manager's actors stop.
+	_, err := m.ask(context.WithoutCancel(ctx), msg)
 	return startError(ctx, err)
 }
 
@@ -265,7 +270,7 @@ func startError(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case ctx.Err() != nil && (errors.Is(err, supervise.ErrStartAbandoned) || errors.Is(err, ctx.Err())):
 		if cause := context.Cause(ctx); cause != ctx.Err() {
 			return fmt.Errorf("controllermanager: start abandoned, its context ended: %w: %w", ctx.Err(), cause)
 		}
@@ -643,7 +648,11 @@ func (m *ControllerManager) AddStore(stores ...Store) {
 // Any failure returns an error that wraps its cause (errors.Is sees a
 // controller's error, context.DeadlineExceeded after startTimeout, the
 // caller's context error). A failed Start shuts down what it had started
-// and the manager ends in PhaseFailed; ShutdownAndWait waits for that.
+// and the manager ends in PhaseFailed; ShutdownAndWait waits for that. A
+// Start whose context ends is the caller asking to stop: the manager shuts
+// down and ends in PhaseStopped. Start returns once that shutdown has
+// begun (not once it has ended), so what the manager reports from then on
+// (GetReadiness, Status) agrees with its error.
 func (m *ControllerManager) Start(ctx context.Context, startTimeout time.Duration) error {
 	return m.start(ctx, startTimeout)
 }

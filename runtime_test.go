@@ -226,15 +226,12 @@ func TestStartFailures(t *testing.T) {
 				assert.Equal(t, "c", pe.Child)
 				assert.Contains(t, string(pe.Stack), "runtime_test.go")
 			}
-			if tt.ctx == nil {
-				// The supervisor answered Start once the shutdown had begun:
-				// what the manager says of itself from then on agrees with
-				// the error. (A Start whose own context ends returns at once,
-				// and the shutdown follows.)
-				rerr := m.GetReadiness()
-				require.Error(t, rerr)
-				assert.NotContains(t, rerr.Error(), "not fully initialized", "Start answered before the shutdown began")
-			}
+			// The supervisor answered Start once the shutdown had begun,
+			// a Start whose own context ended too: what the manager says of
+			// itself from then on agrees with the error.
+			rerr := m.GetReadiness()
+			require.Error(t, rerr)
+			assert.NotContains(t, rerr.Error(), "not fully initialized", "Start answered before the shutdown began")
 			// A failed start rolls back: the manager fails with the error,
 			// and what ran is shut down.
 			select {

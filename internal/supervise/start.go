@@ -347,12 +347,19 @@ func (a *startAttempt) expired(err error) {
 func (a *startAttempt) fail(err error) {
 	s := a.s
 	if a.ctx.Err() != nil {
-		a.stopped = fmt.Errorf("start ended by its caller's context: %w", err)
+		a.stopped = fmt.Errorf("%w: %w", ErrStartAbandoned, err)
 		s.beginShutdown(nil, s.cfg.boundedContext())
 		return
 	}
 	s.beginShutdown(err, s.cfg.boundedContext())
 }
+
+// ErrStartAbandoned is the answer to a Start whose caller's context ended
+// before the start did (fail), wrapping what that ending made fail: the
+// facade words it with the caller's context error (its Start waits for
+// this answer, so that what the manager says of itself afterwards agrees
+// with it).
+var ErrStartAbandoned = errors.New("start ended by its caller's context")
 
 // newReelectionRound returns s's start round after a stand-down: it begins
 // at startElecting, the round's entry after a lost lease (preflight has
