@@ -22,6 +22,7 @@ var (
 	statespaceTrees      = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 	statespaceSharded    = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
 	statespaceLeaseEdits = flag.Bool("statespace.leaseedits", false, "explore only the TestStateSpace sequences whose Leases another writer edits or deletes")
+	statespaceStalls     = flag.Bool("statespace.stalledwatches", false, "explore only the TestStateSpace sequences whose Lease watches stop delivering for a while")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
@@ -35,7 +36,9 @@ var (
 // -statespace.duration=1m explores for longer; -statespace.trees explores
 // only trees, -statespace.shardedgroups only those with AddShardedGroup's groups,
 // -statespace.leaseedits only those whose Leases another writer edits or
-// deletes (every odd seed's, with an elector: generateSequence).
+// deletes (every odd seed's, with an elector: generateSequence),
+// -statespace.stalledwatches only those whose Lease watches stop
+// delivering for a while (a third of the seeds with an elector).
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -69,7 +72,7 @@ func TestStateSpace(t *testing.T) {
 			for time.Now().Before(deadline) {
 				seed := base + next.Add(1) - 1
 				sc := generateSequence(seed)
-				if *statespaceLeaseEdits && !strings.HasSuffix(sc.Name, "+edits") {
+				if *statespaceLeaseEdits && !strings.Contains(sc.Name, "+edits") || *statespaceStalls && !strings.Contains(sc.Name, "+stalls") {
 					continue
 				}
 				if *statespaceTrees && len(sc.Groups) == 0 || *statespaceSharded && !ss.HasShardedGroups(sc) {
@@ -89,11 +92,16 @@ func TestStateSpace(t *testing.T) {
 
 // generateSequence is the sequence of seed: Generate's, with edits of its
 // Leases by another writer (annotate, drop a label, delete) for an odd
-// seed (ss.WithLeaseEdits), so that half the elected sequences meet them.
+// seed (ss.WithLeaseEdits), so that half the elected sequences meet them,
+// and with its Lease watches stalled for a while (ss.WithStalledWatches)
+// for a seed whose remainder by 3 is 1, a third of them.
 func generateSequence(seed uint64) ss.Scenario {
 	sc := ss.Generate(seed)
 	if seed%2 == 1 {
 		sc = ss.WithLeaseEdits(sc)
+	}
+	if seed%3 == 1 {
+		sc = ss.WithStalledWatches(sc)
 	}
 	return sc
 }
@@ -102,7 +110,7 @@ func generateSequence(seed uint64) ss.Scenario {
 // invariant broken, and the seeds of every other sequence that broke it.
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
-	var steps, skipped, excused, answers, reelect int
+	var steps, skipped, excused, answers, reelect, stalled, dropped int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -111,6 +119,10 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		answers += res.Answers
 		if res.Reelect {
 			reelect++
+		}
+		if strings.Contains(res.Scenario.Name, "+stalls") {
+			stalled++
+			dropped += res.Dropped
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -148,6 +160,9 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		return d[len(d)/2].Round(time.Millisecond)
 	}
 	t.Logf("%d sequences were trees (median %s each), %d flat (median %s)", len(treeTook), medianOf(treeTook), len(flatTook), medianOf(flatTook))
+	if stalled > 0 {
+		t.Logf("%d sequences stalled their Lease watches, which dropped %d events", stalled, dropped)
+	}
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {

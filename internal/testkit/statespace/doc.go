@@ -34,7 +34,9 @@
 //     Lease write answered within the retry period (Scenario.WriteLatency,
 //     a slow API server whose calls overlap); another writer's edits of a
 //     held Lease (WithLeaseEdits: an annotation, the group label dropped,
-//     the Lease deleted) are no such step: the holder keeps its lease;
+//     the Lease deleted) are no such step: the holder keeps its lease, and
+//     neither are watches that stop delivering for a while
+//     (WithStalledWatches): the elector renews and campaigns on reads;
 //   - every child's Since is when it entered its State (a group's too);
 //   - in a tree, every restart has a cause its groups' strategies allow (a
 //     failure of it, of a group above it, or of a sibling its level's

@@ -192,6 +192,8 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		if r.srv != nil {
 			r.editLease(ctx, st)
 		}
+	case DoStallWatch, DoResumeWatch:
+		r.stalled.Store(st.Do == DoStallWatch)
 	case DoSlowAPI:
 		r.noteFault(st)
 		r.latency.Store(int64(st.Dur))

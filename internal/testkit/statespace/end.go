@@ -38,12 +38,13 @@ func (r *runner) settle(ctx context.Context) {
 	}
 }
 
-// heal releases every hung call, reconnects the replica and makes every
-// child calm.
+// heal releases every hung call, reconnects the replica, has its watches
+// deliver again and makes every child calm.
 func (r *runner) heal() {
-	r.logf("heal: hung calls released, network back, children calm")
+	r.logf("heal: hung calls released, network back, watches delivering, children calm")
 	close(r.release)
 	r.latency.Store(0)
+	r.stalled.Store(false)
 	if r.client != nil {
 		r.client.Partition(false)
 	}

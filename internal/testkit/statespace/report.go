@@ -15,11 +15,14 @@ type Result struct {
 	// no lease can fence), and RenewableLost ones that the replica's own
 	// silence explains (no Lease write at all for that long): logged, not
 	// failed.
-	Excused  []Violation
-	Steps    int  // steps run
-	Answers  int  // lifecycle calls answered nil and judged (AnswerWrong)
-	Reelect  bool // whether its re-election was judged (NotReelected)
-	Skipped  int  // steps whose phase did not come
+	Excused []Violation
+	Steps   int  // steps run
+	Answers int  // lifecycle calls answered nil and judged (AnswerWrong)
+	Reelect bool // whether its re-election was judged (NotReelected)
+	Skipped int  // steps whose phase did not come
+	// Dropped is how many Lease watch events its stalled watches dropped
+	// (DoStallWatch): a stall that drops none has tested nothing.
+	Dropped  int
 	Took     time.Duration
 	MaxPause time.Duration
 	Log      []string // what each step did, and the manager's events

@@ -70,6 +70,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	r.mu.Lock()
 	res.Log = slices.Clone(r.log)
 	res.Answers, res.Reelect = r.judged, r.reelectJudged
+	res.Dropped = int(r.dropped.Load())
 	r.mu.Unlock()
 	return res
 }
@@ -83,6 +84,9 @@ type runner struct {
 	srv     *leasetest.Server
 	client  *leasetest.Client
 	latency atomic.Int64
+	// stalled: the replica's Lease watches deliver nothing (DoStallWatch).
+	stalled atomic.Bool
+	dropped atomic.Int64 // watch events the stalls dropped
 	// faulted: a partition, Steal or slow-API step has been taken; guarded
 	// by mu.
 	faulted bool

@@ -46,6 +46,13 @@ const (
 	DoAnnotateLease Action = "AnnotateLease"
 	DoUnlabelLease  Action = "UnlabelLease"
 	DoDeleteLease   Action = "DeleteLease"
+	// The replica's Lease watches stop delivering without closing (a
+	// stuck watch cache, a proxy that holds the stream), and deliver again;
+	// the events in between are lost. Not a fault either: the lease must
+	// hold, and be campaigned for, on reads alone. WithStalledWatches adds
+	// them.
+	DoStallWatch  Action = "StallWatch"
+	DoResumeWatch Action = "ResumeWatch"
 	// DoFail reports a failure of Child's current incarnation through its
 	// FailureReporter.
 	DoFail Action = "Fail"
@@ -276,6 +283,38 @@ func WithLeaseEdits(s Scenario) Scenario {
 	}
 	s.Steps = steps
 	s.Name += "+edits"
+	return s
+}
+
+// WithStalledWatches returns s with its replica's Lease watches stalled
+// (DoStallWatch) at a random place after its Start, for 1 to 4 lease
+// durations or to the end, once or twice. As WithLeaseEdits, they are drawn
+// from a stream of their own, seeded by s.Seed, so that the other steps
+// stay Generate's; a scenario without an elector is returned as it is.
+func WithStalledWatches(s Scenario) Scenario {
+	if s.Election == ElectionOff {
+		return s
+	}
+	r := rand.New(rand.NewPCG(s.Seed^0x85ebca6b, s.Seed^0xc2b2ae3d27d4eb4f))
+	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
+	at := map[int][]Step{} // before which of s's steps (len: at the end)
+	for range 1 + r.IntN(2) {
+		stall := []Step{{Do: DoStallWatch}}
+		if r.IntN(4) > 0 {
+			stall = append(stall, Step{Do: DoWait, Dur: time.Duration(1+r.IntN(3)) * LeaseDuration}, Step{Do: DoResumeWatch})
+		}
+		i := first + 1 + r.IntN(len(s.Steps)-first)
+		at[i] = append(at[i], stall...)
+	}
+	steps := make([]Step, 0, len(s.Steps)+6)
+	for i := range len(s.Steps) + 1 {
+		steps = append(steps, at[i]...)
+		if i < len(s.Steps) {
+			steps = append(steps, s.Steps[i])
+		}
+	}
+	s.Steps = steps
+	s.Name += "+stalls"
 	return s
 }
 

@@ -235,3 +235,55 @@ func TestWithLeaseEdits(t *testing.T) {
 		t.Fatalf("only %d of 500 seeds have an elector", edited)
 	}
 }
+
+// WithStalledWatches adds only its stalls (each alone, or with its wait and
+// its resume), after the Start, the same ones for a seed, and nothing
+// without an elector.
+func TestWithStalledWatches(t *testing.T) {
+	stalled := 0
+	for seed := uint64(1); seed <= 500; seed++ {
+		s := Generate(seed)
+		e := WithStalledWatches(s)
+		if !reflect.DeepEqual(e, WithStalledWatches(Generate(seed))) {
+			t.Fatalf("seed %d: two stalled scenarios from one seed", seed)
+		}
+		if s.Election == ElectionOff {
+			if !reflect.DeepEqual(e, s) {
+				t.Fatalf("seed %d: stalls without an elector", seed)
+			}
+			continue
+		}
+		stalled++
+		start := slices.IndexFunc(e.Steps, func(st Step) bool { return st.Do == DoStart })
+		var rest []Step
+		stalls := 0
+		for i := 0; i < len(e.Steps); i++ {
+			switch st := e.Steps[i]; st.Do {
+			case DoStallWatch:
+				stalls++
+				if i < start {
+					t.Fatalf("seed %d: a stall before Start", seed)
+				}
+				if i+2 < len(e.Steps) && e.Steps[i+1].Do == DoWait && e.Steps[i+2].Do == DoResumeWatch {
+					if d := e.Steps[i+1].Dur; d < LeaseDuration || d > 3*LeaseDuration {
+						t.Fatalf("seed %d: a stall of %s", seed, d)
+					}
+					i += 2 // its wait and resume
+				}
+			case DoResumeWatch:
+				t.Fatalf("seed %d: a resume without its stall", seed)
+			default:
+				rest = append(rest, st)
+			}
+		}
+		if stalls < 1 || stalls > 2 {
+			t.Fatalf("seed %d: %d stalls", seed, stalls)
+		}
+		if !reflect.DeepEqual(rest, s.Steps) {
+			t.Fatalf("seed %d: the other steps changed:\n%v\n%v", seed, rest, s.Steps)
+		}
+	}
+	if stalled < 250 {
+		t.Fatalf("only %d of 500 seeds have an elector", stalled)
+	}
+}
