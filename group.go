@@ -27,8 +27,13 @@ type Group struct {
 // with an error wrapping ErrInvalidName) that supervises children with spec's strategy, restart budget
 // and backoff; each zero field inherits the parent's (the manager's for a
 // group added to the manager). spec's OnExhausted says what the group does
-// once a child has spent its budget. Its other fields (health probes,
-// ShutdownTimeout) are the manager's and are not read here.
+// once a child has spent its budget. spec's ShutdownTimeout (zero: the
+// parent's) bounds the Shutdown calls of the group's own restarts, a
+// restart whose Shutdown has not returned by then escalating as the
+// manager's does, and of StopChild, RemoveChild and RestartChild of a
+// child of the group; the manager's shutdown, a lost lease and a shard
+// move keep the manager's. Its health probe fields are the manager's and
+// are not read here.
 //
 // Inside the group the root's rules hold: at start its stores recover
 // first, then its other children start, each phase in parallel; a stop
@@ -155,6 +160,7 @@ func (g *Group) decl(parent, path string) supervise.GroupDecl {
 	}
 	d.Policy = supervise.Policy{Strategy: spec.Strategy, MaxRestarts: int(spec.MaxRestarts), RestartWindow: spec.RestartWindow.Duration}
 	d.InitialBackoff, d.MaxBackoff = spec.InitialBackoff.Duration, spec.MaxBackoff.Duration
+	d.ShutdownTimeout = spec.ShutdownTimeout.Duration
 	if err := errors.Join(errs...); err != nil {
 		d.Err = fmt.Errorf("group %q: %w", path, err)
 	}

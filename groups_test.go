@@ -287,7 +287,7 @@ func TestGroupExhaustedStopStopsTheGroupAlone(t *testing.T) {
 	assert.Error(t, flaky.LastError)
 	require.NotNil(t, flaky.Group)
 	assert.Equal(t, supervisor.GroupStatus{Strategy: cm.OneForOne, MaxRestarts: 2, RestartWindow: flaky.Group.RestartWindow,
-		StopOnExhausted: true, Exhausted: true, Spent: 2}, *flaky.Group)
+		ShutdownTimeout: flaky.Group.ShutdownTimeout, StopOnExhausted: true, Exhausted: true, Spent: 2}, *flaky.Group)
 	assert.Positive(t, flaky.Group.RestartWindow, "inherited from the manager")
 	mateSt, _ := st.Child("flaky/mate")
 	assert.Equal(t, supervisor.StateStopped, mateSt.State)
@@ -490,6 +490,89 @@ func TestGroupHangingShutdownDuringARestartEscalates(t *testing.T) {
 	gEventually(t, "escalated", func() bool { return rec.gCount(cm.Escalated, "g/hung") == 1 })
 	assert.Less(t, time.Since(failedAt), 200*time.Millisecond+time.Second)
 	assert.Equal(t, 1, first.runCount(), "nothing started again beside the hung incarnation")
+}
+
+// A group's own ShutdownTimeout bounds its restarts, not the manager's:
+// with the manager's an hour, a Shutdown that hangs during the group's
+// restart escalates, and says the group's bound.
+func TestGroupShutdownTimeoutBoundsItsOwnRestarts(t *testing.T) {
+	log := &gLog{}
+	sup := gFast()
+	sup.ShutdownTimeout = gDuration(time.Hour)
+	m := newManager(t, nil, sup)
+	rec := record(m)
+	first, hung := newGController(log, "g/first"), newGController(log, "g/hung")
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hung.set(func(c *gChild) { c.hangShutdown = release })
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(200 * time.Millisecond)}, first, hung))
+	gStart(t, m)
+
+	first.fail()
+	gEventually(t, "escalated", func() bool { return rec.gCount(cm.Escalated, "g/hung") == 1 })
+	var esc *supervisor.EscalationError
+	for _, e := range rec.snapshot() {
+		if e.Type == cm.Escalated {
+			require.ErrorAs(t, e.Err, &esc)
+		}
+	}
+	assert.ErrorContains(t, esc, "Shutdown did not return within 200ms during a restart")
+	assert.Equal(t, 1, first.runCount(), "nothing started again beside the hung incarnation")
+}
+
+// shutdownDeadline is a controller that records how long its Shutdown's
+// context had left when the Shutdown was called.
+type shutdownDeadline struct {
+	name string
+	left chan time.Duration
+}
+
+func (c *shutdownDeadline) Name() string              { return c.name }
+func (c *shutdownDeadline) Run(context.Context) error { return nil }
+func (c *shutdownDeadline) Shutdown(ctx context.Context) {
+	left := time.Duration(-1) // no deadline
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	c.left <- left
+}
+func (c *shutdownDeadline) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: c.name, Healthy: true}
+}
+
+// A StopChild, RemoveChild or RestartChild is bounded by the
+// ShutdownTimeout of the level the child is in: a group's own, inherited
+// by a group inside it that sets none; a group itself, stopped as a child
+// of the manager, by the manager's. Status shows each group's.
+func TestGroupShutdownTimeoutBoundsTheStopsOfItsChildren(t *testing.T) {
+	sup := gFast()
+	sup.ShutdownTimeout = gDuration(time.Hour)
+	m := newManager(t, nil, sup)
+	a := &shutdownDeadline{name: "a", left: make(chan time.Duration, 4)}
+	b := &shutdownDeadline{name: "b", left: make(chan time.Duration, 4)}
+	m.Add(cm.NewGroup("outer", cm.SupervisionSpec{ShutdownTimeout: gDuration(200 * time.Millisecond)},
+		cm.NewGroup("inner", cm.SupervisionSpec{}, a), b))
+	gStart(t, m)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+
+	st := mustStatus(t, m)
+	for _, path := range []string{"outer", "outer/inner"} {
+		g, ok := st.Child(path)
+		require.True(t, ok, path)
+		require.NotNil(t, g.Group, path)
+		assert.Equal(t, 200*time.Millisecond, g.Group.ShutdownTimeout, path)
+	}
+
+	require.NoError(t, m.RestartChild(ctx, "outer/inner/a"))
+	left := <-a.left
+	assert.True(t, left >= 0 && left <= 200*time.Millisecond, "RestartChild of a child of inner: %s left, want the 200ms inner inherits", left)
+	require.NoError(t, m.StopChild(ctx, "outer/b"))
+	left = <-b.left
+	assert.True(t, left >= 0 && left <= 200*time.Millisecond, "StopChild of a child of outer: %s left, want outer's 200ms", left)
+	require.NoError(t, m.StopChild(ctx, "outer"))
+	left = <-a.left
+	assert.Greater(t, left, 30*time.Minute, "StopChild of outer, a child of the manager: want the manager's hour")
 }
 
 // A Run that ignores its context, in a group: the start timeout still

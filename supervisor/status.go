@@ -85,6 +85,9 @@ type GroupStatus struct {
 	Strategy      Strategy
 	MaxRestarts   int           // restarts allowed within RestartWindow, per child
 	RestartWindow time.Duration // the budget's window
+	// ShutdownTimeout bounds the Shutdown calls of the group's restarts and
+	// of the stops asked of its children (its own, or inherited).
+	ShutdownTimeout time.Duration
 	// StopOnExhausted: once a child spends the budget the group stops
 	// (controllermanager.ExhaustedStop) rather than fail to its parent.
 	StopOnExhausted bool

@@ -39,6 +39,12 @@ type level struct {
 	// shard, when positive, pins every controller under the level to
 	// shard shard-1 (GroupDecl.Shard, inherited by the groups inside).
 	shard int
+	// shutdownTimeout bounds the Shutdown calls of the stops of its
+	// children that the level decides or is asked for: its restarts, and
+	// StopChild, RemoveChild and RestartChild of one of them
+	// (stopContext). The root's is the manager's ShutdownTimeout; a
+	// group's, its own or its parent's.
+	shutdownTimeout time.Duration
 	// ticket is the restart ticket its children get (see ticketFor), made
 	// on the first start that needs it.
 	ticket *childactor.RestartTicket
@@ -461,7 +467,7 @@ func (s *root) ticketFor(rec *childRecord) (*childactor.RestartTicket, uint32) {
 	}
 	if lvl.ticket == nil {
 		lvl.ticket = &childactor.RestartTicket{Backoff: lvl.maxBackoff, Ctx: s.lifetime.context(),
-			Timeout: s.startTimeout, ShutdownTimeout: s.cfg.Timing.ShutdownTimeout}
+			Timeout: s.startTimeout, ShutdownTimeout: lvl.shutdownTimeout}
 	}
 	return lvl.ticket, uint32(min(left, 1<<31))
 }
@@ -556,7 +562,7 @@ func (s *root) onChildStopped(m childactor.Stopped) {
 		// new incarnation all the same: count it, and stop it.
 		rec.setPipe(nil)
 		s.adoptPiped(rec, p.start.Gen)
-		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: rec.lvl.stopContext()})
 	}
 }
 
@@ -594,7 +600,7 @@ func (s *root) onChildFailed(m childactor.Failed) {
 		if rec.state == supervisor.StateRunning {
 			s.setState(rec, supervisor.StateStopping)
 		}
-		s.ctx.Send(rec.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
+		s.ctx.Send(rec.pid, childactor.Stop{Ctx: rec.lvl.stopContext()})
 	}
 }
 

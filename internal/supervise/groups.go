@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -42,7 +43,19 @@ func newGroupLevel(rec *childRecord, decl *GroupDecl) *level {
 	if lvl.maxBackoff == 0 {
 		lvl.maxBackoff = parent.maxBackoff
 	}
+	if lvl.shutdownTimeout = decl.ShutdownTimeout; lvl.shutdownTimeout == 0 {
+		lvl.shutdownTimeout = parent.shutdownTimeout
+	}
 	return lvl
+}
+
+// stopContext is the context of a stop of children of lvl that lvl makes
+// or is asked for (a restart plan of lvl, StopChild, RemoveChild or
+// RestartChild of a child of lvl): it ends after lvl's shutdownTimeout.
+func (lvl *level) stopContext() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), lvl.shutdownTimeout)
+	_ = cancel // released when the deadline passes; the children hold it until then
+	return ctx
 }
 
 // leaves is the hosted children that starting rec (a hosted child or a
@@ -225,7 +238,7 @@ func (lvl *level) appendGroupsHealth(out []actors.HealthStatus) []actors.HealthS
 func (lvl *level) budgetStatus() *supervisor.GroupStatus {
 	s, g := lvl.s, lvl.group
 	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
-		RestartWindow: lvl.policy.RestartWindow, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
+		RestartWindow: lvl.policy.RestartWindow, ShutdownTimeout: lvl.shutdownTimeout, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
 	cutoff := s.clock.now().Add(-lvl.policy.RestartWindow)
 	for _, c := range lvl.children {
 		n := 0

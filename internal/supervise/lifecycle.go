@@ -70,7 +70,7 @@ func (r *stopRequest) begin() {
 			s.setState(x, supervisor.StateStopped)
 		}
 	}
-	if r.wait = s.stopAll(r, recs, s.cfg.boundedContext()); r.wait == nil {
+	if r.wait = s.stopAll(r, recs, rec.lvl.stopContext()); r.wait == nil {
 		r.stopped()
 	}
 }

@@ -103,7 +103,7 @@ func (p *restartPlan) step() {
 	for {
 		switch p.stage {
 		case planStopping:
-			if p.wait = s.stopAll(p, p.recs, s.cfg.boundedContext()); p.wait != nil {
+			if p.wait = s.stopAll(p, p.recs, p.lvl.stopContext()); p.wait != nil {
 				return
 			}
 			p.overdue.Stop()
@@ -222,7 +222,7 @@ func (p *restartPlan) shutdownOverdue() {
 	}
 	for _, r := range p.recs {
 		if r.plan == p && r.state == supervisor.StateStopping {
-			err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, s.cfg.Timing.ShutdownTimeout)
+			err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, p.lvl.shutdownTimeout)
 			s.escalate(r, err)
 			return
 		}
@@ -329,7 +329,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 			// Restarting itself, but this plan restarts others with it, in
 			// order: it is to stay stopped until its turn.
 			p.revoked = true
-			s.ctx.Send(member.pid, childactor.Stop{Ctx: s.cfg.boundedContext()})
+			s.ctx.Send(member.pid, childactor.Stop{Ctx: lvl.stopContext()})
 		}
 	}
 	if len(plan.recs) == 0 {
@@ -340,7 +340,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	}
 	s.plans[plan] = struct{}{}
 	weakPlan := weak.Make(plan)
-	plan.overdue = s.cfg.Clock.AfterFunc(s.cfg.Timing.ShutdownTimeout, s.self.after(func() any {
+	plan.overdue = s.cfg.Clock.AfterFunc(lvl.shutdownTimeout, s.self.after(func() any {
 		if p := weakPlan.Value(); p != nil {
 			return stopOverdue{plan: p}
 		}
@@ -635,7 +635,7 @@ func (r *childRequest) step() {
 				// the Stopped and the Started come.
 				s.pipeRestart(rec, time.Time{})
 			}
-			if r.wait = s.stopAll(r, r.recs, s.cfg.boundedContext()); r.wait != nil {
+			if r.wait = s.stopAll(r, r.recs, rec.lvl.stopContext()); r.wait != nil {
 				return
 			}
 			r.stopped()

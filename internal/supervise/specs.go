@@ -110,6 +110,10 @@ type GroupDecl struct {
 	// StopOnExhausted: when its budget is spent the group stops and stays
 	// stopped, instead of failing to its parent.
 	StopOnExhausted bool
+	// ShutdownTimeout bounds the Shutdown calls of the stops the group's
+	// level makes or is asked for (level.stopContext); zero inherits the
+	// parent level's.
+	ShutdownTimeout time.Duration
 	// Shard, when positive, pins every controller under the group, at any
 	// depth and whenever added (at Start or by AddChild), to shard Shard-1:
 	// a group of AddShardedGroup. A group inside it inherits it.
