@@ -470,20 +470,29 @@ func TestGroupNamesAreValidated(t *testing.T) {
 	assert.ErrorContains(t, m2.Start(ctx, 0), `both named "a/x"`)
 }
 
-// A child in a group whose Shutdown hangs during the group's restart
-// escalates within ShutdownTimeout.
-func TestGroupHangingShutdownDuringARestartEscalates(t *testing.T) {
+// startHungGroup starts a manager whose ShutdownTimeout is manager with
+// group "g" (AllForOne, ShutdownTimeout group: 0 inherits) of "g/first"
+// and "g/hung", whose Shutdown hangs until the test ends; it returns
+// g/first and the manager's events.
+func startHungGroup(t *testing.T, manager, group time.Duration) (gController, *recorder) {
 	log := &gLog{}
 	sup := gFast()
-	sup.ShutdownTimeout = gDuration(200 * time.Millisecond)
+	sup.ShutdownTimeout = gDuration(manager)
 	m := newManager(t, nil, sup)
 	rec := record(m)
 	first, hung := newGController(log, "g/first"), newGController(log, "g/hung")
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	hung.set(func(c *gChild) { c.hangShutdown = release })
-	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne}, first, hung))
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(group)}, first, hung))
 	gStart(t, m)
+	return first, rec
+}
+
+// A child in a group whose Shutdown hangs during the group's restart
+// escalates within ShutdownTimeout.
+func TestGroupHangingShutdownDuringARestartEscalates(t *testing.T) {
+	first, rec := startHungGroup(t, 200*time.Millisecond, 0)
 
 	failedAt := time.Now()
 	first.fail()
@@ -496,17 +505,7 @@ func TestGroupHangingShutdownDuringARestartEscalates(t *testing.T) {
 // with the manager's an hour, a Shutdown that hangs during the group's
 // restart escalates, and says the group's bound.
 func TestGroupShutdownTimeoutBoundsItsOwnRestarts(t *testing.T) {
-	log := &gLog{}
-	sup := gFast()
-	sup.ShutdownTimeout = gDuration(time.Hour)
-	m := newManager(t, nil, sup)
-	rec := record(m)
-	first, hung := newGController(log, "g/first"), newGController(log, "g/hung")
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	hung.set(func(c *gChild) { c.hangShutdown = release })
-	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(200 * time.Millisecond)}, first, hung))
-	gStart(t, m)
+	first, rec := startHungGroup(t, time.Hour, 200*time.Millisecond)
 
 	first.fail()
 	gEventually(t, "escalated", func() bool { return rec.gCount(cm.Escalated, "g/hung") == 1 })

@@ -263,31 +263,19 @@ func WithLeaseEdits(s Scenario) Scenario {
 		return s
 	}
 	r := rand.New(rand.NewPCG(s.Seed^0x5bd1e995, s.Seed^0x27d4eb2f165667c5))
-	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
-	at := map[int][]Step{} // before which of s's steps (len: at the end)
-	for range 1 + r.IntN(3) {
+	s.Steps = insertAfterStart(s.Steps, r, 1+r.IntN(3), func() []Step {
 		st := Step{Do: []Action{DoAnnotateLease, DoUnlabelLease, DoDeleteLease}[r.IntN(3)]}
 		if s.Shards > 1 {
 			st.Shard = r.IntN(s.Shards)
 		}
-		wait := Step{Do: DoWait, Dur: time.Duration(300+r.IntN(1200)) * time.Millisecond}
-		i := first + 1 + r.IntN(len(s.Steps)-first)
-		at[i] = append(at[i], st, wait)
-	}
-	steps := make([]Step, 0, len(s.Steps)+6)
-	for i := range len(s.Steps) + 1 {
-		steps = append(steps, at[i]...)
-		if i < len(s.Steps) {
-			steps = append(steps, s.Steps[i])
-		}
-	}
-	s.Steps = steps
+		return []Step{st, {Do: DoWait, Dur: time.Duration(300+r.IntN(1200)) * time.Millisecond}}
+	})
 	s.Name += "+edits"
 	return s
 }
 
 // WithStalledWatches returns s with its replica's Lease watches stalled
-// (DoStallWatch) at a random place after its Start, for 1 to 4 lease
+// (DoStallWatch) at a random place after its Start, for 1 to 3 lease
 // durations or to the end, once or twice. As WithLeaseEdits, they are drawn
 // from a stream of their own, seeded by s.Seed, so that the other steps
 // stay Generate's; a scenario without an elector is returned as it is.
@@ -296,26 +284,36 @@ func WithStalledWatches(s Scenario) Scenario {
 		return s
 	}
 	r := rand.New(rand.NewPCG(s.Seed^0x85ebca6b, s.Seed^0xc2b2ae3d27d4eb4f))
-	first := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Do == DoStart })
-	at := map[int][]Step{} // before which of s's steps (len: at the end)
-	for range 1 + r.IntN(2) {
+	s.Steps = insertAfterStart(s.Steps, r, 1+r.IntN(2), func() []Step {
 		stall := []Step{{Do: DoStallWatch}}
 		if r.IntN(4) > 0 {
 			stall = append(stall, Step{Do: DoWait, Dur: time.Duration(1+r.IntN(3)) * LeaseDuration}, Step{Do: DoResumeWatch})
 		}
-		i := first + 1 + r.IntN(len(s.Steps)-first)
-		at[i] = append(at[i], stall...)
-	}
-	steps := make([]Step, 0, len(s.Steps)+6)
-	for i := range len(s.Steps) + 1 {
-		steps = append(steps, at[i]...)
-		if i < len(s.Steps) {
-			steps = append(steps, s.Steps[i])
-		}
-	}
-	s.Steps = steps
+		return stall
+	})
 	s.Name += "+stalls"
 	return s
+}
+
+// insertAfterStart returns steps with n runs of steps that draw makes
+// inserted, each before a step r picks after the Start (or at the end),
+// draw called before each pick.
+func insertAfterStart(steps []Step, r *rand.Rand, n int, draw func() []Step) []Step {
+	first := slices.IndexFunc(steps, func(st Step) bool { return st.Do == DoStart })
+	at := map[int][]Step{} // before which of steps (len: at the end)
+	for range n {
+		run := draw()
+		i := first + 1 + r.IntN(len(steps)-first)
+		at[i] = append(at[i], run...)
+	}
+	out := make([]Step, 0, len(steps)+3*n)
+	for i := range len(steps) + 1 {
+		out = append(out, at[i]...)
+		if i < len(steps) {
+			out = append(out, steps[i])
+		}
+	}
+	return out
 }
 
 // generate is Generate; trees false leaves out the tree, drawn last (a

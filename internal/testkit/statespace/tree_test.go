@@ -189,20 +189,7 @@ func sameStep(flat, tree Step) bool {
 // WithLeaseEdits adds only its edits (and their waits), after the Start,
 // the same ones for a seed, and nothing without an elector.
 func TestWithLeaseEdits(t *testing.T) {
-	edited := 0
-	for seed := uint64(1); seed <= 500; seed++ {
-		s := Generate(seed)
-		e := WithLeaseEdits(s)
-		if !reflect.DeepEqual(e, WithLeaseEdits(Generate(seed))) {
-			t.Fatalf("seed %d: two edited scenarios from one seed", seed)
-		}
-		if s.Election == ElectionOff {
-			if !reflect.DeepEqual(e, s) {
-				t.Fatalf("seed %d: edits without an elector", seed)
-			}
-			continue
-		}
-		edited++
+	forElectedSeeds(t, WithLeaseEdits, func(seed uint64, s, e Scenario) []Step {
 		start := slices.IndexFunc(e.Steps, func(st Step) bool { return st.Do == DoStart })
 		var rest []Step
 		edits := 0
@@ -227,12 +214,36 @@ func TestWithLeaseEdits(t *testing.T) {
 		if edits < 1 || edits > 3 {
 			t.Fatalf("seed %d: %d edits", seed, edits)
 		}
-		if !reflect.DeepEqual(rest, s.Steps) {
+		return rest
+	})
+}
+
+// forElectedSeeds runs check on the first 500 seeds' scenarios s with an
+// elector and with(s), e, once it has checked that with gives the same e
+// for a seed, and returns s itself without an elector; check returns e's
+// steps but those with added, which must be s's.
+func forElectedSeeds(t *testing.T, with func(Scenario) Scenario, check func(seed uint64, s, e Scenario) []Step) {
+	t.Helper()
+	elected := 0
+	for seed := uint64(1); seed <= 500; seed++ {
+		s := Generate(seed)
+		e := with(s)
+		if !reflect.DeepEqual(e, with(Generate(seed))) {
+			t.Fatalf("seed %d: two scenarios from one seed", seed)
+		}
+		if s.Election == ElectionOff {
+			if !reflect.DeepEqual(e, s) {
+				t.Fatalf("seed %d: steps added without an elector", seed)
+			}
+			continue
+		}
+		elected++
+		if rest := check(seed, s, e); !reflect.DeepEqual(rest, s.Steps) {
 			t.Fatalf("seed %d: the other steps changed:\n%v\n%v", seed, rest, s.Steps)
 		}
 	}
-	if edited < 250 {
-		t.Fatalf("only %d of 500 seeds have an elector", edited)
+	if elected < 250 {
+		t.Fatalf("only %d of 500 seeds have an elector", elected)
 	}
 }
 
@@ -240,20 +251,7 @@ func TestWithLeaseEdits(t *testing.T) {
 // its resume), after the Start, the same ones for a seed, and nothing
 // without an elector.
 func TestWithStalledWatches(t *testing.T) {
-	stalled := 0
-	for seed := uint64(1); seed <= 500; seed++ {
-		s := Generate(seed)
-		e := WithStalledWatches(s)
-		if !reflect.DeepEqual(e, WithStalledWatches(Generate(seed))) {
-			t.Fatalf("seed %d: two stalled scenarios from one seed", seed)
-		}
-		if s.Election == ElectionOff {
-			if !reflect.DeepEqual(e, s) {
-				t.Fatalf("seed %d: stalls without an elector", seed)
-			}
-			continue
-		}
-		stalled++
+	forElectedSeeds(t, WithStalledWatches, func(seed uint64, s, e Scenario) []Step {
 		start := slices.IndexFunc(e.Steps, func(st Step) bool { return st.Do == DoStart })
 		var rest []Step
 		stalls := 0
@@ -279,11 +277,6 @@ func TestWithStalledWatches(t *testing.T) {
 		if stalls < 1 || stalls > 2 {
 			t.Fatalf("seed %d: %d stalls", seed, stalls)
 		}
-		if !reflect.DeepEqual(rest, s.Steps) {
-			t.Fatalf("seed %d: the other steps changed:\n%v\n%v", seed, rest, s.Steps)
-		}
-	}
-	if stalled < 250 {
-		t.Fatalf("only %d of 500 seeds have an elector", stalled)
-	}
+		return rest
+	})
 }
