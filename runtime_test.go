@@ -662,3 +662,34 @@ func mustStatus(t *testing.T, m interface {
 }
 
 var _ = strings.Contains
+
+// A Start whose context ends while the pre-flight ignores its own returns
+// all the same, answered by the supervisor once the shutdown has begun:
+// waiting for that answer (rather than returning on the context) must not
+// make Start wait for user code.
+func TestStartCancelledDuringAHungPreflightReturns(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	host := hostContext{start: func(context.Context) error {
+		close(entered)
+		<-release // ignores its context
+		return nil
+	}}
+	m := newManager(t, host, nil)
+	m.Add(testchild.NewController("c", testchild.Behavior{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() { started <- m.Start(ctx, 0) }()
+	<-entered
+	cancel()
+	select {
+	case err := <-started:
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, "controllermanager: start abandoned, its context ended: context canceled", err.Error())
+	case <-time.After(wait):
+		t.Fatal("Start did not return while the pre-flight hung")
+	}
+	rerr := m.GetReadiness()
+	require.Error(t, rerr)
+	assert.NotContains(t, rerr.Error(), "not fully initialized")
+}
