@@ -82,6 +82,8 @@ type FleetSpec struct {
 	// Supervision is each member cluster's group's (NewGroup), its zero
 	// fields inherited from the manager's; OnExhausted defaults to
 	// ExhaustedStop, so that a crash-looping cluster's subtree stops alone.
+	// Its ShutdownTimeout bounds the Shutdown calls of the member's
+	// restarts and of the stops of its children (see NewGroup).
 	Supervision SupervisionSpec `json:"supervision,omitempty"`
 	// ProbePeriod is how often each member's API server is probed (GET
 	// /readyz). Default 10s.
