@@ -22,7 +22,7 @@ var (
 	statespaceTrees      = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 	statespaceSharded    = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
 	statespaceLeaseEdits = flag.Bool("statespace.leaseedits", false, "explore only the TestStateSpace sequences whose Leases another writer edits or deletes")
-	statespaceStalls     = flag.Bool("statespace.stalledwatches", false, "explore only the TestStateSpace sequences whose Lease watches stop delivering for a while")
+	statespaceStalls     = flag.Bool("statespace.stalledwatches", false, "explore only the TestStateSpace sequences whose Lease watches stop delivering, or lists go unanswered, for a while")
 )
 
 // TestStateSpace explores random sequences of phases × lifecycle messages ×
@@ -38,7 +38,8 @@ var (
 // -statespace.leaseedits only those whose Leases another writer edits or
 // deletes (every odd seed's, with an elector: generateSequence),
 // -statespace.stalledwatches only those whose Lease watches stop
-// delivering for a while (a third of the seeds with an elector).
+// delivering, or lists go unanswered, for a while (a third of the seeds
+// with an elector).
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -93,8 +94,9 @@ func TestStateSpace(t *testing.T) {
 // generateSequence is the sequence of seed: Generate's, with edits of its
 // Leases by another writer (annotate, drop a label, delete) for an odd
 // seed (ss.WithLeaseEdits), so that half the elected sequences meet them,
-// and with its Lease watches stalled for a while (ss.WithStalledWatches)
-// for a seed whose remainder by 3 is 1, a third of them.
+// and with its Lease watches stalled or its lists unanswered for a while
+// (ss.WithStalledWatches) for a seed whose remainder by 3 is 1, a third of
+// them.
 func generateSequence(seed uint64) ss.Scenario {
 	sc := ss.Generate(seed)
 	if seed%2 == 1 {
@@ -110,7 +112,7 @@ func generateSequence(seed uint64) ss.Scenario {
 // invariant broken, and the seeds of every other sequence that broke it.
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
-	var steps, skipped, excused, answers, reelect, stalled, dropped int
+	var steps, skipped, excused, answers, reelect, stalled, dropped, held int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -123,6 +125,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		if strings.Contains(res.Scenario.Name, "+stalls") {
 			stalled++
 			dropped += res.Dropped
+			held += res.ListsHeld
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -161,7 +164,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	}
 	t.Logf("%d sequences were trees (median %s each), %d flat (median %s)", len(treeTook), medianOf(treeTook), len(flatTook), medianOf(flatTook))
 	if stalled > 0 {
-		t.Logf("%d sequences stalled their Lease watches, which dropped %d events", stalled, dropped)
+		t.Logf("%d sequences stalled their Lease reads: the watches dropped %d events, %d lists were held unanswered", stalled, dropped, held)
 	}
 	failed := 0
 	for _, res := range results {

@@ -49,7 +49,7 @@ func (r *runner) build() error {
 		if d := r.sc.WriteLatency; d > 0 {
 			r.client.SetLatency(leasetest.Latency{Verbs: map[string]time.Duration{"create": d, "update": d}, Jitter: d / 10})
 		}
-		kube = stallingClient{Client: r.client, stalled: &r.stalled, dropped: &r.dropped}
+		kube = stallingClient{Client: r.client, stalled: &r.stalled, dropped: &r.dropped, listsHung: &r.listsHung}
 	}
 	m, err := cm.NewControllerManager(preflight{kube: kube, delay: r.sc.PreflightDelay, release: r.release}, spec, "",
 		cm.WithIdentity(identity), cm.WithLogger(r.cfg.Logger), cm.WithEventBuffer(1<<16))

@@ -35,8 +35,9 @@
 //     a slow API server whose calls overlap); another writer's edits of a
 //     held Lease (WithLeaseEdits: an annotation, the group label dropped,
 //     the Lease deleted) are no such step: the holder keeps its lease, and
-//     neither are watches that stop delivering for a while
-//     (WithStalledWatches): the elector renews and campaigns on reads;
+//     neither are watches that stop delivering, or lists that go
+//     unanswered, for a while (WithStalledWatches): the elector renews and
+//     campaigns on its own reads and writes;
 //   - every child's Since is when it entered its State (a group's too);
 //   - in a tree, every restart has a cause its groups' strategies allow (a
 //     failure of it, of a group above it, or of a sibling its level's

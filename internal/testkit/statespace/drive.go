@@ -194,6 +194,8 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		}
 	case DoStallWatch, DoResumeWatch:
 		r.stalled.Store(st.Do == DoStallWatch)
+	case DoHangList, DoAnswerList:
+		r.listsHung.set(st.Do == DoHangList)
 	case DoSlowAPI:
 		r.noteFault(st)
 		r.latency.Store(int64(st.Dur))

@@ -39,12 +39,13 @@ func (r *runner) settle(ctx context.Context) {
 }
 
 // heal releases every hung call, reconnects the replica, has its watches
-// deliver again and makes every child calm.
+// deliver and its lists answered again and makes every child calm.
 func (r *runner) heal() {
-	r.logf("heal: hung calls released, network back, watches delivering, children calm")
+	r.logf("heal: hung calls released, network back, watches delivering, lists answered, children calm")
 	close(r.release)
 	r.latency.Store(0)
 	r.stalled.Store(false)
+	r.listsHung.set(false)
 	if r.client != nil {
 		r.client.Partition(false)
 	}

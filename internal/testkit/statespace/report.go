@@ -22,10 +22,12 @@ type Result struct {
 	Skipped int  // steps whose phase did not come
 	// Dropped is how many Lease watch events its stalled watches dropped
 	// (DoStallWatch): a stall that drops none has tested nothing.
-	Dropped  int
-	Took     time.Duration
-	MaxPause time.Duration
-	Log      []string // what each step did, and the manager's events
+	Dropped int
+	// ListsHeld is how many Lease lists its hung lists held (DoHangList).
+	ListsHeld int
+	Took      time.Duration
+	MaxPause  time.Duration
+	Log       []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.

@@ -71,6 +71,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	res.Log = slices.Clone(r.log)
 	res.Answers, res.Reelect = r.judged, r.reelectJudged
 	res.Dropped = int(r.dropped.Load())
+	res.ListsHeld = int(r.listsHung.held.Load())
 	r.mu.Unlock()
 	return res
 }
@@ -87,6 +88,8 @@ type runner struct {
 	// stalled: the replica's Lease watches deliver nothing (DoStallWatch).
 	stalled atomic.Bool
 	dropped atomic.Int64 // watch events the stalls dropped
+	// listsHung: the replica's Lease lists wait (DoHangList).
+	listsHung gate
 	// faulted: a partition, Steal or slow-API step has been taken; guarded
 	// by mu.
 	faulted bool

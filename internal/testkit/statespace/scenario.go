@@ -53,6 +53,12 @@ const (
 	// them.
 	DoStallWatch  Action = "StallWatch"
 	DoResumeWatch Action = "ResumeWatch"
+	// The replica's Lease lists go unanswered (each waits until the lists
+	// are answered again or its caller gives it up), and are answered
+	// again: a list made when the watch closes, or when a stalled one is
+	// polled, meets it. No fault either. WithStalledWatches adds them.
+	DoHangList   Action = "HangList"
+	DoAnswerList Action = "AnswerList"
 	// DoFail reports a failure of Child's current incarnation through its
 	// FailureReporter.
 	DoFail Action = "Fail"
@@ -274,22 +280,30 @@ func WithLeaseEdits(s Scenario) Scenario {
 	return s
 }
 
-// WithStalledWatches returns s with its replica's Lease watches stalled
-// (DoStallWatch) at a random place after its Start, for 1 to 3 lease
-// durations or to the end, once or twice. As WithLeaseEdits, they are drawn
-// from a stream of their own, seeded by s.Seed, so that the other steps
-// stay Generate's; a scenario without an elector is returned as it is.
+// WithStalledWatches returns s with its replica's Lease reads stalled at a
+// random place after its Start, once or twice, for 1 to 3 lease durations
+// or to the end: its watches stop delivering (DoStallWatch), its lists go
+// unanswered (DoHangList), or both. As WithLeaseEdits, they are drawn from
+// a stream of their own, seeded by s.Seed, so that the other steps stay
+// Generate's; a scenario without an elector is returned as it is.
 func WithStalledWatches(s Scenario) Scenario {
 	if s.Election == ElectionOff {
 		return s
 	}
 	r := rand.New(rand.NewPCG(s.Seed^0x85ebca6b, s.Seed^0xc2b2ae3d27d4eb4f))
 	s.Steps = insertAfterStart(s.Steps, r, 1+r.IntN(2), func() []Step {
-		stall := []Step{{Do: DoStallWatch}}
-		if r.IntN(4) > 0 {
-			stall = append(stall, Step{Do: DoWait, Dur: time.Duration(1+r.IntN(3)) * LeaseDuration}, Step{Do: DoResumeWatch})
+		begin, end := [][]Step{
+			{{Do: DoStallWatch}}, {{Do: DoHangList}}, {{Do: DoStallWatch}, {Do: DoHangList}},
+		}, [][]Step{
+			{{Do: DoResumeWatch}}, {{Do: DoAnswerList}}, {{Do: DoResumeWatch}, {Do: DoAnswerList}},
 		}
-		return stall
+		k := r.IntN(3)
+		run := slices.Clone(begin[k])
+		if r.IntN(4) > 0 {
+			run = append(run, Step{Do: DoWait, Dur: time.Duration(1+r.IntN(3)) * LeaseDuration})
+			run = append(run, end[k]...)
+		}
+		return run
 	})
 	s.Name += "+stalls"
 	return s

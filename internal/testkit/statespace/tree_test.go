@@ -247,36 +247,48 @@ func forElectedSeeds(t *testing.T, with func(Scenario) Scenario, check func(seed
 	}
 }
 
-// WithStalledWatches adds only its stalls (each alone, or with its wait and
-// its resume), after the Start, the same ones for a seed, and nothing
-// without an elector.
+// WithStalledWatches adds only its stalls (a stall of the watches, a hang
+// of the lists or both, each alone, or with its wait and what ends it),
+// after the Start, the same ones for a seed, and nothing without an
+// elector.
 func TestWithStalledWatches(t *testing.T) {
+	ends := map[Action]Action{DoResumeWatch: DoStallWatch, DoAnswerList: DoHangList}
+	var watches, lists int
 	forElectedSeeds(t, WithStalledWatches, func(seed uint64, s, e Scenario) []Step {
 		start := slices.IndexFunc(e.Steps, func(st Step) bool { return st.Do == DoStart })
 		var rest []Step
-		stalls := 0
-		for i := 0; i < len(e.Steps); i++ {
-			switch st := e.Steps[i]; st.Do {
-			case DoStallWatch:
-				stalls++
+		begun := map[Action]int{}
+		for i, st := range e.Steps {
+			switch st.Do {
+			case DoStallWatch, DoHangList:
 				if i < start {
-					t.Fatalf("seed %d: a stall before Start", seed)
+					t.Fatalf("seed %d: %s before Start", seed, st.Do)
 				}
-				if i+2 < len(e.Steps) && e.Steps[i+1].Do == DoWait && e.Steps[i+2].Do == DoResumeWatch {
-					if d := e.Steps[i+1].Dur; d < LeaseDuration || d > 3*LeaseDuration {
-						t.Fatalf("seed %d: a stall of %s", seed, d)
+				begun[st.Do]++
+			case DoResumeWatch, DoAnswerList:
+				if begun[ends[st.Do]] == 0 {
+					t.Fatalf("seed %d: %s without %s before it", seed, st.Do, ends[st.Do])
+				}
+			case DoWait:
+				if next := i + 1; next < len(e.Steps) && ends[e.Steps[next].Do] != "" {
+					if st.Dur < LeaseDuration || st.Dur > 3*LeaseDuration {
+						t.Fatalf("seed %d: a stall of %s", seed, st.Dur)
 					}
-					i += 2 // its wait and resume
+					continue // the stall's wait
 				}
-			case DoResumeWatch:
-				t.Fatalf("seed %d: a resume without its stall", seed)
+				rest = append(rest, st)
 			default:
 				rest = append(rest, st)
 			}
 		}
-		if stalls < 1 || stalls > 2 {
-			t.Fatalf("seed %d: %d stalls", seed, stalls)
+		if n := begun[DoStallWatch] + begun[DoHangList]; n < 1 || n > 4 {
+			t.Fatalf("seed %d: %d stalls and hangs", seed, n)
 		}
+		watches += begun[DoStallWatch]
+		lists += begun[DoHangList]
 		return rest
 	})
+	if watches == 0 || lists == 0 {
+		t.Fatalf("%d stalled watches and %d hung lists drawn: want both", watches, lists)
+	}
 }
