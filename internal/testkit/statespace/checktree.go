@@ -19,6 +19,27 @@ type lifecycleReq struct {
 	do   Action
 	path string
 	at   time.Time
+	// answered is when its answer came (zero: not yet), err the answer.
+	answered time.Time
+	err      error
+}
+
+// mayHaveStartedAfter reports whether q, a StartChild or RestartChild,
+// may have been carried out after at although it was sent before: each
+// request goes from a goroutine of its own, so the manager can take it
+// after what happened at at. It was, unless it had been answered by then
+// or its answer says it started nothing (refused, or cut short by a stop).
+func (q lifecycleReq) mayHaveStartedAfter(at time.Time) bool {
+	if !q.answered.IsZero() && q.answered.Before(at) {
+		return false
+	}
+	for _, refused := range []error{cm.ErrStartInterrupted, cm.ErrBusy, cm.ErrNotRunning, cm.ErrUnknownChild,
+		cm.ErrShardNotHeld, cm.ErrChildStopped, cm.ErrChildRemoved} {
+		if errors.Is(q.err, refused) {
+			return false
+		}
+	}
+	return true
 }
 
 // isGroup reports whether path is one of the scenario's groups.
@@ -208,10 +229,11 @@ func (r *runner) checkStoppedGroups() {
 		delete(failed, e.Child)
 		stoppedAt := e.Time
 		// Until the first step that may start it again: one sent once its
-		// budget was spent may be answered after it has stopped.
+		// budget was spent may be answered after it has stopped, and one
+		// sent before may have been taken after (mayHaveStartedAfter).
 		until := time.Time{}
 		for _, q := range r.reqs {
-			if q.at.Before(failedAt) || (q.do != DoStartChild && q.do != DoRestart) {
+			if q.do != DoStartChild && q.do != DoRestart || q.at.Before(failedAt) && !q.mayHaveStartedAfter(stoppedAt) {
 				continue
 			}
 			if within(q.path, g.Path) || within(g.Path, q.path) {

@@ -126,6 +126,30 @@ func TestTreeInvariants(t *testing.T) {
 		},
 		want: map[Invariant][]string{},
 	}, {
+		name: "a RestartChild sent before the budget was spent may be taken after the group stopped",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
+			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0"}},
+		}},
+		setup: func(r *runner) {
+			r.reqs = append(r.reqs, lifecycleReq{do: DoRestart, path: "g1", at: at(0), answered: at(4)})
+			r.event(cm.ChildFailed, "g1", at(1), errFail)
+			r.event(cm.ChildStopped, "g1", at(2), nil)
+			r.journal.add("g1/ctrl-0", "controller", StartEnter, 1, nil)
+		},
+		want: map[Invariant][]string{},
+	}, {
+		name: "a RestartChild sent before the budget was spent and cut short by the stop starts nothing",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
+			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0"}},
+		}},
+		setup: func(r *runner) {
+			r.reqs = append(r.reqs, lifecycleReq{do: DoRestart, path: "g1", at: at(0), answered: at(4), err: fmt.Errorf("RestartChild: %w", cm.ErrStartInterrupted)})
+			r.event(cm.ChildFailed, "g1", at(1), errFail)
+			r.event(cm.ChildStopped, "g1", at(2), nil)
+			r.journal.add("g1/ctrl-0", "controller", StartEnter, 1, nil)
+		},
+		want: map[Invariant][]string{StoppedGroupRan: {"g1/ctrl-0"}},
+	}, {
 		name: "StopChild of a Stop group is not its exhaustion",
 		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
 			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0"}},

@@ -101,6 +101,7 @@ func (r *runner) apply(ctx context.Context, st Step) {
 	case DoRestart, DoStop, DoStartChild, DoRemove:
 		r.reqs = append(r.reqs, lifecycleReq{do: st.Do, path: st.Child, at: time.Now()})
 	}
+	req := len(r.reqs) - 1 // the step's, for a lifecycle step
 	r.mu.Unlock()
 	switch st.Do {
 	case DoStart:
@@ -141,19 +142,19 @@ func (r *runner) apply(ctx context.Context, st Step) {
 			r.mu.Unlock()
 		}()
 	case DoRestart:
-		r.request(supervisor.RestartChild{Name: st.Child})
+		r.request(supervisor.RestartChild{Name: st.Child}, req)
 	case DoStop:
 		r.mu.Lock()
 		r.stopReq[st.Child] = true
 		r.mu.Unlock()
-		r.request(supervisor.StopChild{Name: st.Child})
+		r.request(supervisor.StopChild{Name: st.Child}, req)
 	case DoStartChild:
-		r.request(supervisor.StartChild{Name: st.Child})
+		r.request(supervisor.StartChild{Name: st.Child}, req)
 	case DoRemove:
 		r.mu.Lock()
 		r.stopReq[st.Child] = true
 		r.mu.Unlock()
-		r.request(supervisor.RemoveChild{Name: st.Child})
+		r.request(supervisor.RemoveChild{Name: st.Child}, req)
 	case DoAdd:
 		r.mu.Lock()
 		r.added++
@@ -166,7 +167,7 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		r.addedAt[path] = time.Now()
 		r.mu.Unlock()
 		v := r.newRunnable(path, st.Kind, st.Knobs)
-		r.request(supervisor.AddChild{Parent: st.Parent, Runnable: v})
+		r.request(supervisor.AddChild{Parent: st.Parent, Runnable: v}, -1)
 	case DoPartition, DoReconnect:
 		r.noteFault(st)
 		if r.client != nil {
@@ -226,8 +227,9 @@ func (r *runner) requestShutdown() {
 	r.mu.Unlock()
 }
 
-// request sends a lifecycle message in the background.
-func (r *runner) request(msg any) {
+// request sends a lifecycle message in the background; req, when not -1,
+// is its step's index in reqs, where its answer is noted.
+func (r *runner) request(msg any, req int) {
 	r.background.Add(1)
 	go func() {
 		defer r.background.Done()
@@ -235,6 +237,11 @@ func (r *runner) request(msg any) {
 		defer cancel()
 		sent := time.Now()
 		_, err := r.m.Request(ctx, msg)
+		if req >= 0 {
+			r.mu.Lock()
+			r.reqs[req].answered, r.reqs[req].err = time.Now(), err
+			r.mu.Unlock()
+		}
 		r.noteStop(msg, sent, err)
 		r.noteAnswer(msg, sent, err)
 		desc := fmt.Sprintf("%T%+v", msg, msg)
