@@ -895,3 +895,92 @@ func TestFleetRestartWaitsForAProviderThatIgnoresItsContext(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateRunning, cs.State)
 }
+
+// hangingCtrl is a member cluster's controller that reports a failure
+// when asked (fail) and whose Shutdown, in the clusters named in hang,
+// waits for release whatever its context says.
+type hangingCtrl struct {
+	runs    atomic.Int32
+	mu      sync.Mutex
+	report  func(error)
+	release <-chan struct{} // nil: Shutdown returns at once
+}
+
+func (c *hangingCtrl) Run(ctx context.Context) error {
+	c.runs.Add(1)
+	c.mu.Lock()
+	c.report, _ = cm.FailureReporter(ctx)
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *hangingCtrl) Shutdown(context.Context) {
+	if c.release != nil {
+		<-c.release
+	}
+}
+
+func (c *hangingCtrl) fail() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.report(errors.New("member work failed"))
+}
+
+func (c *hangingCtrl) Name() string { return "hung" }
+func (c *hangingCtrl) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "hung", Healthy: true}
+}
+
+// A member cluster's controller whose Shutdown hangs during its restart
+// (ignoring its context: a call to the member's API server with no
+// deadline) stops that member's subtree, not the manager: the other
+// members run on. Before, the manager escalated.
+func TestFleetHungShutdownIsContainedInItsCluster(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // if it fails before its end: the manager's cleanup comes first
+	var mu sync.Mutex
+	hung := map[string]*hangingCtrl{}
+	build := func(c cm.Cluster) []cm.Runnable {
+		h := &hangingCtrl{}
+		if c.Name() == "b" {
+			h.release = release
+		}
+		mu.Lock()
+		hung[c.Name()] = h
+		mu.Unlock()
+		return []cm.Runnable{h}
+	}
+	spec := fleetSpec()
+	spec.Supervision.ShutdownTimeout = metav1.Duration{Duration: time.Second}
+	fleet := cm.NewFleet("fleet", prov, build, spec)
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
+
+	mu.Lock()
+	hb := hung["b"]
+	mu.Unlock()
+	hb.fail()
+	log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/b/hung"))
+	failed := log.waitFor(t, clk, 100*time.Millisecond, is(cm.ChildFailed, "fleet/b"))
+	require.ErrorContains(t, failed.Err, `Shutdown did not return within 1s during a restart`)
+	st, err := mgr.Status(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, supervisor.PhaseRunning, st.Phase)
+	require.Zero(t, log.count(func(e cm.Event) bool { return e.Type == cm.Escalated }))
+	cs, _ := fleetChild(t, mgr, "fleet/a/hung")
+	require.Equal(t, supervisor.StateRunning, cs.State, "the other member runs on")
+	cs, _ = fleetChild(t, mgr, "fleet/b/hung")
+	require.Equal(t, supervisor.StateStopping, cs.State, "its Shutdown still runs")
+	require.Equal(t, int32(1), hb.runs.Load(), "not started beside its hung Shutdown")
+
+	free()
+	log.waitFor(t, nil, 0, is(cm.ChildStopped, "fleet/b"))
+	require.Equal(t, int32(1), hb.runs.Load(), "stopped, as a spent budget stops it")
+}

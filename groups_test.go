@@ -475,6 +475,14 @@ func TestGroupNamesAreValidated(t *testing.T) {
 // and "g/hung", whose Shutdown hangs until the test ends; it returns
 // g/first and the manager's events.
 func startHungGroup(t *testing.T, manager, group time.Duration) (gController, *recorder) {
+	first, _, _, rec := startHungGroupIn(t, manager, cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(group)})
+	return first, rec
+}
+
+// startHungGroupIn is startHungGroup with the group's spec, a controller
+// "steady" at the root beside it, and the manager and hung's release
+// (also closed when the test ends) returned.
+func startHungGroupIn(t *testing.T, manager time.Duration, spec cm.SupervisionSpec) (gController, *cm.ControllerManager, func(), *recorder) {
 	log := &gLog{}
 	sup := gFast()
 	sup.ShutdownTimeout = gDuration(manager)
@@ -482,11 +490,13 @@ func startHungGroup(t *testing.T, manager, group time.Duration) (gController, *r
 	rec := record(m)
 	first, hung := newGController(log, "g/first"), newGController(log, "g/hung")
 	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
 	hung.set(func(c *gChild) { c.hangShutdown = release })
-	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(group)}, first, hung))
+	m.Add(cm.NewGroup("g", spec, first, hung), newGController(log, "steady"))
 	gStart(t, m)
-	return first, rec
+	return first, m, free, rec
 }
 
 // A child in a group whose Shutdown hangs during the group's restart
@@ -517,6 +527,76 @@ func TestGroupShutdownTimeoutBoundsItsOwnRestarts(t *testing.T) {
 	}
 	assert.ErrorContains(t, esc, "Shutdown did not return within 200ms during a restart")
 	assert.Equal(t, 1, first.runCount(), "nothing started again beside the hung incarnation")
+}
+
+// A Shutdown that hangs during the restart of a group that stops on its
+// own (ExhaustedStop, a fleet member's) fails that group alone: the group
+// stops, the hung child stays Stopping and nothing starts beside it, the
+// manager goes on; once the Shutdown returns the group is Stopped, and
+// StartChild starts it again.
+func TestGroupHangingShutdownInAStopGroupStopsTheGroupAlone(t *testing.T) {
+	first, m, free, rec := startHungGroupIn(t, time.Hour, cm.SupervisionSpec{Strategy: cm.AllForOne,
+		OnExhausted: cm.ExhaustedStop, ShutdownTimeout: gDuration(200 * time.Millisecond)})
+
+	first.fail()
+	gEventually(t, "g failed", func() bool { return rec.gCount(cm.ChildFailed, "g") == 1 })
+	var gerr error
+	for _, e := range rec.snapshot() {
+		if e.Type == cm.ChildFailed && e.Child == "g" {
+			gerr = e.Err
+		}
+	}
+	assert.ErrorContains(t, gerr, `group "g": controller "g/hung": Shutdown did not return within 200ms during a restart`)
+	gEventually(t, "g/first stopped", func() bool { return gState(t, m, "g/first") == supervisor.StateStopped })
+	st := mustStatus(t, m)
+	assert.Equal(t, cm.PhaseRunning, st.Phase)
+	g, _ := st.Child("g")
+	assert.Equal(t, supervisor.StateStopping, g.State, "its hung child keeps it stopping")
+	require.NotNil(t, g.Group)
+	assert.True(t, g.Group.Exhausted)
+	assert.Equal(t, supervisor.StateStopping, gState(t, m, "g/hung"))
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "steady"))
+	assert.Equal(t, 1, first.runCount(), "nothing started again beside the hung incarnation")
+	assert.Zero(t, rec.gCount(cm.Escalated, "g/hung"))
+	busyCtx, busyCancel := context.WithTimeout(context.Background(), wait)
+	defer busyCancel()
+	assert.ErrorIs(t, m.StartChild(busyCtx, "g"), supervisor.ErrBusy, "not started while a Shutdown in it runs")
+	assert.Equal(t, 1, first.runCount())
+
+	free()
+	gEventually(t, "g stopped", func() bool { return rec.gCount(cm.ChildStopped, "g") == 1 })
+	assert.Equal(t, 1, first.runCount(), "the group stays stopped once the Shutdown has returned")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, m.StartChild(ctx, "g"))
+	assert.Equal(t, 2, first.runCount())
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "g/hung"))
+	assert.Zero(t, rec.gCount(cm.Escalated, "g/hung"))
+}
+
+// Contained by the nearest group that stops on its own, at any depth: a
+// hung Shutdown in an escalating group inside one stops the outer group.
+func TestGroupHangingShutdownIsContainedByTheNearestStopGroup(t *testing.T) {
+	log := &gLog{}
+	sup := gFast()
+	sup.ShutdownTimeout = gDuration(time.Hour)
+	m := newManager(t, nil, sup)
+	rec := record(m)
+	first, hung := newGController(log, "outer/inner/first"), newGController(log, "outer/inner/hung")
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	hung.set(func(c *gChild) { c.hangShutdown = release })
+	inner := cm.NewGroup("inner", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(200 * time.Millisecond)}, first, hung)
+	m.Add(cm.NewGroup("outer", cm.SupervisionSpec{OnExhausted: cm.ExhaustedStop}, inner), newGController(log, "steady"))
+	gStart(t, m)
+
+	first.fail()
+	gEventually(t, "outer failed", func() bool { return rec.gCount(cm.ChildFailed, "outer") == 1 })
+	gEventually(t, "outer/inner/first stopped", func() bool { return gState(t, m, "outer/inner/first") == supervisor.StateStopped })
+	assert.Equal(t, cm.PhaseRunning, mustStatus(t, m).Phase)
+	assert.Equal(t, supervisor.StateRunning, gState(t, m, "steady"))
+	assert.Equal(t, 1, first.runCount())
+	assert.Zero(t, rec.gCount(cm.Escalated, "outer/inner/hung"))
 }
 
 // shutdownDeadline is a controller that records how long its Shutdown's

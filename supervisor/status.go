@@ -91,8 +91,9 @@ type GroupStatus struct {
 	// StopOnExhausted: once a child spends the budget the group stops
 	// (controllermanager.ExhaustedStop) rather than fail to its parent.
 	StopOnExhausted bool
-	// Exhausted: the group is stopped because a child spent its budget
-	// (not by StopChild); StartChild starts it again.
+	// Exhausted: the group is stopped because a child spent its budget, or
+	// because a Shutdown of its restart did not return within
+	// ShutdownTimeout (not by StopChild); StartChild starts it again.
 	Exhausted bool
 	// Spent is the most restarts any one of its children has within the
 	// window now: the budget is spent once a failure finds it at

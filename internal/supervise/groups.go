@@ -253,17 +253,23 @@ func (lvl *level) budgetStatus() *supervisor.GroupStatus {
 }
 
 // giveUp handles a spent budget of member, a child of lvl: at the root
-// the manager escalates; in a group the group has failed, and either stops
-// (ExhaustedStop) or fails to its parent level as one child
-// (ExhaustedEscalate), which decides again (handleFailed).
+// the manager escalates; in a group the group has failed (fail).
 func (lvl *level) giveUp(member *childRecord, err error) {
 	s, g := lvl.s, lvl.group
 	if g == nil {
 		s.escalate(member, err)
 		return
 	}
-	gerr := fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
-		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err)
+	lvl.fail(fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
+		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err))
+}
+
+// fail records and publishes the failure of lvl's group, which then either
+// stops (ExhaustedStop: a stop for good with no requester; StartChild
+// starts it again) or fails to its parent level as one child
+// (ExhaustedEscalate), which decides again (handleFailed).
+func (lvl *level) fail(gerr error) {
+	s, g := lvl.s, lvl.group
 	g.hist().failures++
 	g.hist().lastErr = gerr
 	g.healthy = false
@@ -276,6 +282,20 @@ func (lvl *level) giveUp(member *childRecord, err error) {
 		return
 	}
 	lvl.parent.handleFailed(g, gerr)
+}
+
+// contain fails the nearest group from lvl up that stops on its own
+// (ExhaustedStop) with err, a hung Shutdown of one of lvl's children, so
+// that the group stops instead of the manager; false when no such group
+// is above lvl.
+func (lvl *level) contain(err error) bool {
+	for l := lvl; l != nil; l = l.parent {
+		if l.stopOnExhausted {
+			l.fail(fmt.Errorf("group %q: %w", l.group.spec.Name, err))
+			return true
+		}
+	}
+	return false
 }
 
 // resetBudgets gives every child under g a fresh budget and backoff: the

@@ -212,17 +212,25 @@ func (p *restartPlan) backoffPassed() {
 	}
 }
 
-// shutdownOverdue escalates a restart whose Shutdown calls did not return
-// in time (stopOverdue): starting a child again while its previous
-// incarnation may still run is what supervision must never do.
+// shutdownOverdue answers a restart whose Shutdown calls did not return in
+// time (stopOverdue): starting a child again while its previous
+// incarnation may still run is what supervision must never do. A child
+// whose Shutdown hangs inside a group that stops on its own
+// (ExhaustedStop, every fleet member's) fails that group, the nearest
+// such above it (contain): the group stops, the child stays Stopping
+// until its Shutdown returns, and the rest of the manager goes on. Past
+// every such group, the manager escalates.
 func (p *restartPlan) shutdownOverdue() {
 	s := p.s
 	if p.stage != planStopping || !s.supervising() {
 		return
 	}
-	for _, r := range p.recs {
-		if r.plan == p && r.state == supervisor.StateStopping {
-			err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, p.lvl.shutdownTimeout)
+	for _, r := range slices.Clone(p.recs) {
+		if r.plan != p || r.state != supervisor.StateStopping {
+			continue // stopped in time, or taken out of p meanwhile
+		}
+		err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, p.lvl.shutdownTimeout)
+		if !r.lvl.contain(err) {
 			s.escalate(r, err)
 			return
 		}
