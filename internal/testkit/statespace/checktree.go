@@ -282,7 +282,8 @@ func (r *runner) lastFailure(path string, at time.Time) error {
 // the tree as the failure of one child), never a group that stops when
 // exhausted, and a group by Kind "group"; the EscalationError says the
 // same. The other escalation, of a restart whose Shutdown outlives
-// ShutdownTimeout, names the child at any depth. r.mu is held.
+// ShutdownTimeout, names the child at any depth, outside every group that
+// stops on its own (which stops instead). r.mu is held.
 func (r *runner) checkEscalations() {
 	for _, e := range r.events {
 		if e.Type != cm.Escalated {
@@ -305,9 +306,21 @@ func (r *runner) checkEscalations() {
 		switch {
 		case !isGroup && esc != nil && strings.Contains(fmt.Sprint(esc.Err), "Shutdown did not return"):
 			// "A restart at any depth whose Shutdown outlives
-			// ShutdownTimeout escalates the manager": the child itself, at
-			// any depth. (No sentinel says so; the message does.)
-			continue
+			// ShutdownTimeout escalates the manager", naming the child
+			// itself, unless a group above it stops on its own
+			// (ExhaustedStop): that group contains it. (No sentinel says
+			// so; the message does.)
+			stopGroup := ""
+			for _, p := range ancestry(child)[1:] {
+				if g, ok := r.sc.group(p); ok && g.OnExhausted == cm.ExhaustedStop {
+					stopGroup = p
+					break
+				}
+			}
+			if stopGroup == "" {
+				continue
+			}
+			what = fmt.Sprintf("escalates a Shutdown that hung inside group %s, whose OnExhausted is Stop: the group contains it", stopGroup)
 		case strings.Contains(child, "/"):
 			what = "names a child inside a group: only the root escalates, a group's child fails to its group"
 		case isGroup && g.OnExhausted == cm.ExhaustedStop:

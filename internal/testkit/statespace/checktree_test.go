@@ -176,6 +176,20 @@ func TestTreeInvariants(t *testing.T) {
 				fmt.Errorf("controller %q: Shutdown did not return within 300ms during a restart", "g1/ctrl-0")))
 		},
 		want: map[Invariant][]string{EscalationWrong: {"g1/ctrl-0", "g2", "ctrl-x"}},
+	}, {
+		name: "a hung Shutdown escalates outside a Stop group only",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 2, Groups: []Group{
+			{Path: "g1", Children: []string{"ctrl-0"}}, {Path: "g2", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-1"}},
+		}},
+		setup: func(r *runner) {
+			hung := func(child string) error {
+				return &cm.EscalationError{Child: child, Kind: actors.KindController,
+					Err: fmt.Errorf("controller %q: Shutdown did not return within 300ms during a restart", child)}
+			}
+			r.event(cm.Escalated, "g1/ctrl-0", at(1), hung("g1/ctrl-0"))
+			r.event(cm.Escalated, "g2/ctrl-1", at(2), hung("g2/ctrl-1"))
+		},
+		want: map[Invariant][]string{EscalationWrong: {"g2/ctrl-1"}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

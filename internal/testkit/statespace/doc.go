@@ -45,7 +45,9 @@
 //     it; a change of leadership): RestForOne restarts the failed child and
 //     those after it, never a sibling group's children; a group stopped by
 //     ExhaustedStop stays stopped until a StartChild; only the root
-//     escalates, naming one of its own children, a group by Kind "group";
+//     escalates, naming one of its own children, a group by Kind "group",
+//     or a child whose Shutdown hung in a restart outside every
+//     ExhaustedStop group (inside one, that group stops instead);
 //     fencing, one incarnation at a time and the bounds hold at every
 //     depth (the checks above read every child by its path);
 //   - an escalation, and a lost lease with Exit, end in Done within a bound;

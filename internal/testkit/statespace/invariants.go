@@ -89,8 +89,10 @@ const (
 	SinceWrong Invariant = "since-wrong"
 	// EscalationWrong (trees): an escalation named a child inside a group,
 	// a group whose OnExhausted is Stop, or a group with a Kind other than
-	// "group" (or a child that is not a group with Kind "group"); or its
-	// event and its EscalationError disagree.
+	// "group" (or a child that is not a group with Kind "group"); or it
+	// escalated a restart's hung Shutdown inside a group whose OnExhausted
+	// is Stop (which contains it); or its event and its EscalationError
+	// disagree.
 	EscalationWrong Invariant = "escalation-wrong"
 	// Stranded: while the manager ran, a webhook (or, without election, a
 	// controller or a store) stayed Stopped past the

@@ -34,8 +34,9 @@ func (r *runner) onEvent(e cm.Event) {
 		if g, ok := r.sc.group(child); ok {
 			fenced = true // its controllers and stores are fenced with it
 			if g.OnExhausted == cm.ExhaustedStop {
-				// Its spent budget takes it out of supervision: it stops
-				// and stays stopped; the stuck check judges its stop.
+				// Its spent budget (or a hung Shutdown in its restart)
+				// takes it out of supervision: it stops and stays
+				// stopped; the stuck check judges its stop.
 				break
 			}
 		}
