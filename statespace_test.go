@@ -112,7 +112,7 @@ func generateSequence(seed uint64) ss.Scenario {
 // invariant broken, and the seeds of every other sequence that broke it.
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
-	var steps, skipped, excused, answers, reelect, stalled, dropped, held int
+	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -126,6 +126,11 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 			stalled++
 			dropped += res.Dropped
 			held += res.ListsHeld
+		}
+		if res.HungContained+res.HungEscalated > 0 {
+			hungIn++
+			contained += res.HungContained
+			escalated += res.HungEscalated
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -166,6 +171,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	if stalled > 0 {
 		t.Logf("%d sequences stalled their Lease reads: the watches dropped %d events, %d lists were held unanswered", stalled, dropped, held)
 	}
+	t.Logf("%d sequences had a restart's Shutdown outlive ShutdownTimeout: %d contained by a group that stops on its own, %d escalated the manager", hungIn, contained, escalated)
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {

@@ -25,9 +25,13 @@ type Result struct {
 	Dropped int
 	// ListsHeld is how many Lease lists its hung lists held (DoHangList).
 	ListsHeld int
-	Took      time.Duration
-	MaxPause  time.Duration
-	Log       []string // what each step did, and the manager's events
+	// HungContained and HungEscalated count the restarts whose Shutdown
+	// outlived ShutdownTimeout: failed groups that stop on their own
+	// (contained), and escalations of the manager.
+	HungContained, HungEscalated int
+	Took                         time.Duration
+	MaxPause                     time.Duration
+	Log                          []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,17 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	res.Answers, res.Reelect = r.judged, r.reelectJudged
 	res.Dropped = int(r.dropped.Load())
 	res.ListsHeld = int(r.listsHung.held.Load())
+	for _, e := range r.events {
+		if e.Err == nil || !strings.Contains(e.Err.Error(), "Shutdown did not return") || !strings.Contains(e.Err.Error(), "during a restart") {
+			continue
+		}
+		switch {
+		case e.Type == cm.ChildFailed && r.isGroup(e.Child):
+			res.HungContained++
+		case e.Type == cm.Escalated:
+			res.HungEscalated++
+		}
+	}
 	r.mu.Unlock()
 	return res
 }
