@@ -574,6 +574,36 @@ func TestGroupHangingShutdownInAStopGroupStopsTheGroupAlone(t *testing.T) {
 	assert.Zero(t, rec.gCount(cm.Escalated, "g/hung"))
 }
 
+// A child that restarts itself with its restart ticket (a fixed backoff
+// gives one) and whose Shutdown hangs is contained as well: the ticket is
+// taken back, so it does not start once the Shutdown returns.
+func TestGroupHangingShutdownWithARestartTicketIsContained(t *testing.T) {
+	log := &gLog{}
+	sup := gFast()
+	sup.ShutdownTimeout = gDuration(time.Hour)
+	m := newManager(t, nil, sup)
+	rec := record(m)
+	hung := newGController(log, "g/hung")
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	hung.set(func(c *gChild) { c.hangShutdown = release })
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{OnExhausted: cm.ExhaustedStop, ShutdownTimeout: gDuration(200 * time.Millisecond),
+		InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(time.Millisecond)}, hung))
+	gStart(t, m)
+
+	hung.fail()
+	gEventually(t, "g failed", func() bool { return rec.gCount(cm.ChildFailed, "g") == 1 })
+	free()
+	gEventually(t, "g stopped", func() bool { return rec.gCount(cm.ChildStopped, "g") == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	require.NoError(t, m.StartChild(ctx, "g"))
+	assert.Equal(t, 2, hung.runCount(), "its first run and the StartChild's: the ticket's start was taken back")
+	assert.Zero(t, rec.gCount(cm.Escalated, "g/hung"))
+}
+
 // Contained by the nearest group that stops on its own, at any depth: a
 // hung Shutdown in an escalating group inside one stops the outer group.
 func TestGroupHangingShutdownIsContainedByTheNearestStopGroup(t *testing.T) {
