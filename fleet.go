@@ -83,7 +83,9 @@ type FleetSpec struct {
 	// fields inherited from the manager's; OnExhausted defaults to
 	// ExhaustedStop, so that a crash-looping cluster's subtree stops alone.
 	// Its ShutdownTimeout bounds the Shutdown calls of the member's
-	// restarts and of the stops of its children (see NewGroup).
+	// restarts and of the stops of its children, and its HealthInterval,
+	// HealthTimeout and UnhealthyThreshold are how the member's
+	// controllers are probed (see NewGroup).
 	Supervision SupervisionSpec `json:"supervision,omitempty"`
 	// ProbePeriod is how often each member's API server is probed (GET
 	// /readyz). Default 10s.

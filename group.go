@@ -32,8 +32,9 @@ type Group struct {
 // restart whose Shutdown has not returned by then escalating as the
 // manager's does, and of StopChild, RemoveChild and RestartChild of a
 // child of the group; the manager's shutdown, a lost lease and a shard
-// move keep the manager's. Its health probe fields are the manager's and
-// are not read here.
+// move keep the manager's. spec's HealthInterval, HealthTimeout and
+// UnhealthyThreshold (zero: the parent's) are how the group's own
+// controllers and webhooks are probed.
 //
 // Inside the group the root's rules hold: at start its stores recover
 // first, then its other children start, each phase in parallel; a stop
@@ -161,6 +162,8 @@ func (g *Group) decl(parent, path string) supervise.GroupDecl {
 	d.Policy = supervise.Policy{Strategy: spec.Strategy, MaxRestarts: int(spec.MaxRestarts), RestartWindow: spec.RestartWindow.Duration}
 	d.InitialBackoff, d.MaxBackoff = spec.InitialBackoff.Duration, spec.MaxBackoff.Duration
 	d.ShutdownTimeout = spec.ShutdownTimeout.Duration
+	d.HealthInterval, d.HealthTimeout = spec.HealthInterval.Duration, spec.HealthTimeout.Duration
+	d.UnhealthyThreshold = int(spec.UnhealthyThreshold)
 	if err := errors.Join(errs...); err != nil {
 		d.Err = fmt.Errorf("group %q: %w", path, err)
 	}

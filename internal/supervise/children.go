@@ -45,6 +45,16 @@ type level struct {
 	// (stopContext). The root's is the manager's ShutdownTimeout; a
 	// group's, its own or its parent's.
 	shutdownTimeout time.Duration
+	// probeTiming is how its hosted children are probed: how often, how long
+	// an answer may take, and how many unhealthy answers in a row make a
+	// failure. The root's is the manager's Timing; a group's, its own
+	// fields or its parent's. nextProbe is when they are due again, and
+	// probing that a sweep of them is in flight (onProbeTick).
+	probeTiming healthTiming
+	nextProbe   time.Time
+	probing     bool
+	probeTick   uint64 // the prober's tick dueAt judged it at, and its answer
+	probeDue    bool
 	// ticket is the restart ticket its children get (see ticketFor), made
 	// on the first start that needs it.
 	ticket *childactor.RestartTicket

@@ -46,6 +46,17 @@ func newGroupLevel(rec *childRecord, decl *GroupDecl) *level {
 	if lvl.shutdownTimeout = decl.ShutdownTimeout; lvl.shutdownTimeout == 0 {
 		lvl.shutdownTimeout = parent.shutdownTimeout
 	}
+	lvl.probeTiming = healthTiming{interval: decl.HealthInterval, timeout: decl.HealthTimeout, threshold: decl.UnhealthyThreshold}
+	if lvl.probeTiming.interval == 0 {
+		lvl.probeTiming.interval = parent.probeTiming.interval
+	}
+	if lvl.probeTiming.timeout == 0 {
+		lvl.probeTiming.timeout = parent.probeTiming.timeout
+	}
+	if lvl.probeTiming.threshold == 0 {
+		lvl.probeTiming.threshold = parent.probeTiming.threshold
+	}
+	lvl.s.probe.shorten(lvl.probeTiming.interval)
 	return lvl
 }
 

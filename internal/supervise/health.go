@@ -3,6 +3,7 @@ package supervise
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,18 +15,41 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// prober is the supervisor's liveness probing: one sweep at a time, every
-// HealthInterval, from the moment webhooks have started (a standby's
-// webhooks are probed too) until shutdown. It owns the probe's timer and
-// whether a sweep is in flight; the sweep itself is the root's (onProbeTick).
+// prober is the supervisor's liveness probing, from the moment webhooks
+// have started (a standby's webhooks are probed too) until shutdown: it
+// ticks at the shortest HealthInterval of any level, and at each tick the
+// levels that are due are swept (onProbeTick), each at its own interval
+// and one sweep of it at a time. It owns the timer and the tick's count;
+// the sweeps are the root's.
 type prober struct {
 	clock    Clock
-	interval time.Duration // Timing.HealthInterval; probing is off when not positive
+	interval time.Duration // the shortest level's HealthInterval; probing is off when not positive
 	tick     func()        // sends probeTick to the supervisor
 	timer    clock.Timer
 	started  bool
 	stopped  bool
-	inFlight bool
+	ticks    uint64    // ticks taken: a level notes the one it was judged at (level.probeTick)
+	since    time.Time // when probing started: each level's first sweep is an interval of its own later
+}
+
+// healthTiming is how a level's hosted children are probed (level.probeTiming).
+type healthTiming struct {
+	interval, timeout time.Duration
+	threshold         int // unhealthy or silent answers in a row that make a failure
+}
+
+// shorten makes the tick d when d is shorter than it: a group with a
+// shorter HealthInterval than any before is probed at its own. A tick
+// armed already is re-armed, unless it has fired (its probeTick is on its
+// way, and arms the next with d).
+func (p *prober) shorten(d time.Duration) {
+	if p.interval <= 0 || d <= 0 || d >= p.interval {
+		return
+	}
+	p.interval = d
+	if p.started && !p.stopped && p.timer.Stop() {
+		p.timer = p.clock.AfterFunc(d, p.tick)
+	}
 }
 
 // start arms the first sweep, once.
@@ -34,6 +58,7 @@ func (p *prober) start() {
 		return
 	}
 	p.started = true
+	p.since = p.clock.Now()
 	p.timer = p.clock.AfterFunc(p.interval, p.tick)
 }
 
@@ -45,15 +70,34 @@ func (p *prober) stop() {
 	}
 }
 
-// due reports, at a probeTick, whether a sweep begins now, and arms the
-// next tick: not once stopped, and not while the last sweep waits for its
-// deadline.
+// due reports, at a probeTick, whether sweeps may begin now, and arms the
+// next tick: not once stopped.
 func (p *prober) due() bool {
 	if !p.started || p.stopped {
 		return false
 	}
 	p.timer = p.clock.AfterFunc(p.interval, p.tick)
-	return !p.inFlight
+	p.ticks++
+	return true
+}
+
+// dueAt reports whether lvl's children are to be swept at the tick now:
+// its interval has passed since its last sweep began, or since probing
+// started before its first (within half a tick,
+// so that a timer firing a little early does not skip a period), and that
+// sweep has ended. The answer is kept for the tick.
+func (lvl *level) dueAt(p *prober, now time.Time) bool {
+	if lvl.probeTick != p.ticks {
+		lvl.probeTick = p.ticks
+		if lvl.nextProbe.IsZero() {
+			lvl.nextProbe = p.since.Add(lvl.probeTiming.interval)
+		}
+		lvl.probeDue = !lvl.probing && !now.Add(p.interval/2).Before(lvl.nextProbe)
+		if lvl.probeDue {
+			lvl.nextProbe = now.Add(lvl.probeTiming.interval)
+		}
+	}
+	return lvl.probeDue
 }
 
 type (
@@ -61,10 +105,18 @@ type (
 	probeTick struct{}
 	// probeDone: a liveness sweep has every answer, or its deadline passed.
 	probeDone struct {
-		sweep *childactor.HealthSweep
-		recs  []*childRecord
-		gens  []uint64
-		began time.Time
+		sweep  *childactor.HealthSweep
+		recs   []*childRecord
+		gens   []uint64
+		levels []*level // the levels swept: their sweep has ended
+		began  time.Time
+	}
+	// probeBatch is the children of the due levels that share a
+	// HealthTimeout: one sweep.
+	probeBatch struct {
+		timeout time.Duration
+		recs    []*childRecord
+		levels  []*level
 	}
 )
 
@@ -152,24 +204,53 @@ func queryHealth(self actor.SenderContext, root *actor.RootContext, col *childac
 // goroutine of their own: fewer are sent faster than a goroutine starts.
 const minQueriesPerSender = 512
 
-// onProbeTick begins a liveness sweep of the running controllers and
-// webhooks, when one is due.
+// onProbeTick begins the liveness sweeps of the running controllers and
+// webhooks of the levels that are due (dueAt): one sweep for each
+// HealthTimeout among them, usually one.
 func (s *root) onProbeTick() {
 	if !s.supervising() || !s.probe.due() {
 		return
 	}
 	// Controllers answer GetHealth; webhooks answer Ready (a webhook that
 	// stays not ready after its Start returned is stuck, not warming up).
-	var recs []*childRecord
+	now := s.clock.now()
+	var batches []*probeBatch
+	var last *probeBatch // the batch of the child before: most often this one's
 	for _, rec := range s.reg.children {
-		if (rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook) && rec.state == supervisor.StateRunning {
-			recs = append(recs, rec)
+		if (rec.spec.Kind != actors.KindController && rec.spec.Kind != actors.KindWebhook) || rec.state != supervisor.StateRunning {
+			continue
+		}
+		lvl := rec.lvl
+		first := lvl.probeTick != s.probe.ticks
+		if !lvl.dueAt(&s.probe, now) {
+			continue
+		}
+		b := last
+		if b == nil || b.timeout != lvl.probeTiming.timeout {
+			i := slices.IndexFunc(batches, func(b *probeBatch) bool { return b.timeout == lvl.probeTiming.timeout })
+			if i < 0 {
+				i = len(batches)
+				batches = append(batches, &probeBatch{timeout: lvl.probeTiming.timeout})
+			}
+			b, last = batches[i], batches[i]
+		}
+		b.recs = append(b.recs, rec)
+		if first {
+			b.levels = append(b.levels, lvl)
 		}
 	}
-	if len(recs) == 0 {
-		return
+	for _, b := range batches {
+		s.sweep(b, now)
 	}
-	s.probe.inFlight = true
+}
+
+// sweep asks every child of b for its health within b's timeout; the
+// answers come back as a probeDone.
+func (s *root) sweep(b *probeBatch, now time.Time) {
+	recs := b.recs
+	for _, lvl := range b.levels {
+		lvl.probing = true
+	}
 	statuses := make([]actors.HealthStatus, len(recs))
 	pending := make([]int, len(recs))
 	gens := make([]uint64, len(recs))
@@ -178,10 +259,10 @@ func (s *root) onProbeTick() {
 		pending[i] = i
 		gens[i] = rec.gen
 	}
-	sweep := childactor.StartHealthSweep(s.self.system, s.cfg.Clock, s.cfg.Timing.HealthTimeout, func(col *childactor.HealthCollector) {
+	sweep := childactor.StartHealthSweep(s.self.system, s.cfg.Clock, b.timeout, func(col *childactor.HealthCollector) {
 		queryHealth(s.ctx, s.self.system.Root, col, recs, statuses, pending)
 	})
-	done := probeDone{sweep: sweep, recs: recs, gens: gens, began: s.clock.now()}
+	done := probeDone{sweep: sweep, recs: recs, gens: gens, levels: b.levels, began: now}
 	go func() {
 		sweep.Wait(nil)
 		s.self.send(done)
@@ -192,7 +273,9 @@ func (s *root) onProbeTick() {
 // row is a failure.
 func (s *root) onProbeDone(m probeDone) {
 	statuses, _ := m.sweep.Close()
-	s.probe.inFlight = false
+	for _, lvl := range m.levels {
+		lvl.probing = false
+	}
 	if !s.supervising() {
 		return
 	}
@@ -211,7 +294,7 @@ func (s *root) onProbeDone(m probeDone) {
 		rec.hist().unhealthy++
 		err := fmt.Errorf("%w: %s", supervisor.ErrUnhealthy, st.Message)
 		s.publish(supervisor.ChildUnhealthy, rec, err)
-		if rec.unhealthy() >= s.cfg.Timing.UnhealthyThreshold {
+		if rec.unhealthy() >= rec.lvl.probeTiming.threshold {
 			err = fmt.Errorf("%s %q: unhealthy in %d health probes in a row: %w", rec.spec.Kind, rec.spec.Name, rec.unhealthy(), err)
 			s.recordFailure(rec, err)
 			s.supervise(rec, err)

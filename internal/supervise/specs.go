@@ -114,6 +114,11 @@ type GroupDecl struct {
 	// level makes or is asked for (level.stopContext); zero inherits the
 	// parent level's.
 	ShutdownTimeout time.Duration
+	// HealthInterval, HealthTimeout and UnhealthyThreshold are how the
+	// group's own hosted children are probed (level.probeTiming); zero inherits
+	// the parent level's.
+	HealthInterval, HealthTimeout time.Duration
+	UnhealthyThreshold            int
 	// Shard, when positive, pins every controller under the group, at any
 	// depth and whenever added (at Start or by AddChild), to shard Shard-1:
 	// a group of AddShardedGroup. A group inside it inherits it.

@@ -35,7 +35,8 @@ func Spawn(system *actor.ActorSystem, name string, cfg Config) (*Handle, error) 
 	cfg.fill()
 	s := &root{cfg: cfg, obs: cfg.Observed, state: idlePhase{}, out: outbox{bus: cfg.Bus, obs: cfg.Observed},
 		tree: &level{policy: cfg.Policy, initialBackoff: cfg.Timing.InitialBackoff, maxBackoff: cfg.Timing.MaxBackoff, storesApart: true,
-			shutdownTimeout: cfg.Timing.ShutdownTimeout},
+			shutdownTimeout: cfg.Timing.ShutdownTimeout,
+			probeTiming:     healthTiming{interval: cfg.Timing.HealthInterval, timeout: cfg.Timing.HealthTimeout, threshold: cfg.Timing.UnhealthyThreshold}},
 		clock: msgClock{clock: cfg.Clock}, self: &mailbox{},
 		goroutines: childactor.NewGoroutines(idleGoroutines)}
 	s.tree.s = s
