@@ -266,21 +266,22 @@ func (lvl *level) budgetStatus() *supervisor.GroupStatus {
 // giveUp handles a spent budget of member, a child of lvl: at the root
 // the manager escalates; in a group the group has failed (fail).
 func (lvl *level) giveUp(member *childRecord, err error) {
-	s, g := lvl.s, lvl.group
-	if g == nil {
-		s.escalate(member, err)
+	if lvl.parent == nil {
+		lvl.s.escalate(member, err)
 		return
 	}
-	lvl.fail(fmt.Errorf("group %q: %s %q spent its restart budget (%d in %s): %w",
-		g.spec.Name, member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err))
+	lvl.fail(fmt.Errorf("%s %q spent its restart budget (%d in %s): %w",
+		member.spec.Kind, member.spec.Name, lvl.policy.MaxRestarts, lvl.policy.RestartWindow, err))
 }
 
-// fail records and publishes the failure of lvl's group, which then either
-// stops (ExhaustedStop: a stop for good with no requester; StartChild
-// starts it again) or fails to its parent level as one child
-// (ExhaustedEscalate), which decides again (handleFailed).
-func (lvl *level) fail(gerr error) {
+// fail records and publishes the failure of lvl's group, for err (its
+// error names the group), which then either stops (ExhaustedStop: a stop
+// for good with no requester; StartChild starts it again) or fails to its
+// parent level as one child (ExhaustedEscalate), which decides again
+// (handleFailed).
+func (lvl *level) fail(err error) {
 	s, g := lvl.s, lvl.group
+	gerr := fmt.Errorf("group %q: %w", g.spec.Name, err)
 	g.hist().failures++
 	g.hist().lastErr = gerr
 	g.healthy = false
@@ -302,7 +303,7 @@ func (lvl *level) fail(gerr error) {
 func (lvl *level) contain(err error) bool {
 	for l := lvl; l != nil; l = l.parent {
 		if l.stopOnExhausted {
-			l.fail(fmt.Errorf("group %q: %w", l.group.spec.Name, err))
+			l.fail(err)
 			return true
 		}
 	}
