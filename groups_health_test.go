@@ -56,6 +56,12 @@ func TestGroupHealthIntervalAndThresholdAreItsOwn(t *testing.T) {
 	assert.ErrorContains(t, failure, "unhealthy in 1 health probes in a row")
 	assert.Zero(t, atRoot.asked.Load(), "the manager's controllers are probed at the manager's interval")
 	assert.Zero(t, rec.gCount(cm.ChildUnhealthy, "sick"))
+	g, ok := mustStatus(t, m).Child("g")
+	require.True(t, ok)
+	require.NotNil(t, g.Group)
+	assert.Equal(t, 20*time.Millisecond, g.Group.HealthInterval)
+	assert.Equal(t, time.Second, g.Group.HealthTimeout, "inherited")
+	assert.Equal(t, 1, g.Group.UnhealthyThreshold)
 }
 
 // A group's HealthTimeout is its own: probed at the same tick as the

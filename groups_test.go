@@ -287,7 +287,8 @@ func TestGroupExhaustedStopStopsTheGroupAlone(t *testing.T) {
 	assert.Error(t, flaky.LastError)
 	require.NotNil(t, flaky.Group)
 	assert.Equal(t, supervisor.GroupStatus{Strategy: cm.OneForOne, MaxRestarts: 2, RestartWindow: flaky.Group.RestartWindow,
-		ShutdownTimeout: flaky.Group.ShutdownTimeout, StopOnExhausted: true, Exhausted: true, Spent: 2}, *flaky.Group)
+		ShutdownTimeout: flaky.Group.ShutdownTimeout, HealthInterval: 10 * time.Second, HealthTimeout: time.Second, UnhealthyThreshold: 3,
+		StopOnExhausted: true, Exhausted: true, Spent: 2}, *flaky.Group)
 	assert.Positive(t, flaky.Group.RestartWindow, "inherited from the manager")
 	mateSt, _ := st.Child("flaky/mate")
 	assert.Equal(t, supervisor.StateStopped, mateSt.State)

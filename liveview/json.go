@@ -108,8 +108,8 @@ type Group struct {
 	// OnExhausted is what a spent budget does: "Escalate" (the group fails
 	// to its parent) or "Stop" (the group stops and stays stopped).
 	OnExhausted string `json:"onExhausted"`
-	// Exhausted: the group is stopped because a child spent its budget;
-	// a start starts it again.
+	// Exhausted: the group is stopped because a child spent its budget,
+	// or a Shutdown of its restart hung; a start starts it again.
 	Exhausted bool `json:"exhausted"`
 	// Spent is the most restarts any one of its children has within the
 	// window now: the budget is spent once a failure finds it at

@@ -88,6 +88,11 @@ type GroupStatus struct {
 	// ShutdownTimeout bounds the Shutdown calls of the group's restarts and
 	// of the stops asked of its children (its own, or inherited).
 	ShutdownTimeout time.Duration
+	// HealthInterval, HealthTimeout and UnhealthyThreshold are how the
+	// group's own controllers and webhooks are probed (its own, or
+	// inherited).
+	HealthInterval, HealthTimeout time.Duration
+	UnhealthyThreshold            int
 	// StopOnExhausted: once a child spends the budget the group stops
 	// (controllermanager.ExhaustedStop) rather than fail to its parent.
 	StopOnExhausted bool

@@ -153,7 +153,8 @@ func TestTenants(t *testing.T) {
 	assert.Equal(t, cm.StateStopped, c.State)
 	require.NotNil(t, c.Group, "tenant-c's GroupStatus")
 	assert.Equal(t, supervisor.GroupStatus{Strategy: cm.RestForOne, MaxRestarts: 2, RestartWindow: time.Minute,
-		ShutdownTimeout: 30 * time.Second, StopOnExhausted: true, Exhausted: true, Spent: 2}, *c.Group)
+		ShutdownTimeout: 30 * time.Second, HealthInterval: 200 * time.Millisecond, HealthTimeout: time.Second, UnhealthyThreshold: 3,
+		StopOnExhausted: true, Exhausted: true, Spent: 2}, *c.Group)
 	require.Error(t, c.LastError)
 	assert.Contains(t, c.LastError.Error(), "lost its database")
 	for _, path := range []string{"tenant-c/store", "tenant-c/reconciler"} {

@@ -249,7 +249,9 @@ func (lvl *level) appendGroupsHealth(out []actors.HealthStatus) []actors.HealthS
 func (lvl *level) budgetStatus() *supervisor.GroupStatus {
 	s, g := lvl.s, lvl.group
 	gs := &supervisor.GroupStatus{Strategy: lvl.policy.Strategy, MaxRestarts: lvl.policy.MaxRestarts,
-		RestartWindow: lvl.policy.RestartWindow, ShutdownTimeout: lvl.shutdownTimeout, StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
+		RestartWindow: lvl.policy.RestartWindow, ShutdownTimeout: lvl.shutdownTimeout,
+		HealthInterval: lvl.probeTiming.interval, HealthTimeout: lvl.probeTiming.timeout, UnhealthyThreshold: lvl.probeTiming.threshold,
+		StopOnExhausted: lvl.stopOnExhausted, Exhausted: lvl.exhausted && g.stopRequested}
 	cutoff := s.clock.now().Add(-lvl.policy.RestartWindow)
 	for _, c := range lvl.children {
 		n := 0
