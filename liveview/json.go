@@ -115,6 +115,14 @@ type Group struct {
 	// window now: the budget is spent once a failure finds it at
 	// MaxRestarts.
 	Spent int `json:"spent"`
+	// ShutdownTimeoutSeconds bounds the Shutdown calls of its restarts and
+	// of the stops of its children.
+	ShutdownTimeoutSeconds float64 `json:"shutdownTimeoutSeconds"`
+	// HealthIntervalSeconds, HealthTimeoutSeconds and UnhealthyThreshold
+	// are how its own controllers and webhooks are probed.
+	HealthIntervalSeconds float64 `json:"healthIntervalSeconds"`
+	HealthTimeoutSeconds  float64 `json:"healthTimeoutSeconds"`
+	UnhealthyThreshold    int     `json:"unhealthyThreshold"`
 }
 
 // Child returns the child at path at any depth of the tree, as
@@ -235,7 +243,9 @@ func newChild(c supervisor.ChildStatus, failures map[string][]time.Time) Child {
 		}
 		out.Group = &Group{Strategy: string(g.Strategy), MaxRestarts: g.MaxRestarts,
 			RestartWindowSeconds: g.RestartWindow.Seconds(), OnExhausted: onExhausted,
-			Exhausted: g.Exhausted, Spent: g.Spent}
+			Exhausted: g.Exhausted, Spent: g.Spent, ShutdownTimeoutSeconds: g.ShutdownTimeout.Seconds(),
+			HealthIntervalSeconds: g.HealthInterval.Seconds(), HealthTimeoutSeconds: g.HealthTimeout.Seconds(),
+			UnhealthyThreshold: g.UnhealthyThreshold}
 	}
 	if ci := c.Cluster; ci != nil {
 		cl := &Cluster{State: ci.State, Since: ci.Since, ProbeError: ci.ProbeError, Error: ci.Error,

@@ -117,9 +117,11 @@ func TestStatusJSONTree(t *testing.T) {
 		t.Fatalf("tenant-a's window: want one inherited from the manager, have %v", window)
 	}
 	wantGroups := map[string]liveview.Group{
-		"tenant-a": {Strategy: "RestForOne", MaxRestarts: 3, RestartWindowSeconds: window, OnExhausted: "Stop"},
+		"tenant-a": {Strategy: "RestForOne", MaxRestarts: 3, RestartWindowSeconds: window, OnExhausted: "Stop",
+			ShutdownTimeoutSeconds: 30, HealthIntervalSeconds: 3600, HealthTimeoutSeconds: 1, UnhealthyThreshold: 3},
 		// Inherits the window; OnExhausted is Escalate unless given.
-		"tenant-a/inner": {Strategy: "OneForOne", MaxRestarts: 5, RestartWindowSeconds: window, OnExhausted: "Escalate"},
+		"tenant-a/inner": {Strategy: "OneForOne", MaxRestarts: 5, RestartWindowSeconds: window, OnExhausted: "Escalate",
+			ShutdownTimeoutSeconds: 30, HealthIntervalSeconds: 3600, HealthTimeoutSeconds: 1, UnhealthyThreshold: 3},
 	}
 	for path, want := range wantGroups {
 		c := treeChild(t, st, path)
@@ -176,7 +178,8 @@ func TestStatusJSONExhaustedGroup(t *testing.T) {
 		return flaky.State == "Stopped"
 	})
 	want := liveview.Group{Strategy: "OneForOne", MaxRestarts: 2, RestartWindowSeconds: flaky.Group.RestartWindowSeconds,
-		OnExhausted: "Stop", Exhausted: true, Spent: 2}
+		OnExhausted: "Stop", Exhausted: true, Spent: 2,
+		ShutdownTimeoutSeconds: 30, HealthIntervalSeconds: 3600, HealthTimeoutSeconds: 1, UnhealthyThreshold: 3}
 	if flaky.Group == nil || *flaky.Group != want || flaky.LastError == nil || flaky.Failures != 1 || len(flaky.RecentFailures) != 1 {
 		t.Errorf("flaky: want stopped with its budget spent, %+v, one failure recorded; have %+v group %+v", want, flaky, flaky.Group)
 	}
