@@ -942,7 +942,6 @@ func TestFleetHungShutdownIsContainedInItsCluster(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // if it fails before its end: the manager's cleanup comes first
 	var mu sync.Mutex
 	hung := map[string]*hangingCtrl{}
 	build := func(c cm.Cluster) []cm.Runnable {
@@ -959,6 +958,7 @@ func TestFleetHungShutdownIsContainedInItsCluster(t *testing.T) {
 	spec.Supervision.ShutdownTimeout = metav1.Duration{Duration: time.Second}
 	fleet := cm.NewFleet("fleet", prov, build, spec)
 	mgr, log := fleetManager(t, clk, fleet)
+	t.Cleanup(free) // registered after the manager's: it runs first, so a failed test does not wait on the hung call
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
@@ -970,6 +970,10 @@ func TestFleetHungShutdownIsContainedInItsCluster(t *testing.T) {
 	log.waitFor(t, nil, 0, is(cm.ChildFailed, "fleet/b/hung"))
 	failed := log.waitFor(t, clk, 100*time.Millisecond, is(cm.ChildFailed, "fleet/b"))
 	require.ErrorContains(t, failed.Err, `Shutdown did not return within 1s during a restart`)
+	var uerr *supervisor.UnstoppedError
+	require.ErrorAs(t, failed.Err, &uerr)
+	require.Len(t, uerr.Children, 1)
+	require.Contains(t, uerr.Children[0].Stack, "(*hangingCtrl).Shutdown", "the stack of the hung call")
 	st, err := mgr.Status(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, supervisor.PhaseRunning, st.Phase)

@@ -46,13 +46,7 @@ func TestGroupHealthIntervalAndThresholdAreItsOwn(t *testing.T) {
 	gStart(t, m)
 
 	gEventually(t, "g/sick restarted twice", func() bool { return rec.gCount(cm.ChildRestarted, "g/sick") >= 2 })
-	var failure error
-	for _, e := range rec.snapshot() {
-		if e.Type == cm.ChildFailed && e.Child == "g/sick" {
-			failure = e.Err
-			break
-		}
-	}
+	failure := rec.firstErr(cm.ChildFailed, "g/sick")
 	assert.ErrorContains(t, failure, "unhealthy in 1 health probes in a row")
 	assert.Zero(t, atRoot.asked.Load(), "the manager's controllers are probed at the manager's interval")
 	assert.Zero(t, rec.gCount(cm.ChildUnhealthy, "sick"))
@@ -82,13 +76,7 @@ func TestGroupHealthTimeoutIsItsOwn(t *testing.T) {
 	gStart(t, m)
 
 	gEventually(t, "g/silent failed", func() bool { return rec.gCount(cm.ChildFailed, "g/silent") >= 1 })
-	var failure error
-	for _, e := range rec.snapshot() {
-		if e.Type == cm.ChildFailed && e.Child == "g/silent" {
-			failure = e.Err
-			break
-		}
-	}
+	failure := rec.firstErr(cm.ChildFailed, "g/silent")
 	require.Error(t, failure)
 	assert.ErrorContains(t, failure, "no health answer within 5ms")
 	gEventually(t, "the manager's asked", func() bool { return silentAtRoot.asked.Load() >= 1 })
@@ -115,4 +103,14 @@ func TestGroupAddedWithAShorterHealthIntervalIsProbedAtIt(t *testing.T) {
 	require.NoError(t, m.AddChild(ctx, cm.NewGroup("late", cm.SupervisionSpec{HealthInterval: gDuration(20 * time.Millisecond), UnhealthyThreshold: 1}, sick)))
 	gEventually(t, "late/sick failed", func() bool { return rec.gCount(cm.ChildFailed, "late/sick") >= 1 })
 	assert.Zero(t, atRoot.asked.Load(), "the manager's controllers are probed at the manager's interval")
+}
+
+// firstErr is the Err of the first event of typ naming child, or nil.
+func (r *recorder) firstErr(typ cm.EventType, child string) error {
+	for _, e := range r.snapshot() {
+		if e.Type == typ && e.Child == child {
+			return e.Err
+		}
+	}
+	return nil
 }

@@ -480,24 +480,44 @@ func startHungGroup(t *testing.T, manager, group time.Duration) (gController, *r
 	return first, rec
 }
 
+// hungRig is a manager with its events, and a release (free, also done
+// when the test ends) for the Shutdowns hang makes wait.
+type hungRig struct {
+	m       *cm.ControllerManager
+	rec     *recorder
+	log     *gLog
+	release chan struct{}
+	free    func()
+}
+
+// newHungRig makes a hungRig whose manager's ShutdownTimeout is manager,
+// restarting at once (gFast).
+func newHungRig(t *testing.T, manager time.Duration) *hungRig {
+	sup := gFast()
+	sup.ShutdownTimeout = gDuration(manager)
+	m := newManager(t, nil, sup)
+	h := &hungRig{m: m, rec: record(m), log: &gLog{}, release: make(chan struct{})}
+	var once sync.Once
+	h.free = func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(h.free)
+	return h
+}
+
+// hang makes c's Shutdown wait, whatever its context says, until free.
+func (h *hungRig) hang(c gController) gController {
+	c.set(func(x *gChild) { x.hangShutdown = h.release })
+	return c
+}
+
 // startHungGroupIn is startHungGroup with the group's spec, a controller
 // "steady" at the root beside it, and the manager and hung's release
 // (also closed when the test ends) returned.
 func startHungGroupIn(t *testing.T, manager time.Duration, spec cm.SupervisionSpec) (gController, *cm.ControllerManager, func(), *recorder) {
-	log := &gLog{}
-	sup := gFast()
-	sup.ShutdownTimeout = gDuration(manager)
-	m := newManager(t, nil, sup)
-	rec := record(m)
-	first, hung := newGController(log, "g/first"), newGController(log, "g/hung")
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
-	hung.set(func(c *gChild) { c.hangShutdown = release })
-	m.Add(cm.NewGroup("g", spec, first, hung), newGController(log, "steady"))
-	gStart(t, m)
-	return first, m, free, rec
+	h := newHungRig(t, manager)
+	first, hung := newGController(h.log, "g/first"), h.hang(newGController(h.log, "g/hung"))
+	h.m.Add(cm.NewGroup("g", spec, first, hung), newGController(h.log, "steady"))
+	gStart(t, h.m)
+	return first, h.m, h.free, h.rec
 }
 
 // A child in a group whose Shutdown hangs during the group's restart
@@ -510,6 +530,20 @@ func TestGroupHangingShutdownDuringARestartEscalates(t *testing.T) {
 	gEventually(t, "escalated", func() bool { return rec.gCount(cm.Escalated, "g/hung") == 1 })
 	assert.Less(t, time.Since(failedAt), 200*time.Millisecond+time.Second)
 	assert.Equal(t, 1, first.runCount(), "nothing started again beside the hung incarnation")
+}
+
+// The escalation of a restart whose Shutdown hangs names where it is
+// stuck: an *UnstoppedError with the stack of the hung call.
+func TestGroupHangingShutdownEscalationCarriesItsStack(t *testing.T) {
+	first, rec := startHungGroup(t, time.Hour, 200*time.Millisecond)
+
+	first.fail()
+	gEventually(t, "escalated", func() bool { return rec.gCount(cm.Escalated, "g/hung") == 1 })
+	var uerr *supervisor.UnstoppedError
+	require.ErrorAs(t, rec.firstErr(cm.Escalated, "g/hung"), &uerr)
+	require.Len(t, uerr.Children, 1)
+	assert.Equal(t, "g/hung", uerr.Children[0].Name)
+	assert.Contains(t, uerr.Children[0].Stack, "(*gChild).Shutdown")
 }
 
 // A group's own ShutdownTimeout bounds its restarts, not the manager's:
@@ -541,13 +575,13 @@ func TestGroupHangingShutdownInAStopGroupStopsTheGroupAlone(t *testing.T) {
 
 	first.fail()
 	gEventually(t, "g failed", func() bool { return rec.gCount(cm.ChildFailed, "g") == 1 })
-	var gerr error
-	for _, e := range rec.snapshot() {
-		if e.Type == cm.ChildFailed && e.Child == "g" {
-			gerr = e.Err
-		}
-	}
+	gerr := rec.firstErr(cm.ChildFailed, "g")
 	assert.ErrorContains(t, gerr, `group "g": controller "g/hung": Shutdown did not return within 200ms during a restart`)
+	var uerr *supervisor.UnstoppedError
+	require.ErrorAs(t, gerr, &uerr, "it names where the Shutdown is stuck")
+	require.Len(t, uerr.Children, 1)
+	assert.Equal(t, "g/hung", uerr.Children[0].Name)
+	assert.Contains(t, uerr.Children[0].Stack, "(*gChild).Shutdown")
 	gEventually(t, "g/first stopped", func() bool { return gState(t, m, "g/first") == supervisor.StateStopped })
 	st := mustStatus(t, m)
 	assert.Equal(t, cm.PhaseRunning, st.Phase)
@@ -579,17 +613,9 @@ func TestGroupHangingShutdownInAStopGroupStopsTheGroupAlone(t *testing.T) {
 // gives one) and whose Shutdown hangs is contained as well: the ticket is
 // taken back, so it does not start once the Shutdown returns.
 func TestGroupHangingShutdownWithARestartTicketIsContained(t *testing.T) {
-	log := &gLog{}
-	sup := gFast()
-	sup.ShutdownTimeout = gDuration(time.Hour)
-	m := newManager(t, nil, sup)
-	rec := record(m)
-	hung := newGController(log, "g/hung")
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
-	hung.set(func(c *gChild) { c.hangShutdown = release })
+	h := newHungRig(t, time.Hour)
+	m, rec, free := h.m, h.rec, h.free
+	hung := h.hang(newGController(h.log, "g/hung"))
 	m.Add(cm.NewGroup("g", cm.SupervisionSpec{OnExhausted: cm.ExhaustedStop, ShutdownTimeout: gDuration(200 * time.Millisecond),
 		InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(time.Millisecond)}, hung))
 	gStart(t, m)
@@ -608,15 +634,9 @@ func TestGroupHangingShutdownWithARestartTicketIsContained(t *testing.T) {
 // Contained by the nearest group that stops on its own, at any depth: a
 // hung Shutdown in an escalating group inside one stops the outer group.
 func TestGroupHangingShutdownIsContainedByTheNearestStopGroup(t *testing.T) {
-	log := &gLog{}
-	sup := gFast()
-	sup.ShutdownTimeout = gDuration(time.Hour)
-	m := newManager(t, nil, sup)
-	rec := record(m)
-	first, hung := newGController(log, "outer/inner/first"), newGController(log, "outer/inner/hung")
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	hung.set(func(c *gChild) { c.hangShutdown = release })
+	h := newHungRig(t, time.Hour)
+	m, rec, log := h.m, h.rec, h.log
+	first, hung := newGController(log, "outer/inner/first"), h.hang(newGController(log, "outer/inner/hung"))
 	inner := cm.NewGroup("inner", cm.SupervisionSpec{Strategy: cm.AllForOne, ShutdownTimeout: gDuration(200 * time.Millisecond)}, first, hung)
 	m.Add(cm.NewGroup("outer", cm.SupervisionSpec{OnExhausted: cm.ExhaustedStop}, inner), newGController(log, "steady"))
 	gStart(t, m)

@@ -88,6 +88,9 @@ type restartPlan struct {
 	wait    *barrier       // the stop of recs, or the start of recs[next-1]
 	timer   clock.Timer    // restartDue, while backing off
 	overdue clock.Timer    // stopOverdue, while stopping
+	// watch keeps the Shutdown calls of its stop, so that an overdue one is
+	// reported with the stack where it is stuck (onStuck).
+	watch *childactor.ShutdownWatch
 }
 
 // restartDue: a plan's backoff has passed.
@@ -96,6 +99,13 @@ type restartDue struct{ plan *restartPlan }
 // stopOverdue: a plan's children did not all stop within ShutdownTimeout.
 type stopOverdue struct{ plan *restartPlan }
 
+// stopStuck: where the Shutdown calls of an overdue plan are stuck, found
+// off the mailbox.
+type stopStuck struct {
+	plan  *restartPlan
+	stuck []supervisor.Unstopped
+}
+
 // step runs the plan from its stage on until a stage must wait: for its
 // children to stop or one to start (a barrier), or for the backoff.
 func (p *restartPlan) step() {
@@ -103,7 +113,7 @@ func (p *restartPlan) step() {
 	for {
 		switch p.stage {
 		case planStopping:
-			if p.wait = s.stopAll(p, p.recs, p.lvl.stopContext()); p.wait != nil {
+			if p.wait = s.stopAll(p, p.recs, p.stopContext()); p.wait != nil {
 				return
 			}
 			p.overdue.Stop()
@@ -135,6 +145,12 @@ func (p *restartPlan) step() {
 		}
 		p.become(p.stage + 1)
 	}
+}
+
+// stopContext is the context of the plan's Stops: its level's, carrying
+// its watch.
+func (p *restartPlan) stopContext() context.Context {
+	return childactor.WithShutdownWatch(p.lvl.stopContext(), p.watch)
 }
 
 // piped reports whether the plan's child has started again on its own
@@ -212,24 +228,45 @@ func (p *restartPlan) backoffPassed() {
 	}
 }
 
-// shutdownOverdue answers a restart whose Shutdown calls did not return in
-// time (stopOverdue): starting a child again while its previous
+// shutdownOverdue: a restart's Shutdown calls did not return in time
+// (stopOverdue). Where they are stuck is found off the mailbox (a dump of
+// every goroutine's stack), and onStuck answers.
+func (p *restartPlan) shutdownOverdue() {
+	s := p.s
+	if p.stage != planStopping || !s.supervising() || !slices.ContainsFunc(p.recs, p.hung) {
+		return
+	}
+	watch := p.watch
+	go func() { s.self.send(stopStuck{plan: p, stuck: watch.Unstopped()}) }()
+}
+
+// hung reports whether r, one of p's children, is still p's and stopping.
+func (p *restartPlan) hung(r *childRecord) bool {
+	return r.plan == p && r.state == supervisor.StateStopping
+}
+
+// onStuck answers a restart whose Shutdown calls did not return in time,
+// stuck where stuck says: starting a child again while its previous
 // incarnation may still run is what supervision must never do. A child
 // whose Shutdown hangs inside a group that stops on its own
 // (ExhaustedStop, every fleet member's) fails that group, the nearest
 // such above it (contain): the group stops, the child stays Stopping
 // until its Shutdown returns, and the rest of the manager goes on. Past
-// every such group, the manager escalates.
-func (p *restartPlan) shutdownOverdue() {
+// every such group, the manager escalates. The error names the child, the
+// bound and, as an *UnstoppedError, the stack of its Shutdown.
+func (p *restartPlan) onStuck(stuck []supervisor.Unstopped) {
 	s := p.s
 	if p.stage != planStopping || !s.supervising() {
 		return
 	}
 	for _, r := range slices.Clone(p.recs) {
-		if r.plan != p || r.state != supervisor.StateStopping {
-			continue // stopped in time, or taken out of p meanwhile
+		if !p.hung(r) {
+			continue // stopped meanwhile, or taken out of p
 		}
 		err := fmt.Errorf("%s %q: Shutdown did not return within %s during a restart", r.spec.Kind, r.spec.Name, p.lvl.shutdownTimeout)
+		if i := slices.IndexFunc(stuck, func(u supervisor.Unstopped) bool { return u.Name == r.spec.Name }); i >= 0 {
+			err = fmt.Errorf("%w: %w", err, &supervisor.UnstoppedError{Children: stuck[i : i+1]})
+		}
 		if !r.lvl.contain(err) {
 			s.escalate(r, err)
 			return
@@ -293,7 +330,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		lvl.giveUp(member, err)
 		return
 	}
-	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now))}
+	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now)), watch: childactor.NewShutdownWatch()}
 	members := map[*childRecord]bool{}
 	for _, m := range lvl.restartSet(member) {
 		for _, r := range m.node().restartWhole(nil) {
@@ -337,7 +374,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 			// Restarting itself, but this plan restarts others with it, in
 			// order: it is to stay stopped until its turn.
 			p.revoked = true
-			s.ctx.Send(member.pid, childactor.Stop{Ctx: lvl.stopContext()})
+			s.ctx.Send(member.pid, childactor.Stop{Ctx: plan.stopContext()})
 		}
 	}
 	if len(plan.recs) == 0 {

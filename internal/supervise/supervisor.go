@@ -163,6 +163,8 @@ func (s *root) Receive(ctx actor.Context) {
 		m.plan.backoffPassed()
 	case stopOverdue:
 		m.plan.shutdownOverdue()
+	case stopStuck:
+		m.plan.onStuck(m.stuck)
 	case probeTick:
 		s.onProbeTick()
 	case probeDone:
