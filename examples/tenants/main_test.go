@@ -215,7 +215,8 @@ func TestTenants(t *testing.T) {
 	viewC, ok := view.Child("tenant-c")
 	require.True(t, ok, "tenant-c is not in the live view")
 	require.NotNil(t, viewC.Group, "tenant-c's group in the live view")
-	assert.Equal(t, liveview.Group{Strategy: "RestForOne", MaxRestarts: 2, RestartWindowSeconds: 60, OnExhausted: "Stop", Exhausted: true, Spent: 2}, *viewC.Group)
+	assert.Equal(t, liveview.Group{Strategy: "RestForOne", MaxRestarts: 2, RestartWindowSeconds: 60, OnExhausted: "Stop", Exhausted: true, Spent: 2,
+		ShutdownTimeoutSeconds: 30, HealthIntervalSeconds: 0.2, HealthTimeoutSeconds: 1, UnhealthyThreshold: 3}, *viewC.Group)
 
 	out := p.out.String()
 	for _, heading := range []string{"1. started", "2. tenant-d onboarded", "3. tenant-b offboarded", "4. tenant-c's store crash-looped"} {
