@@ -109,13 +109,15 @@ type SupervisionSpec struct {
 	UnhealthyThreshold int32 `json:"unhealthyThreshold,omitempty"`
 	// ShutdownTimeout bounds each Shutdown the supervisor calls on its own
 	// (restarts, escalation); a restart whose Shutdown has not returned by
-	// then escalates rather than run two incarnations at once. Default 30s.
+	// then escalates rather than run two incarnations at once, or, inside a
+	// group whose OnExhausted is "Stop", stops that group. Default 30s.
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout,omitempty"`
 	// OnExhausted is what a group (NewGroup) does once a child has spent
 	// its restart budget: "Escalate" (default) fails the group, which its
 	// parent handles as the failure of one child; "Stop" stops the group,
 	// which stays stopped (its siblings run on) until StartChild starts it
-	// again. Only a group's spec reads it: the manager's own budget spent
+	// again; a "Stop" group also stops, rather than escalate, when a
+	// Shutdown of its restart outlives ShutdownTimeout. Only a group's spec reads it: the manager's own budget spent
 	// always escalates.
 	OnExhausted ExhaustedAction `json:"onExhausted,omitempty"`
 }

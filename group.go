@@ -30,7 +30,8 @@ type Group struct {
 // once a child has spent its budget. spec's ShutdownTimeout (zero: the
 // parent's) bounds the Shutdown calls of the group's own restarts, a
 // restart whose Shutdown has not returned by then escalating as the
-// manager's does, and of StopChild, RemoveChild and RestartChild of a
+// manager's does (or stopping the nearest group whose OnExhausted is
+// Stop, this one or one above it), and of StopChild, RemoveChild and RestartChild of a
 // child of the group; the manager's shutdown, a lost lease and a shard
 // move keep the manager's. spec's HealthInterval, HealthTimeout and
 // UnhealthyThreshold (zero: the parent's) are how the group's own
