@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -28,33 +29,17 @@ func newGroupLevel(rec *childRecord, decl *GroupDecl) *level {
 	if lvl.shard <= 0 {
 		lvl.shard = parent.shard // a group inside a group of AddShardedGroup is pinned with it
 	}
-	if lvl.policy.Strategy == "" {
-		lvl.policy.Strategy = parent.policy.Strategy
-	}
-	if lvl.policy.MaxRestarts == 0 {
-		lvl.policy.MaxRestarts = parent.policy.MaxRestarts
-	}
-	if lvl.policy.RestartWindow == 0 {
-		lvl.policy.RestartWindow = parent.policy.RestartWindow
-	}
-	if lvl.initialBackoff == 0 {
-		lvl.initialBackoff = parent.initialBackoff
-	}
-	if lvl.maxBackoff == 0 {
-		lvl.maxBackoff = parent.maxBackoff
-	}
-	if lvl.shutdownTimeout = decl.ShutdownTimeout; lvl.shutdownTimeout == 0 {
-		lvl.shutdownTimeout = parent.shutdownTimeout
-	}
-	lvl.probeTiming = healthTiming{interval: decl.HealthInterval, timeout: decl.HealthTimeout, threshold: decl.UnhealthyThreshold}
-	if lvl.probeTiming.interval == 0 {
-		lvl.probeTiming.interval = parent.probeTiming.interval
-	}
-	if lvl.probeTiming.timeout == 0 {
-		lvl.probeTiming.timeout = parent.probeTiming.timeout
-	}
-	if lvl.probeTiming.threshold == 0 {
-		lvl.probeTiming.threshold = parent.probeTiming.threshold
+	// Each zero field inherits the parent level's.
+	lvl.policy.Strategy = cmp.Or(lvl.policy.Strategy, parent.policy.Strategy)
+	lvl.policy.MaxRestarts = cmp.Or(lvl.policy.MaxRestarts, parent.policy.MaxRestarts)
+	lvl.policy.RestartWindow = cmp.Or(lvl.policy.RestartWindow, parent.policy.RestartWindow)
+	lvl.initialBackoff = cmp.Or(lvl.initialBackoff, parent.initialBackoff)
+	lvl.maxBackoff = cmp.Or(lvl.maxBackoff, parent.maxBackoff)
+	lvl.shutdownTimeout = cmp.Or(decl.ShutdownTimeout, parent.shutdownTimeout)
+	lvl.probeTiming = healthTiming{
+		interval:  cmp.Or(decl.HealthInterval, parent.probeTiming.interval),
+		timeout:   cmp.Or(decl.HealthTimeout, parent.probeTiming.timeout),
+		threshold: cmp.Or(decl.UnhealthyThreshold, parent.probeTiming.threshold),
 	}
 	lvl.s.probe.shorten(lvl.probeTiming.interval)
 	return lvl

@@ -105,18 +105,15 @@ type (
 	probeTick struct{}
 	// probeDone: a liveness sweep has every answer, or its deadline passed.
 	probeDone struct {
-		sweep  *childactor.HealthSweep
-		recs   []*childRecord
-		gens   []uint64
-		levels []*level // the levels swept: their sweep has ended
-		began  time.Time
+		sweep *childactor.HealthSweep
+		recs  []*childRecord
+		gens  []uint64
 	}
 	// probeBatch is the children of the due levels that share a
 	// HealthTimeout: one sweep.
 	probeBatch struct {
 		timeout time.Duration
 		recs    []*childRecord
-		levels  []*level
 	}
 )
 
@@ -215,41 +212,32 @@ func (s *root) onProbeTick() {
 	// stays not ready after its Start returned is stuck, not warming up).
 	now := s.clock.now()
 	var batches []*probeBatch
-	var last *probeBatch // the batch of the child before: most often this one's
 	for _, rec := range s.reg.children {
 		if (rec.spec.Kind != actors.KindController && rec.spec.Kind != actors.KindWebhook) || rec.state != supervisor.StateRunning {
 			continue
 		}
-		lvl := rec.lvl
-		first := lvl.probeTick != s.probe.ticks
-		if !lvl.dueAt(&s.probe, now) {
+		timeout := rec.lvl.probeTiming.timeout
+		if !rec.lvl.dueAt(&s.probe, now) {
 			continue
 		}
-		b := last
-		if b == nil || b.timeout != lvl.probeTiming.timeout {
-			i := slices.IndexFunc(batches, func(b *probeBatch) bool { return b.timeout == lvl.probeTiming.timeout })
-			if i < 0 {
-				i = len(batches)
-				batches = append(batches, &probeBatch{timeout: lvl.probeTiming.timeout})
-			}
-			b, last = batches[i], batches[i]
+		i := slices.IndexFunc(batches, func(b *probeBatch) bool { return b.timeout == timeout })
+		if i < 0 {
+			i = len(batches)
+			batches = append(batches, &probeBatch{timeout: timeout})
 		}
-		b.recs = append(b.recs, rec)
-		if first {
-			b.levels = append(b.levels, lvl)
-		}
+		batches[i].recs = append(batches[i].recs, rec)
 	}
 	for _, b := range batches {
-		s.sweep(b, now)
+		s.sweep(b)
 	}
 }
 
 // sweep asks every child of b for its health within b's timeout; the
 // answers come back as a probeDone.
-func (s *root) sweep(b *probeBatch, now time.Time) {
+func (s *root) sweep(b *probeBatch) {
 	recs := b.recs
-	for _, lvl := range b.levels {
-		lvl.probing = true
+	for _, rec := range recs {
+		rec.lvl.probing = true // until its probeDone: each level is in one sweep
 	}
 	statuses := make([]actors.HealthStatus, len(recs))
 	pending := make([]int, len(recs))
@@ -262,7 +250,7 @@ func (s *root) sweep(b *probeBatch, now time.Time) {
 	sweep := childactor.StartHealthSweep(s.self.system, s.cfg.Clock, b.timeout, func(col *childactor.HealthCollector) {
 		queryHealth(s.ctx, s.self.system.Root, col, recs, statuses, pending)
 	})
-	done := probeDone{sweep: sweep, recs: recs, gens: gens, levels: b.levels, began: now}
+	done := probeDone{sweep: sweep, recs: recs, gens: gens}
 	go func() {
 		sweep.Wait(nil)
 		s.self.send(done)
@@ -273,8 +261,8 @@ func (s *root) sweep(b *probeBatch, now time.Time) {
 // row is a failure.
 func (s *root) onProbeDone(m probeDone) {
 	statuses, _ := m.sweep.Close()
-	for _, lvl := range m.levels {
-		lvl.probing = false
+	for _, rec := range m.recs {
+		rec.lvl.probing = false
 	}
 	if !s.supervising() {
 		return
