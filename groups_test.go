@@ -610,8 +610,9 @@ func TestGroupHangingShutdownInAStopGroupStopsTheGroupAlone(t *testing.T) {
 }
 
 // A child that restarts itself with its restart ticket (a fixed backoff
-// gives one) and whose Shutdown hangs is contained as well: the ticket is
-// taken back, so it does not start once the Shutdown returns.
+// gives one) and whose Shutdown hangs is contained as well, with the stack
+// of its Shutdown: the ticket is taken back, so it does not start once the
+// Shutdown returns.
 func TestGroupHangingShutdownWithARestartTicketIsContained(t *testing.T) {
 	h := newHungRig(t, time.Hour)
 	m, rec, free := h.m, h.rec, h.free
@@ -622,6 +623,11 @@ func TestGroupHangingShutdownWithARestartTicketIsContained(t *testing.T) {
 
 	hung.fail()
 	gEventually(t, "g failed", func() bool { return rec.gCount(cm.ChildFailed, "g") == 1 })
+	var uerr *supervisor.UnstoppedError
+	require.ErrorAs(t, rec.firstErr(cm.ChildFailed, "g"), &uerr, "the Shutdown it ran on its own ticket is watched too")
+	require.Len(t, uerr.Children, 1)
+	assert.Equal(t, "g/hung", uerr.Children[0].Name)
+	assert.Contains(t, uerr.Children[0].Stack, "(*gChild).Shutdown")
 	free()
 	gEventually(t, "g stopped", func() bool { return rec.gCount(cm.ChildStopped, "g") == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -456,10 +456,11 @@ func (c *child) fail(ctx actorContext, err error) {
 		ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err})
 		return
 	}
-	ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err, Restarting: true})
+	watch := NewShutdownWatch()
+	ctx.Send(c.parent, Failed{Name: c.spec.Name, Gen: c.gen, Err: err, Restarting: true, Watch: watch})
 	stopCtx, cancel := context.WithTimeout(context.Background(), t.ShutdownTimeout)
 	_ = cancel // released when the deadline passes, as the parent's own stops are
-	c.stop(ctx, Stop{Ctx: stopCtx, Then: &Start{Gen: c.gen + 1, Ctx: t.Ctx, Timeout: t.Timeout,
+	c.stop(ctx, Stop{Ctx: WithShutdownWatch(stopCtx, watch), Then: &Start{Gen: c.gen + 1, Ctx: t.Ctx, Timeout: t.Timeout,
 		NotBefore: c.cfg.Clock.Now().Add(t.Backoff), Restart: t, Restarts: c.restartsLeft - 1}})
 }
 

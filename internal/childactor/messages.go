@@ -116,6 +116,10 @@ type Failed struct {
 	// Restarting: the child is restarting itself with its RestartTicket
 	// (its Stopped, Then Gen+1, follows).
 	Restarting bool
+	// Watch, when Restarting, watches the Shutdown the child runs on its
+	// own, with no Stop of the parent's to carry one: the parent's check
+	// of an overdue restart reads it to find where that Shutdown is stuck.
+	Watch *ShutdownWatch
 }
 
 // The child's own messages: results of the user calls it hosts.

@@ -451,6 +451,9 @@ type pipedRestart struct {
 	revoked bool // a Stop has followed: the child is to stay stopped
 	taken   bool // the child has started it (Stopped.Then): startChild records it
 	self    bool // the child stopped itself with its ticket: no Stop to send
+	// watch watches the Shutdown of a child that stopped itself (self),
+	// which no Stop of a plan's carries a watch to (Failed.Watch).
+	watch *childactor.ShutdownWatch
 }
 
 // ticketFor is the restart ticket (and how many restarts in a row it is
@@ -600,7 +603,7 @@ func (s *root) onChildFailed(m childactor.Failed) {
 		// It stops itself and starts again as the plan this failure makes
 		// would have it (ticketFor): the plan sends no Stop, and records
 		// the restart when the Stopped comes.
-		rec.setPipe(&pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true})
+		rec.setPipe(&pipedRestart{start: childactor.Start{Gen: m.Gen + 1}, self: true, watch: m.Watch})
 	}
 	s.supervise(rec, m.Err)
 	if p := rec.piped(); p != nil && p.self && rec.plan == nil {

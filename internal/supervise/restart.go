@@ -360,7 +360,11 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
-		if s.pipes(member) {
+		if p := member.piped(); p != nil && p.self {
+			// Restarting itself (its ticket): its own Stop's watch is the
+			// plan's, since the plan sends it none.
+			plan.watch = p.watch
+		} else if s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
 			s.pipeRestart(member, plan.due)
