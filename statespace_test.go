@@ -112,7 +112,7 @@ func generateSequence(seed uint64) ss.Scenario {
 // invariant broken, and the seeds of every other sequence that broke it.
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
-	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated int
+	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated, groupProbes, groupProbed int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -131,6 +131,10 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 			hungIn++
 			contained += res.HungContained
 			escalated += res.HungEscalated
+		}
+		if res.GroupProbes > 0 {
+			groupProbed++
+			groupProbes += res.GroupProbes
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -172,6 +176,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		t.Logf("%d sequences stalled their Lease reads: the watches dropped %d events, %d lists were held unanswered", stalled, dropped, held)
 	}
 	t.Logf("%d sequences had a restart's Shutdown outlive ShutdownTimeout: %d contained by a group that stops on its own, %d escalated the manager", hungIn, contained, escalated)
+	t.Logf("%d sequences judged %d children made unhealthy at the health timing of their own group", groupProbed, groupProbes)
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {

@@ -108,7 +108,7 @@ func (r *runner) buildTree() {
 			for i, c := range g.Children {
 				children[i] = node(path, c)
 			}
-			return cm.NewGroup(g.Name(), cm.SupervisionSpec{Strategy: g.Strategy, MaxRestarts: g.MaxRestarts, OnExhausted: g.OnExhausted}, children...)
+			return cm.NewGroup(g.Name(), g.spec(), children...)
 		}
 		return r.newRunnable(path, kindOf(name), Knobs{})
 	}
@@ -138,7 +138,7 @@ func (r *runner) buildTree() {
 		return
 	}
 	spec := sharded[0]
-	r.m.AddShardedGroup("sg", cm.SupervisionSpec{Strategy: spec.Strategy, MaxRestarts: spec.MaxRestarts, OnExhausted: spec.OnExhausted},
+	r.m.AddShardedGroup("sg", spec.spec(),
 		func(sh cm.Shard) []cm.Runnable {
 			g := sharded[sh.Index]
 			children := make([]cm.Runnable, len(g.Children))

@@ -278,8 +278,12 @@ func (r *runner) noteKnobs(c *child, k Knobs) {
 		return
 	}
 	at, name, inc, kind, phase := time.Now(), c.name, cur.Inc, c.kind, r.phase
+	interval, timeout, threshold := r.sc.healthOf(name) // its level's: a group's own, or the manager's
+	if interval != HealthInterval || timeout != HealthTimeout || threshold != UnhealthyThreshold {
+		r.groupProbes.Add(1)
+	}
 	r.obligations = append(r.obligations, &obligation{
-		inv: NotProbed, child: name, due: at.Add(HealthInterval*(UnhealthyThreshold+2) + HealthTimeout + r.cfg.Slack),
+		inv: NotProbed, child: name, due: at.Add(interval*time.Duration(threshold+2) + timeout + r.cfg.Slack),
 		what: fmt.Sprintf("a running %s made unhealthy at %s (phase %s) was not found unhealthy, nor restarted", kind, stamp(at), phase),
 		resolved: func() bool {
 			if r.knobGen[name] != gen || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(name) || r.startedSince(name, at) {

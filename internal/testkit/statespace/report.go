@@ -29,9 +29,12 @@ type Result struct {
 	// outlived ShutdownTimeout: failed groups that stop on their own
 	// (contained), and escalations of the manager.
 	HungContained, HungEscalated int
-	Took                         time.Duration
-	MaxPause                     time.Duration
-	Log                          []string // what each step did, and the manager's events
+	// GroupProbes is how many children made unhealthy it judged at the
+	// health timing of a group of their own, not the manager's (NotProbed).
+	GroupProbes int
+	Took        time.Duration
+	MaxPause    time.Duration
+	Log         []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.

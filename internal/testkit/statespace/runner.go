@@ -73,6 +73,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	res.Answers, res.Reelect = r.judged, r.reelectJudged
 	res.Dropped = int(r.dropped.Load())
 	res.ListsHeld = int(r.listsHung.held.Load())
+	res.GroupProbes = int(r.groupProbes.Load())
 	for _, e := range r.events {
 		if e.Err == nil || !strings.Contains(e.Err.Error(), "Shutdown did not return") || !strings.Contains(e.Err.Error(), "during a restart") {
 			continue
@@ -97,6 +98,9 @@ type runner struct {
 	srv     *leasetest.Server
 	client  *leasetest.Client
 	latency atomic.Int64
+	// groupProbes: unhealthy children judged at a group's own health
+	// timing (Result.GroupProbes).
+	groupProbes atomic.Int32
 	// stalled: the replica's Lease watches deliver nothing (DoStallWatch).
 	stalled atomic.Bool
 	dropped atomic.Int64 // watch events the stalls dropped

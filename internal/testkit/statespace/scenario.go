@@ -517,6 +517,7 @@ func generate(seed uint64, trees bool) Scenario {
 	if chance(0.45) && trees {
 		s.growTree(r)
 		s.growShardedGroups()
+		s.growHealth()
 	}
 	return s
 }

@@ -1,11 +1,14 @@
 package statespace
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
 )
@@ -31,6 +34,16 @@ type Group struct {
 	// every other child of the root.
 	Sharded bool
 	Shard   int
+	// The group's own health timing (growHealth); zero: its parent's.
+	HealthInterval, HealthTimeout time.Duration
+	UnhealthyThreshold            int32
+}
+
+// spec is the group's SupervisionSpec.
+func (g Group) spec() cm.SupervisionSpec {
+	return cm.SupervisionSpec{Strategy: g.Strategy, MaxRestarts: g.MaxRestarts, OnExhausted: g.OnExhausted,
+		HealthInterval: metav1.Duration{Duration: g.HealthInterval}, HealthTimeout: metav1.Duration{Duration: g.HealthTimeout},
+		UnhealthyThreshold: g.UnhealthyThreshold}
 }
 
 // Name is the group's name, the last element of its path.
@@ -62,6 +75,44 @@ func (s Scenario) pathOf(name string) string {
 		}
 	}
 	return name
+}
+
+// healthOf is how the child at path is probed: the timing of the nearest
+// group above it that sets each value, else the manager's.
+func (s Scenario) healthOf(path string) (interval, timeout time.Duration, threshold int32) {
+	for p := parentPath(path); p != ""; p = parentPath(p) {
+		if g, ok := s.group(p); ok {
+			interval = cmp.Or(interval, g.HealthInterval)
+			timeout = cmp.Or(timeout, g.HealthTimeout)
+			threshold = cmp.Or(threshold, g.UnhealthyThreshold)
+		}
+	}
+	return cmp.Or(interval, HealthInterval), cmp.Or(timeout, HealthTimeout), cmp.Or(threshold, UnhealthyThreshold)
+}
+
+// growHealth gives some of a tree scenario's groups a health timing of
+// their own: a shorter or a longer interval than the manager's, a
+// threshold of 1 or 3, a timeout of their own (so that one tick makes two
+// sweeps). The groups of one AddShardedGroup share one spec. Drawn from a
+// stream of its own, so that every other draw of a seed is what it was.
+func (s *Scenario) growHealth() {
+	r := rand.New(rand.NewPCG(s.Seed, 0x4ea17b))
+	var sharded *Group
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		if g.Sharded && sharded != nil {
+			g.HealthInterval, g.HealthTimeout, g.UnhealthyThreshold = sharded.HealthInterval, sharded.HealthTimeout, sharded.UnhealthyThreshold
+			continue
+		}
+		if r.Float64() < 0.4 {
+			g.HealthInterval = []time.Duration{0, HealthInterval / 2, 2 * HealthInterval, 4 * HealthInterval}[r.IntN(4)]
+			g.HealthTimeout = []time.Duration{0, 0, 100 * time.Millisecond, 2 * HealthTimeout}[r.IntN(4)]
+			g.UnhealthyThreshold = []int32{0, 1, 3}[r.IntN(3)]
+		}
+		if g.Sharded {
+			sharded = g
+		}
+	}
 }
 
 // group returns the group at path.
@@ -353,5 +404,9 @@ func (g Group) String() string {
 	if g.Sharded {
 		sharded = fmt.Sprintf(", AddShardedGroup, shard %d", g.Shard)
 	}
-	return fmt.Sprintf("%s (%s, %s, %s%s): %s", g.Path, strategy, budget, onExhausted, sharded, strings.Join(g.Children, ", "))
+	health := ""
+	if g.HealthInterval > 0 || g.HealthTimeout > 0 || g.UnhealthyThreshold > 0 {
+		health = fmt.Sprintf(", health every %s within %s, threshold %d", g.HealthInterval, g.HealthTimeout, g.UnhealthyThreshold)
+	}
+	return fmt.Sprintf("%s (%s, %s, %s%s%s): %s", g.Path, strategy, budget, onExhausted, sharded, health, strings.Join(g.Children, ", "))
 }

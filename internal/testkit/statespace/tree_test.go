@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	cm "github.com/actorkube/controllermanager"
 )
@@ -290,5 +291,67 @@ func TestWithStalledWatches(t *testing.T) {
 	})
 	if watches == 0 || lists == 0 {
 		t.Fatalf("%d stalled watches and %d hung lists drawn: want both", watches, lists)
+	}
+}
+
+// Some groups of a tree have a health timing of their own, drawn from a
+// stream of their own: with the timings taken out, the scenario is what
+// it was without them. A child is probed at the timing of the nearest
+// group above it that sets each value (healthOf), the sharded groups of
+// one AddShardedGroup share one.
+func TestGenerateGroupHealth(t *testing.T) {
+	own, groups, shortest := 0, 0, 0
+	for seed := uint64(1); seed <= 2000; seed++ {
+		s := Generate(seed)
+		var sharded *Group // the first of AddShardedGroup's, as drawn
+		for i, g := range s.Groups {
+			groups++
+			if g.HealthInterval > 0 || g.HealthTimeout > 0 || g.UnhealthyThreshold > 0 {
+				own++
+			}
+			if g.HealthInterval > 0 && g.HealthInterval < HealthInterval {
+				shortest++
+			}
+			if g.Sharded {
+				if sharded != nil && (g.HealthInterval != sharded.HealthInterval || g.HealthTimeout != sharded.HealthTimeout || g.UnhealthyThreshold != sharded.UnhealthyThreshold) {
+					t.Errorf("seed %d: sharded groups %s and %s differ in health timing", seed, sharded.Path, g.Path)
+				}
+				if sharded == nil {
+					sharded = &g
+				}
+			}
+			s.Groups[i].HealthInterval, s.Groups[i].HealthTimeout, s.Groups[i].UnhealthyThreshold = 0, 0, 0
+		}
+		without := Generate(seed)
+		for i := range without.Groups {
+			without.Groups[i].HealthInterval, without.Groups[i].HealthTimeout, without.Groups[i].UnhealthyThreshold = 0, 0, 0
+		}
+		if !reflect.DeepEqual(s, without) {
+			t.Fatalf("seed %d: the health draw changed the scenario", seed)
+		}
+	}
+	if own < groups/4 || own > groups/2 || shortest == 0 {
+		t.Errorf("%d of %d groups with a health timing of their own, %d shorter than the manager's", own, groups, shortest)
+	}
+
+	s := Scenario{Groups: []Group{
+		{Path: "a", HealthInterval: 100 * time.Millisecond, UnhealthyThreshold: 1},
+		{Path: "a/b", HealthTimeout: time.Second},
+		{Path: "a/b/c"},
+	}}
+	for _, c := range []struct {
+		path      string
+		interval  time.Duration
+		timeout   time.Duration
+		threshold int32
+	}{
+		{"ctrl-0", HealthInterval, HealthTimeout, UnhealthyThreshold},
+		{"a/ctrl-0", 100 * time.Millisecond, HealthTimeout, 1},
+		{"a/b/c/ctrl-0", 100 * time.Millisecond, time.Second, 1},
+	} {
+		interval, timeout, threshold := s.healthOf(c.path)
+		if interval != c.interval || timeout != c.timeout || threshold != c.threshold {
+			t.Errorf("healthOf(%s) = %s, %s, %d; want %s, %s, %d", c.path, interval, timeout, threshold, c.interval, c.timeout, c.threshold)
+		}
 	}
 }
