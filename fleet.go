@@ -206,8 +206,12 @@ const (
 	// added. It is probed on.
 	ClusterStateOffline ClusterState = "Offline"
 	// ClusterStateFailed: it could not be engaged (its config does not
-	// make a client, build panicked or returned nothing); Err says why. It
-	// stays so until its provider engages it with another config.
+	// make a client, build panicked or returned nothing), or its group
+	// failed and stopped on its own (OnExhausted Stop: a spent restart
+	// budget, a hung Shutdown contained); Err says why. It stays so until
+	// its provider engages it with another config; one whose group stopped
+	// on its own also until a StartChild of its group, or an outage and
+	// its end, runs it again.
 	ClusterStateFailed ClusterState = "Failed"
 )
 

@@ -54,6 +54,12 @@ type member struct {
 	gen    uint64 // bumped by every engage that changes want
 	gone   bool   // disengaged
 	status ClusterStatus
+	// stopped is why its group stopped on its own (OnExhausted Stop: a
+	// spent budget, a contained hung Shutdown), from the group's
+	// ChildFailed (groupFailed); nil again once a child under the group
+	// starts (subtreeMoved), the loop sees the cluster Offline, or the
+	// group is removed (removed).
+	stopped error
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -123,7 +129,7 @@ func (mb *member) unsettled() bool {
 	if mb.cluster == nil || mb.failed != nil {
 		return false
 	}
-	return mb.group == groupUnknown || (mb.online && mb.group == groupStopped)
+	return mb.group == groupUnknown || (mb.online && mb.group == groupStopped && mb.stoppedItself() == nil)
 }
 
 // step takes the next steps towards what is wanted; true once the cluster
@@ -184,6 +190,30 @@ func (mb *member) forget() {
 	}
 }
 
+// removed: its group has left the tree; why it stopped on its own, if it
+// did, goes with it.
+func (mb *member) removed() {
+	mb.f.mu.Lock()
+	mb.stopped = nil
+	mb.f.mu.Unlock()
+}
+
+// stoppedItself reports why the group stopped on its own, nil if it did
+// not. Offline, it is forgotten: the group is stopped, as an outage stops
+// it, and the next Online starts it again.
+func (mb *member) stoppedItself() error {
+	f := mb.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mb.stopped != nil && !mb.online {
+		mb.stopped = nil
+		if mb.group == groupRunning {
+			mb.group = groupStopped
+		}
+	}
+	return mb.stopped
+}
+
 // apply builds the cluster from cfg (generation gen), its group removed
 // already, and probes it once: a cluster that does not answer starts
 // Offline.
@@ -221,6 +251,16 @@ func (mb *member) reconcile(ctx context.Context) {
 		if exists {
 			mb.group = groupStopped // StartChild says if it runs already
 		}
+	}
+	if err := mb.stoppedItself(); err != nil {
+		// Its group failed and stopped on its own: Failed, not started
+		// again while Online (that is what OnExhausted Stop asks for),
+		// until a StartChild of it, an outage, or a new config.
+		if mb.group == groupRunning {
+			mb.group = groupStopped
+		}
+		mb.announce(ClusterStateFailed, err)
+		return
 	}
 	switch {
 	case mb.online && mb.group == groupAbsent:
@@ -322,6 +362,7 @@ func (mb *member) removeGroup(ctx context.Context) bool {
 	switch {
 	case err == nil, errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent
+		mb.removed()
 		return true
 	case ctx.Err() != nil:
 		mb.group = groupUnknown

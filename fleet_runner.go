@@ -60,7 +60,9 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		case PhaseChanged:
 			f.phaseChanged()
 		case ChildStarted, ChildStopped, ChildRemoved:
-			f.subtreeMoved(e.Child)
+			f.subtreeMoved(e.Child, e.Type == ChildStarted)
+		case ChildFailed:
+			f.groupFailed(e.Child, e.Err)
 		}
 	})
 	f.mu.Lock()
@@ -257,17 +259,39 @@ func (f *Fleet) phaseChanged() {
 // for a reason that ends with such a move (ErrBusy: a start of the group
 // in flight, from an AddChild whose answer an earlier loop did not wait
 // for) looks again at once, not at its next probe.
-func (f *Fleet) subtreeMoved(path string) {
+func (f *Fleet) subtreeMoved(path string, started bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rest, ok := strings.CutPrefix(path, f.pathLocked()+"/")
-	if !ok {
-		return
-	}
-	name, _, _ := strings.Cut(rest, "/")
-	if mb := f.members[name]; mb != nil {
+	if mb := f.memberOfLocked(path); mb != nil {
+		if started {
+			mb.stopped = nil // started again (a StartChild of its group): it runs
+		}
 		mb.wake()
 	}
+}
+
+// groupFailed: the ChildFailed of path. A member's own group that fails
+// stops on its own where the fleet's OnExhausted is Stop (a spent budget,
+// a contained hung Shutdown): the member is Failed until it runs again.
+// Under Escalate its parent restarts it: nothing to note.
+func (f *Fleet) groupFailed(path string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mb := f.memberOfLocked(path); mb != nil && mb.path == path && f.spec.Supervision.OnExhausted == ExhaustedStop {
+		mb.stopped = err
+		mb.wake()
+	}
+}
+
+// memberOfLocked is the member whose subtree holds path, nil if none.
+// f.mu is held.
+func (f *Fleet) memberOfLocked(path string) *member {
+	rest, ok := strings.CutPrefix(path, f.pathLocked()+"/")
+	if !ok {
+		return nil
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return f.members[name]
 }
 
 // phaseSignal is closed at the next PhaseChanged.

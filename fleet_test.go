@@ -988,3 +988,86 @@ func TestFleetHungShutdownIsContainedInItsCluster(t *testing.T) {
 	log.waitFor(t, nil, 0, is(cm.ChildStopped, "fleet/b"))
 	require.Equal(t, int32(1), hb.runs.Load(), "stopped, as a spent budget stops it")
 }
+
+// A member whose group spends its restart budget stops alone (the fleet's
+// OnExhausted is Stop) and says so: Failed, with the group's error, its
+// ready metric 0, while the other member runs on. It is not started again
+// while Online: a StartChild of its group runs it again, and so does an
+// outage and its end.
+func TestFleetMemberWhoseGroupStopsItselfIsFailed(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
+	bl := newBuilds()
+	spec := fleetSpec()
+	spec.Supervision = cm.SupervisionSpec{MaxRestarts: 1, RestartWindow: metav1.Duration{Duration: time.Hour},
+		InitialBackoff: metav1.Duration{Duration: time.Millisecond}, MaxBackoff: metav1.Duration{Duration: 2 * time.Millisecond}}
+	fleet := cm.NewFleet("fleet", prov, bl.build, spec)
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Its controller cannot start: the restart asked for fails, and so
+	// does the one its budget allows.
+	crashLoop := func() cm.Event {
+		t.Helper()
+		since := clk.Now()
+		bl.of("b")[0].fail.Store(true)
+		require.Error(t, mgr.RestartChild(ctx, "fleet/b/ctrl"))
+		failed := log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+			return e.Type == cm.ChildFailed && e.Child == "fleet/b" && !e.Time.Before(since)
+		})
+		require.ErrorContains(t, failed.Err, "spent its restart budget")
+		return log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+			return e.Type == cm.ClusterOffline && e.Child == "fleet/b" && !e.Time.Before(failed.Time)
+		})
+	}
+	off := crashLoop()
+	require.ErrorContains(t, off.Err, "spent its restart budget", "the event names why")
+	st, _ := fleet.Cluster("b")
+	require.Equal(t, cm.ClusterStateFailed, st.State)
+	require.ErrorContains(t, st.Err, "spent its restart budget")
+	v, _ := clusterReady(t, mgr, "fleet", "b")
+	require.Zero(t, v)
+	log.waitUntil(t, nil, 0, func() bool {
+		cs, _ := fleetChild(t, mgr, "fleet/b")
+		return cs.State == supervisor.StateStopped
+	})
+	st, _ = fleet.Cluster("a")
+	require.Equal(t, cm.ClusterStateOnline, st.State, "the other member runs on")
+	runs := bl.of("b")[0].runs.Load()
+	for range 3 { // probes pass: still not started again
+		clk.Step(fleetPeriod)
+	}
+	st, _ = fleet.Cluster("b")
+	require.Equal(t, cm.ClusterStateFailed, st.State)
+	require.Equal(t, runs, bl.of("b")[0].runs.Load())
+
+	// A StartChild of its group: Online again.
+	bl.of("b")[0].fail.Store(false)
+	require.NoError(t, mgr.StartChild(ctx, "fleet/b"))
+	log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+		return e.Type == cm.ClusterOnline && e.Child == "fleet/b" && e.Time.After(off.Time)
+	})
+	st, _ = fleet.Cluster("b")
+	require.Equal(t, cm.ClusterStateOnline, st.State)
+	require.NoError(t, st.Err)
+
+	// Failed again; then an outage and its end start it again.
+	off = crashLoop()
+	bl.of("b")[0].fail.Store(false)
+	b.set(memberFailing)
+	outage := log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+		return e.Type == cm.ClusterOffline && e.Child == "fleet/b" && e.Time.After(off.Time)
+	})
+	require.ErrorContains(t, outage.Err, "500", "Offline now for the outage")
+	b.set(memberOK)
+	log.waitFor(t, clk, fleetPeriod, func(e cm.Event) bool {
+		return e.Type == cm.ClusterOnline && e.Child == "fleet/b" && e.Time.After(outage.Time)
+	})
+	cs, _ := fleetChild(t, mgr, "fleet/b/ctrl")
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
