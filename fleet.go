@@ -250,6 +250,7 @@ type Fleet struct {
 	inc     *fleetIncarnation // the runner's running incarnation, or nil
 	last    *fleetIncarnation // the latest incarnation, running or shut down
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
+	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
 }
 
 // NewFleet returns a child like a Group (name: no "/", unique among its

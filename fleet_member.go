@@ -252,6 +252,7 @@ func (mb *member) reconcile(ctx context.Context) {
 			mb.group = groupStopped // StartChild says if it runs already
 		}
 	}
+	mb.f.recheckStopped(ctx)
 	if err := mb.stoppedItself(); err != nil {
 		// Its group failed and stopped on its own: Failed, not started
 		// again while Online (that is what OnExhausted Stop asks for),

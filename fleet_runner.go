@@ -63,6 +63,8 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 			f.subtreeMoved(e.Child, e.Type == ChildStarted)
 		case ChildFailed:
 			f.groupFailed(e.Child, e.Err)
+		case EventsDropped:
+			f.eventsDropped()
 		}
 	})
 	f.mu.Lock()
@@ -279,6 +281,52 @@ func (f *Fleet) groupFailed(path string, err error) {
 	defer f.mu.Unlock()
 	if mb := f.memberOfLocked(path); mb != nil && mb.path == path && f.spec.Supervision.OnExhausted == ExhaustedStop {
 		mb.stopped = err
+		mb.wake()
+	}
+}
+
+// eventsDropped: this subscription fell behind and lost events, a
+// group's ChildFailed among them perhaps. The members' loops read the
+// tree once to find out (recheckStopped).
+func (f *Fleet) eventsDropped() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recheck = true
+	for _, mb := range f.members {
+		mb.wake()
+	}
+}
+
+// recheckStopped reads the tree once after events were lost
+// (eventsDropped) and notes each member whose group stopped on its own
+// (GroupStatus.Exhausted), as groupFailed would have.
+func (f *Fleet) recheckStopped(ctx context.Context) {
+	f.mu.Lock()
+	host, recheck := f.host, f.recheck
+	f.recheck = false
+	f.mu.Unlock()
+	if !recheck || host == nil {
+		return
+	}
+	st, err := host.Status(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		f.recheck = true // the next loop's step reads it
+		return
+	}
+	if f.spec.Supervision.OnExhausted != ExhaustedStop {
+		return
+	}
+	for _, mb := range f.members {
+		cs, ok := st.Child(mb.path)
+		if !ok || cs.Group == nil || !cs.Group.Exhausted || mb.stopped != nil {
+			continue
+		}
+		mb.stopped = cs.LastError
+		if mb.stopped == nil {
+			mb.stopped = fmt.Errorf("group %q stopped on its own", mb.path)
+		}
 		mb.wake()
 	}
 }
