@@ -251,6 +251,7 @@ type Fleet struct {
 	last    *fleetIncarnation // the latest incarnation, running or shut down
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
 	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
+	events  uint64            // events that told a member whether its group stopped itself (noted)
 }
 
 // NewFleet returns a child like a Group (name: no "/", unique among its

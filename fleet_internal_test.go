@@ -31,7 +31,8 @@ func (c startFailing) GetHealth() HealthStatus  { return HealthStatus{Name: "ctr
 // A fleet whose subscription lost events (EventsDropped), the ChildFailed
 // of a member's group among them, still finds out that the group stopped
 // on its own: a member's loop reads the tree once (recheckStopped), and
-// the member is Failed, as if the event had come.
+// the member is Failed, as if the event had come; and, its ChildStarted
+// lost as well, that it runs again.
 func TestFleetFindsAStoppedGroupAfterLostEvents(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/readyz" {
@@ -100,4 +101,13 @@ func TestFleetFindsAStoppedGroupAfterLostEvents(t *testing.T) {
 	if st, _ := fleet.Cluster("b"); st.Err == nil {
 		t.Error("Failed without the group's error")
 	}
+
+	// Started again, its ChildStarted lost too: the next read finds it
+	// running, and the member Online.
+	fail.Store(false)
+	if err := mgr.StartChild(ctx, "fleet/b"); err != nil {
+		t.Fatal(err)
+	}
+	fleet.eventsDropped()
+	waitFor("b Online again", func() bool { return state() == ClusterStateOnline })
 }

@@ -60,6 +60,7 @@ type member struct {
 	// starts (subtreeMoved), the loop sees the cluster Offline, or the
 	// group is removed (removed).
 	stopped error
+	notedAt uint64 // f.events when an event (or a removal) last set or cleared stopped (noted)
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -195,6 +196,7 @@ func (mb *member) forget() {
 func (mb *member) removed() {
 	mb.f.mu.Lock()
 	mb.stopped = nil
+	mb.f.noted(mb)
 	mb.f.mu.Unlock()
 }
 

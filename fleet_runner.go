@@ -267,9 +267,18 @@ func (f *Fleet) subtreeMoved(path string, started bool) {
 	if mb := f.memberOfLocked(path); mb != nil {
 		if started {
 			mb.stopped = nil // started again (a StartChild of its group): it runs
+			f.noted(mb)
 		}
 		mb.wake()
 	}
+}
+
+// noted: an event has just told mb whether its group stopped on its own;
+// a read of the tree begun before it (recheckStopped) is older news.
+// f.mu is held.
+func (f *Fleet) noted(mb *member) {
+	f.events++
+	mb.notedAt = f.events
 }
 
 // groupFailed: the ChildFailed of path. A member's own group that fails
@@ -281,6 +290,7 @@ func (f *Fleet) groupFailed(path string, err error) {
 	defer f.mu.Unlock()
 	if mb := f.memberOfLocked(path); mb != nil && mb.path == path && f.spec.Supervision.OnExhausted == ExhaustedStop {
 		mb.stopped = err
+		f.noted(mb)
 		mb.wake()
 	}
 }
@@ -299,10 +309,11 @@ func (f *Fleet) eventsDropped() {
 
 // recheckStopped reads the tree once after events were lost
 // (eventsDropped) and notes each member whose group stopped on its own
-// (GroupStatus.Exhausted), as groupFailed would have.
+// (GroupStatus.Exhausted), as groupFailed would have, or no longer has
+// (started again), as subtreeMoved would have.
 func (f *Fleet) recheckStopped(ctx context.Context) {
 	f.mu.Lock()
-	host, recheck := f.host, f.recheck
+	host, recheck, since := f.host, f.recheck, f.events
 	f.recheck = false
 	f.mu.Unlock()
 	if !recheck || host == nil {
@@ -320,14 +331,18 @@ func (f *Fleet) recheckStopped(ctx context.Context) {
 	}
 	for _, mb := range f.members {
 		cs, ok := st.Child(mb.path)
-		if !ok || cs.Group == nil || !cs.Group.Exhausted || mb.stopped != nil {
-			continue
+		switch {
+		case !ok || cs.Group == nil, mb.notedAt > since: // an event since the read says more
+		case cs.Group.Exhausted && mb.stopped == nil:
+			mb.stopped = cs.LastError
+			if mb.stopped == nil {
+				mb.stopped = fmt.Errorf("group %q stopped on its own", mb.path)
+			}
+			mb.wake()
+		case !cs.Group.Exhausted && mb.stopped != nil:
+			mb.stopped = nil
+			mb.wake()
 		}
-		mb.stopped = cs.LastError
-		if mb.stopped == nil {
-			mb.stopped = fmt.Errorf("group %q stopped on its own", mb.path)
-		}
-		mb.wake()
 	}
 }
 
