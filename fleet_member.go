@@ -201,17 +201,18 @@ func (mb *member) removed() {
 }
 
 // stoppedItself reports why the group stopped on its own, nil if it did
-// not. Offline, it is forgotten: the group is stopped, as an outage stops
-// it, and the next Online starts it again.
+// not, and counts such a group stopped. Offline, the reason is forgotten:
+// the group is stopped, as an outage stops it, and the next Online starts
+// it again.
 func (mb *member) stoppedItself() error {
 	f := mb.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if mb.stopped != nil && !mb.online {
+	if mb.stopped != nil && mb.group == groupRunning {
+		mb.group = groupStopped
+	}
+	if !mb.online {
 		mb.stopped = nil
-		if mb.group == groupRunning {
-			mb.group = groupStopped
-		}
 	}
 	return mb.stopped
 }
@@ -259,9 +260,6 @@ func (mb *member) reconcile(ctx context.Context) {
 		// Its group failed and stopped on its own: Failed, not started
 		// again while Online (that is what OnExhausted Stop asks for),
 		// until a StartChild of it, an outage, or a new config.
-		if mb.group == groupRunning {
-			mb.group = groupStopped
-		}
 		mb.announce(ClusterStateFailed, err)
 		return
 	}

@@ -330,7 +330,7 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 		lvl.giveUp(member, err)
 		return
 	}
-	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now)), watch: childactor.NewShutdownWatch()}
+	plan := &restartPlan{s: s, lvl: lvl, due: now.Add(lvl.backoff(member, now))}
 	members := map[*childRecord]bool{}
 	for _, m := range lvl.restartSet(member) {
 		for _, r := range m.node().restartWhole(nil) {
@@ -357,14 +357,18 @@ func (lvl *level) handleFailed(member *childRecord, err error) {
 			}
 		}
 	}
-	if len(members) == 1 && members[member] { // OneForOne: no need to walk every child for the order
+	alone := len(members) == 1 && members[member]
+	if p := member.piped(); alone && p != nil && p.self {
+		// Restarting itself (its ticket): the plan sends it no Stop, and
+		// the watch its own Stop carries is the plan's.
+		plan.watch = p.watch
+	} else {
+		plan.watch = childactor.NewShutdownWatch()
+	}
+	if alone { // OneForOne: no need to walk every child for the order
 		plan.recs = []*childRecord{member}
 		member.plan = plan
-		if p := member.piped(); p != nil && p.self {
-			// Restarting itself (its ticket): its own Stop's watch is the
-			// plan's, since the plan sends it none.
-			plan.watch = p.watch
-		} else if s.pipes(member) {
+		if s.pipes(member) {
 			// The restart travels with the Stop: the child starts again as
 			// soon as its Shutdown has returned and the backoff has passed.
 			s.pipeRestart(member, plan.due)
