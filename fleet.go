@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -35,7 +34,9 @@ import (
 // docs/fleet.md sets out the semantics.
 
 // Fleet events, as Event.Type carries them; Event.Child is the cluster's
-// subtree, "<fleet>/<cluster>", and Event.Kind is "cluster". They are
+// subtree, "<fleet>/<cluster>", and Event.Kind is "cluster", as it is in
+// the supervision events of the cluster's group (its ChildStopped,
+// ChildFailed, ChildRestarted) and in Status. They are
 // documented at supervisor.ClusterEngaged and the names after it.
 const (
 	// ClusterEngaged: the fleet took on a member cluster, or its changed
@@ -385,8 +386,9 @@ func (m *BaseManager) bindFleets(vals []any) {
 }
 
 // fleetStatus marks, in st, every member cluster's group of the manager's
-// fleets: Kind "cluster" and where the cluster stands (ClusterInfo), with
-// the shard that runs it and that shard's holder.
+// fleets (Kind "cluster" already, as its record says) with where the
+// cluster stands (ClusterInfo): the shard that runs it and that shard's
+// holder.
 func (m *BaseManager) fleetStatus(st *Status) {
 	m.mu.Lock()
 	fleets := slices.Clone(m.fleets)
@@ -421,7 +423,7 @@ func (m *BaseManager) fleetStatus(st *Status) {
 					info.Holder = st.Shards[info.Shard].Holder
 				}
 			}
-			c.Kind, c.Cluster = actors.KindCluster, info
+			c.Cluster = info
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -298,6 +299,7 @@ func (mb *member) addGroup(ctx context.Context) {
 			return
 		}
 		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
+		mb.pending.kind = actors.KindCluster // its record, events and status say "cluster"
 		if n := host.shardCount(); n > 1 {
 			// Sharded leadership: the subtree's controllers are pinned to
 			// the cluster's shard, as in a group of AddShardedGroup.

@@ -64,6 +64,12 @@ func TestFleetStatusShowsEachClusterAsKindCluster(t *testing.T) {
 	require.NotEmpty(t, cb.Cluster.Error)
 	require.Equal(t, supervisor.StateStopped, cb.State, "an Offline cluster's subtree is stopped")
 
+	// The supervision events of a member's group say "cluster" too, as
+	// the fleet's own events and Status do: here its stop for the outage.
+	e, ok := log.find(is(cm.ChildStopped, "fleet/b"))
+	require.True(t, ok, "ChildStopped of fleet/b")
+	require.Equal(t, cm.KindCluster, e.Kind, "ChildStopped of fleet/b")
+
 	// The live view's JSON: the same, by name.
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, liveview.DefaultPrefix+"/status.json", nil)

@@ -1,6 +1,7 @@
 package controllermanager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,9 @@ type Group struct {
 	spec     SupervisionSpec
 	children []Runnable
 	shard    int // AddShardedGroup's shard + 1: its controllers are pinned to it; 0: none
+	// kind is what its record, its events and its status say it is:
+	// KindGroup, or KindCluster for a fleet's member cluster.
+	kind actors.Kind
 }
 
 // NewGroup returns a group named name (unique among its siblings; an
@@ -139,9 +143,9 @@ func flattenGroupsAt(parent string, vals []any) []any {
 // decl is g's declaration at path, in the group at path parent ("" for
 // the root), its name and spec validated.
 func (g *Group) decl(parent, path string) supervise.GroupDecl {
-	d := supervise.GroupDecl{Name: g.name, Parent: parent}
+	d := supervise.GroupDecl{Name: g.name, Parent: parent, Kind: cmp.Or(g.kind, actors.KindGroup)}
 	var errs []error
-	if err := supervise.CheckName(g.name, actors.KindGroup, parent); err != nil {
+	if err := supervise.CheckName(g.name, d.Kind, parent); err != nil {
 		errs = append(errs, err)
 	}
 	spec := g.spec
@@ -166,7 +170,7 @@ func (g *Group) decl(parent, path string) supervise.GroupDecl {
 	d.HealthInterval, d.HealthTimeout = spec.HealthInterval.Duration, spec.HealthTimeout.Duration
 	d.UnhealthyThreshold = int(spec.UnhealthyThreshold)
 	if err := errors.Join(errs...); err != nil {
-		d.Err = fmt.Errorf("group %q: %w", path, err)
+		d.Err = fmt.Errorf("%s %q: %w", d.Kind, path, err)
 	}
 	return d
 }

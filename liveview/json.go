@@ -72,7 +72,7 @@ type Child struct {
 	// the window, oldest first.
 	RecentFailures []time.Time `json:"recentFailures"`
 	// Children are a group's children, in start order, each with its path
-	// as Name (Kind "group"); absent for every other kind.
+	// as Name (Kind "group" or "cluster"); absent for every other kind.
 	Children []Child `json:"children,omitempty"`
 	// Group is the supervision a group applies to its children and the
 	// budget they have spent (Kind "group" or "cluster"); absent for every

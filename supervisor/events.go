@@ -86,7 +86,7 @@ type Event struct {
 	Type     EventType
 	Time     time.Time
 	Child    string // the child's name; empty for manager-level events
-	Kind     string // "controller", "store", "webhook", "runnable", or empty
+	Kind     string // "controller", "store", "webhook", "runnable", "group", "cluster" (a fleet's member, its group's events too), or empty
 	Phase    Phase  // the manager's phase when the event was published (a PhaseChanged that follows says where it went)
 	Restarts int    // the child's restarts so far (for EventsDropped: how many events were dropped)
 	Shard    int    // for ShardAcquired, ShardReleased and ShardLost: the shard

@@ -268,7 +268,7 @@ func (lvl *level) giveUp(member *childRecord, err error) {
 // (handleFailed).
 func (lvl *level) fail(err error) {
 	s, g := lvl.s, lvl.group
-	gerr := fmt.Errorf("group %q: %w", g.spec.Name, err)
+	gerr := fmt.Errorf("%s %q: %w", g.spec.Kind, g.spec.Name, err)
 	g.hist().failures++
 	g.hist().lastErr = gerr
 	g.healthy = false

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -38,7 +39,7 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 				continue
 			}
 			decl := given
-			specs[i], parent[i] = childactor.Spec{Name: given.Name, Kind: actors.KindGroup, Impl: &decl}, given.Parent
+			specs[i], parent[i] = childactor.Spec{Name: given.Name, Kind: cmp.Or(given.Kind, actors.KindGroup), Impl: &decl}, given.Parent
 			continue
 		case InGroup:
 			parent[i] = given.Parent
@@ -102,6 +103,9 @@ type Invalid struct{ Err error }
 // backoff's zero fields inherit the parent's.
 type GroupDecl struct {
 	Name string
+	// Kind is the group's kind (Kind.IsGroup): KindGroup, or KindCluster
+	// for a fleet's member cluster; zero is KindGroup.
+	Kind actors.Kind
 	// Parent is the path of the group it is in, "" at the root.
 	Parent         string
 	Policy         Policy

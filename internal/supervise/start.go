@@ -150,7 +150,7 @@ func (s *root) addRecord(spec childactor.Spec) *childRecord {
 	}
 	rec.lvl.children = append(rec.lvl.children, rec)
 	rec.lvl.touch(s.clock.now())
-	if spec.Kind == actors.KindGroup {
+	if spec.Kind.IsGroup() {
 		rec.sub = newGroupLevel(rec, spec.Impl.(*GroupDecl))
 		rec.state, rec.since = supervisor.StatePending, s.clock.now()
 		s.reg.addGroup(rec)

@@ -272,7 +272,7 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 						// Stopping, Starting and Failed are stuck only with no
 						// call of the child running, for a second at least.
 						idle, ok := r.journal.Idle(name, time.Now())
-						if cs.Kind == "group" {
+						if cs.Kind.IsGroup() {
 							idle, ok = r.journal.IdleWithin(name, time.Now())
 						}
 						if !ok || idle < time.Second {
