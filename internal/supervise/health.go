@@ -70,15 +70,42 @@ func (p *prober) stop() {
 	}
 }
 
-// due reports, at a probeTick, whether sweeps may begin now, and arms the
-// next tick: not once stopped.
+// due reports, at a probeTick, whether sweeps may begin now: not once
+// stopped. The tick's sweeps are judged against the interval it was armed
+// with; the root then arms the next (arm).
 func (p *prober) due() bool {
 	if !p.started || p.stopped {
 		return false
 	}
-	p.timer = p.clock.AfterFunc(p.interval, p.tick)
 	p.ticks++
 	return true
+}
+
+// arm arms the next tick at d, the shortest interval of the levels that
+// have children to probe now (shortestProbe): the tick lengthens again once
+// a group with a shorter HealthInterval is gone, as shorten makes it
+// shorter when one comes.
+func (p *prober) arm(d time.Duration) {
+	if d > 0 {
+		p.interval = d
+	}
+	p.timer = p.clock.AfterFunc(p.interval, p.tick)
+}
+
+// shortestProbe is the interval the probe ticks at: base (the manager's
+// HealthInterval) or the shorter one of a level that holds a controller or
+// a webhook, whatever its state (a child that starts again is probed at
+// its level's interval from its first tick).
+func (r *registry) shortestProbe(base time.Duration) time.Duration {
+	d := base
+	for _, rec := range r.children {
+		if rec.spec.Kind == actors.KindController || rec.spec.Kind == actors.KindWebhook {
+			if i := rec.lvl.probeTiming.interval; i > 0 && i < d {
+				d = i
+			}
+		}
+	}
+	return d
 }
 
 // dueAt reports whether lvl's children are to be swept at the tick now:
@@ -208,6 +235,7 @@ func (s *root) onProbeTick() {
 	if !s.supervising() || !s.probe.due() {
 		return
 	}
+	defer s.probe.arm(s.reg.shortestProbe(s.tree.probeTiming.interval))
 	// Controllers answer GetHealth; webhooks answer Ready (a webhook that
 	// stays not ready after its Start returned is stuck, not warming up).
 	now := s.clock.now()
