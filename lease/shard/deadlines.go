@@ -93,6 +93,7 @@ func (e *Elector) absorbEarly() {
 	for _, i := range slices.Sorted(maps.Keys(early)) {
 		if e.held[i] != nil {
 			delete(e.held, i)
+			e.forget(i) // as lose does: nothing of the hold is left for the guards or the watcher
 			e.count()
 		}
 		if !early[i].doneCalled {
