@@ -197,10 +197,12 @@ const DefaultMaxCampaigns = 16
 // out on a goroutine of its own and its answer comes back to the loop as a
 // message (written), so that a renewal never waits behind a campaign, a
 // slow campaign costs only itself, and a stop is taken at once. The files
-// follow its concerns: observe.go (the watch and the rule), campaign.go,
-// renew.go (the shards' and the member Lease's renewals), release.go
-// (hand-over and loss), deadlines.go (the deadline watcher) and guard.go
-// (what the children's guards read).
+// follow its concerns: observe.go (the watch and what it shows), assign.go
+// (the rule: which replica each shard goes to), decide.go (what to do with
+// one shard now), campaign.go, renew.go (the shards' and the member Lease's
+// renewals), release.go (hand-over and loss), deadlines.go (the deadline
+// watcher), guard.go (what the children's guards read) and store.go (the
+// reads and writes: the Lease client, or a client-go lock, Config.Lock).
 type Elector struct {
 	cfg    Config
 	store  leaseStore    // where the Leases are read and written
