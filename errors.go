@@ -45,14 +45,18 @@ var (
 	ErrInvalidName = supervisor.ErrInvalidName
 	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
-	// of the same child (StopChild, RemoveChild, a lost lease or shard);
-	// with ErrChildStopped or ErrChildRemoved too when the stop was a
-	// StopChild, a RemoveChild or a group's spent budget.
+	// of the same child (StopChild, RemoveChild, a lost lease or shard, or
+	// a restart of it that its group decided: a sibling's failure under
+	// AllForOne or RestForOne, the group restarted whole, which starts it
+	// again; an added child stays added); with ErrChildStopped or
+	// ErrChildRemoved too when the stop was a StopChild, a RemoveChild or a
+	// group's spent budget.
 	ErrStartInterrupted = supervisor.ErrStartInterrupted
 	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was stopped meanwhile (a
 	// StopChild, or its group's spent budget with OnExhausted Stop): it
-	// stays stopped.
+	// stays stopped. Also wrapped when such a call is refused because a
+	// group above the child is stopped.
 	ErrChildStopped = supervisor.ErrChildStopped
 	// ErrChildRemoved: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was removed meanwhile: it

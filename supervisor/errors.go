@@ -52,13 +52,18 @@ var (
 	ErrInvalidName = errors.New("supervisor: invalid name")
 	// ErrStartInterrupted: a start call that a lifecycle call (StartChild,
 	// RestartChild, AddChild) waited for was cut short by a concurrent stop
-	// of the same child (StopChild, RemoveChild, a lost lease or shard).
-	// When the stop was a StopChild, a RemoveChild or a group's spent
-	// budget, the error also wraps ErrChildStopped or ErrChildRemoved.
+	// of the same child (StopChild, RemoveChild, a lost lease or shard, or
+	// a restart of it that its group decided: a sibling's failure under
+	// AllForOne or RestForOne, the group restarted whole, which starts it
+	// again). An added child stays added. When the stop was a StopChild, a
+	// RemoveChild or a group's spent budget, the error also wraps
+	// ErrChildStopped or ErrChildRemoved.
 	ErrStartInterrupted = errors.New("supervisor: start interrupted by a stop")
 	// ErrChildStopped: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was stopped meanwhile, by a
-	// StopChild or its group's spent budget: it stays stopped.
+	// StopChild or its group's spent budget: it stays stopped. It is also
+	// wrapped when such a call is refused because a group above the child
+	// is stopped (StartChild of that group starts it).
 	ErrChildStopped = errors.New("supervisor: child stopped meanwhile")
 	// ErrChildRemoved: a RestartChild, StartChild or AddChild ended
 	// because its child (or a group above it) was removed meanwhile by a

@@ -256,6 +256,11 @@ type barrier struct {
 // checks of the start's owners (err != errInterrupted) still hold.
 var errInterrupted = supervisor.ErrStartInterrupted
 
+// errRestartedByPlan answers a lifecycle request on a hosted child whose
+// start it waited for was cut short by a restart plan of the child's
+// level, which starts it again (childRequest.settled).
+var errRestartedByPlan = fmt.Errorf("%w: a restart of its group (a sibling's failure, or the group restarted whole) stopped it, and starts it again", errInterrupted)
+
 func (b *barrier) add(rec *childRecord) {
 	b.left++
 	if rec.wait == nil {
@@ -686,7 +691,7 @@ func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
 			}
 		}
 		if stopped != nil {
-			return nil, fmt.Errorf("%s: its group %q is stopped; StartChild(%q) starts it", what, stopped.spec.Name, stopped.spec.Name)
+			return nil, fmt.Errorf("%s: its group %q is stopped (%w); StartChild(%q) starts it", what, stopped.spec.Name, supervisor.ErrChildStopped, stopped.spec.Name)
 		}
 	}
 	return rec, nil

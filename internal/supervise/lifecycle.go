@@ -193,7 +193,7 @@ func (s *root) onChildNamed(m childNamed) {
 		if g := s.reg.groupNamed(m.parent); g == nil {
 			err = fmt.Errorf("%w: no group %q", supervisor.ErrUnknownChild, m.parent)
 		} else if g.group.stopRequested {
-			err = fmt.Errorf("group %q is stopped", m.parent)
+			err = fmt.Errorf("group %q is stopped (%w)", m.parent, supervisor.ErrChildStopped)
 		}
 	}
 	if err == nil {

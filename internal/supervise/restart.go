@@ -715,11 +715,15 @@ func (r *childRequest) step() {
 					err = r.failed // the failure that, escalated, began the shutdown
 				}
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, err))
-			case !owned || next.stopRequested || !s.leaseHeld(next):
+			case !owned || next.stopRequested || !s.leaseHeld(next) || next.state.Active():
 				// Taken out by a stand-down (takeOut: the next start round
 				// starts it), stopped meanwhile by a StopChild of its own (a
 				// group's child), or its shard is not held now: it starts
-				// when acquired.
+				// when acquired. Or a restart plan of its level has taken it
+				// in and started it (or is stopping it) meanwhile: the first
+				// to start it wins, as the plan skips one this request has
+				// started (nextChild); a second start would run two
+				// incarnations at once.
 				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
 				continue
 			default:
@@ -771,8 +775,15 @@ func (r *childRequest) settled(b *barrier, err error) {
 	}
 	child := r.recs[r.next-1]
 	if r.rec.sub == nil {
-		// One hosted child: its start is the answer.
-		r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, err))
+		// One hosted child: its start is the answer. A start cut short by
+		// a restart plan of its level (a sibling's failure, its group
+		// restarted whole) is left to the plan, which starts it again:
+		// the answer says so.
+		answer := err
+		if err == errInterrupted && child.plan != nil && child.plan.stage != planDone {
+			answer = errRestartedByPlan
+		}
+		r.answer(fmt.Errorf("%s %q: %w", r.op, r.rec.spec.Name, answer))
 		if err != errInterrupted {
 			r.s.supervise(child, err)
 		}
