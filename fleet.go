@@ -385,6 +385,22 @@ func (m *BaseManager) bindFleets(vals []any) {
 	}
 }
 
+// fleetsRemoved tells every fleet at path, or under it, that it has left
+// the tree (Fleet.removedFromTree).
+func (m *BaseManager) fleetsRemoved(path string) {
+	m.mu.Lock()
+	fleets := slices.Clone(m.fleets)
+	m.mu.Unlock()
+	for _, f := range fleets {
+		f.mu.Lock()
+		p := f.pathLocked()
+		f.mu.Unlock()
+		if p == path || strings.HasPrefix(p, path+"/") {
+			f.removedFromTree()
+		}
+	}
+}
+
 // fleetStatus marks, in st, every member cluster's group of the manager's
 // fleets (Kind "cluster" already, as its record says) with where the
 // cluster stands (ClusterInfo): the shard that runs it and that shard's

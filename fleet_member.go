@@ -62,6 +62,10 @@ type member struct {
 	// group is removed (removed).
 	stopped error
 	notedAt uint64 // f.events when an event (or a removal) last set or cleared stopped (noted)
+	// regroup: the fleet was removed from the tree and added again, its
+	// members' groups with it: the loop reads the tree for its group
+	// (removedFromTree).
+	regroup bool
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -246,6 +250,12 @@ func (mb *member) reconcile(ctx context.Context) {
 	if mb.cluster == nil || mb.failed != nil {
 		return
 	}
+	mb.f.mu.Lock()
+	if mb.regroup {
+		mb.regroup = false
+		mb.group = groupUnknown
+	}
+	mb.f.mu.Unlock()
 	if mb.group == groupUnknown {
 		exists, err := mb.f.childExists(ctx, mb.path)
 		if err != nil {

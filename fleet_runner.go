@@ -122,21 +122,24 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 	}
 	inc.cancel()
 	inc.unsub()
+	stopping := host != nil && host.handle.Observed.Phase() != PhaseRunning
 	go func() {
 		inc.wg.Wait()
+		if stopping {
+			// Once the loops have returned, whenever that is: a provider
+			// that ignores its context outlives ctx, and the clusters'
+			// Contexts must end all the same.
+			f.mu.Lock()
+			for _, mb := range f.members {
+				mb.forget()
+			}
+			f.mu.Unlock()
+		}
 		close(inc.done)
 	}()
 	select {
 	case <-inc.done:
 	case <-ctx.Done():
-		return
-	}
-	if host != nil && host.handle.Observed.Phase() != PhaseRunning {
-		f.mu.Lock()
-		for _, mb := range f.members {
-			mb.forget()
-		}
-		f.mu.Unlock()
 	}
 }
 
@@ -200,7 +203,9 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 		}
 		if known != nil && !mb.gone && mb.key == key {
 			// Already this config (checked under both locks: equal engages
-			// that race change the cluster once).
+			// that race change the cluster once). A problem reported since
+			// (a Secret broken, then put back) is over: it is engaged.
+			mb.status.Problem = nil
 			f.mu.Unlock()
 			mb.events.Unlock()
 			return nil
@@ -237,6 +242,46 @@ func (f *Fleet) disengage(name string) {
 	if mb != nil {
 		mb.wake()
 	}
+}
+
+// removedFromTree: the fleet left the manager's tree (a RemoveChild of it
+// or of a group above it; its ChildRemoved). Once its last incarnation's
+// goroutines have returned (a provider that ignores its context may
+// outlive the removal), every member is disengaged: its Context ends, its
+// ready series goes, ClusterDisengaged is published, and Clusters no
+// longer lists it. A fleet added again before that has loops running
+// already: its members read the tree for their groups instead, gone with
+// the fleet, and add them again.
+func (f *Fleet) removedFromTree() {
+	f.mu.Lock()
+	last := f.last
+	f.mu.Unlock()
+	go func() {
+		if last != nil {
+			<-last.done
+		}
+		f.mu.Lock()
+		if f.inc != nil { // added again, and running
+			for _, mb := range f.members {
+				mb.regroup = true
+				mb.wake()
+			}
+			f.mu.Unlock()
+			return
+		}
+		members := f.members
+		f.members = map[string]*member{}
+		for _, mb := range members {
+			mb.forget()
+		}
+		f.mu.Unlock()
+		for _, mb := range members {
+			f.setReady(mb.name, false, true)
+			mb.events.Lock()
+			f.publish(ClusterDisengaged, mb.path, nil)
+			mb.events.Unlock()
+		}
+	}()
 }
 
 // startLoop starts mb's loop in inc; f.mu is held.

@@ -866,20 +866,29 @@ func (p *stubbornProvider) Run(_ context.Context, engage func(string, *rest.Conf
 	return nil
 }
 
-// A runner restarted while its provider ignores its context: the runner's
-// Shutdown gives up when its context ends, and the new incarnation waits
-// for the old provider to return before it runs one of its own.
-func TestFleetRestartWaitsForAProviderThatIgnoresItsContext(t *testing.T) {
+// stubbornFleet starts a manager whose one child is a fleet of one member,
+// "a", whose provider ignores its context until released; the runner's
+// Shutdown gives up at a ShutdownTimeout of 200 ms, on the real clock. It
+// returns once "a" is Online.
+func stubbornFleet(t *testing.T) (*stubbornProvider, *builds, *cm.ControllerManager, *eventLog) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	a := newFakeMember(t, memberOK)
 	prov := &stubbornProvider{cfg: a.config(), release: make(chan struct{})}
 	bl := newBuilds()
 	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	// The runner's Shutdown gives up at ShutdownTimeout, on the real clock.
 	mgr, log := fleetManagerWith(t, clk, cm.ControllerManagerConfigSpec{
 		Supervision: &cm.SupervisionSpec{ShutdownTimeout: metav1.Duration{Duration: 200 * time.Millisecond}}}, fleet)
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	return prov, bl, mgr, log
+}
+
+// A runner restarted while its provider ignores its context: the runner's
+// Shutdown gives up when its context ends, and the new incarnation waits
+// for the old provider to return before it runs one of its own.
+func TestFleetRestartWaitsForAProviderThatIgnoresItsContext(t *testing.T) {
+	prov, bl, mgr, log := stubbornFleet(t)
 
 	restarted := make(chan error, 1)
 	go func() { restarted <- mgr.RestartChild(context.Background(), "fleet/provider") }()

@@ -1,0 +1,121 @@
+package controllermanager_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Found by a hostile read of the fleet (issue 35's review): a fleet
+// removed from the tree, a provider that ignores its context at shutdown,
+// and a Secret put back as it was.
+
+// A fleet removed with RemoveChild disengages its clusters: before, each
+// stayed Online in Clusters, its ready series stayed 1, and its Context
+// never ended.
+func TestFleetRemovedDisengagesItsClusters(t *testing.T) {
+	_, _, _, bl, fleet, mgr, log := oneMemberOnline(t)
+	require.NoError(t, mgr.RemoveChild(context.Background(), "fleet"))
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+	assert.Empty(t, fleet.Clusters())
+	_, has := clusterReady(t, mgr, "fleet", "a")
+	assert.False(t, has, "the ready series of a removed fleet's cluster")
+	require.Error(t, bl.of("a")[0].cluster.Context().Err(), "the cluster's Context outlives its fleet")
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	assert.False(t, ok)
+}
+
+// A fleet removed and added again runs its clusters again, whether the
+// add comes before or after the removal has disengaged them: before, a
+// member stayed Online with no group in the tree.
+func TestFleetRemovedAndAddedAgainRunsItsClusters(t *testing.T) {
+	for _, waitDisengaged := range []bool{true, false} {
+		t.Run(map[bool]string{true: "after-disengage", false: "at-once"}[waitDisengaged], func(t *testing.T) {
+			clk, _, _, _, fleet, mgr, log := oneMemberOnline(t)
+			require.NoError(t, mgr.RemoveChild(context.Background(), "fleet"))
+			if waitDisengaged {
+				log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+			}
+			require.NoError(t, mgr.AddChild(context.Background(), fleet))
+			log.waitUntil(t, clk, fleetPeriod, func() bool {
+				cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+				st, known := fleet.Cluster("a")
+				return ok && cs.State == supervisor.StateRunning && known && st.State == cm.ClusterStateOnline
+			})
+			v, has := clusterReady(t, mgr, "fleet", "a")
+			assert.True(t, has)
+			assert.Equal(t, 1.0, v)
+		})
+	}
+}
+
+// The manager shuts down while its provider ignores its context: the
+// runner's Shutdown gives up at ShutdownTimeout, and the clusters'
+// Contexts end once the provider returns. Before, they never did.
+func TestFleetShutdownEndsClusterContextsPastAStubbornProvider(t *testing.T) {
+	prov, bl, mgr, _ := stubbornFleet(t)
+	c := bl.of("a")[0].cluster
+
+	// The provider's Run never returns until released: ShutdownAndWait
+	// returns at its context's end either way (how soon does not matter).
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	mgr.ShutdownAndWait(ctx) // gives up on fleet/provider
+	close(prov.release)      // the provider returns at last
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	select {
+	case <-c.Context().Done():
+	case <-deadline.C:
+		t.Fatal("the cluster's Context never ended after the manager stopped")
+	}
+}
+
+// A kubeconfig Secret broken, then put back as it was: the cluster is
+// engaged with that config already, and its Problem is over. Before, the
+// equal engage returned before clearing it, and it stayed for good.
+func TestFleetSecretPutBackClearsItsProblem(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	good := kubeconfig(t, a.srv.URL, "token-1")
+	client := fake.NewClientset(kubeconfigSecret("a-kubeconfig", cm.KubeconfigSecretKey, good))
+	watching := make(chan struct{}, 16)
+	client.PrependWatchReactor("secrets", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watching <- struct{}{}
+		return false, nil, nil
+	})
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	fleet := cm.NewFleet("fleet", cm.KubeconfigSecrets(client, "fleet", labels.SelectorFromSet(labels.Set{"fleet": "member"})),
+		newBuilds().build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	awaitRecv(t, watching, "the provider's watch")
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	secrets, ctx := client.CoreV1().Secrets("fleet"), context.Background()
+	_, err := secrets.Update(ctx, kubeconfigSecret("a-kubeconfig", cm.KubeconfigSecretKey, []byte("{not: [a kubeconfig")), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	log.waitFor(t, nil, 0, func(e cm.Event) bool { return e.Type == cm.ClusterEngaged && e.Child == "fleet/a" && e.Err != nil })
+	st, _ := fleet.Cluster("a")
+	require.Error(t, st.Problem, "the broken Secret is a problem")
+
+	_, err = secrets.Update(ctx, kubeconfigSecret("a-kubeconfig", cm.KubeconfigSecretKey, good), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	log.waitUntil(t, nil, 0, func() bool {
+		st, _ := fleet.Cluster("a")
+		return st.Problem == nil
+	})
+	st, _ = fleet.Cluster("a")
+	assert.Equal(t, cm.ClusterStateOnline, st.State)
+}
