@@ -62,9 +62,11 @@ type member struct {
 	// group is removed (removed).
 	stopped error
 	notedAt uint64 // f.events when an event (or a removal) last set or cleared stopped (noted)
-	// regroup: the fleet was removed from the tree and added again, its
-	// members' groups with it: the loop reads the tree for its group
-	// (removedFromTree).
+	// regroup: the group was moved by someone else than the loop, and
+	// the loop reads the tree for it: the fleet was removed and added again
+	// (removedFromTree), the group removed by hand, or started while the
+	// member is Offline (a restart of the fleet or of a group above it), a
+	// move the loop never makes (subtreeMoved).
 	regroup bool
 
 	// Owned by the loop.
@@ -257,14 +259,11 @@ func (mb *member) reconcile(ctx context.Context) {
 	}
 	mb.f.mu.Unlock()
 	if mb.group == groupUnknown {
-		exists, err := mb.f.childExists(ctx, mb.path)
+		g, err := mb.f.groupIn(ctx, mb.path)
 		if err != nil {
 			return
 		}
-		mb.group = groupAbsent
-		if exists {
-			mb.group = groupStopped // StartChild says if it runs already
-		}
+		mb.group = g
 	}
 	mb.f.recheckStopped(ctx)
 	if err := mb.stoppedItself(); err != nil {

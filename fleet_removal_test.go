@@ -119,3 +119,59 @@ func TestFleetSecretPutBackClearsItsProblem(t *testing.T) {
 	st, _ = fleet.Cluster("a")
 	assert.Equal(t, cm.ClusterStateOnline, st.State)
 }
+
+// A member Offline, its group stopped by its loop; the whole fleet is
+// restarted (RestartChild), or stopped and started, which starts what it
+// stopped, the member's group too. Before, the loop still believed its
+// group stopped, and the member's controllers ran against an API server
+// that fails its probes, while Clusters said Offline. The loop now reads
+// the tree for a start it never made, and stops the group again.
+func TestFleetRestartedWhileAMemberIsOfflineKeepsItStopped(t *testing.T) {
+	for _, how := range []string{"restart", "stop-start"} {
+		t.Run(how, func(t *testing.T) {
+			clk, a, _, _, fleet, mgr, log := oneMemberOnline(t)
+			a.set(memberFailing)
+			log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+			ctx := context.Background()
+			if how == "restart" {
+				require.NoError(t, mgr.RestartChild(ctx, "fleet"))
+			} else {
+				require.NoError(t, mgr.StopChild(ctx, "fleet"))
+				require.NoError(t, mgr.StartChild(ctx, "fleet"))
+			}
+			// The fleet's restart started the member's controller again.
+			log.waitForNth(t, 2, is(cm.ChildStarted, "fleet/a/ctrl"))
+			log.waitUntil(t, clk, fleetPeriod, func() bool {
+				cs, ok := fleetChild(t, mgr, "fleet/a")
+				return ok && cs.State == supervisor.StateStopped
+			})
+			st, _ := fleet.Cluster("a")
+			assert.Equal(t, cm.ClusterStateOffline, st.State)
+			cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
+			assert.Equal(t, supervisor.StateStopped, cs.State)
+
+			// Back: it runs again.
+			a.set(memberOK)
+			log.waitUntil(t, clk, fleetPeriod, func() bool {
+				cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+				st, _ := fleet.Cluster("a")
+				return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
+			})
+		})
+	}
+}
+
+// A member's group removed by hand (RemoveChild "fleet/a") while the
+// member is Online and engaged: the fleet adds it again. Before, the
+// member stayed Online, its ready series 1, with no group in the tree.
+func TestFleetMemberGroupRemovedByHandIsAddedAgain(t *testing.T) {
+	clk, _, _, bl, fleet, mgr, log := oneMemberOnline(t)
+	require.NoError(t, mgr.RemoveChild(context.Background(), "fleet/a"))
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		return ok && cs.State == supervisor.StateRunning
+	})
+	st, _ := fleet.Cluster("a")
+	assert.Equal(t, cm.ClusterStateOnline, st.State)
+	assert.Len(t, bl.of("a"), 2, "built again: the removed group's children were shut down")
+}

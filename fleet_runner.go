@@ -60,7 +60,7 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		case PhaseChanged:
 			f.phaseChanged()
 		case ChildStarted, ChildStopped, ChildRemoved:
-			f.subtreeMoved(e.Child, e.Type == ChildStarted)
+			f.subtreeMoved(e.Child, e.Type)
 		case ChildFailed:
 			f.groupFailed(e.Child, e.Err)
 		case EventsDropped:
@@ -306,16 +306,31 @@ func (f *Fleet) phaseChanged() {
 // for a reason that ends with such a move (ErrBusy: a start of the group
 // in flight, from an AddChild whose answer an earlier loop did not wait
 // for) looks again at once, not at its next probe.
-func (f *Fleet) subtreeMoved(path string, started bool) {
+//
+// A move its loop never makes has the loop read the tree for its group
+// (regroup): the group removed while the member stays engaged (by hand:
+// it is added again), or a child of it started while the member is
+// Offline (a restart of the fleet, or of a group above it, which starts
+// what it stopped: it is stopped again). The loop's own removals (a
+// rotation) cost it one read of the tree.
+func (f *Fleet) subtreeMoved(path string, typ EventType) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if mb := f.memberOfLocked(path); mb != nil {
-		if started {
-			mb.stopped = nil // started again (a StartChild of its group): it runs
-			f.noted(mb)
-		}
-		mb.wake()
+	mb := f.memberOfLocked(path)
+	if mb == nil {
+		return
 	}
+	switch {
+	case typ == ChildStarted:
+		mb.stopped = nil // started again (a StartChild of its group): it runs
+		f.noted(mb)
+		if mb.status.State == ClusterStateOffline {
+			mb.regroup = true
+		}
+	case typ == ChildRemoved && path == mb.path && !mb.gone:
+		mb.regroup = true
+	}
+	mb.wake()
 }
 
 // noted: an event has just told mb whether its group stopped on its own;
@@ -486,15 +501,31 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 
 // childExists reports whether the manager's tree holds path now.
 func (f *Fleet) childExists(ctx context.Context, path string) (bool, error) {
+	g, err := f.groupIn(ctx, path)
+	return g != groupAbsent, err
+}
+
+// groupIn reads where the group at path stands in the manager's tree now:
+// absent, stopped (Stopped, or Stopping: it is on its way), or running
+// (anything else: a group whose children this replica does not run, a
+// shard of another's, counts as running, as the loop counts it once it
+// has added it).
+func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 	f.mu.Lock()
 	host := f.host
 	f.mu.Unlock()
 	st, err := host.Status(ctx)
 	if err != nil {
-		return false, err
+		return groupUnknown, err
 	}
-	_, ok := st.Child(path)
-	return ok, nil
+	cs, ok := st.Child(path)
+	switch {
+	case !ok:
+		return groupAbsent, nil
+	case cs.State == supervisor.StateStopped || cs.State == supervisor.StateStopping:
+		return groupStopped, nil
+	}
+	return groupRunning, nil
 }
 
 var _ Controller = (*fleetRunner)(nil)
