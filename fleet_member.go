@@ -155,19 +155,26 @@ func (mb *member) step(ctx context.Context) bool {
 			return false
 		}
 		mb.forget()
+		// mb.events is held from here until the member has left the map:
+		// an engage of the same name waits for it (engage locks the events
+		// of the member it finds), so that ClusterDisengaged comes before
+		// the next ClusterEngaged, and the series deleted here is never the
+		// next member's.
+		mb.events.Lock()
+		defer mb.events.Unlock()
 		f.mu.Lock()
 		still := mb.gone
-		if still && f.members[mb.name] == mb {
-			delete(f.members, mb.name)
-		}
 		f.mu.Unlock()
 		if !still { // engaged again meanwhile
 			return false
 		}
 		f.setReady(mb.name, false, true)
-		mb.events.Lock()
 		f.publish(ClusterDisengaged, mb.path, nil)
-		mb.events.Unlock()
+		f.mu.Lock()
+		if f.members[mb.name] == mb {
+			delete(f.members, mb.name)
+		}
+		f.mu.Unlock()
 		return true
 	}
 	if gen != mb.applied {

@@ -2,6 +2,7 @@ package controllermanager_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -174,4 +175,40 @@ func TestFleetMemberGroupRemovedByHandIsAddedAgain(t *testing.T) {
 	st, _ := fleet.Cluster("a")
 	assert.Equal(t, cm.ClusterStateOnline, st.State)
 	assert.Len(t, bl.of("a"), 2, "built again: the removed group's children were shut down")
+}
+
+// A cluster engaged again right as its loop disengages it: its
+// ClusterDisengaged came, 1 time in 60, after the new ClusterEngaged (the
+// loop dropped the member, the engage made a new one and published, then
+// the old loop published), and the old loop could delete the new member's
+// ready series. The loop now publishes before it lets the member go, and
+// an engage of the name waits for it. Odd rounds engage at once after the
+// disengage; even ones as soon as Clusters stops listing the member (the
+// moment the old loop let it go), spinning for it.
+func TestFleetEngagedAgainAsItIsDisengagedEndsEngaged(t *testing.T) {
+	clk, a, prov, _, fleet, mgr, log := oneMemberOnline(t)
+	for round := range 60 {
+		prov.Disengage(t, "a")
+		if round%2 == 0 {
+			deadline := time.Now().Add(wait)
+			for _, ok := fleet.Cluster("a"); ok; _, ok = fleet.Cluster("a") {
+				require.True(t, time.Now().Before(deadline), "round %d: not disengaged", round)
+				runtime.Gosched()
+			}
+		}
+		require.NoError(t, prov.Engage(t, "a", a.config()))
+		log.waitUntil(t, clk, fleetPeriod, func() bool {
+			st, ok := fleet.Cluster("a")
+			cs, running := fleetChild(t, mgr, "fleet/a/ctrl")
+			v, has := clusterReady(t, mgr, "fleet", "a")
+			return ok && st.State == cm.ClusterStateOnline && running && cs.State == supervisor.StateRunning && has && v == 1
+		})
+		var last cm.EventType
+		for _, e := range log.all() {
+			if e.Child == "fleet/a" && (e.Type == cm.ClusterEngaged || e.Type == cm.ClusterDisengaged) {
+				last = e.Type
+			}
+		}
+		require.Equal(t, cm.ClusterEngaged, last, "round %d: the last word on fleet/a", round)
+	}
 }
