@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -73,7 +75,10 @@ const (
 // ReportClusterProblem (a ClusterEngaged event whose Err names the Secret
 // and the problem, and the cluster's ClusterStatus.Problem) and disturbs
 // nothing else: a cluster engaged from an earlier good version of the
-// Secret stays engaged on it. A watch that ends is opened again from a
+// Secret stays engaged on it. When the Secret a cluster was engaged from
+// goes while a duplicate remains, the duplicate takes over (its config
+// engaged, as a rotation); when the last duplicate goes, the problem is
+// over. A watch that ends is opened again from a
 // fresh list; a list or watch that fails is the provider's failure
 // (supervised: the runner restarts it with backoff).
 func KubeconfigSecrets(client kubernetes.Interface, namespace string, selector labels.Selector) ClusterProvider {
@@ -101,9 +106,13 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 	if p.client == nil {
 		return errors.New("KubeconfigSecrets: nil client")
 	}
-	// owner maps a cluster to the Secret it was engaged from; a second
-	// Secret for the same cluster is a duplicate.
+	// owner maps a cluster to the Secret it was engaged from, and engaged
+	// to the config engaged from it; a second Secret for the same cluster
+	// is a duplicate, kept in dups (the last version seen) to take over
+	// should the owner go.
 	owner := map[string]string{}
+	engaged := map[string]*rest.Config{}
+	dups := map[string]map[string]*corev1.Secret{}
 	seen := map[string]string{} // Secret → the resourceVersion last handled
 	handle := func(s *corev1.Secret) {
 		if rv, ok := seen[s.Name]; ok && rv != "" && rv == s.ResourceVersion {
@@ -112,6 +121,10 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 		seen[s.Name] = s.ResourceVersion
 		cluster := ClusterNameForSecret(s.Name)
 		if o, ok := owner[cluster]; ok && o != s.Name {
+			if dups[cluster] == nil {
+				dups[cluster] = map[string]*corev1.Secret{}
+			}
+			dups[cluster][s.Name] = s.DeepCopy()
 			ReportClusterProblem(ctx, cluster, fmt.Errorf("secret %s/%s: %w: cluster %q is engaged from secret %q", s.Namespace, s.Name, ErrDuplicateCluster, cluster, o))
 			return
 		}
@@ -123,16 +136,42 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 			ReportClusterProblem(ctx, cluster, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err))
 			return
 		}
-		owner[cluster] = s.Name
+		owner[cluster], engaged[cluster] = s.Name, cfg
 	}
 	gone := func(name string) {
 		delete(seen, name)
 		cluster := ClusterNameForSecret(name)
 		switch o, ok := owner[cluster]; {
 		case o == name:
+			// The owner went: a duplicate still there takes over (in name
+			// order), its config engaged as a rotation would be; with none
+			// that engages, the cluster is disengaged.
 			delete(owner, cluster)
-			disengage(cluster)
-		case !ok: // known to the fleet only by the problem reported
+			delete(engaged, cluster)
+			for _, d := range slices.Sorted(maps.Keys(dups[cluster])) {
+				s := dups[cluster][d]
+				delete(dups[cluster], d)
+				delete(seen, d)
+				if handle(s); owner[cluster] != "" {
+					break
+				}
+			}
+			if len(dups[cluster]) == 0 {
+				delete(dups, cluster)
+			}
+			if owner[cluster] == "" {
+				disengage(cluster)
+			}
+		case ok:
+			// A duplicate went; the owner stays. With the last one gone the
+			// problem it was is over: an engage of the config engaged
+			// clears it, changing nothing else.
+			delete(dups[cluster], name)
+			if len(dups[cluster]) == 0 {
+				delete(dups, cluster)
+				_ = engage(cluster, engaged[cluster])
+			}
+		default: // known to the fleet only by the problem reported
 			disengage(cluster)
 		}
 	}

@@ -114,13 +114,59 @@ func TestKubeconfigSecretsEngageRotateBreakAndDisengage(t *testing.T) {
 	require.NoError(t, secrets.Delete(ctx, "c-kubeconfig", metav1.DeleteOptions{}))
 	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/c"))
 
-	// Deleted: b is disengaged, a undisturbed.
+	// The owner deleted: the duplicate takes over, as a rotation (b's
+	// subtree restarts once, on its config), and the problem is over.
+	// (Before, b was disengaged with a valid Secret still there.)
 	require.NoError(t, secrets.Delete(ctx, "b", metav1.DeleteOptions{}))
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/b"))
+	require.Len(t, bl.of("b"), 2)
+	require.Equal(t, a.srv.URL, bl.of("b")[1].cluster.Config().Host, "engaged from b-kubeconfig")
+	require.Equal(t, int32(1), bl.of("b")[0].stops.Load())
+	st, _ = fleet.Cluster("b")
+	require.NoError(t, st.Problem)
+	require.Zero(t, log.count(is(cm.ClusterDisengaged, "fleet/b")))
+
+	// Deleted, the last: b is disengaged, a undisturbed.
+	require.NoError(t, secrets.Delete(ctx, "b-kubeconfig", metav1.DeleteOptions{}))
 	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/b"))
 	_, ok := fleetChild(t, mgr, "fleet/b")
 	require.False(t, ok)
-	require.Equal(t, int32(1), bl.of("b")[0].stops.Load())
+	require.Equal(t, int32(1), bl.of("b")[1].stops.Load())
 	require.Len(t, bl.of("a"), 2)
+}
+
+// A duplicate Secret deleted while its cluster's owner stays: the problem
+// it was is over, and nothing restarts. Before, ErrDuplicateCluster stayed
+// in ClusterStatus.Problem for good.
+func TestKubeconfigSecretsDuplicateGoneClearsTheProblem(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	b := newFakeMember(t, memberOK)
+	client := fake.NewClientset(kubeconfigSecret("b", cm.KubeconfigSecretKey, kubeconfig(t, b.srv.URL, "token-1")))
+	watching := make(chan struct{}, 16)
+	client.PrependWatchReactor("secrets", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watching <- struct{}{}
+		return false, nil, nil
+	})
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", cm.KubeconfigSecrets(client, "fleet", labels.SelectorFromSet(labels.Set{"fleet": "member"})), bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
+	awaitRecv(t, watching, "the provider's watch")
+	secrets, ctx := client.CoreV1().Secrets("fleet"), context.Background()
+
+	_, err := secrets.Create(ctx, kubeconfigSecret("b-kubeconfig", cm.KubeconfigSecretKey, kubeconfig(t, b.srv.URL, "token-2")), metav1.CreateOptions{})
+	require.NoError(t, err)
+	log.waitFor(t, nil, 0, func(e cm.Event) bool { return e.Type == cm.ClusterEngaged && e.Child == "fleet/b" && e.Err != nil })
+	require.NoError(t, secrets.Delete(ctx, "b-kubeconfig", metav1.DeleteOptions{}))
+	log.waitUntil(t, nil, 0, func() bool {
+		st, _ := fleet.Cluster("b")
+		return st.Problem == nil
+	})
+	st, _ := fleet.Cluster("b")
+	require.Equal(t, cm.ClusterStateOnline, st.State)
+	require.Len(t, bl.of("b"), 1, "nothing restarted")
+	require.Zero(t, bl.of("b")[0].stops.Load())
 }
 
 func TestStaticClustersEngagesEveryCluster(t *testing.T) {
