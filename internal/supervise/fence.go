@@ -49,9 +49,11 @@ type fencing struct {
 	wait  *barrier
 	shard int // the shard whose controllers it stops, or -1: the whole replica
 	reply any // elector.Fenced, sent once stopped with Reelect: campaign for the shard again
-	// release is the last shard's hand-over that stands the replica down,
-	// handed over once the stores have stopped too.
-	release *shardRelease
+	// releases are the hand-overs the stand-down carries out: the last
+	// shard's, which stands the replica down, and any shard acquired and
+	// asked back while it stands down (releaseStores), handed over once
+	// the stores have stopped too, before the start round resumes.
+	releases []*shardRelease
 }
 
 // fenceOverdue: a fencing's children have not all stopped within
@@ -79,7 +81,16 @@ func (s *root) onShardLost(m elector.Lost) {
 // campaign for the shard again; it is sent once the shard's children have
 // stopped, with Reelect only.
 func (s *root) lose(i int, cause error, reply any) {
+	fencing := s.shards.all[i].fencing
 	wasHeld := s.shards.lose(i)
+	if !wasHeld && fencing == nil && s.shards.sharded() && !s.ending() {
+		// Not held here, and nothing of it being fenced: handed over
+		// already (the elector's deadline watcher gave it up before its
+		// loop took the HandedOver in). Nothing runs under it, and there
+		// is no loss to count: the elector may campaign for it again.
+		s.tellElector(reply)
+		return
+	}
 	if s.shards.sharded() {
 		s.obs.shardsLost.Add(1)
 		cause = fmt.Errorf("shard %d (Lease %s): %w", i, s.shards.lease(i), cause)
@@ -205,7 +216,9 @@ func (f *fencing) settled(*barrier, error) { f.stopped() }
 // the next start round waits for the lease (stopped).
 func (f *fencing) standDown(ctx context.Context, release *shardRelease) {
 	s := f.s
-	f.release = release
+	if release != nil {
+		f.releases = append(f.releases, release)
+	}
 	round := s.state.round()
 	if round != nil {
 		round = newReelectionRound(s, round)
@@ -240,8 +253,8 @@ func (f *fencing) stopped() {
 		return
 	}
 	s.tellElector(f.reply)
-	if f.release != nil {
-		f.release.handOver()
+	for _, r := range f.releases {
+		r.handOver()
 	}
 	st, ok := s.state.(electPhase)
 	if !ok || st.fence != f {

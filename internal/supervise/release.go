@@ -94,6 +94,17 @@ func (r *shardRelease) step() {
 				f := &fencing{s: s, recs: s.reg.scope(fencedChild), shard: -1} // no loss: no fence timeout
 				f.standDown(s.cfg.boundedContext(), r)
 				return
+			case supervisor.PhaseElecting:
+				if f := s.state.standingDown(); f != nil && f.stage == fenceStopping {
+					// A shard acquired and asked back while the replica
+					// stands down: the stand-down stops the same children,
+					// and hands the shard over before it resumes the start
+					// round. Waiting beside it, the round could resume with
+					// the shard still counted held and run the stores with
+					// no shard left once it went.
+					f.releases = append(f.releases, r)
+					return
+				}
 			}
 			if r.wait = s.stopAll(r, s.reg.scope(fencedChild), s.cfg.boundedContext()); r.wait != nil {
 				return
