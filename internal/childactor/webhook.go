@@ -126,7 +126,7 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 		ctx = context.Background()
 	}
 
-	if err := a.ready.wait(ctx, m.Policy.ReadyTimeout, func() (ready bool, err error) {
+	if err := a.ready.wait(ctx, gen, m.Policy.ReadyTimeout, func() (ready bool, err error) {
 		err = Call(actors.KindWebhook, name, "Ready", func() error { ready = wh.Ready(); return nil })
 		if err != nil {
 			c.system.Root.Send(c.self, callFailed{gen: gen, err: err})
@@ -191,32 +191,39 @@ func (c *child) accountAdmission(gen uint64, runs *admissionRuns, p AdmissionPol
 }
 
 // readyGate runs at most one Ready call at a time for a webhook's admission
-// requests: requests that arrive while one runs wait for its answer, each up
-// to its own timeout, so a Ready that hangs costs one goroutine, not one per
-// request, and no request waits longer than its ReadyTimeout.
+// requests, per incarnation: requests that arrive while one runs wait for its
+// answer, each up to its own timeout, so a Ready that hangs costs one
+// goroutine, not one per request, and no request waits longer than its
+// ReadyTimeout. A new incarnation (a restart) does not join the old one's
+// call: a Ready that hung in the incarnation before would otherwise refuse
+// every request after the restart that was to cure it.
 type readyGate struct {
 	mu   sync.Mutex
 	call *readyCall
 }
 
 type readyCall struct {
+	gen   uint64 // the incarnation whose Ready it is
 	done  chan struct{}
 	ready bool
 	err   error
 }
 
-// wait returns nil once a Ready call that began no earlier than wait was
-// called (or one in flight) answers true; else why not.
-func (g *readyGate) wait(ctx context.Context, timeout time.Duration, ready func() (bool, error)) error {
+// wait returns nil once a Ready call of incarnation gen that began no
+// earlier than wait was called (or one in flight) answers true; else why
+// not.
+func (g *readyGate) wait(ctx context.Context, gen uint64, timeout time.Duration, ready func() (bool, error)) error {
 	g.mu.Lock()
 	call := g.call
-	if call == nil {
-		call = &readyCall{done: make(chan struct{})}
+	if call == nil || call.gen != gen {
+		call = &readyCall{gen: gen, done: make(chan struct{})}
 		g.call = call
 		go func() {
 			call.ready, call.err = ready()
 			g.mu.Lock()
-			g.call = nil
+			if g.call == call { // else a later incarnation's has taken its place
+				g.call = nil
+			}
 			g.mu.Unlock()
 			close(call.done)
 		}()
