@@ -168,8 +168,7 @@ func (mb *member) step(ctx context.Context) bool {
 		if !still { // engaged again meanwhile
 			return false
 		}
-		f.setReady(mb.name, false, true)
-		f.publish(ClusterDisengaged, mb.path, nil)
+		mb.disengaged()
 		f.mu.Lock()
 		if f.members[mb.name] == mb {
 			delete(f.members, mb.name)
@@ -188,6 +187,13 @@ func (mb *member) step(ctx context.Context) bool {
 	}
 	mb.reconcile(ctx)
 	return false
+}
+
+// disengaged deletes the member's ready series and publishes its
+// ClusterDisengaged; mb.events is held.
+func (mb *member) disengaged() {
+	mb.f.setReady(mb.name, false, true)
+	mb.f.publish(ClusterDisengaged, mb.path, nil)
 }
 
 // forget ends the cluster's Context and drops what was built from its
@@ -337,11 +343,11 @@ func (mb *member) addGroup(ctx context.Context) {
 		// The group may be in the tree with a child whose start failed
 		// (supervised from now on), or refused whole (a bad name, a child
 		// that is none).
-		exists, xerr := f.childExists(ctx, mb.path)
+		g, xerr := f.groupIn(ctx, mb.path)
 		switch {
 		case xerr != nil:
 			mb.group = groupUnknown
-		case exists:
+		case g != groupAbsent:
 			mb.group, mb.pending = groupRunning, nil
 		default:
 			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)

@@ -276,9 +276,8 @@ func (f *Fleet) removedFromTree() {
 		}
 		f.mu.Unlock()
 		for _, mb := range members {
-			f.setReady(mb.name, false, true)
 			mb.events.Lock()
-			f.publish(ClusterDisengaged, mb.path, nil)
+			mb.disengaged()
 			mb.events.Unlock()
 		}
 	}()
@@ -497,12 +496,6 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 	}
 	_, err := host.Request(ctx, msg)
 	return err
-}
-
-// childExists reports whether the manager's tree holds path now.
-func (f *Fleet) childExists(ctx context.Context, path string) (bool, error) {
-	g, err := f.groupIn(ctx, path)
-	return g != groupAbsent, err
 }
 
 // groupIn reads where the group at path stands in the manager's tree now:

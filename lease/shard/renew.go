@@ -83,9 +83,7 @@ func (e *Elector) renewedShard(w *written) {
 		h.term.Renewed(w.sent)
 		if !h.released {
 			e.mu.Lock()
-			if e.early[i] == nil { // else the watcher gave the shard up: no deadline to watch again
-				e.renewed[i] = h.renewedAt
-			}
+			e.renewed[i] = h.renewedAt
 			e.mu.Unlock()
 		}
 		if e.replaySeen(i, h); e.held[i] != h {
