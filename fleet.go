@@ -248,6 +248,10 @@ type Fleet struct {
 	host    *BaseManager // the manager it was added to
 	path    string       // the fleet's group's path in the manager's tree
 	members map[string]*member
+	// leaving: members that have left members and are publishing their
+	// ClusterDisengaged (their events held); an engage of the name waits
+	// for it, so that its ClusterEngaged comes after.
+	leaving map[string]*member
 	inc     *fleetIncarnation // the runner's running incarnation, or nil
 	last    *fleetIncarnation // the latest incarnation, running or shut down
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
@@ -289,7 +293,7 @@ func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runna
 	if build == nil {
 		errs = append(errs, errors.New("fleet: build is nil"))
 	}
-	f := &Fleet{name: name, provider: provider, build: build, spec: spec, members: map[string]*member{}, phase: make(chan struct{})}
+	f := &Fleet{name: name, provider: provider, build: build, spec: spec, members: map[string]*member{}, leaving: map[string]*member{}, phase: make(chan struct{})}
 	if err := errors.Join(errs...); err != nil {
 		f.err = fmt.Errorf("fleet %q: %w", name, err)
 	}
@@ -381,22 +385,6 @@ func (m *BaseManager) bindFleets(vals []any) {
 				children[i] = c
 			}
 			m.bindFleets(children)
-		}
-	}
-}
-
-// fleetsRemoved tells every fleet at path, or under it, that it has left
-// the tree (Fleet.removedFromTree).
-func (m *BaseManager) fleetsRemoved(path string) {
-	m.mu.Lock()
-	fleets := slices.Clone(m.fleets)
-	m.mu.Unlock()
-	for _, f := range fleets {
-		f.mu.Lock()
-		p := f.pathLocked()
-		f.mu.Unlock()
-		if p == path || strings.HasPrefix(p, path+"/") {
-			f.removedFromTree()
 		}
 	}
 }

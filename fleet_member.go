@@ -155,24 +155,25 @@ func (mb *member) step(ctx context.Context) bool {
 			return false
 		}
 		mb.forget()
-		// mb.events is held from here until the member has left the map:
-		// an engage of the same name waits for it (engage locks the events
-		// of the member it finds), so that ClusterDisengaged comes before
-		// the next ClusterEngaged, and the series deleted here is never the
-		// next member's.
+		// mb.events is held from here until ClusterDisengaged is out: an
+		// engage of the same name waits for it (engage locks the events of
+		// the member it finds, in members or leaving), so that
+		// ClusterDisengaged comes before the next ClusterEngaged, and the
+		// series deleted here is never the next member's. The member
+		// leaves members first: whoever sees ClusterDisengaged finds no
+		// such cluster.
 		mb.events.Lock()
 		defer mb.events.Unlock()
 		f.mu.Lock()
-		still := mb.gone
-		f.mu.Unlock()
-		if !still { // engaged again meanwhile
+		if !mb.gone { // engaged again meanwhile
+			f.mu.Unlock()
 			return false
 		}
+		f.leave(mb)
+		f.mu.Unlock()
 		mb.disengaged()
 		f.mu.Lock()
-		if f.members[mb.name] == mb {
-			delete(f.members, mb.name)
-		}
+		f.left(mb)
 		f.mu.Unlock()
 		return true
 	}
@@ -462,8 +463,8 @@ func (mb *member) announce(state ClusterState, err error) {
 	f := mb.f
 	f.mu.Lock()
 	mb.status.State, mb.status.Since, mb.status.Err = state, f.clockLocked().Now(), err
+	f.setReadyLocked(mb.name, state == ClusterStateOnline, false)
 	f.mu.Unlock()
-	f.setReady(mb.name, state == ClusterStateOnline, false)
 	mb.events.Lock()
 	defer mb.events.Unlock()
 	switch state {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -143,6 +145,10 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 	}
 }
 
+// RemovedFromTree is the supervisor telling the runner that it left the
+// tree for good, with its fleet (Fleet.removedFromTree). It never blocks.
+func (r *fleetRunner) RemovedFromTree() { r.f.removedFromTree() }
+
 // GetHealth is always healthy (a member's outage is no failure of the
 // fleet, and never fails /healthz); its message counts the members by
 // state and names those not Online.
@@ -182,6 +188,14 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	key := configKey(cfg)
 	for {
 		f.mu.Lock()
+		if lv := f.leaving[name]; lv != nil {
+			// Publishing its ClusterDisengaged: this engage's
+			// ClusterEngaged comes after it.
+			f.mu.Unlock()
+			lv.events.Lock()
+			lv.events.Unlock()
+			continue
+		}
 		known := f.members[name]
 		mb := known
 		if mb == nil {
@@ -245,7 +259,8 @@ func (f *Fleet) disengage(name string) {
 }
 
 // removedFromTree: the fleet left the manager's tree (a RemoveChild of it
-// or of a group above it; its ChildRemoved). Once its last incarnation's
+// or of a group above it), told by the supervisor's mailbox as its runner
+// leaves (RemovedFromTree), before the removal is answered. Once its last incarnation's
 // goroutines have returned (a provider that ignores its context may
 // outlive the removal), every member is disengaged: its Context ends, its
 // ready series goes, ClusterDisengaged is published, and Clusters no
@@ -269,18 +284,37 @@ func (f *Fleet) removedFromTree() {
 			f.mu.Unlock()
 			return
 		}
-		members := f.members
-		f.members = map[string]*member{}
+		members := slices.Collect(maps.Values(f.members))
 		for _, mb := range members {
 			mb.forget()
+			f.leave(mb)
 		}
 		f.mu.Unlock()
 		for _, mb := range members {
 			mb.events.Lock()
 			mb.disengaged()
+			f.mu.Lock()
+			f.left(mb)
+			f.mu.Unlock()
 			mb.events.Unlock()
 		}
 	}()
+}
+
+// leave takes mb out of members, into leaving until its ClusterDisengaged
+// is published (left). f.mu is held.
+func (f *Fleet) leave(mb *member) {
+	if f.members[mb.name] == mb {
+		delete(f.members, mb.name)
+	}
+	f.leaving[mb.name] = mb
+}
+
+// left: mb's ClusterDisengaged is published. f.mu is held.
+func (f *Fleet) left(mb *member) {
+	if f.leaving[mb.name] == mb {
+		delete(f.leaving, mb.name)
+	}
 }
 
 // startLoop starts mb's loop in inc; f.mu is held.
@@ -439,20 +473,26 @@ func (f *Fleet) publish(t EventType, path string, err error) {
 // removes its series.
 func (f *Fleet) setReady(cluster string, ready, remove bool) {
 	f.mu.Lock()
-	host, fleet := f.host, f.pathLocked()
-	f.mu.Unlock()
-	if host == nil {
+	defer f.mu.Unlock()
+	f.setReadyLocked(cluster, ready, remove)
+}
+
+// setReadyLocked is setReady with f.mu held: a status and its series
+// change together, so that whoever reads Online finds the series at 1.
+func (f *Fleet) setReadyLocked(cluster string, ready, remove bool) {
+	if f.host == nil {
 		return
 	}
+	fleet := f.pathLocked()
 	if remove {
-		host.metrics.ClusterReady.DeleteLabelValues(fleet, cluster)
+		f.host.metrics.ClusterReady.DeleteLabelValues(fleet, cluster)
 		return
 	}
 	v := 0.0
 	if ready {
 		v = 1
 	}
-	host.metrics.ClusterReady.WithLabelValues(fleet, cluster).Set(v)
+	f.host.metrics.ClusterReady.WithLabelValues(fleet, cluster).Set(v)
 }
 
 // pathLocked is the fleet's path; f.mu is held.
@@ -537,6 +577,7 @@ func (s fleetStore) Name() string                      { return FleetProviderChi
 func (s fleetStore) Recover(ctx context.Context) error { return s.r.Run(ctx) }
 func (s fleetStore) Shutdown(ctx context.Context)      { s.r.Shutdown(ctx) }
 func (s fleetStore) GetHealth() HealthStatus           { return s.r.GetHealth() }
+func (s fleetStore) RemovedFromTree()                  { s.r.RemovedFromTree() }
 
 var _ Store = fleetStore{}
 

@@ -24,9 +24,6 @@ func (m *BaseManager) observe() {
 	cancel := m.Subscribe(func(e Event) {
 		m.metrics.ObserveEvent(e)
 		m.events.record(e)
-		if e.Type == ChildRemoved {
-			m.fleetsRemoved(e.Child)
-		}
 		if e.Type == PhaseChanged && e.Phase.Ended() {
 			finish()
 		}

@@ -100,10 +100,20 @@ func (r *stopRequest) stopped() {
 		x := under[i]
 		s.reg.remove(x)
 		x.node().drop()
+		if h, ok := x.spec.Impl.(removalHook); ok {
+			h.RemovedFromTree()
+		}
 		s.publish(supervisor.ChildRemoved, x, nil)
 	}
 	s.respond(r.replyTo, nil, nil)
 }
+
+// removalHook is a child told, in the mailbox, that it has left the tree
+// for good: before the RemoveChild is answered, so before any AddChild
+// that follows it, and whether or not a subscriber keeps up with
+// ChildRemoved. A fleet's runner is one (its clusters go with it).
+// RemovedFromTree must not block.
+type removalHook interface{ RemovedFromTree() }
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	if p := s.state.phase(); p != supervisor.PhaseRunning {
