@@ -261,6 +261,17 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 	case <-h.host.Terminated():
 		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
 		return
+	case <-route.Gone:
+		// Removed after the request was routed: its call went to an
+		// actor that has stopped, and nothing will answer it; one that
+		// answered first is answered as it said.
+		select {
+		case res = <-reply:
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, fmt.Sprintf("webhook %q was removed", route.Name)})
+			return
+		}
 	}
 	switch {
 	case errors.Is(res.Refused, actors.ErrTooManyRequests):

@@ -15,6 +15,11 @@ type WebhookRoute struct {
 	Name    string
 	Webhook actors.Webhook
 	PID     *actor.PID
+	// Gone is closed once the webhook has left the table (RemoveChild): a
+	// request sent to PID before that, but not yet answered, never will be
+	// (its message is a dead letter), and is answered 503 at once.
+	Gone <-chan struct{}
+	gone chan struct{}
 }
 
 // Facade plumbing: WebhookTable is the set of webhook children, in the order they were added.
@@ -44,7 +49,8 @@ func (o *Observed) addWebhook(rec *childRecord) {
 	if old := o.webhooks.Load(); old != nil {
 		routes = slices.Clip(old.Routes)
 	}
-	routes = append(routes, WebhookRoute{Name: rec.spec.Name, Webhook: wh, PID: rec.pid})
+	gone := make(chan struct{})
+	routes = append(routes, WebhookRoute{Name: rec.spec.Name, Webhook: wh, PID: rec.pid, Gone: gone, gone: gone})
 	o.webhooks.Store(&WebhookTable{Routes: routes})
 }
 
@@ -54,6 +60,12 @@ func (o *Observed) removeWebhook(rec *childRecord) {
 	if old == nil || rec.spec.Kind != actors.KindWebhook {
 		return
 	}
-	routes := slices.DeleteFunc(slices.Clone(old.Routes), func(r WebhookRoute) bool { return r.PID == rec.pid })
+	routes := slices.DeleteFunc(slices.Clone(old.Routes), func(r WebhookRoute) bool {
+		if r.PID != rec.pid {
+			return false
+		}
+		close(r.gone)
+		return true
+	})
 	o.webhooks.Store(&WebhookTable{Routes: routes})
 }

@@ -1,0 +1,97 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/actorkube/controllermanager/webhook"
+)
+
+// gatedBody is a request body whose first Read, which the transport makes
+// only once the server has sent 100 Continue (the handler has routed the
+// request and begun reading its body), signals first and waits for
+// release.
+type gatedBody struct {
+	r       io.Reader
+	once    sync.Once
+	first   chan struct{}
+	release chan struct{}
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	b.once.Do(func() {
+		close(b.first)
+		<-b.release
+	})
+	return b.r.Read(p)
+}
+
+// A webhook removed after its request was routed, before the request
+// reached its actor: the call goes to an actor that has stopped, and
+// nothing answers it. Found by a hostile read (stop 54, hole 15): the
+// handler waited 90% of the request's timeout and answered 200 with
+// allowed false (code 504), a denial that skips the API server's
+// failurePolicy. It is answered 503 with Retry-After, as a stopped
+// webhook is, at once.
+func TestAWebhookRemovedWhileItsRequestIsReadIsAnswered503(t *testing.T) {
+	v1 := admBody(t, admV1)
+	hook := newAdmHook("gone", "/gone")
+	f := admServe(t, webhook.Config{}, nil, hook)
+
+	tr := f.srv.Client().Transport.(*http.Transport).Clone()
+	tr.ExpectContinueTimeout = time.Hour // the body goes only after 100 Continue
+	defer tr.CloseIdleConnections()
+	body := &gatedBody{r: bytes.NewReader(v1), first: make(chan struct{}), release: make(chan struct{})}
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/gone?timeout=5s", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(v1))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+
+	type result struct {
+		code  int
+		retry string
+		text  string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- result{code: resp.StatusCode, retry: resp.Header.Get("Retry-After"), text: string(b), err: err}
+	}()
+
+	select {
+	case <-body.first: // routed, its body being read
+	case r := <-done:
+		t.Fatalf("answered before its body was read: %+v", r)
+	case <-time.After(admWait):
+		t.Fatal("the server never asked for the body")
+	}
+	if err := f.mgr.RemoveChild(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	close(body.release)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.code != http.StatusServiceUnavailable || r.retry != "1" {
+		t.Fatalf("have %d (Retry-After %q) %q, want 503 with Retry-After 1", r.code, r.retry, r.text)
+	}
+	if n := hook.handled.Load(); n != 0 {
+		t.Errorf("Handle ran %d times on a removed webhook", n)
+	}
+}
