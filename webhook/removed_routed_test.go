@@ -95,3 +95,14 @@ func TestAWebhookRemovedWhileItsRequestIsReadIsAnswered503(t *testing.T) {
 		t.Errorf("Handle ran %d times on a removed webhook", n)
 	}
 }
+
+// A ?timeout= of more seconds than a Duration holds is the longest
+// timeout, not an overflow: before, 9223372037 seconds wrapped negative
+// and the request was refused 400 "less than 1s".
+func TestATimeoutPastADurationIsTheLongest(t *testing.T) {
+	v1 := admBody(t, admV1)
+	f := admServe(t, webhook.Config{}, nil, newAdmHook("validate", "/validate"))
+	for _, q := range []string{"9223372037", "99999999999999999"} {
+		f.post(t, "/validate?timeout="+q, v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
+	}
+}

@@ -381,7 +381,7 @@ func requestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
 		if nerr != nil {
 			return 0, fmt.Errorf("invalid ?timeout=%q: not a duration", raw)
 		}
-		d = time.Duration(n) * time.Second
+		d = time.Duration(min(n, int(maxTimeout/time.Second)+1)) * time.Second // no overflow: clamped below
 	}
 	if d < minTimeout {
 		return 0, fmt.Errorf("invalid ?timeout=%q: less than %s", raw, minTimeout)
