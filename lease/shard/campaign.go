@@ -334,8 +334,14 @@ func (e *Elector) campaigned(w *written) {
 	}
 	e.mu.Lock()
 	e.terms[i], e.renewed[i] = w.term, h.renewedAt
+	e.announcing[i] = true // until Acquired has returned (below)
 	e.publishTerms()
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.announcing, i)
+		e.mu.Unlock()
+	}()
 	if w.previous != "" && w.previous != e.cfg.Identity {
 		e.count()
 	}

@@ -20,7 +20,11 @@ type earlyLoss struct{ doneCalled bool }
 // bounds a loss's lateness by a quarter of one, within the fence budget.
 // The watcher ends the shard's term (its guards fail at once) and calls
 // Lost; the loop then drops the shard (absorbEarly) without calling Lost
-// again.
+// again. It leaves alone a shard whose Acquired has not returned yet
+// (announcing): a RecordEvent or an Acquired that blocked past the
+// deadline would otherwise have its Lost delivered before its Acquired,
+// and the user count the shard held after its loss. Meanwhile its guards
+// still fail by their term's own clock.
 func (e *Elector) watchDeadlines(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
 	defer t.Stop()
@@ -41,7 +45,7 @@ func (e *Elector) checkDeadlines() {
 	var due []int
 	e.mu.Lock()
 	for i, at := range e.renewed {
-		if now.Sub(at) <= e.cfg.RenewDeadline || e.early[i] != nil {
+		if now.Sub(at) <= e.cfg.RenewDeadline || e.early[i] != nil || e.announcing[i] {
 			continue
 		}
 		due = append(due, i)

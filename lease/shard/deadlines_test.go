@@ -68,3 +68,40 @@ func TestARenewalAnsweredAfterTheDeadlineLosesTheShardOnce(t *testing.T) {
 	require.Equal(t, []int{0}, lost, "a shard no longer held was lost again")
 	require.True(t, e.fencing[0], "still waiting for the first loss's done")
 }
+
+// An Acquired (or a "became leader" RecordEvent) that blocks past the
+// renew deadline: the watcher must not deliver the shard's Lost before
+// its Acquired. Before, the watcher (its own goroutine) lost the shard
+// while the loop was still in the callback, and the user got Lost, then
+// Acquired: a shard counted held after its loss (the supervisor answers a
+// Lost for a shard it does not hold Fenced, and then starts the shard's
+// children on Acquired). The watcher runs here inside the callback, as it
+// would beside it.
+func TestALostNeverComesBeforeItsAcquired(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	var order []string
+	var e *Elector
+	e, err := New(Config{Client: leasetest.NewServer().Client("a"), Namespace: testNamespace, Name: testGroup, Identity: "a",
+		Shards: 1, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk,
+		Callbacks: Callbacks{
+			Acquired: func(i int) {
+				clk.Step(renewDeadline + time.Millisecond) // the callback blocks past the deadline
+				e.checkDeadlines()                           // the watcher's tick meanwhile
+				order = append(order, "acquired")
+			},
+			Lost: func(i int, _ string, done func()) {
+				order = append(order, "lost")
+				done()
+			},
+		}})
+	require.NoError(t, err)
+
+	term := lease.NewTerm(clk, ShardLease(testGroup, 0), leaseDuration, time.Second)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: ShardLease(testGroup, 0), ResourceVersion: "1"}}
+	e.campaigning[0] = true
+	e.campaigned(&written{kind: writeCampaign, shard: 0, got: l, term: term, sent: term.Elapsed()})
+	require.Equal(t, []string{"acquired"}, order, "Lost was delivered before Acquired returned")
+
+	e.checkDeadlines() // the watcher's next tick: the deadline has passed
+	require.Equal(t, []string{"acquired", "lost"}, order)
+}

@@ -219,6 +219,10 @@ type Elector struct {
 	terms   map[int]*lease.Term // the held shards' terms, for Guard
 	renewed map[int]time.Time   // the held shards' last renewals, for Check and the deadline watcher
 	early   map[int]*earlyLoss  // shards the deadline watcher gave up, not yet seen by the loop
+	// announcing: a shard whose Acquired (and "became leader" Event) is
+	// being delivered; the deadline watcher waits for it, so that its Lost
+	// never comes first.
+	announcing map[int]bool
 	// anyTerm is terms' values, republished under mu at each change, for
 	// CheckAny's lock-free read.
 	anyTerm atomic.Pointer[[]*lease.Term]
@@ -330,7 +334,7 @@ func New(cfg Config) (*Elector, error) {
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
-		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{},
+		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{}, announcing: map[int]bool{},
 		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
