@@ -192,6 +192,9 @@ func (rec *childRecord) budget() []time.Time {
 }
 
 // queued is the group's request that has still to start rec, or nil.
+// inPlan reports whether a restart plan in progress holds rec.
+func (rec *childRecord) inPlan() bool { return rec.plan != nil && rec.plan.stage != planDone }
+
 func (rec *childRecord) queued() *childRequest {
 	if rec.x == nil {
 		return nil

@@ -252,7 +252,13 @@ func (f *fencing) stopped() {
 		}
 		return
 	}
-	s.tellElector(f.reply)
+	if !s.ending() {
+		// Ending (exit, or a shutdown that overtook the stand-down): no
+		// campaign again, as for a shard above; the lease is resigned once
+		// every child has stopped. Before, the elector took this Fenced as
+		// leave to campaign and won the lease back while shutting down.
+		s.tellElector(f.reply)
+	}
 	for _, r := range f.releases {
 		r.handOver()
 	}

@@ -152,10 +152,31 @@ func (lvl *level) restarted() {
 
 func (lvl *level) restartWhole(out []*childRecord) []*childRecord {
 	s, g := lvl.s, lvl.group
-	lvl.restarted()
+	leaves := s.leaves(g)
+	if !lvl.restartPending(leaves) {
+		lvl.restarted()
+	}
 	g.markStarted(&s.clock)
 	resetBudgets(g)
-	return append(out, s.leaves(g)...)
+	return append(out, leaves...)
+}
+
+// restartPending reports whether a plan of a level above has restarted
+// lvl's group whole already (and counted it) and has started none of its
+// children (leaves) again: a plan made now that takes the group in, and
+// that plan's rest with it, carries on that restart rather than making
+// another. Restarts stays runs − 1 for a group as for a hosted child.
+func (lvl *level) restartPending(leaves []*childRecord) bool {
+	taken := false
+	for _, r := range leaves {
+		if r.state.Active() {
+			return false
+		}
+		if p := r.plan; p != nil && p.stage != planDone && encloses(p.lvl, lvl) {
+			taken = true
+		}
+	}
+	return taken
 }
 
 // drop: a group's record leaves with the index (lifecycle.go's removal);

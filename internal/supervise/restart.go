@@ -715,7 +715,7 @@ func (r *childRequest) step() {
 					err = r.failed // the failure that, escalated, began the shutdown
 				}
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, err))
-			case !owned || next.stopRequested || !s.leaseHeld(next) || next.state.Active():
+			case !owned || next.stopRequested || !s.leaseHeld(next) || next.state.Active() || (rec.sub != nil && next.inPlan()):
 				// Taken out by a stand-down (takeOut: the next start round
 				// starts it), stopped meanwhile by a StopChild of its own (a
 				// group's child), or its shard is not held now: it starts
@@ -723,7 +723,11 @@ func (r *childRequest) step() {
 				// in and started it (or is stopping it) meanwhile: the first
 				// to start it wins, as the plan skips one this request has
 				// started (nextChild); a second start would run two
-				// incarnations at once.
+				// incarnations at once. A group's child that a plan holds
+				// and has not started yet (stopping, backing off) is the
+				// plan's to start, in its order, stores first. (One child
+				// asked for alone is started here, and the plan skips it:
+				// its answer is that start's.)
 				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
 				continue
 			default:

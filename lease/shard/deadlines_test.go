@@ -86,7 +86,7 @@ func TestALostNeverComesBeforeItsAcquired(t *testing.T) {
 		Callbacks: Callbacks{
 			Acquired: func(i int) {
 				clk.Step(renewDeadline + time.Millisecond) // the callback blocks past the deadline
-				e.checkDeadlines()                           // the watcher's tick meanwhile
+				e.checkDeadlines()                         // the watcher's tick meanwhile
 				order = append(order, "acquired")
 			},
 			Lost: func(i int, _ string, done func()) {
