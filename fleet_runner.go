@@ -109,9 +109,8 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 }
 
 // Shutdown ends the incarnation and waits for its goroutines or ctx. When
-// the manager itself is stopping (not a restart of the runner), every
-// cluster's Context ends too, and each member will be engaged afresh by a
-// later incarnation (after a re-election).
+// the manager itself is shutting down (not a restart of the runner, not a
+// stand-down), every cluster's Context ends too.
 func (r *fleetRunner) Shutdown(ctx context.Context) {
 	f := r.f
 	f.mu.Lock()
@@ -124,7 +123,16 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 	}
 	inc.cancel()
 	inc.unsub()
-	stopping := host != nil && host.handle.Observed.Phase() != PhaseRunning
+	// Only the manager's shutdown ends the clusters: a stand-down (a lease
+	// or the last shard lost, re-electing) keeps them, as their groups stay
+	// in the tree and the next start round starts them again on the same
+	// Cluster (ended, its controllers would start on a dead Context and be
+	// rebuilt once Running: two starts a member per re-election).
+	p := PhaseIdle
+	if host != nil {
+		p = host.handle.Observed.Phase()
+	}
+	stopping := p == PhaseShuttingDown || p.Ended()
 	go func() {
 		inc.wg.Wait()
 		if stopping {
@@ -608,20 +616,43 @@ func ReportClusterProblem(ctx context.Context, cluster string, err error) {
 		f.logger().Warn("a cluster provider reported a problem with a cluster whose name is invalid", "fleet", f.name, "cluster", cluster, "err", err, "nameErr", verr)
 		return
 	}
-	f.mu.Lock()
-	mb := f.members[cluster]
-	if mb == nil {
-		mb = newMember(f, cluster)
-		mb.gone = false
-		mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
-		f.members[cluster] = mb
-		if f.inc != nil && f.inc.live {
-			f.startLoop(f.inc, mb)
+	for {
+		// As engage does: after a leaving member's ClusterDisengaged, and
+		// under the member's events, so that subscribers and Clusters agree.
+		f.mu.Lock()
+		if lv := f.leaving[cluster]; lv != nil {
+			f.mu.Unlock()
+			lv.events.Lock()
+			lv.events.Unlock()
+			continue
 		}
+		known := f.members[cluster]
+		mb := known
+		if mb == nil {
+			mb = newMember(f, cluster)
+		}
+		f.mu.Unlock()
+		mb.events.Lock()
+		f.mu.Lock()
+		if f.members[cluster] != known {
+			f.mu.Unlock()
+			mb.events.Unlock()
+			continue
+		}
+		if known == nil {
+			mb.gone = false
+			mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
+			f.members[cluster] = mb
+			if f.inc != nil && f.inc.live {
+				f.startLoop(f.inc, mb)
+			}
+		}
+		mb.status.Problem = err
+		path := mb.path
+		f.mu.Unlock()
+		f.logger().Warn("a cluster provider could not engage a cluster", "fleet", f.name, "cluster", cluster, "err", err)
+		f.publish(ClusterEngaged, path, err)
+		mb.events.Unlock()
+		return
 	}
-	mb.status.Problem = err
-	path := mb.path
-	f.mu.Unlock()
-	f.logger().Warn("a cluster provider could not engage a cluster", "fleet", f.name, "cluster", cluster, "err", err)
-	f.publish(ClusterEngaged, path, err)
 }
