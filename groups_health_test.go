@@ -2,6 +2,9 @@ package controllermanager_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/health"
 )
 
 // probedCtrl is a controller whose GetHealth says healthy or not, or,
@@ -113,4 +117,51 @@ func (r *recorder) firstErr(typ cm.EventType, child string) error {
 		}
 	}
 	return nil
+}
+
+// A stopped manager keeps every controller in /healthz, those in groups
+// too. Before, once the manager stopped, GetHealth listed only the root's
+// controllers: a user saw g/inner (and the groups' own lines) vanish from
+// /healthz, and /healthz/controller/g/inner answer 404 instead of 500
+// "manager stopped".
+func TestAStoppedManagerKeepsGroupedControllersInHealthz(t *testing.T) {
+	m := newManager(t, nil, gFast())
+	m.Add(&probedCtrl{name: "top", healthy: true},
+		cm.NewGroup("g", cm.SupervisionSpec{},
+			&probedCtrl{name: "inner", healthy: true},
+			cm.NewGroup("h", cm.SupervisionSpec{}, &probedCtrl{name: "deep", healthy: true})),
+		&probedCtrl{name: "last", healthy: true})
+	gStart(t, m)
+
+	names := func() []string {
+		var out []string
+		for _, h := range m.GetHealth() {
+			out = append(out, h.Name)
+		}
+		return out
+	}
+	running := names()
+	require.Equal(t, []string{"top", "g/inner", "g/h/deep", "last", "g", "g/h"}, running)
+
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	m.ShutdownAndWait(ctx)
+
+	stopped := m.GetHealth()
+	require.Len(t, stopped, len(running), "after the stop: %v", stopped)
+	for i, h := range stopped {
+		assert.Equal(t, running[i], h.Name, "the stopped lines keep the running order and paths")
+		assert.False(t, h.Healthy, h.Name)
+		assert.Equal(t, "manager stopped", h.Message, h.Name)
+	}
+
+	srv := httptest.NewServer(health.NewHandler(m))
+	defer srv.Close()
+	for _, path := range []string{"/healthz/controller/g/inner", "/healthz/controller/g/h/deep", "/healthz/controller/g"} {
+		res, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		assert.Equal(t, http.StatusInternalServerError, res.StatusCode, "%s: %s", path, body)
+	}
 }

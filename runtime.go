@@ -326,15 +326,42 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 // it. health.NewHandler takes it as its probes' deadline.
 func (m *BaseManager) HealthTimeout() time.Duration { return m.timing.HealthTimeout }
 
+// stoppedHealth is GetHealth once the manager has stopped: every
+// controller of final's tree, then every group, failed with msg, in the
+// order and by the paths GetHealth gave them running (the supervisor's
+// onGatherHealth): the controllers in the groups included, so none
+// vanishes from /healthz, nor its /healthz/controller/<path> turns 404.
 func stoppedHealth(final Status, cause error) []HealthStatus {
 	msg := "manager stopped"
 	if cause != nil {
 		msg = "manager failed: " + cause.Error()
 	}
-	out := []HealthStatus{}
-	for _, c := range final.Children {
-		if c.Kind == actors.KindController {
+	out := appendStoppedControllers([]HealthStatus{}, final.Children, msg)
+	return appendStoppedGroups(out, final.Children, msg)
+}
+
+// appendStoppedControllers appends a failed line, msg, for each controller
+// in children and in the groups among them, depth first in their order.
+func appendStoppedControllers(out []HealthStatus, children []ChildStatus, msg string) []HealthStatus {
+	for _, c := range children {
+		switch {
+		case c.Kind == actors.KindController:
 			out = append(out, HealthStatus{Name: c.Name, Message: msg})
+		case c.Kind.IsGroup():
+			out = appendStoppedControllers(out, c.Children, msg)
+		}
+	}
+	return out
+}
+
+// appendStoppedGroups appends a failed line, msg, for each group in
+// children and under them: a group's own line, then its groups' (the
+// order of the running lines, level.appendHealth).
+func appendStoppedGroups(out []HealthStatus, children []ChildStatus, msg string) []HealthStatus {
+	for _, c := range children {
+		if c.Kind.IsGroup() {
+			out = append(out, HealthStatus{Name: c.Name, Message: msg})
+			out = appendStoppedGroups(out, c.Children, msg)
 		}
 	}
 	return out
