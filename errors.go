@@ -39,7 +39,7 @@ var (
 	// shard is acquired.
 	ErrShardNotHeld = supervisor.ErrShardNotHeld
 	// ErrInvalidName: a child's or a group's name is empty, blank or holds
-	// a "/" (Start for what Add, AddStore, AddSharded and NewGroup gave;
+	// a "/" or a control character (Start for what Add, AddStore, AddSharded and NewGroup gave;
 	// AddChild). A name is one segment of a child's path. The error quotes
 	// the name, its kind and where it was given.
 	ErrInvalidName = supervisor.ErrInvalidName

@@ -189,3 +189,45 @@ func TestStartInterruptedByAStopHasASentinel(t *testing.T) {
 	require.ErrorIs(t, err, supervisor.ErrStartInterrupted)
 	require.ErrorIs(t, err, cm.ErrChildStopped, "and which stop it was")
 }
+
+// A name with a control character is refused wherever it is given, with an
+// error that says so. Before, Start took a controller named
+// "jobs\n[+]cron ok\nhealthz check passed", and a user reading /healthz saw
+// a passing check and a passing verdict of its making ahead of the real
+// failure (the listing is one line per check).
+func TestANameWithAControlCharacterIsRefused(t *testing.T) {
+	forged := "jobs\n[+]cron ok\nhealthz check passed"
+	m := newManager(t, nil, nil)
+	m.Add(&probedCtrl{name: forged})
+	err := m.Start(gCtx(t), 0)
+	require.ErrorIs(t, err, cm.ErrInvalidName)
+	assert.Contains(t, err.Error(), `controller "jobs\n[+]cron ok\nhealthz check passed" at the root`)
+	assert.Contains(t, err.Error(), "a control character")
+
+	m = newManager(t, nil, nil)
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, &probedCtrl{name: "tab\there"}))
+	err = m.Start(gCtx(t), 0)
+	require.ErrorIs(t, err, cm.ErrInvalidName)
+	assert.Contains(t, err.Error(), `controller "tab\there" in group "g"`)
+
+	m = newManager(t, nil, nil)
+	m.Add(cm.NewGroup("g\x1b[0m", cm.SupervisionSpec{}, &probedCtrl{name: "x"}))
+	require.ErrorIs(t, m.Start(gCtx(t), 0), cm.ErrInvalidName)
+
+	m = newManager(t, nil, gFast())
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, &probedCtrl{name: "x", healthy: true}))
+	gStart(t, m)
+	ctx := gCtx(t)
+	for _, msg := range []supervisor.AddChild{
+		{Runnable: &probedCtrl{name: forged}},
+		{Name: "y\r", Runnable: testchild.NewRunnable(nil)},
+		{Parent: "g", Runnable: &probedCtrl{name: "z\u0085"}},
+	} {
+		_, err := m.Request(ctx, msg)
+		require.ErrorIs(t, err, cm.ErrInvalidName, "%q", msg.Name)
+		assert.Contains(t, err.Error(), "a control character")
+	}
+	st := mustStatus(t, m)
+	require.Len(t, st.Children, 1, "nothing added: %+v", st.Children)
+	require.Len(t, st.Children[0].Children, 1, "nothing added to g: %+v", st.Children[0].Children)
+}

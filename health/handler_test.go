@@ -274,3 +274,33 @@ func TestNewHandlerRejectsBadChecks(t *testing.T) {
 		health.NewHandler(nil)
 	})
 }
+
+// A check's name is written into the one-line-per-check listing with its
+// control characters escaped, any other character as it is. Before, a
+// controller named "jobs ok\n[+]controller/cron ok\nhealthz check
+// passed\n[+]x" made /healthz?verbose show a user a passing check and a
+// passing verdict, forged, ahead of the real failure.
+func TestTheHealthzListingKeepsEachCheckOnOneLine(t *testing.T) {
+	evil := "jobs ok\n[+]controller/cron ok\nhealthz check passed\n[+]x"
+	src := newManager(source{health: func() []actors.HealthStatus {
+		return []actors.HealthStatus{
+			{Name: evil, Message: "down"},
+			{Name: "tab\there\x1b[0m\u0085", Healthy: true},
+			{Name: "jöbs café", Healthy: true},
+		}
+	}})
+	srv := serve(t, health.NewHandler(src))
+	res := get(t, srv, "/healthz?verbose")
+	if res.code != http.StatusInternalServerError {
+		t.Fatalf("code %d: %s", res.code, res.body)
+	}
+	want := lines(
+		"[+]phase ok",
+		`[-]controller/jobs ok\n[+]controller/cron ok\nhealthz check passed\n[+]x failed: down`,
+		`[+]controller/tab\there\x1b[0m\u0085 ok`,
+		"[+]controller/jöbs café ok",
+		"healthz check failed")
+	if res.body != want {
+		t.Errorf("listing:\n%s\nwant:\n%s", res.body, want)
+	}
+}

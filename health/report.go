@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/actorkube/controllermanager/actors"
 )
@@ -50,23 +52,25 @@ func newReport(outs []outcome) Report {
 // failed: reason withheld" (the reason itself when verbose), then a warning
 // naming the exclusions that matched nothing, then the verdict. The
 // apiserver names its verdict after the endpoint ("livez check passed"),
-// and so does this.
+// and so does this. A check's name is written with its control characters
+// escaped (oneLine), so a name never forges lines of its own.
 func listing(ep endpoint, outs []outcome, unmatched []string, verbose bool) string {
 	var b strings.Builder
 	healthy := true
 	for _, o := range outs {
+		name := oneLine(o.name)
 		switch {
 		case o.excluded:
-			fmt.Fprintf(&b, "[+]%s excluded: ok\n", o.name)
+			fmt.Fprintf(&b, "[+]%s excluded: ok\n", name)
 		case o.err != nil:
 			healthy = false
 			reason := "reason withheld"
 			if verbose {
 				reason = flatten(o.err.Error())
 			}
-			fmt.Fprintf(&b, "[-]%s failed: %s\n", o.name, reason)
+			fmt.Fprintf(&b, "[-]%s failed: %s\n", name, reason)
 		default:
-			fmt.Fprintf(&b, "[+]%s ok\n", o.name)
+			fmt.Fprintf(&b, "[+]%s ok\n", name)
 		}
 	}
 	if len(unmatched) > 0 {
@@ -97,6 +101,25 @@ func acceptsJSON(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// oneLine is name as the listing writes it: each control character
+// escaped as Go quotes it ("\n", "\x1b", "\u0085"), every other character
+// as it is; a name without one is returned unchanged.
+func oneLine(name string) string {
+	if strings.IndexFunc(name, unicode.IsControl) < 0 {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // flatten keeps a reason on one line of the listing.

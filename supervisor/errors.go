@@ -45,7 +45,8 @@ var (
 	ErrShardNotHeld = errors.New("supervisor: the child's shard is not held by this replica")
 	// ErrInvalidName is wrapped by the error that refuses a child's or a
 	// group's name (at Start for what Add, AddStore, AddSharded and NewGroup
-	// gave; at AddChild): an empty or blank name, or one holding a "/". A
+	// gave; at AddChild): an empty or blank name, or one holding a "/" or a
+	// control character (a newline, a tab). A
 	// name is one segment of a path ("tenant-a/store" is the child "store"
 	// of the group "tenant-a"), at the root as in a group. The error quotes
 	// the name, its kind and where it was given.
