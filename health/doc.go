@@ -13,7 +13,7 @@
 //	/healthz/<name>   one check: 200 "ok", or 500 with the reason; 404 if there is none by that name
 //	/livez            the same for liveness (500 on failure); /livez?verbose, /livez/<name>
 //	/readyz           the same for readiness (503 on failure); /readyz?verbose, /readyz/<name>
-//	/metrics          with WithMetrics only
+//	/metrics          with WithMetrics only; GET and HEAD (other methods get 405, as on the probes)
 //	/debug/pprof/     with WithPprof only
 //
 // ?exclude=<name> (repeatable) does not run a check and lists it as

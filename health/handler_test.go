@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/health"
 	"github.com/actorkube/controllermanager/supervisor"
@@ -302,5 +304,30 @@ func TestTheHealthzListingKeepsEachCheckOnOneLine(t *testing.T) {
 		"healthz check failed")
 	if res.body != want {
 		t.Errorf("listing:\n%s\nwant:\n%s", res.body, want)
+	}
+}
+
+// /metrics takes GET and HEAD only, as the probes do: other methods get
+// 405 with Allow: GET, HEAD (docs/observability.md). Before, a POST, PUT
+// or DELETE to /metrics was answered 200 with the metrics.
+func TestMetricsRefusesMethodsOtherThanGetAndHead(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv := serve(t, health.NewHandler(newManager(source{}), health.WithMetrics(reg)))
+	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		res := do(t, srv, method, "/metrics")
+		if res.code != http.StatusMethodNotAllowed {
+			t.Errorf("%s /metrics: %d, want 405: %q", method, res.code, res.body)
+		}
+		if got := res.header.Get("Allow"); got != "GET, HEAD" {
+			t.Errorf("%s /metrics: Allow %q, want \"GET, HEAD\"", method, got)
+		}
+		if want := "method " + method + " not allowed on /metrics: use GET or HEAD\n"; res.body != want {
+			t.Errorf("%s /metrics: body %q, want %q", method, res.body, want)
+		}
+	}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		if res := do(t, srv, method, "/metrics"); res.code != http.StatusOK {
+			t.Errorf("%s /metrics: %d, want 200: %q", method, res.code, res.body)
+		}
 	}
 }
