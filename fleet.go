@@ -75,6 +75,10 @@ var (
 	// refuses writes with once its Context has ended: the cluster was
 	// disengaged, its config replaced, or the manager stopped.
 	ErrClusterDisengaged = errors.New("controllermanager: cluster disengaged")
+	// ErrFleetInUse is wrapped by the error of an Add, AddChild or Start
+	// that brings a Fleet added to another manager already: a Fleet runs
+	// in one manager, whose runner and members it shares with no other.
+	ErrFleetInUse = errors.New("controllermanager: fleet added to another manager")
 )
 
 // FleetSpec configures a fleet; its zero value works, each zero field
@@ -357,25 +361,49 @@ func fleetGroup(parent string, v any) any {
 }
 
 // bindFleets tells every fleet among vals, at any depth of their groups,
-// the manager it was added to.
-func (m *BaseManager) bindFleets(vals []any) {
+// the manager it was added to. A fleet bound to another manager already is
+// refused (ErrFleetInUse), and none of vals' fleets is bound: that manager's
+// runner and members are left alone.
+func (m *BaseManager) bindFleets(vals []any) error {
+	var fleets []*Fleet
+	collectFleets(vals, &fleets)
+	var bound []*Fleet
+	for _, x := range fleets {
+		x.mu.Lock()
+		switch {
+		case x.host == nil:
+			x.host = m
+			bound = append(bound, x)
+		case x.host != m:
+			x.mu.Unlock()
+			for _, b := range bound { // as it was: nothing of this add binds
+				b.mu.Lock()
+				b.host = nil
+				b.mu.Unlock()
+			}
+			return fmt.Errorf("fleet %q: %w", x.name, ErrFleetInUse)
+		}
+		x.mu.Unlock()
+	}
+	m.mu.Lock()
+	for _, x := range fleets {
+		if !slices.Contains(m.fleets, x) {
+			m.fleets = append(m.fleets, x)
+		}
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// collectFleets appends to out every fleet among vals, at any depth of
+// their groups.
+func collectFleets(vals []any, out *[]*Fleet) {
 	for _, v := range vals {
 		switch x := v.(type) {
 		case *Fleet:
-			if x == nil {
-				continue
+			if x != nil {
+				*out = append(*out, x)
 			}
-			x.mu.Lock()
-			if x.host != nil && x.host != m && x.err == nil {
-				x.err = fmt.Errorf("fleet %q: added to two managers", x.name)
-			}
-			x.host = m
-			x.mu.Unlock()
-			m.mu.Lock()
-			if !slices.Contains(m.fleets, x) {
-				m.fleets = append(m.fleets, x)
-			}
-			m.mu.Unlock()
 		case *Group:
 			if x == nil {
 				continue
@@ -384,7 +412,7 @@ func (m *BaseManager) bindFleets(vals []any) {
 			for i, c := range x.children {
 				children[i] = c
 			}
-			m.bindFleets(children)
+			collectFleets(children, out)
 		}
 	}
 }

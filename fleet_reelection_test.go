@@ -191,3 +191,53 @@ func (p *ctxProvider) Run(ctx context.Context, engage func(string, *rest.Config)
 	<-ctx.Done()
 	return nil
 }
+
+// A running fleet added to a second manager. Before, the second manager's
+// refusal ("added to two managers", no sentinel) shut down the shared
+// runner's incarnation, the first manager's: its provider stopped and a
+// disengage never took effect there. Now the add is refused with
+// ErrFleetInUse before anything is sent, and the first manager's fleet
+// runs on.
+func TestFleetAddedToASecondManagerIsRefused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := &ctxProvider{ready: make(chan struct{}), initial: map[string]*rest.Config{"a": a.config()}}
+	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+	mgr1, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr1)
+	awaitRecv(t, prov.ready, "the provider's Run")
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	prov.mu.Lock()
+	pctx, disengage := prov.ctx, prov.disengage
+	prov.mu.Unlock()
+
+	mgr2, _ := fleetManager(t, clk)
+	startFleet(t, mgr2)
+	err := mgr2.AddChild(context.Background(), fleet)
+	require.ErrorIs(t, err, cm.ErrFleetInUse)
+	err = mgr2.AddChild(context.Background(), cm.NewGroup("outer", cm.SupervisionSpec{}, fleet))
+	require.ErrorIs(t, err, cm.ErrFleetInUse, "inside a group too")
+	_, ok := fleetChild(t, mgr2, "fleet")
+	require.False(t, ok, "nothing added to the second manager")
+
+	require.NoError(t, pctx.Err(), "the first manager's provider was stopped by the second manager's refusal")
+	disengage("a")
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+	_, ok = fleetChild(t, mgr1, "fleet/a")
+	require.False(t, ok, "the first manager's fleet disengages as ever")
+}
+
+// A fleet added under a running group by supervisor.AddChild's Parent ("a
+// fleet goes wherever a group goes"). Before, only AddChild and Add told a
+// fleet its manager, and its runner failed "not added to a manager".
+func TestFleetAddedUnderAGroupByRequestRuns(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	mgr, log := fleetManager(t, clk, cm.NewGroup("outer", cm.SupervisionSpec{}, &clusterCtrl{}))
+	startFleet(t, mgr)
+	fleet := cm.NewFleet("inner", cm.StaticClusters(map[string]*rest.Config{"a": a.config()}), bl.build, fleetSpec())
+	_, err := mgr.Request(context.Background(), supervisor.AddChild{Parent: "outer", Runnable: fleet})
+	require.NoError(t, err)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "outer/inner/a"))
+}

@@ -506,8 +506,17 @@ func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
 
 // Send sends a lifecycle message (package supervisor) to the root
 // supervisor, without waiting for its answer; RestartChild, StopChild and
-// StartChild are the typed calls that wait.
-func (m *BaseManager) Send(msg any) { m.handle.System.Root.Send(m.handle.PID, msg) }
+// StartChild are the typed calls that wait. An AddChild that brings a
+// Fleet of another manager (ErrFleetInUse) is not sent, and is logged.
+func (m *BaseManager) Send(msg any) {
+	if add, ok := msg.(supervisor.AddChild); ok {
+		if err := m.bindFleets([]any{add.Runnable}); err != nil {
+			m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
+			return
+		}
+	}
+	m.handle.System.Root.Send(m.handle.PID, msg)
+}
 
 // Request sends a lifecycle message to the root supervisor and waits for its
 // answer or for ctx, whichever is first. After the manager has stopped,
@@ -521,6 +530,13 @@ func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
+		}
+	}
+	if add, ok := msg.(supervisor.AddChild); ok {
+		// A fleet goes wherever a group goes, by AddChild or by this
+		// message with a Parent: it learns its manager either way.
+		if err := m.bindFleets([]any{add.Runnable}); err != nil {
+			return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
 		}
 	}
 	v, err := m.ask(ctx, msg)
@@ -558,7 +574,6 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // ctx that has ended already returns an error wrapping ctx's error, and
 // nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
-	m.bindFleets([]any{child})
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }

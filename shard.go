@@ -185,7 +185,9 @@ func (m *BaseManager) specs(added []any) ([]childactor.Spec, error) {
 			vals[i] = v
 		}
 	}
-	m.bindFleets(vals)
+	if err := m.bindFleets(vals); err != nil {
+		return nil, err
+	}
 	grouped := flattenGroups(vals)
 	specs, err := supervise.Specs(m.mode, grouped, m.timing.HealthTimeout)
 	if err != nil {
