@@ -293,11 +293,32 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 func (h *admissionHandler) route(path string) (supervise.WebhookRoute, bool) {
 	table := h.host.Webhooks()
 	routes := h.routes.Load()
+	if routes != nil && routes.table != table {
+		// The table changed (a webhook added or removed): a path served
+		// already by a webhook still in it is served as before, without
+		// waiting for the new webhooks' Path calls (up to pathTimeout).
+		if rt, ok := routes.byPath[path]; ok && inTable(table, rt.PID) {
+			return rt, true
+		}
+	}
 	if routes == nil || routes.table != table {
 		routes = h.rebuildRoutes(table)
 	}
 	rt, ok := routes.byPath[path]
 	return rt, ok
+}
+
+// inTable reports whether the webhook of pid is in table.
+func inTable(table *supervise.WebhookTable, pid *actor.PID) bool {
+	if table == nil {
+		return false
+	}
+	for _, rt := range table.Routes {
+		if rt.PID == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // rebuildRoutes maps paths to the webhooks of table, asking each webhook not
@@ -311,13 +332,20 @@ func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable) *pathRou
 	}
 	next := &pathRoutes{table: table, byPath: map[string]supervise.WebhookRoute{}, paths: map[*actor.PID]string{}}
 	if table != nil {
+		// The new webhooks are asked for their paths at once, side by
+		// side: n new webhooks wait pathTimeout at most, not n times it.
+		asked := map[*actor.PID]chan string{}
 		for _, rt := range table.Routes {
-			path, known := "", false
-			if old != nil {
-				path, known = old.paths[rt.PID]
+			if _, known := old.knows(rt.PID); !known {
+				c := make(chan string, 1)
+				asked[rt.PID] = c
+				go func() { c <- h.pathOf(rt) }()
 			}
+		}
+		for _, rt := range table.Routes {
+			path, known := old.knows(rt.PID)
 			if !known {
-				path = h.pathOf(rt)
+				path = <-asked[rt.PID]
 			}
 			next.paths[rt.PID] = path
 			if path == "" {
@@ -335,6 +363,16 @@ func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable) *pathRou
 	}
 	h.routes.Store(next)
 	return next
+}
+
+// knows returns the path routes had for the webhook of pid, if any; a nil
+// routes knows none.
+func (routes *pathRoutes) knows(pid *actor.PID) (string, bool) {
+	if routes == nil {
+		return "", false
+	}
+	path, ok := routes.paths[pid]
+	return path, ok
 }
 
 // pathOf asks a webhook for its Path(), in a goroutine of its own so that a
