@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
@@ -56,6 +57,17 @@ type View struct {
 	origins *http.CrossOriginProtection
 	hosts   hostAllowlist
 	streams chan struct{} // a slot per event stream being served
+
+	renewMu   sync.Mutex
+	renewCall *renewalCall // the lease check's call in flight, or nil
+}
+
+// renewalCall is one call of the lease check: requests that come while it
+// runs wait for it, so that a check that hangs costs one goroutine, however
+// often the view is read (as package health does for its checks).
+type renewalCall struct {
+	done chan struct{}
+	err  error
 }
 
 // The handler's defaults (internal/defaults); see the options.
@@ -283,26 +295,50 @@ func (h *View) renewal(r *http.Request) string {
 		if c == nil || c.Name() != leaseCheckName {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() {
-			defer func() {
-				if p := recover(); p != nil {
-					done <- fmt.Errorf("check panicked: %v", p)
-				}
-			}()
-			done <- c.Check(r.WithContext(ctx))
-		}()
+		call := h.renewalOf(c, r)
+		timer := time.NewTimer(h.cfg.timeout)
+		defer timer.Stop()
 		select {
-		case err := <-done:
-			if err != nil {
-				return err.Error()
+		case <-call.done:
+			if call.err != nil {
+				return call.err.Error()
 			}
 			return "ok"
-		case <-ctx.Done():
+		case <-r.Context().Done():
+			return ""
+		case <-timer.C:
 			return fmt.Sprintf("no answer within %s", h.cfg.timeout)
 		}
 	}
 	return ""
+}
+
+// renewalOf is the lease check's call in flight, begun now if there is
+// none. The call's context ends at the handler's timeout: a check that
+// honours it returns then.
+func (h *View) renewalOf(c checker, r *http.Request) *renewalCall {
+	h.renewMu.Lock()
+	defer h.renewMu.Unlock()
+	if call := h.renewCall; call != nil {
+		select {
+		case <-call.done:
+		default:
+			return call
+		}
+	}
+	call := &renewalCall{done: make(chan struct{})}
+	h.renewCall = call
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.timeout)
+	req := r.Clone(ctx)
+	go func() {
+		defer cancel()
+		defer close(call.done)
+		defer func() {
+			if p := recover(); p != nil {
+				call.err = fmt.Errorf("check panicked: %v", p)
+			}
+		}()
+		call.err = c.Check(req)
+	}()
+	return call
 }
