@@ -241,3 +241,19 @@ func TestFleetAddedUnderAGroupByRequestRuns(t *testing.T) {
 	require.NoError(t, err)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "outer/inner/a"))
 }
+
+// RemoveChild of the fleet's runner alone. Before, the members were
+// disengaged (Context ended, ClusterDisengaged, gone from Clusters) while
+// their groups stayed in the tree, their controllers running on a Cluster
+// whose writes are refused. Their groups now go as a disengage takes them.
+func TestFleetRunnerRemovedAloneTakesItsMembersGroups(t *testing.T) {
+	_, _, _, bl, fleet, mgr, log := oneMemberOnline(t)
+	require.NoError(t, mgr.RemoveChild(context.Background(), "fleet/provider"))
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+	require.Empty(t, fleet.Clusters())
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok, "fleet/a still in the tree, its Cluster disengaged")
+	require.Error(t, bl.of("a")[0].cluster.Context().Err())
+	_, ok = fleetChild(t, mgr, "fleet")
+	require.True(t, ok, "the fleet's group stays: it was not removed")
+}

@@ -297,7 +297,22 @@ func (f *Fleet) removedFromTree() {
 			mb.forget()
 			f.leave(mb)
 		}
+		host, path := f.host, f.pathLocked()
 		f.mu.Unlock()
+		if host != nil {
+			// The runner removed alone (RemoveChild("fleet/provider")):
+			// its fleet's group is still in the tree, and the members'
+			// groups go as a disengage takes them, not left running on
+			// clusters that have ended.
+			ctx := context.Background()
+			if g, err := f.groupIn(ctx, path); err == nil && g != groupAbsent {
+				for _, mb := range members {
+					if _, err := host.Request(ctx, supervisor.RemoveChild{Name: mb.path}); err != nil && !errors.Is(err, supervisor.ErrUnknownChild) {
+						f.logger().Warn("the fleet's runner was removed: cannot remove a member's group", "child", mb.path, "err", err)
+					}
+				}
+			}
+		}
 		for _, mb := range members {
 			mb.events.Lock()
 			mb.disengaged()
