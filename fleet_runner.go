@@ -194,61 +194,67 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 		return fmt.Errorf("fleet %q: engage %q: nil config", f.name, name)
 	}
 	key := configKey(cfg)
+	mb, known := f.lockMember(name)
+	if known != nil && !mb.gone && mb.key == key {
+		// Already this config (checked under both locks: equal engages
+		// that race change the cluster once). A problem reported since
+		// (a Secret broken, then put back) is over: it is engaged.
+		mb.status.Problem = nil
+		f.mu.Unlock()
+		mb.events.Unlock()
+		return nil
+	}
+	if known == nil {
+		f.members[name] = mb
+	}
+	mb.gone = false
+	mb.status.Problem = nil
+	mb.want, mb.key = rest.CopyConfig(cfg), key
+	mb.gen++
+	mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
+	if known == nil && f.inc != nil && f.inc.live {
+		f.startLoop(f.inc, mb)
+	}
+	path := mb.path
+	f.mu.Unlock()
+	f.publish(ClusterEngaged, path, nil)
+	mb.events.Unlock()
+	mb.wake()
+	return nil
+}
+
+// lockMember returns the member of name (known) or a new one not yet in
+// members, with mb.events and f.mu held: after any member of the name that
+// is leaving has published its ClusterDisengaged, and while members still
+// holds what it returns. mb.events is held from a change of the member
+// until the event that announces it is published: the member's loop, which
+// may act on the change at once (a new member's first step, a probe tick),
+// publishes what follows from it under the same lock, so a subscriber sees
+// the announcement first.
+func (f *Fleet) lockMember(name string) (mb *member, known *member) {
 	for {
 		f.mu.Lock()
 		if lv := f.leaving[name]; lv != nil {
-			// Publishing its ClusterDisengaged: this engage's
-			// ClusterEngaged comes after it.
 			f.mu.Unlock()
 			lv.events.Lock()
 			lv.events.Unlock()
 			continue
 		}
-		known := f.members[name]
-		mb := known
+		known = f.members[name]
+		mb = known
 		if mb == nil {
 			mb = newMember(f, name)
 		}
 		f.mu.Unlock()
-		// mb.events is held from the change of want until ClusterEngaged is
-		// published: the loop, which may act on the change at once (a new
-		// member's first step, a probe tick), publishes what follows from it
-		// under the same lock, so a subscriber sees ClusterEngaged first.
 		mb.events.Lock()
 		f.mu.Lock()
-		if f.members[name] != known {
-			// Engaged by another call meanwhile, or removed by its loop
-			// (disengaged): look again.
-			f.mu.Unlock()
-			mb.events.Unlock()
-			continue
+		if f.members[name] == known {
+			return mb, known
 		}
-		if known != nil && !mb.gone && mb.key == key {
-			// Already this config (checked under both locks: equal engages
-			// that race change the cluster once). A problem reported since
-			// (a Secret broken, then put back) is over: it is engaged.
-			mb.status.Problem = nil
-			f.mu.Unlock()
-			mb.events.Unlock()
-			return nil
-		}
-		if known == nil {
-			f.members[name] = mb
-		}
-		mb.gone = false
-		mb.status.Problem = nil
-		mb.want, mb.key = rest.CopyConfig(cfg), key
-		mb.gen++
-		mb.status.State, mb.status.Since, mb.status.Err = ClusterStateEngaging, f.clockLocked().Now(), nil
-		if known == nil && f.inc != nil && f.inc.live {
-			f.startLoop(f.inc, mb)
-		}
-		path := mb.path
+		// Engaged by another call meanwhile, or removed by its loop
+		// (disengaged): look again.
 		f.mu.Unlock()
-		f.publish(ClusterEngaged, path, nil)
 		mb.events.Unlock()
-		mb.wake()
-		return nil
 	}
 }
 
@@ -631,43 +637,21 @@ func ReportClusterProblem(ctx context.Context, cluster string, err error) {
 		f.logger().Warn("a cluster provider reported a problem with a cluster whose name is invalid", "fleet", f.name, "cluster", cluster, "err", err, "nameErr", verr)
 		return
 	}
-	for {
-		// As engage does: after a leaving member's ClusterDisengaged, and
-		// under the member's events, so that subscribers and Clusters agree.
-		f.mu.Lock()
-		if lv := f.leaving[cluster]; lv != nil {
-			f.mu.Unlock()
-			lv.events.Lock()
-			lv.events.Unlock()
-			continue
+	// As engage does: after a leaving member's ClusterDisengaged, and
+	// under the member's events, so that subscribers and Clusters agree.
+	mb, known := f.lockMember(cluster)
+	if known == nil {
+		mb.gone = false
+		mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
+		f.members[cluster] = mb
+		if f.inc != nil && f.inc.live {
+			f.startLoop(f.inc, mb)
 		}
-		known := f.members[cluster]
-		mb := known
-		if mb == nil {
-			mb = newMember(f, cluster)
-		}
-		f.mu.Unlock()
-		mb.events.Lock()
-		f.mu.Lock()
-		if f.members[cluster] != known {
-			f.mu.Unlock()
-			mb.events.Unlock()
-			continue
-		}
-		if known == nil {
-			mb.gone = false
-			mb.status.State, mb.status.Since = ClusterStateFailed, f.clockLocked().Now()
-			f.members[cluster] = mb
-			if f.inc != nil && f.inc.live {
-				f.startLoop(f.inc, mb)
-			}
-		}
-		mb.status.Problem = err
-		path := mb.path
-		f.mu.Unlock()
-		f.logger().Warn("a cluster provider could not engage a cluster", "fleet", f.name, "cluster", cluster, "err", err)
-		f.publish(ClusterEngaged, path, err)
-		mb.events.Unlock()
-		return
 	}
+	mb.status.Problem = err
+	path := mb.path
+	f.mu.Unlock()
+	f.logger().Warn("a cluster provider could not engage a cluster", "fleet", f.name, "cluster", cluster, "err", err)
+	f.publish(ClusterEngaged, path, err)
+	mb.events.Unlock()
 }
