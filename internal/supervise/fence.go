@@ -83,12 +83,15 @@ func (s *root) onShardLost(m elector.Lost) {
 func (s *root) lose(i int, cause error, reply any) {
 	fencing := s.shards.all[i].fencing
 	wasHeld := s.shards.lose(i)
-	if !wasHeld && fencing == nil && s.shards.sharded() && !s.ending() {
+	if !wasHeld && fencing == nil && s.shards.sharded() {
 		// Not held here, and nothing of it being fenced: handed over
 		// already (the elector's deadline watcher gave it up before its
 		// loop took the HandedOver in). Nothing runs under it, and there
-		// is no loss to count: the elector may campaign for it again.
-		s.tellElector(reply)
+		// is no loss to count: the elector may campaign for it again,
+		// unless the manager is ending.
+		if !s.ending() {
+			s.tellElector(reply)
+		}
 		return
 	}
 	if s.shards.sharded() {

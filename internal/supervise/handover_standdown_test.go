@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +117,48 @@ func TestALostAfterTheHandOverIsNoLoss(t *testing.T) {
 	t.Logf("released=%d lost=%d ShardLost events=%d", released, lost, h.events.count(supervisor.ShardLost, ""))
 	assert.Equal(t, int64(0), lost, "shard 1 was not held when Lost came")
 	assert.Equal(t, 0, h.events.count(supervisor.ShardLost, ""))
+}
+
+// The same during a shutdown: a Lost for a shard handed over before the
+// shutdown began. Before, the ending manager counted it (ShardLost, a
+// loss in ShardMoves) though nothing ran under it.
+func TestALostAfterTheHandOverIsNoLossDuringShutdown(t *testing.T) {
+	e := &scriptedElector{}
+	h := shardedElectionHarness(t, e)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	c0 := testchild.NewController("c0", testchild.Behavior{Shutdown: func(context.Context, int) { <-release }})
+	c1 := testchild.NewController("c1", testchild.Behavior{})
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
+			{Name: "c0", Kind: actors.KindController, Impl: c0, Shard: 0},
+			{Name: "c1", Kind: actors.KindController, Impl: c1, Shard: 1},
+		}})
+		started <- err
+	}()
+	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
+	e.report(t, elector.Acquired{Shard: 0})
+	e.report(t, elector.Acquired{Shard: 1})
+	require.NoError(t, <-started)
+	h.waitState("c1", supervisor.StateRunning)
+	e.report(t, elector.Releasing{Shard: 1})
+	h.events.waitCount(t, supervisor.ShardReleased, "", 1)
+
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := h.ask(supervisor.ShutdownManager{Ctx: context.Background()})
+		stopped <- err
+	}()
+	h.waitFor("shutting down", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseShuttingDown })
+	e.report(t, elector.Lost{Shard: 1, Reason: "not renewed for 10s"})
+	e.report(t, elector.Lost{Shard: 0, Reason: "not renewed for 10s"}) // held: a loss, counted
+	h.events.waitCount(t, supervisor.ShardLost, "", 1)
+	free()
+	<-stopped
+	_, _, _, lost := h.handle.Observed.ShardMoves()
+	assert.Equal(t, int64(1), lost, "only shard 0 was held when its Lost came")
+	assert.Equal(t, 1, h.events.count(supervisor.ShardLost, ""))
 }
