@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+
 	"github.com/actorkube/controllermanager/webhook"
 )
 
@@ -105,4 +107,33 @@ func TestATimeoutPastADurationIsTheLongest(t *testing.T) {
 	for _, q := range []string{"9223372037", "99999999999999999"} {
 		f.post(t, "/validate?timeout="+q, v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 	}
+}
+
+// A webhook removed while its Handle runs: the call was taken, and is
+// answered as Handle says. Found by the chaos test (stop 55): the first
+// version of the fix above answered 503 as soon as the webhook left the
+// table, though its Handle ran and answered.
+func TestAWebhookRemovedWhileItsHandleRunsAnswersAsHandleSays(t *testing.T) {
+	v1 := admBody(t, admV1)
+	hook := newAdmHook("busy", "/busy")
+	entered, release := make(chan struct{}), make(chan struct{})
+	hook.setHandle(func(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+		close(entered)
+		<-release
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, nil
+	})
+	f := admServe(t, webhook.Config{}, nil, hook)
+	done := make(chan admReply, 1)
+	go func() { done <- f.post(t, "/busy?timeout=20s", v1) }()
+	select {
+	case <-entered:
+	case <-time.After(admWait):
+		t.Fatal("Handle never ran")
+	}
+	if err := f.mgr.RemoveChild(context.Background(), "busy"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	r := <-done
+	r.wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 }

@@ -246,28 +246,34 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 	ctx, cancel := context.WithTimeout(r.Context(), answerBy)
 	defer cancel()
 	reply := make(chan childactor.AdmissionResult, 1)
-	h.host.Send(route.PID, &childactor.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply})
+	call := &childactor.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply}
+	h.host.Send(route.PID, call)
 
 	var res childactor.AdmissionResult
-	select {
-	case res = <-reply:
-	case <-ctx.Done():
-		if r.Context().Err() != nil {
-			return // the client has gone: there is no one to answer
-		}
-		writeReview(w, review, denial(review.Request, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
-			fmt.Sprintf("webhook %q did not answer within %s", route.Name, answerBy)))
-		return
-	case <-h.host.Terminated():
-		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
-		return
-	case <-route.Gone:
-		// Removed after the request was routed: its call went to an
-		// actor that has stopped, and nothing will answer it; one that
-		// answered first is answered as it said.
+	gone := route.Gone
+wait:
+	for {
 		select {
 		case res = <-reply:
-		default:
+			break wait
+		case <-ctx.Done():
+			if r.Context().Err() != nil {
+				return // the client has gone: there is no one to answer
+			}
+			writeReview(w, review, denial(review.Request, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
+				fmt.Sprintf("webhook %q did not answer within %s", route.Name, answerBy)))
+			return
+		case <-h.host.Terminated():
+			writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
+			return
+		case <-gone:
+			// Removed after the request was routed. A call its actor has
+			// not taken never will be (a dead letter, or refused below):
+			// 503 at once. One it took runs, and is answered as it says.
+			if !call.Abandon() {
+				gone = nil
+				continue
+			}
 			w.Header().Set("Retry-After", "1")
 			writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, fmt.Sprintf("webhook %q was removed", route.Name)})
 			return

@@ -34,7 +34,19 @@ type AdmissionCall struct {
 	// enough): the child never blocks on it, and drops a result Reply has
 	// no room for.
 	Reply chan<- AdmissionResult
+
+	// claim: 1 once the child has taken the call (it will answer), 2 once
+	// the caller has abandoned it (the child must not run it).
+	claim atomic.Int32
 }
+
+// Abandon gives the call up before its child has taken it: true if the
+// child never will (nothing runs, nothing answers); false if it has
+// taken it already, and will answer.
+func (m *AdmissionCall) Abandon() bool { return m.claim.CompareAndSwap(0, 2) }
+
+// take is the child taking the call; false if its caller abandoned it.
+func (m *AdmissionCall) take() bool { return m.claim.CompareAndSwap(0, 1) }
 
 // AdmissionPolicy is how a webhook's child serves an AdmissionCall. Admission
 // handlers fill it in from their configuration; its zero value means no
@@ -85,6 +97,9 @@ type admissionRuns struct {
 
 // admit answers m with a refusal, or starts the goroutine that serves it.
 func (c *child) admit(m *AdmissionCall) {
+	if !m.take() {
+		return // abandoned by its caller, answered already
+	}
 	wh, ok := c.spec.Impl.(actors.Webhook)
 	switch {
 	case !ok || c.spec.Kind != actors.KindWebhook:
