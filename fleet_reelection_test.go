@@ -124,13 +124,7 @@ func TestFleetReelectionKeepsItsClusters(t *testing.T) {
 // leaving member and ReportClusterProblem did not.
 func TestFleetProblemReportedAsItIsDisengagedEndsListed(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := &ctxProvider{ready: make(chan struct{}), initial: map[string]*rest.Config{"a": a.config()}}
-	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	awaitRecv(t, prov.ready, "the provider's Run")
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	a, prov, fleet, _, log := ctxFleetOnline(t, clk)
 	prov.mu.Lock()
 	ctx, engage, disengage := prov.ctx, prov.engage, prov.disengage
 	prov.mu.Unlock()
@@ -163,6 +157,20 @@ func TestFleetProblemReportedAsItIsDisengagedEndsListed(t *testing.T) {
 			return ok && st.State == cm.ClusterStateOnline
 		})
 	}
+}
+
+// ctxFleetOnline starts a manager with a fleet whose ctxProvider engages
+// one member, "a", and waits until a is Online.
+func ctxFleetOnline(t *testing.T, clk *clocktesting.FakeClock) (*fakeMember, *ctxProvider, *cm.Fleet, *cm.ControllerManager, *eventLog) {
+	t.Helper()
+	a := newFakeMember(t, memberOK)
+	prov := &ctxProvider{ready: make(chan struct{}), initial: map[string]*rest.Config{"a": a.config()}}
+	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	awaitRecv(t, prov.ready, "the provider's Run")
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	return a, prov, fleet, mgr, log
 }
 
 // ctxProvider keeps its Run's ctx, engage and disengage for the test.
@@ -200,13 +208,7 @@ func (p *ctxProvider) Run(ctx context.Context, engage func(string, *rest.Config)
 // runs on.
 func TestFleetAddedToASecondManagerIsRefused(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := &ctxProvider{ready: make(chan struct{}), initial: map[string]*rest.Config{"a": a.config()}}
-	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
-	mgr1, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr1)
-	awaitRecv(t, prov.ready, "the provider's Run")
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	_, prov, fleet, mgr1, log := ctxFleetOnline(t, clk)
 	prov.mu.Lock()
 	pctx, disengage := prov.ctx, prov.disengage
 	prov.mu.Unlock()

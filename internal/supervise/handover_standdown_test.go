@@ -96,21 +96,7 @@ func TestALostAfterTheHandOverIsNoLoss(t *testing.T) {
 	h := shardedElectionHarness(t, e)
 	c0 := testchild.NewController("c0", testchild.Behavior{})
 	c1 := testchild.NewController("c1", testchild.Behavior{})
-	started := make(chan error, 1)
-	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
-			{Name: "c0", Kind: actors.KindController, Impl: c0, Shard: 0},
-			{Name: "c1", Kind: actors.KindController, Impl: c1, Shard: 1},
-		}})
-		started <- err
-	}()
-	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
-	e.report(t, elector.Acquired{Shard: 0})
-	e.report(t, elector.Acquired{Shard: 1})
-	require.NoError(t, <-started)
-	h.waitState("c1", supervisor.StateRunning)
-	e.report(t, elector.Releasing{Shard: 1})
-	h.events.waitCount(t, supervisor.ShardReleased, "", 1)
+	startTwoShardsAndHandOverOne(t, e, h, c0, c1)
 	e.report(t, elector.Lost{Shard: 1, Reason: "not renewed for 10s"})
 	require.True(t, testchild.Eventually(wait, func() bool { return e.fenced.Load() == 1 }))
 	_, _, released, lost := h.handle.Observed.ShardMoves()
@@ -131,21 +117,7 @@ func TestALostAfterTheHandOverIsNoLossDuringShutdown(t *testing.T) {
 	t.Cleanup(free)
 	c0 := testchild.NewController("c0", testchild.Behavior{Shutdown: func(context.Context, int) { <-release }})
 	c1 := testchild.NewController("c1", testchild.Behavior{})
-	started := make(chan error, 1)
-	go func() {
-		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
-			{Name: "c0", Kind: actors.KindController, Impl: c0, Shard: 0},
-			{Name: "c1", Kind: actors.KindController, Impl: c1, Shard: 1},
-		}})
-		started <- err
-	}()
-	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
-	e.report(t, elector.Acquired{Shard: 0})
-	e.report(t, elector.Acquired{Shard: 1})
-	require.NoError(t, <-started)
-	h.waitState("c1", supervisor.StateRunning)
-	e.report(t, elector.Releasing{Shard: 1})
-	h.events.waitCount(t, supervisor.ShardReleased, "", 1)
+	startTwoShardsAndHandOverOne(t, e, h, c0, c1)
 
 	stopped := make(chan error, 1)
 	go func() {
@@ -161,4 +133,26 @@ func TestALostAfterTheHandOverIsNoLossDuringShutdown(t *testing.T) {
 	_, _, _, lost := h.handle.Observed.ShardMoves()
 	assert.Equal(t, int64(1), lost, "only shard 0 was held when its Lost came")
 	assert.Equal(t, 1, h.events.count(supervisor.ShardLost, ""))
+}
+
+// startTwoShardsAndHandOverOne starts c0 on shard 0 and c1 on shard 1,
+// both shards acquired, then hands shard 1 over (Releasing) and waits for
+// its ShardReleased.
+func startTwoShardsAndHandOverOne(t *testing.T, e *scriptedElector, h *harness, c0, c1 *testchild.Controller) {
+	t.Helper()
+	started := make(chan error, 1)
+	go func() {
+		_, err := h.ask(StartManager{Ctx: context.Background(), Children: []childactor.Spec{
+			{Name: "c0", Kind: actors.KindController, Impl: c0, Shard: 0},
+			{Name: "c1", Kind: actors.KindController, Impl: c1, Shard: 1},
+		}})
+		started <- err
+	}()
+	h.waitFor("electing", func(s supervisor.Status) bool { return s.Phase == supervisor.PhaseElecting })
+	e.report(t, elector.Acquired{Shard: 0})
+	e.report(t, elector.Acquired{Shard: 1})
+	require.NoError(t, <-started)
+	h.waitState("c1", supervisor.StateRunning)
+	e.report(t, elector.Releasing{Shard: 1})
+	h.events.waitCount(t, supervisor.ShardReleased, "", 1)
 }
