@@ -88,9 +88,6 @@ type BaseManager struct {
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added; nil once started
 	started bool  // Start has been called
-	// controllers names the controllers given at Start, for a GetHealth the
-	// supervisor could not answer in time.
-	controllers []string
 	// fleets are the fleets added to the manager, at any depth (bindFleets):
 	// Status reads their clusters' states.
 	fleets []*Fleet
@@ -246,15 +243,6 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 
 	msg := supervise.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)
-	var controllers []string
-	for _, spec := range msg.Children {
-		if spec.Kind == actors.KindController {
-			controllers = append(controllers, spec.Name)
-		}
-	}
-	m.mu.Lock()
-	m.controllers = controllers
-	m.mu.Unlock()
 	// The supervisor answers once the start has ended, and a start whose
 	// context ends ends at once (ErrStartAbandoned, as soon as its shutdown
 	// has begun): Start waits for that answer rather than returning on ctx,
@@ -287,7 +275,10 @@ func startError(ctx context.Context, err error) error {
 // unhealthy). Each controller is queried through its actor; one that does
 // not answer within SupervisionSpec.HealthTimeout (on the clock of
 // WithClock) is reported unhealthy, so GetHealth returns within that
-// timeout whatever the controllers do.
+// timeout whatever the controllers do. Should the supervisor itself not
+// answer in time, every controller and group it would have listed (as its
+// tree last changed: AddChild and RemoveChild included) is reported
+// unhealthy, by the same names in the same order.
 func (m *BaseManager) GetHealth() []HealthStatus {
 	obs := m.handle.Observed
 	if final, stopped := obs.Final(); stopped {
@@ -309,10 +300,10 @@ func (m *BaseManager) GetHealth() []HealthStatus {
 			return stoppedHealth(final, obs.Err())
 		}
 		// The supervisor itself did not take the request in time: every
-		// controller is reported unhealthy, by the names given at Start.
-		m.mu.Lock()
-		names := m.controllers
-		m.mu.Unlock()
+		// controller and group it lists is reported unhealthy, by the names
+		// it published as its tree last changed (AddChild and RemoveChild
+		// included), in the order of its answer.
+		names := obs.HealthNames()
 		out := make([]HealthStatus, len(names))
 		for i, name := range names {
 			out[i] = HealthStatus{Name: name, Message: fmt.Sprintf("the supervisor did not answer within %s", m.timing.HealthTimeout)}

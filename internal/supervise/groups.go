@@ -229,6 +229,17 @@ func (lvl *level) appendGroupsHealth(out []actors.HealthStatus) []actors.HealthS
 	return out
 }
 
+// appendGroupNames appends the paths of the groups under lvl to out, in
+// the order appendGroupsHealth lists their lines.
+func (lvl *level) appendGroupNames(out []string) []string {
+	for _, rec := range lvl.children {
+		if rec.sub != nil {
+			out = rec.sub.appendGroupNames(append(out, rec.spec.Name))
+		}
+	}
+	return out
+}
+
 // budgetStatus is the group's own supervision and the budget its
 // children have spent within the window, now.
 func (lvl *level) budgetStatus() *supervisor.GroupStatus {

@@ -173,6 +173,22 @@ func (s *root) onGatherHealth(m GatherHealth) {
 	queryHealth(s.ctx, s.self.system.Root, col, ctrls, statuses, pending)
 }
 
+// publishNames publishes, once the tree has changed (a child or a group
+// added or removed), the names onGatherHealth lists now, in its order: a
+// GetHealth the supervisor does not answer names these (Observed.HealthNames).
+func (s *root) publishNames() {
+	if !s.reg.changed {
+		return
+	}
+	s.reg.changed = false
+	ctrls := s.reg.ofKind(actors.KindController)
+	names := make([]string, len(ctrls), len(ctrls)+s.reg.groups())
+	for i, rec := range ctrls {
+		names[i] = rec.spec.Name
+	}
+	s.obs.setHealthNames(s.tree.appendGroupNames(names))
+}
+
 // standing is where rec stands as the supervisor knows it, and the failure
 // that put it there; answers is true instead when rec is to be asked (its
 // actor is pending, starting or running).

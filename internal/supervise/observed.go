@@ -35,6 +35,10 @@ type Observed struct {
 	err   error
 	final *supervisor.Status
 
+	// healthNames is what the supervisor's GetHealth lists, by name and
+	// in its order, as the tree last changed: see HealthNames.
+	healthNames atomic.Pointer[[]string]
+
 	// active is the children that have not stopped (Starting, Running,
 	// Failed, Stopping), by their Spec, whose name and kind never change
 	// once recorded: see Active. A pointer key is a third of the entry a
@@ -64,6 +68,20 @@ func (o *Observed) Active() []ActiveChild {
 	slices.SortFunc(out, func(a, b ActiveChild) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
+
+// Facade plumbing: HealthNames returns the names the supervisor's answer
+// to a GetHealth lists, in its order (every controller, in the groups
+// included, then every group), as the tree was when it last changed: a
+// GetHealth the supervisor does not answer in time names these. The
+// slice is shared: do not modify it.
+func (o *Observed) HealthNames() []string {
+	if p := o.healthNames.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (o *Observed) setHealthNames(names []string) { o.healthNames.Store(&names) }
 
 // setActive records whether the child spec describes is active.
 func (o *Observed) setActive(spec *childactor.Spec, active bool) {

@@ -17,6 +17,9 @@ type registry struct {
 	children []*childRecord
 	byName   map[string]*childRecord
 	gen      uint64 // the last incarnation number given
+	// changed is set when a record is added or removed, until the root
+	// publishes the tree's names again (publishNames).
+	changed bool
 }
 
 // grow makes room for n more records.
@@ -36,6 +39,7 @@ func (r *registry) add(rec *childRecord) {
 
 // addGroup indexes rec, a group, by its path.
 func (r *registry) addGroup(rec *childRecord) {
+	r.changed = true
 	if r.byName == nil {
 		r.byName = map[string]*childRecord{}
 	}
@@ -44,11 +48,17 @@ func (r *registry) addGroup(rec *childRecord) {
 
 // remove forgets rec's path: it is removed from the tree (a hosted child
 // leaves the hosted children as it is dropped: dropHosted).
-func (r *registry) remove(rec *childRecord) { delete(r.byName, rec.spec.Name) }
+func (r *registry) remove(rec *childRecord) {
+	r.changed = true
+	delete(r.byName, rec.spec.Name)
+}
 
 // dropHosted takes rec, a hosted child being removed, out of the hosted
 // children.
-func (r *registry) dropHosted(rec *childRecord) { r.children = deleteRecord(r.children, rec) }
+func (r *registry) dropHosted(rec *childRecord) {
+	r.changed = true
+	r.children = deleteRecord(r.children, rec)
+}
 
 // taken reports whether a record is at path name.
 func (r *registry) taken(name string) bool {

@@ -91,6 +91,7 @@ func (s *root) Receive(ctx actor.Context) {
 	s.ctx = ctx
 	s.clock.next()
 	defer s.out.flush()
+	defer s.publishNames() // before the events: a subscriber told of an added child finds it named
 	defer func() {
 		if r := recover(); r != nil {
 			s.internalError(fmt.Errorf("supervisor: internal error while handling %T: %v", ctx.Message(), r), debug.Stack())
