@@ -17,7 +17,10 @@
 //	/debug/pprof/     with WithPprof only
 //
 // ?exclude=<name> (repeatable) does not run a check and lists it as
-// "[+]name excluded: ok"; exclusions that match no check are named in a
+// "[+]name excluded: ok"; the name matches exactly, spaces included, as
+// the apiserver's does (a controller named "jobs " is excluded by
+// ?exclude=controller/jobs%20, not by ?exclude=controller/jobs);
+// exclusions that match no check are named in a
 // "warn: some health checks cannot be excluded: no matches for …" line. A
 // request with Accept: application/json gets the JSON Report instead of the
 // text. The listing ends with "<endpoint> check passed" or "<endpoint> check

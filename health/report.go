@@ -127,7 +127,12 @@ func flatten(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// exclusions are the ?exclude= names of one request.
+// exclusions are the ?exclude= names of one request, each matched
+// exactly against the checks' names, spaces included, as
+// k8s.io/apiserver's healthz (getExcludedChecks) and controller-runtime's
+// match them: a check whose name begins or ends with a space (a controller
+// may be so named) is excluded by that name, and only by it. An empty
+// ?exclude= names no check and is ignored.
 type exclusions struct {
 	names []string // in the order given
 	used  map[string]bool
@@ -136,7 +141,6 @@ type exclusions struct {
 func newExclusions(names []string) *exclusions {
 	e := &exclusions{used: map[string]bool{}}
 	for _, n := range names {
-		n = strings.TrimSpace(n)
 		if _, seen := e.used[n]; n != "" && !seen {
 			e.names = append(e.names, n)
 			e.used[n] = false
