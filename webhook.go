@@ -66,7 +66,9 @@ func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookCo
 //
 // The handler reads the webhooks the manager has (AddChild and RemoveChild
 // included) at each request; Path() is asked once per webhook and must not
-// change. Of two webhooks with one path, the one added first serves it.
+// change (one that has not returned within a second is waited for again,
+// up to a second, by each request for a path no webhook serves, until it
+// has). Of two webhooks with one path, the one added first serves it.
 // The handler may be created before Start; until then it answers 503. A
 // BaseManager hosts no webhooks (they are plain runnables to it): its
 // handler answers 404. Its requests are counted in the manager's metrics

@@ -115,7 +115,9 @@ type Host interface {
 //
 // The handler reads the webhooks host has (AddChild and RemoveChild
 // included) at each request; Path() is asked once per webhook and must not
-// change. Of two webhooks with one path, the one added first serves it.
+// change (one that has not returned within a second is waited for again,
+// up to a second, by each request for a path no webhook serves, until it
+// has). Of two webhooks with one path, the one added first serves it.
 // The handler may be created before the manager starts; until then it
 // answers 503. See docs/webhooks.md for the flow and every status.
 func NewHandler(host Host, cfg webhook.Config, logger *slog.Logger, metrics *Metrics) http.Handler {
@@ -157,6 +159,11 @@ type pathRoutes struct {
 	table  *supervise.WebhookTable
 	byPath map[string]supervise.WebhookRoute
 	paths  map[*actor.PID]string // each webhook's Path(), asked once; "" when it could not be had
+	// late holds the Path() calls that had not returned within pathTimeout:
+	// a request that finds no webhook at its path waits for them again
+	// (rebuildRoutes), rather than their webhooks going unserved until the
+	// table changes.
+	late map[*actor.PID]<-chan string
 }
 
 // pathTimeout bounds a webhook's Path() call.
@@ -307,8 +314,11 @@ func (h *admissionHandler) route(path string) (supervise.WebhookRoute, bool) {
 			return rt, true
 		}
 	}
-	if routes == nil || routes.table != table {
-		routes = h.rebuildRoutes(table)
+	if routes == nil || routes.table != table || len(routes.late) > 0 && !routes.serves(path) {
+		// A new table, or no webhook at path while a Path() is late: it
+		// may be that webhook's, and is waited for again, as long as a
+		// new webhook's is.
+		routes = h.rebuildRoutes(table, routes)
 	}
 	rt, ok := routes.byPath[path]
 	return rt, ok
@@ -328,30 +338,47 @@ func inTable(table *supervise.WebhookTable, pid *actor.PID) bool {
 }
 
 // rebuildRoutes maps paths to the webhooks of table, asking each webhook not
-// seen before for its Path().
-func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable) *pathRoutes {
+// seen before for its Path(), and waiting again for the Path() calls that
+// were late (the same call: a Path() that hangs costs one goroutine, not
+// one per request). seen is the routes the caller found: when another
+// request has rebuilt them since, for the same table, the caller takes
+// those rather than wait again.
+func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable, seen *pathRoutes) *pathRoutes {
 	h.routesMu.Lock()
 	defer h.routesMu.Unlock()
 	old := h.routes.Load()
-	if old != nil && old.table == table {
+	if old != nil && old.table == table && (old != seen || len(old.late) == 0) {
 		return old
 	}
 	next := &pathRoutes{table: table, byPath: map[string]supervise.WebhookRoute{}, paths: map[*actor.PID]string{}}
 	if table != nil {
 		// The new webhooks are asked for their paths at once, side by
-		// side: n new webhooks wait pathTimeout at most, not n times it.
-		asked := map[*actor.PID]chan string{}
+		// side, and the late ones waited for alongside: n of them wait
+		// pathTimeout at most, not n times it.
+		asked := map[*actor.PID]chan pathAnswer{}
 		for _, rt := range table.Routes {
 			if _, known := old.knows(rt.PID); !known {
-				c := make(chan string, 1)
+				c := make(chan pathAnswer, 1)
 				asked[rt.PID] = c
-				go func() { c <- h.pathOf(rt) }()
+				call, again := old.lateCall(rt.PID)
+				if !again {
+					call = h.askPath(rt)
+				}
+				go func() { c <- h.awaitPath(rt, call, !again) }()
 			}
 		}
 		for _, rt := range table.Routes {
 			path, known := old.knows(rt.PID)
 			if !known {
-				path = <-asked[rt.PID]
+				a := <-asked[rt.PID]
+				if a.late != nil {
+					if next.late == nil {
+						next.late = map[*actor.PID]<-chan string{}
+					}
+					next.late[rt.PID] = a.late
+					continue
+				}
+				path = a.path
 			}
 			next.paths[rt.PID] = path
 			if path == "" {
@@ -381,10 +408,35 @@ func (routes *pathRoutes) knows(pid *actor.PID) (string, bool) {
 	return path, ok
 }
 
-// pathOf asks a webhook for its Path(), in a goroutine of its own so that a
-// Path that hangs or panics cannot hang or crash a request; "" when it could
-// not be had (the webhook is then not served, and the failure is logged).
-func (h *admissionHandler) pathOf(rt supervise.WebhookRoute) string {
+// serves reports whether routes has a webhook at path.
+func (routes *pathRoutes) serves(path string) bool {
+	_, ok := routes.byPath[path]
+	return ok
+}
+
+// lateCall returns the Path() call of the webhook of pid that routes found
+// late, if any; a nil routes has none.
+func (routes *pathRoutes) lateCall(pid *actor.PID) (<-chan string, bool) {
+	if routes == nil {
+		return nil, false
+	}
+	c, ok := routes.late[pid]
+	return c, ok
+}
+
+// pathAnswer is a webhook's Path() as awaitPath had it: its path ("" when
+// it could not be had: the webhook is then not served), or, when it did
+// not return within pathTimeout, the call to wait for again.
+type pathAnswer struct {
+	path string
+	late <-chan string
+}
+
+// askPath asks a webhook for its Path(), in a goroutine of its own so that a
+// Path that hangs or panics cannot hang or crash a request: the channel
+// delivers the path once the call returns, "" when it could not be had
+// (the failure is logged).
+func (h *admissionHandler) askPath(rt supervise.WebhookRoute) <-chan string {
 	done := make(chan string, 1)
 	go func() {
 		var path string
@@ -399,14 +451,24 @@ func (h *admissionHandler) pathOf(rt supervise.WebhookRoute) string {
 		}
 		done <- path
 	}()
+	return done
+}
+
+// awaitPath waits pathTimeout at most for call, a Path() call of rt's:
+// the path, or the call itself when it has not returned by then (logged
+// the first time only).
+func (h *admissionHandler) awaitPath(rt supervise.WebhookRoute, call <-chan string, first bool) pathAnswer {
 	timer := time.NewTimer(pathTimeout)
 	defer timer.Stop()
 	select {
-	case path := <-done:
-		return path
+	case path := <-call:
+		return pathAnswer{path: path}
 	case <-timer.C:
-		h.logger.Error("cannot serve a webhook: its Path did not return", "child", rt.Name, "timeout", pathTimeout)
-		return ""
+		if first {
+			h.logger.Error("cannot serve a webhook yet: its Path did not return; asked again by the next request for a path no webhook serves",
+				"child", rt.Name, "timeout", pathTimeout)
+		}
+		return pathAnswer{late: call}
 	}
 }
 
