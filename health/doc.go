@@ -14,7 +14,7 @@
 //	/livez            the same for liveness (500 on failure); /livez?verbose, /livez/<name>
 //	/readyz           the same for readiness (503 on failure); /readyz?verbose, /readyz/<name>
 //	/metrics          with WithMetrics only; GET and HEAD (other methods get 405, as on the probes)
-//	/debug/pprof/     with WithPprof only
+//	/debug/pprof/     with WithPprof only; GET and HEAD, and POST on /debug/pprof/symbol (go tool pprof's); other methods 405
 //
 // ?exclude=<name> (repeatable) does not run a check and lists it as
 // "[+]name excluded: ok"; the name matches exactly, spaces included, as

@@ -143,13 +143,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case path == "/metrics" && h.metrics != nil:
-		// Read-only, as the probes: other methods get 405
-		// (docs/observability.md); the exposition handler itself takes any.
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			respond.Text(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /metrics: use GET or HEAD\n", r.Method))
-			return
-		}
+		// Read-only, as the probes: MetricsHandler answers other methods 405
+		// (docs/observability.md).
 		h.metrics.ServeHTTP(w, r)
 	case (path == "/debug/pprof" || strings.HasPrefix(path, "/debug/pprof/")) && h.pprof != nil:
 		h.pprof.ServeHTTP(w, r)

@@ -54,8 +54,10 @@ func WithMetrics(g prometheus.Gatherer) Option {
 
 // WithPprof serves the runtime's profiles at /debug/pprof/, as
 // net/http/pprof does (index, cmdline, profile, symbol, trace and each
-// named profile). Off by default: profiles reveal the program's internals,
-// and a CPU profile or a trace costs while it runs.
+// named profile), to GET and HEAD, and POST on symbol (go tool pprof posts
+// the addresses it looks up); other methods get 405 with the Allow header.
+// Off by default: profiles reveal the program's internals, and a CPU
+// profile or a trace costs while it runs.
 func WithPprof() Option {
 	return func(c *config) { c.pprof = true }
 }

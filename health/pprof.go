@@ -28,12 +28,22 @@ type pprofHandler struct{}
 func newPprofHandler() http.Handler { return pprofHandler{} }
 
 func (pprofHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Read-only, as the probes: GET and HEAD, and POST on symbol, where
+	// go tool pprof posts the addresses it looks up; other methods get 405.
+	name := strings.TrimPrefix(r.URL.Path, "/debug/pprof/")
+	if name == "symbol" {
+		if !allowMethod(w, r, http.MethodGet, http.MethodHead, http.MethodPost) {
+			return
+		}
+	} else if !allowMethod(w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
 	if r.URL.Path == "/debug/pprof" { // the index's links are relative to /debug/pprof/
 		http.Redirect(w, r, "pprof/", http.StatusMovedPermanently)
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	switch name := strings.TrimPrefix(r.URL.Path, "/debug/pprof/"); name {
+	switch name {
 	case "":
 		pprofIndex(w)
 	case "cmdline":
