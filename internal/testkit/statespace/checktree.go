@@ -113,17 +113,13 @@ func (r *runner) takes(parent, z, a string) bool {
 // too, a RestartChild or StartChild of y or of a group above it, or a
 // change of leadership (a new round starts the fenced children again, and
 // may finish a plan the fence interrupted). It returns "" when nothing
-// did. r.mu is held.
-func (r *runner) restartCause(y string, from, at time.Time) string {
+// did. A request sent before from that may have been carried out after it
+// (mayHaveStartedAfter: two RestartChild of y sent back to back, both
+// before the first restart) counts too, but a request restarts y once:
+// used holds the requests that have explained an earlier restart of y,
+// and the one that explains this one is added. r.mu is held.
+func (r *runner) restartCause(y string, from, at time.Time, used map[int]bool) string {
 	up := ancestry(y)
-	for _, q := range r.reqs {
-		if q.at.Before(from) || q.at.After(at) {
-			continue
-		}
-		if (q.do == DoRestart || q.do == DoStartChild) && slices.Contains(up, q.path) {
-			return fmt.Sprintf("%s %s at %s", q.do, q.path, stamp(q.at))
-		}
-	}
 	for _, e := range r.events {
 		if e.Time.Before(from) || e.Time.After(at) {
 			continue
@@ -142,6 +138,17 @@ func (r *runner) restartCause(y string, from, at time.Time) string {
 			if parentPath(e.Child) == parentPath(a) && r.takes(parentPath(a), e.Child, a) {
 				return fmt.Sprintf("the failure of %s at %s (%s)", e.Child, stamp(e.Time), r.strategyOf(parentPath(a)))
 			}
+		}
+	}
+	// The requests last: one a failure or a change of leadership explains
+	// is left for a later restart.
+	for i, q := range r.reqs {
+		if used[i] || q.at.After(at) || (q.at.Before(from) && !q.mayHaveStartedAfter(from)) {
+			continue
+		}
+		if (q.do == DoRestart || q.do == DoStartChild) && slices.Contains(up, q.path) {
+			used[i] = true
+			return fmt.Sprintf("%s %s at %s", q.do, q.path, stamp(q.at))
 		}
 	}
 	return ""
@@ -165,13 +172,17 @@ func (r *runner) checkTree() {
 // a sibling group's children. r.mu is held.
 func (r *runner) checkRestartCauses() {
 	last := map[string]time.Time{}
+	used := map[string]map[int]bool{} // per child, the requests that explained a restart of it
 	for _, e := range r.events {
 		if e.Type != cm.ChildRestarted {
 			continue
 		}
 		from := last[e.Child]
 		last[e.Child] = e.Time
-		if r.restartCause(e.Child, from, e.Time) != "" {
+		if used[e.Child] == nil {
+			used[e.Child] = map[int]bool{}
+		}
+		if r.restartCause(e.Child, from, e.Time, used[e.Child]) != "" {
 			continue
 		}
 		since := "the start"

@@ -101,6 +101,29 @@ func TestTreeInvariants(t *testing.T) {
 		},
 		want: map[Invariant][]string{},
 	}, {
+		name: "two RestartChild sent back to back restart it twice, one restart each",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
+			{Path: "g1", Children: []string{"ctrl-0"}},
+		}},
+		setup: func(r *runner) {
+			r.reqs = append(r.reqs, lifecycleReq{do: DoRestart, path: "g1/ctrl-0", at: at(1), answered: at(3)})
+			r.reqs = append(r.reqs, lifecycleReq{do: DoRestart, path: "g1/ctrl-0", at: at(1), answered: at(5)})
+			r.event(cm.ChildRestarted, "g1/ctrl-0", at(2), nil)
+			r.event(cm.ChildRestarted, "g1/ctrl-0", at(4), nil)
+		},
+		want: map[Invariant][]string{},
+	}, {
+		name: "one RestartChild explains one restart, not two",
+		sc: Scenario{Strategy: cm.OneForOne, Controllers: 1, Groups: []Group{
+			{Path: "g1", Children: []string{"ctrl-0"}},
+		}},
+		setup: func(r *runner) {
+			r.reqs = append(r.reqs, lifecycleReq{do: DoRestart, path: "g1/ctrl-0", at: at(1), answered: at(5)})
+			r.event(cm.ChildRestarted, "g1/ctrl-0", at(2), nil)
+			r.event(cm.ChildRestarted, "g1/ctrl-0", at(4), nil)
+		},
+		want: map[Invariant][]string{RestartUncaused: {"g1/ctrl-0"}},
+	}, {
 		name: "a group stopped by ExhaustedStop stays stopped until StartChild",
 		sc: Scenario{Strategy: cm.OneForOne, Controllers: 2, Groups: []Group{
 			{Path: "g1", OnExhausted: cm.ExhaustedStop, Children: []string{"ctrl-0", "ctrl-1"}},
