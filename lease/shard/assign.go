@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -70,13 +71,9 @@ func assign(shards int, members, holders []string, acquired []time.Time) []strin
 	if len(ms) == 0 || shards <= 0 {
 		return out
 	}
-	member := make(map[string]int, len(ms))
 	held := make([][]int, len(ms))
-	for i, m := range ms {
-		member[m] = i
-	}
 	for s := 0; s < shards && s < len(holders); s++ {
-		if i, ok := member[holders[s]]; ok && holders[s] != "" {
+		if i, ok := slices.BinarySearch(ms, holders[s]); ok && holders[s] != "" {
 			held[i] = append(held[i], s)
 		}
 	}
@@ -103,7 +100,7 @@ func assign(shards int, members, holders []string, acquired []time.Time) []strin
 					return c
 				}
 			}
-			return compareScore(score(ms[i], b), score(ms[i], a))
+			return cmp.Compare(score(ms[i], b), score(ms[i], a))
 		})
 		for _, s := range hs[:min(len(hs), quota[i])] {
 			out[s] = ms[i]
@@ -140,18 +137,6 @@ func Owned(assignment []string, identity string) []int {
 // score is the rendezvous hash of identity and shard.
 func score(identity string, shard int) uint64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(identity))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(strconv.Itoa(shard)))
+	_, _ = h.Write([]byte(identity + "\x00" + strconv.Itoa(shard)))
 	return h.Sum64()
-}
-
-func compareScore(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
