@@ -35,11 +35,6 @@ type written struct {
 	h     *held // a renewal's or a release's: the hold it was for
 	got   *coordinationv1.Lease
 	err   error
-	// adopted: a renewal refused with a conflict whose Lease, read back,
-	// was still this replica's term (a renewal of ours whose answer was
-	// lost, a foreign write of metadata), renewed from that version
-	// instead (renewAfterConflict).
-	adopted bool
 	// A campaign's: the term it starts, the term's reading when it was
 	// sent, and the holder it takes the shard over from.
 	term     *lease.Term
@@ -86,8 +81,12 @@ func (e *Elector) reconcile() {
 		case handBack:
 			e.held[i].releasing = true
 			e.cfg.Logger.Info("releasing shard", "shard", i, "to", a[i])
-			var once sync.Once
-			e.callRelease(i, func() { once.Do(func() { e.send(shardDone{shard: i}) }) })
+			done := sync.OnceFunc(func() { e.send(shardDone{shard: i}) })
+			if f := e.cfg.Callbacks.Release; f != nil {
+				f(i, done)
+			} else {
+				done()
+			}
 		case campaignFor:
 			e.campaign(i)
 		}
@@ -100,7 +99,7 @@ func (e *Elector) reconcile() {
 // (campaignsWithin).
 func (e *Elector) campaignLimit() int {
 	limit := e.cfg.MaxCampaigns
-	if qps, ok := e.rateLimits(); ok {
+	if qps, ok := clientQPS(e.cfg.Client); ok {
 		limit = min(limit, campaignsWithin(qps, e.cfg.RetryPeriod, len(e.held)))
 	}
 	return limit
@@ -122,21 +121,16 @@ func campaignsWithin(qps float64, period time.Duration, held int) int {
 
 // clientQPS reads the QPS of client's rate limiter for Leases, where it has
 // one (a clientset made from a rest.Config); fakes have none.
-func clientQPS(client kubernetes.Interface) func() (float64, bool) {
-	return func() (float64, bool) {
-		if client == nil {
-			return 0, false // a lock's (Config.Lock): not known
-		}
-		rc := client.CoordinationV1().RESTClient()
-		if rc == nil {
-			return 0, false
-		}
-		rl := rc.GetRateLimiter()
-		if rl == nil || rl.QPS() <= 0 {
-			return 0, false
-		}
-		return float64(rl.QPS()), true
+func clientQPS(client kubernetes.Interface) (float64, bool) {
+	if client == nil {
+		return 0, false // a lock's (Config.Lock): not known
 	}
+	if rc := client.CoordinationV1().RESTClient(); rc != nil {
+		if rl := rc.GetRateLimiter(); rl != nil && rl.QPS() > 0 {
+			return float64(rl.QPS()), true
+		}
+	}
+	return 0, false
 }
 
 // campaign tries to acquire shard i, once per version of its Lease seen:

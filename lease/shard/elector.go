@@ -281,7 +281,6 @@ type Elector struct {
 	// exists (watchDeadlines).
 	deadlineChecks atomic.Int64
 	tick           tickState
-	rateLimits     func() (qps float64, ok bool) // the Lease client's rate limiter, if known
 }
 
 // observed is a Lease as last seen and when it was first seen so: the
@@ -335,7 +334,7 @@ func New(cfg Config) (*Elector, error) {
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{}, announcing: map[int]bool{},
-		abandon: make(chan struct{}), rateLimits: clientQPS(cfg.Client), holders: map[int]string{}}
+		abandon: make(chan struct{}), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
 	e.status = make([]Status, cfg.Shards)

@@ -301,7 +301,7 @@ func (e *Elector) watch(ctx context.Context) {
 		e.poll(ctx)
 		return
 	}
-	leases := e.leases()
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
 	opts := metav1.ListOptions{LabelSelector: LabelGroup + "=" + e.cfg.Name}
 	if e.cfg.SingleLease {
 		opts = metav1.ListOptions{FieldSelector: "metadata.name=" + e.cfg.Name}

@@ -117,11 +117,3 @@ func (e *Elector) lose(i int, why string) {
 		done()
 	}
 }
-
-func (e *Elector) callRelease(i int, done func()) {
-	if f := e.cfg.Callbacks.Release; f != nil {
-		f(i, done)
-		return
-	}
-	done()
-}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -44,9 +43,8 @@ func (e *Elector) renewAll() {
 			// A Lease deleted since is NotFound on a fake, 409 on the API
 			// server (its UID precondition fails): both are read back.
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				if adopted, ok := e.renewAfterConflict(ctx, decided, term); ok {
-					w.adopted, w.sent = true, adopted.sent
-					got, err = adopted.got, nil
+				if again, sent, ok := e.renewAfterConflict(ctx, decided, term); ok {
+					got, err, w.sent = again, nil, sent
 				}
 			}
 			if err == nil && decided.ResourceVersion == "" && term.Check() != nil {
@@ -121,13 +119,6 @@ func (e *Elector) renewedShard(w *written) {
 // without, the shard is lost.
 var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
-// ownWrite is a renewal made from a version of the Lease this replica
-// wrote but whose answer it missed.
-type ownWrite struct {
-	got  *coordinationv1.Lease
-	sent time.Duration
-}
-
 // recreate is a renewal of a Lease that someone deleted, as client-go's
 // elector makes it at its next try: the Lease created again from l, this
 // replica's term (its holder, acquire time and transitions) renewed now.
@@ -157,41 +148,36 @@ func (e *Elector) recreate(ctx context.Context, l *coordinationv1.Lease) (*coord
 // tool's annotation) or that was our own, its answer lost, costs one read;
 // anything else (another holder, a changed duration, a release, a new
 // term) and the shard is lost, as before. It reports whether it renewed.
-func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (ownWrite, bool) {
+func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (got *coordinationv1.Lease, sent time.Duration, ok bool) {
 	cur, ours, err := e.readBack(ctx, decided)
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
-	if apierrors.IsNotFound(err) {
+	var l *coordinationv1.Lease
+	write := func(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+		return e.update(ctx, cur, l, false) // with no versions (a fake clientset), it checks cur again
+	}
+	switch {
+	case apierrors.IsNotFound(err):
 		// Deleted (kubectl delete lease): created again in this term.
-		l := decided.DeepCopy()
-		l.Spec.RenewTime = &now
-		sent := term.Elapsed()
-		got, err := e.recreate(ctx, l)
-		if err != nil {
-			return ownWrite{}, false
-		}
-		return ownWrite{got: got, sent: sent}, true
-	}
-	if !ours {
-		return ownWrite{}, false
-	}
-	l := cur.DeepCopy()
-	l.Spec.RenewTime = &now
-	for _, k := range []string{LabelGroup, LabelRole} {
-		// The labels the group's watches select by: an edit that dropped
-		// one would hide the Lease from every replica's watch and list.
-		if v, ok := decided.Labels[k]; ok && l.Labels[k] != v {
-			if l.Labels == nil {
-				l.Labels = map[string]string{}
+		l, write = decided.DeepCopy(), e.recreate
+	case !ours:
+		return nil, 0, false
+	default:
+		l = cur.DeepCopy()
+		for _, k := range []string{LabelGroup, LabelRole} {
+			// The labels the group's watches select by: an edit that dropped
+			// one would hide the Lease from every replica's watch and list.
+			if v, ok := decided.Labels[k]; ok && l.Labels[k] != v {
+				if l.Labels == nil {
+					l.Labels = map[string]string{}
+				}
+				l.Labels[k] = v
 			}
-			l.Labels[k] = v
 		}
 	}
-	sent := term.Elapsed()
-	got, err := e.update(ctx, cur, l, false) // with no versions (a fake clientset), it checks cur again
-	if err != nil {
-		return ownWrite{}, false
-	}
-	return ownWrite{got: got, sent: sent}, true
+	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	l.Spec.RenewTime = &now
+	sent = term.Elapsed()
+	got, err = write(ctx, l)
+	return got, sent, err == nil
 }
 
 // readBack reads the Lease decided was written from, after a write of it
@@ -287,11 +273,6 @@ func vacated(l *coordinationv1.Lease) *coordinationv1.Lease {
 	empty := ""
 	l.Spec.HolderIdentity = &empty
 	return l
-}
-
-// leases is the client of the group's namespace's Leases.
-func (e *Elector) leases() coordinationv1client.LeaseInterface {
-	return e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
 }
 
 // wroteMember takes the answer of a write of the member Lease.
