@@ -330,15 +330,15 @@ func (e *Elector) campaigned(w *written) {
 	e.terms[i], e.renewed[i] = w.term, h.renewedAt
 	e.announcing[i] = true // until Acquired has returned (below)
 	e.publishTerms()
+	if w.previous != "" && w.previous != e.cfg.Identity {
+		e.moved++
+	}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
 		delete(e.announcing, i)
 		e.mu.Unlock()
 	}()
-	if w.previous != "" && w.previous != e.cfg.Identity {
-		e.count()
-	}
 	e.cfg.Logger.Info("acquired shard", "shard", i, "from", w.previous)
 	if e.cfg.SingleLease {
 		e.cfg.Logger.Info("Successfully acquired lease", "lock", e.cfg.Namespace+"/"+e.cfg.Name)

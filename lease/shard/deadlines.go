@@ -5,13 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 )
-
-// earlyLoss is a shard the deadline watcher gave up: doneCalled says
-// whether the user has called the Lost callback's done already.
-type earlyLoss struct{ doneCalled bool }
 
 // watchDeadlines gives up, every quarter of RetryPeriod until ctx ends, any
 // held shard not renewed for RenewDeadline, whatever the loop is doing. The
@@ -45,11 +40,11 @@ func (e *Elector) checkDeadlines() {
 	var due []int
 	e.mu.Lock()
 	for i, at := range e.renewed {
-		if now.Sub(at) <= e.cfg.RenewDeadline || e.early[i] != nil || e.announcing[i] {
+		if _, given := e.early[i]; given || now.Sub(at) <= e.cfg.RenewDeadline || e.announcing[i] {
 			continue
 		}
 		due = append(due, i)
-		e.early[i] = &earlyLoss{}
+		e.early[i] = false
 		e.terms[i].End(true)
 		delete(e.terms, i)
 		delete(e.renewed, i)
@@ -62,23 +57,13 @@ func (e *Elector) checkDeadlines() {
 	for _, i := range due {
 		why := fmt.Sprintf("not renewed for %s", e.cfg.RenewDeadline)
 		e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
-		e.recordEvent("stopped leading")
-		var once sync.Once
-		done := func() {
-			once.Do(func() {
-				e.mu.Lock()
-				if el := e.early[i]; el != nil {
-					el.doneCalled = true
-				}
-				e.mu.Unlock()
-				e.send(fenceDone{shard: i})
-			})
-		}
-		if f := e.cfg.Callbacks.Lost; f != nil {
-			f(i, why, done)
-		} else {
-			done()
-		}
+		e.tellLost(i, why, func() {
+			e.mu.Lock()
+			if _, given := e.early[i]; given {
+				e.early[i] = true // done called: the loop need not wait for it
+			}
+			e.mu.Unlock()
+		})
 	}
 }
 
@@ -92,15 +77,13 @@ func (e *Elector) absorbEarly() {
 		return
 	}
 	early := e.early
-	e.early = map[int]*earlyLoss{}
+	e.early = map[int]bool{}
 	e.mu.Unlock()
 	for _, i := range slices.Sorted(maps.Keys(early)) {
 		if e.held[i] != nil {
-			delete(e.held, i)
-			e.forget(i) // as lose does: nothing of the hold is left for the guards or the watcher
-			e.count()
+			e.drop(i) // as lose does: nothing of the hold is left for the guards or the watcher
 		}
-		if !early[i].doneCalled {
+		if !early[i] {
 			e.fencing[i] = true
 		}
 	}

@@ -218,7 +218,7 @@ type Elector struct {
 	moved   int                 // shards acquired from another holder, or given up, so far
 	terms   map[int]*lease.Term // the held shards' terms, for Guard
 	renewed map[int]time.Time   // the held shards' last renewals, for Check and the deadline watcher
-	early   map[int]*earlyLoss  // shards the deadline watcher gave up, not yet seen by the loop
+	early   map[int]bool        // shards the deadline watcher gave up, not yet seen by the loop: whether Lost's done was called
 	// announcing: a shard whose Acquired (and "became leader" Event) is
 	// being delivered; the deadline watcher waits for it, so that its Lost
 	// never comes first.
@@ -259,7 +259,7 @@ type Elector struct {
 	synced      bool
 	silentTicks int // ticks in a row with nothing from the watch (pollIfSilent)
 	stopping    bool
-	done        <-chan struct{} // Run's ctx.Done(): a stop requested, seen or not yet
+	done        <-chan struct{} // Run's ctx.Done() until the loop takes the stop (then nil)
 
 	// For tests that step a fake clock: ticks counts the retry periods
 	// handled, each once the writes it sent have been answered; ticking is
@@ -333,7 +333,7 @@ func New(cfg Config) (*Elector, error) {
 	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
-		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]*earlyLoss{}, announcing: map[int]bool{},
+		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]bool{}, announcing: map[int]bool{},
 		abandon: make(chan struct{}), holders: map[int]string{}}
 	e.store = newStore(cfg)
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
@@ -357,12 +357,6 @@ func (e *Elector) Moved() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.moved
-}
-
-func (e *Elector) count() {
-	e.mu.Lock()
-	e.moved++
-	e.mu.Unlock()
 }
 
 // FenceTimeout is how long after a lost shard its children must have

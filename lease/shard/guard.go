@@ -9,12 +9,15 @@ import (
 	"github.com/actorkube/controllermanager/lease"
 )
 
-// forget drops shard i from what Guard and Check read.
-func (e *Elector) forget(i int) {
+// drop forgets held shard i, here and in what Guard and Check read, and
+// counts it as moved.
+func (e *Elector) drop(i int) {
+	delete(e.held, i)
 	e.mu.Lock()
 	delete(e.terms, i)
 	delete(e.renewed, i)
 	e.publishTerms()
+	e.moved++
 	e.mu.Unlock()
 }
 

@@ -46,9 +46,9 @@ func (e *Elector) Run(ctx context.Context) {
 	ticker := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
 	defer ticker.Stop()
 	close(e.ticking)
-	done := ctx.Done()
-	e.done = done
+	e.done = ctx.Done()
 	for {
+		ticked := false
 		// A stop comes before anything else that is ready: select would
 		// pick among them at random, and each other case may send writes
 		// (campaigns, renewals) that a stopping replica has no use for.
@@ -56,21 +56,11 @@ func (e *Elector) Run(ctx context.Context) {
 		// select would wait for something else to wake the loop (with the
 		// single lease no member Lease write follows the stop), and the
 		// held Lease would be handed back only at the next tick.
-		stopped := false
-		if done != nil {
+		if !e.stopping && e.stopRequested() {
+			e.beginStop()
+		} else {
 			select {
-			case <-done:
-				done = nil
-				e.beginStop()
-				stopped = true
-			default:
-			}
-		}
-		ticked := false
-		if !stopped {
-			select {
-			case <-done:
-				done = nil
+			case <-e.done:
 				e.beginStop()
 			case <-e.abandon:
 				e.abandonAll()
@@ -117,7 +107,7 @@ func (e *Elector) Run(ctx context.Context) {
 // the others would wait for the last of them to be released), then take
 // nothing more; the reconcile that follows hands every held shard back.
 func (e *Elector) beginStop() {
-	e.stopping = true
+	e.stopping, e.done = true, nil
 	e.stopCampaigns()
 	e.releaseMember()
 }
@@ -153,9 +143,8 @@ func (e *Elector) handle(ev any) {
 			// A Lease this replica holds or is writing is judged by its
 			// writes' answers and by the watch, whose order a poll would
 			// break: the list may come before a late event it is newer than.
-			l := &m.leases[k]
-			if i, ok := e.shardIndex(l); !ok || e.held[i] == nil && !e.campaigning[i] {
-				e.see(l)
+			if !e.judgedByWrites(&m.leases[k]) {
+				e.see(&m.leases[k])
 			}
 		}
 		e.missing(m.leases, true)

@@ -45,11 +45,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 		// Released (our write, its answer still to come) or taken after the
 		// release: either way nothing of it runs here, and it is gone.
 		if holderOf(l) != e.cfg.Identity {
-			delete(e.held, i)
-			e.forget(i)
-			e.count()
-			e.cfg.Logger.Info("released shard", "shard", i)
-			e.recordEvent("stopped leading")
+			e.dropReleased(i)
 		}
 	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && renewedAfter(l, h.lease):
 		// A renewal whose answer we missed (it timed out here, and was
@@ -306,14 +302,6 @@ func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.SingleLease {
 		opts = metav1.ListOptions{FieldSelector: "metadata.name=" + e.cfg.Name}
 	}
-	forward := func(m any) bool {
-		select {
-		case e.events <- m:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
 	listLeases := func() (*coordinationv1.LeaseList, error) {
 		return readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
 	}
@@ -323,7 +311,7 @@ func (e *Elector) watch(ctx context.Context) {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 			return true
 		}
-		return forward(polled{leases: list.Items})
+		return e.forward(ctx, polled{leases: list.Items})
 	}
 	for ctx.Err() == nil {
 		select {
@@ -332,13 +320,13 @@ func (e *Elector) watch(ctx context.Context) {
 		}
 		if list, err := listLeases(); err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
-		} else if forward(listed{leases: list.Items}) {
+		} else if e.forward(ctx, listed{leases: list.Items}) {
 			wopts := opts
 			wopts.ResourceVersion = list.ResourceVersion
 			if w, stop, err := e.openWatch(ctx, leases, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
-				e.forwardWatch(ctx, w, forward, poll)
+				e.forwardWatch(ctx, w, poll)
 				stop()
 			}
 		}
@@ -386,19 +374,19 @@ func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.Lea
 // forwardWatch forwards w's events until it ends or ctx does, and polls
 // when the loop asks. A poll asked for while an event is ready is not made:
 // the watch is behind, not silent.
-func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward func(any) bool, poll func() bool) {
+func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, poll func() bool) {
 	defer w.Stop()
 	deliver := func(ev watch.Event, ok bool) bool {
 		if !ok {
-			forward(watchEnded{})
+			e.forward(ctx, watchEnded{})
 			return false
 		}
 		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease {
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				return forward(leaseSeen{lease: l})
+				return e.forward(ctx, leaseSeen{lease: l})
 			case watch.Deleted:
-				return forward(leaseGone{lease: l})
+				return e.forward(ctx, leaseGone{lease: l})
 			}
 		}
 		return true
@@ -420,5 +408,15 @@ func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, forward f
 		if !more {
 			return
 		}
+	}
+}
+
+// forward hands m to the loop; false once ctx has ended.
+func (e *Elector) forward(ctx context.Context, m any) bool {
+	select {
+	case e.events <- m:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

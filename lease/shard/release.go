@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // A shard leaves this replica in one of two ways. Handed over (Release):
@@ -25,10 +26,9 @@ func (e *Elector) release(i int) {
 		return
 	}
 	h.term.End(false) // nothing of the shard runs any more: no write may pass its guard
-	decided := h.lease
-	l := released(decided, e.cfg.Clock.Now())
+	decided, now := h.lease, e.cfg.Clock.Now()
+	l := released(decided, now)
 	h.writing = true
-	now := e.cfg.Clock.Now()
 	e.goWrite(&written{kind: writeRelease, shard: i, h: h}, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		got, err := e.update(ctx, decided, l, false)
 		if apierrors.IsConflict(err) {
@@ -50,8 +50,8 @@ func (e *Elector) release(i int) {
 // second after it does.
 func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	l = l.DeepCopy()
-	empty, one, at := "", int32(1), metav1.NewMicroTime(now)
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = &empty, &one, &at, &at
+	at := metav1.NewMicroTime(now)
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(""), ptr.To(int32(1)), &at, &at
 	return l
 }
 
@@ -82,14 +82,17 @@ func (e *Elector) releasedShard(w *written) {
 			return
 		}
 	}
-	delete(e.held, i)
-	e.forget(i)
-	e.count()
-	e.cfg.Logger.Info("released shard", "shard", i)
-	e.recordEvent("stopped leading")
+	e.dropReleased(i)
 	if w.err == nil {
 		e.noteHolder(i, "")
 	}
+}
+
+// dropReleased drops shard i, whose Lease has been released.
+func (e *Elector) dropReleased(i int) {
+	e.drop(i)
+	e.cfg.Logger.Info("released shard", "shard", i)
+	e.recordEvent("stopped leading")
 }
 
 // lose drops shard i and tells the user to fence it.
@@ -99,18 +102,21 @@ func (e *Elector) lose(i int, why string) {
 	if h == nil {
 		return
 	}
-	delete(e.held, i)
 	h.term.End(true)
-	e.forget(i)
-	e.count()
+	e.drop(i)
 	e.cfg.Logger.Warn("shard lost", "shard", i, "why", why)
 	if h.released {
 		return // its children had stopped already
 	}
-	e.recordEvent("stopped leading")
 	e.fencing[i] = true
-	var once sync.Once
-	done := func() { once.Do(func() { e.send(fenceDone{shard: i}) }) }
+	e.tellLost(i, why, func() {})
+}
+
+// tellLost calls Lost for shard i, whose done runs then (once) and lets
+// the loop campaign for it again.
+func (e *Elector) tellLost(i int, why string, then func()) {
+	e.recordEvent("stopped leading")
+	done := sync.OnceFunc(func() { then(); e.send(fenceDone{shard: i}) })
 	if f := e.cfg.Callbacks.Lost; f != nil {
 		f(i, why, done)
 	} else {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -61,8 +62,10 @@ func (e *Elector) renewAll() {
 // renewedShard takes a renewal's answer.
 func (e *Elector) renewedShard(w *written) {
 	i, h := w.shard, w.h
+	if w.err != nil || e.held[i] != h {
+		delete(e.seenWhileWriting, i) // else replaySeen takes it
+	}
 	if late := errors.Is(w.err, errRenewedLate); late || e.held[i] != h {
-		delete(e.seenWhileWriting, i)
 		if e.held[i] == h {
 			e.lose(i, "renewal answered after the lease could have expired, on a store without versions")
 		}
@@ -88,7 +91,6 @@ func (e *Elector) renewedShard(w *written) {
 			return // taken since our write
 		}
 	case apierrors.IsConflict(w.err):
-		delete(e.seenWhileWriting, i)
 		// Written since our last write, and no longer this replica's
 		// term as read back, or deleted and created again by another
 		// (renewAfterConflict): it is lost.
@@ -97,11 +99,9 @@ func (e *Elector) renewedShard(w *written) {
 	case apierrors.IsNotFound(w.err):
 		// Deleted, and not created again (recreate): taken by another
 		// meanwhile, or its namespace is gone. Lost.
-		delete(e.seenWhileWriting, i)
 		e.lose(i, "the Lease was deleted and could not be created again")
 		return
 	default:
-		delete(e.seenWhileWriting, i)
 		h.unsure = true
 	}
 	if h.released {
@@ -208,31 +208,20 @@ func (e *Elector) renewMember() {
 		return
 	}
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
-	seconds := int32(e.cfg.LeaseDuration / time.Second)
-	id := e.cfg.Identity
-	name := MemberLease(e.cfg.Name, id)
-	leases := e.store
-	if e.member == nil {
-		if o := e.observed[name]; o != nil && !o.gone {
-			e.member = o.lease.DeepCopy()
-		} else {
-			l := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleMember}},
-				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now},
-			}
-			e.memberWriting = true
-			e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-				return leases.Create(ctx, l)
-			})
-			return
+	name := MemberLease(e.cfg.Name, e.cfg.Identity)
+	if o := e.observed[name]; e.member == nil && o != nil && !o.gone {
+		e.member = o.lease.DeepCopy()
+	}
+	write, l := e.store.Update, e.member.DeepCopy()
+	if l == nil {
+		write, l = e.store.Create, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleMember}},
+			Spec:       coordinationv1.LeaseSpec{AcquireTime: &now},
 		}
 	}
-	l := e.member.DeepCopy()
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(e.cfg.Identity), ptr.To(int32(e.cfg.LeaseDuration/time.Second)), &now
 	e.memberWriting = true
-	e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l)
-	})
+	e.goWrite(&written{kind: writeMember}, func(ctx context.Context) (*coordinationv1.Lease, error) { return write(ctx, l) })
 }
 
 // releaseMember empties the member Lease so that the others rebalance at
@@ -245,12 +234,9 @@ func (e *Elector) releaseMember() {
 	if e.member == nil || e.memberWriting {
 		return
 	}
-	l := vacated(e.member)
+	l, update := vacated(e.member), e.store.Update
 	e.memberWriting = true
-	leases := e.store
-	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) {
-		return leases.Update(ctx, l)
-	})
+	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) { return update(ctx, l) })
 }
 
 // releaseMemberNow is Run's last try at releasing the member Lease, if an
@@ -270,8 +256,7 @@ func (e *Elector) releaseMemberNow() {
 // vacated is l with no holder: the member Lease's release.
 func vacated(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l = l.DeepCopy()
-	empty := ""
-	l.Spec.HolderIdentity = &empty
+	l.Spec.HolderIdentity = ptr.To("")
 	return l
 }
 

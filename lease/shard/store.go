@@ -163,12 +163,8 @@ func (e *Elector) poll(ctx context.Context) {
 		default:
 			e.cfg.Logger.Warn("cannot read the lock", "lock", e.cfg.Lock.Describe(), "err", err)
 		}
-		if m != nil {
-			select {
-			case e.events <- m:
-			case <-ctx.Done():
-				return
-			}
+		if m != nil && !e.forward(ctx, m) {
+			return
 		}
 		select {
 		case <-e.cfg.Clock.After(e.cfg.RetryPeriod):
