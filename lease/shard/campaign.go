@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/actorkube/controllermanager/lease"
 )
@@ -74,7 +75,7 @@ func (e *Elector) reconcile() {
 		h := e.held[i]
 		o := e.observed[e.leaseName(i)]
 		views[i] = shardView{assigned: a[i], held: h != nil, releasing: h != nil && h.releasing, fencing: e.fencing[i], campaigning: e.campaigning[i],
-			heldElsewhere: e.live(o) && holderOf(o.lease) != e.cfg.Identity}
+			heldElsewhere: e.heldElsewhere(o)}
 	}
 	for i, d := range decide(e.cfg.Identity, e.stopRequested(), e.campaignLimit(), views) {
 		switch d {
@@ -145,7 +146,7 @@ func (e *Elector) campaign(i int) {
 	}
 	name := e.leaseName(i)
 	o := e.observed[name]
-	if e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+	if e.heldElsewhere(o) {
 		return // held elsewhere, or deleted while held and not expired yet (observed.gone)
 	}
 	if until, ok := e.suspect[i]; ok {
@@ -164,50 +165,40 @@ func (e *Elector) campaign(i int) {
 	e.tried[i] = decided
 	now := metav1.NewMicroTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
-	id := e.cfg.Identity
-	leases := e.store
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
 	e.campaigning[i] = true
-	if decided == nil {
+	l := decided.DeepCopy()
+	if l == nil {
 		labels := map[string]string{LabelGroup: e.cfg.Name, LabelRole: RoleShard}
 		if e.cfg.SingleLease {
 			labels = nil // as client-go's LeaseLock creates it
 		}
-		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: labels},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now,
-				LeaseTransitions: new(int32)},
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: labels}}
+	}
+	if w.previous = holderOf(l); w.previous != e.cfg.Identity {
+		transitions := int32(0) // a new Lease's first term
+		if l.Spec.LeaseTransitions != nil {
+			transitions = *l.Spec.LeaseTransitions + 1
 		}
-		w.sent = w.term.Elapsed()
-		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
-			got, err := leases.Create(ctx, l)
+		l.Spec.LeaseTransitions, l.Spec.AcquireTime = &transitions, &now
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(e.cfg.Identity), &seconds, &now
+	w.sent = w.term.Elapsed()
+	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		if decided == nil {
+			got, err := e.store.Create(ctx, l)
 			if apierrors.IsAlreadyExists(err) {
 				// Created meanwhile, or there all along but out of our
 				// watch's sight (an edit dropped its group label): read
 				// it, so that campaigned judges it afresh (see) instead of
 				// creating it again at every tick.
-				if cur, gerr := leases.Get(ctx, l.Name); gerr == nil {
+				if cur, gerr := e.store.Get(ctx, l.Name); gerr == nil {
 					return cur, err
 				}
 			}
 			return got, err
-		})
-		return
-	}
-	l := o.lease.DeepCopy()
-	w.previous = holderOf(l)
-	if w.previous != id {
-		transitions := int32(0)
-		if l.Spec.LeaseTransitions != nil {
-			transitions = *l.Spec.LeaseTransitions + 1
 		}
-		l.Spec.LeaseTransitions = &transitions
-		l.Spec.AcquireTime = &now
-	}
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &id, &seconds, &now
-	w.sent = w.term.Elapsed()
-	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		read := e.cfg.Clock.Now()
 		got, err := e.update(ctx, decided, l, true)
 		if err != nil || decided.ResourceVersion != "" {

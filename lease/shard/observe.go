@@ -80,11 +80,7 @@ func (e *Elector) gone(l *coordinationv1.Lease) {
 	if l.Name == MemberLease(e.cfg.Name, e.cfg.Identity) && !e.memberWriting {
 		e.member = nil
 	}
-	i, ok := e.shardIndex(l)
-	if !ok {
-		return
-	}
-	if e.held[i] == nil {
+	if i, ok := e.shardIndex(l); ok && e.held[i] == nil {
 		e.noteHolder(i, "")
 	}
 }
@@ -125,9 +121,6 @@ func (e *Elector) judgedByWrites(l *coordinationv1.Lease) bool {
 func (e *Elector) replaySeen(i int, h *held) {
 	seen := e.seenWhileWriting[i]
 	delete(e.seenWhileWriting, i)
-	if h == nil {
-		return
-	}
 	for k, l := range seen {
 		if !sameVersion(l, h.lease) {
 			continue
@@ -187,18 +180,8 @@ func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
 	if e.cfg.SingleLease {
 		return 0, l.Name == e.cfg.Name
 	}
-	if l.Labels[LabelRole] != RoleShard {
-		return 0, false
-	}
-	suffix, ok := strings.CutPrefix(l.Name, e.cfg.Name+"-")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(suffix)
-	if err != nil || i < 0 || i >= e.cfg.Shards || ShardLease(e.cfg.Name, i) != l.Name {
-		return 0, false
-	}
-	return i, true
+	i, err := strconv.Atoi(strings.TrimPrefix(l.Name, e.cfg.Name+"-"))
+	return i, err == nil && i >= 0 && i < e.cfg.Shards && ShardLease(e.cfg.Name, i) == l.Name && l.Labels[LabelRole] == RoleShard
 }
 
 // acquiredAt is l's AcquireTime, or the zero time without one.
@@ -226,9 +209,10 @@ func (e *Elector) expired(o *observed) bool {
 	return !e.cfg.Clock.Now().Before(o.seenAt.Add(d))
 }
 
-// live returns whether the holder of o counts: held, and not expired.
-func (e *Elector) live(o *observed) bool {
-	return o != nil && holderOf(o.lease) != "" && !e.expired(o)
+// heldElsewhere reports whether o names a holder other than this replica
+// that counts: it has not expired.
+func (e *Elector) heldElsewhere(o *observed) bool {
+	return o != nil && holderOf(o.lease) != "" && holderOf(o.lease) != e.cfg.Identity && !e.expired(o)
 }
 
 // assignment computes the rule over what this replica sees. A stopping
@@ -244,7 +228,7 @@ func (e *Elector) assignment() []string {
 		return Assign(e.cfg.Shards, members, nil)
 	}
 	for _, o := range e.observed {
-		if o.lease.Labels[LabelRole] == RoleMember && e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+		if o.lease.Labels[LabelRole] == RoleMember && e.heldElsewhere(o) {
 			members = append(members, holderOf(o.lease))
 		}
 	}
@@ -253,7 +237,7 @@ func (e *Elector) assignment() []string {
 	for i := range holders {
 		if h := e.held[i]; h != nil {
 			holders[i], acquired[i] = e.cfg.Identity, acquiredAt(h.lease)
-		} else if o := e.observed[e.leaseName(i)]; e.live(o) && holderOf(o.lease) != e.cfg.Identity {
+		} else if o := e.observed[e.leaseName(i)]; e.heldElsewhere(o) {
 			holders[i], acquired[i] = holderOf(o.lease), acquiredAt(o.lease)
 		}
 	}

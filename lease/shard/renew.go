@@ -348,17 +348,11 @@ func (e *Elector) releasedShard(w *written) {
 		return
 	}
 	h.writing = false
-	switch {
-	case w.err == nil:
-	case apierrors.IsConflict(w.err):
-		// Taken meanwhile (see will have called lose, or will): nothing to release.
-	case apierrors.IsNotFound(w.err):
-		// Deleted meanwhile: nothing to release either.
-	default:
-		if e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
-			e.cfg.Logger.Warn("cannot release shard; retrying", "shard", i, "err", w.err)
-			return
-		}
+	// A conflict (taken meanwhile: see will have called lose, or will) or
+	// a NotFound (deleted meanwhile) leaves nothing to release.
+	if w.err != nil && !apierrors.IsConflict(w.err) && !apierrors.IsNotFound(w.err) && e.cfg.Clock.Since(h.renewedAt) <= e.cfg.RenewDeadline {
+		e.cfg.Logger.Warn("cannot release shard; retrying", "shard", i, "err", w.err)
+		return
 	}
 	e.dropReleased(i)
 	if w.err == nil {
