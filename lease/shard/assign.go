@@ -65,9 +65,7 @@ func Assign(shards int, members, holders []string) []string {
 // have run for long.
 func assign(shards int, members, holders []string, acquired []time.Time) []string {
 	out := make([]string, shards)
-	ms := slices.Clone(members)
-	slices.Sort(ms)
-	ms = slices.Compact(ms)
+	ms := slices.Compact(slices.Sorted(slices.Values(members)))
 	if len(ms) == 0 || shards <= 0 {
 		return out
 	}

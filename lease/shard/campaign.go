@@ -27,9 +27,8 @@ const (
 	writeMemberRelease
 )
 
-// written is the answer to a Lease write the loop sent off on a goroutine
-// of its own (goWrite), handed back to the loop as a message: the loop
-// never waits on the API server.
+// written is a Lease write the loop sent off on a goroutine of its own
+// (goWrite) and, with its answer, the message that brings it back.
 type written struct {
 	kind  writeKind
 	shard int
@@ -66,8 +65,7 @@ func (e *Elector) goWrite(w *written, call func(ctx context.Context) (*coordinat
 	})
 }
 
-// reconcile releases what is not ours any more and campaigns for what is,
-// as decide says.
+// reconcile hands back and campaigns for shards as decide says.
 func (e *Elector) reconcile() {
 	a := e.assignment()
 	views := make([]shardView, len(a))
@@ -95,9 +93,7 @@ func (e *Elector) reconcile() {
 	e.publish()
 }
 
-// campaignLimit is how many campaigns may be in flight at once:
-// Config.MaxCampaigns, and within the Lease client's rate limit
-// (campaignsWithin).
+// campaignLimit is Config.MaxCampaigns within the Lease client's rate limit.
 func (e *Elector) campaignLimit() int {
 	limit := e.cfg.MaxCampaigns
 	if qps, ok := clientQPS(e.cfg.Client); ok {
@@ -135,11 +131,10 @@ func clientQPS(client kubernetes.Interface) (float64, bool) {
 }
 
 // campaign tries to acquire shard i, once per version of its Lease seen:
-// created if it does not exist, else updated from the version we saw if
-// it is free or expired, once a fresh read has shown that version still
-// stored (update): what the watch showed may be stale. A conflict means
-// someone else wrote first; the read, or the watch, brings their version.
-// The write goes out on its own goroutine; campaigned takes its answer.
+// created if it does not exist, else updated from the version we saw if it
+// is free or expired, once a fresh read has shown that version still stored
+// (update): what the watch showed may be stale. A conflict means someone
+// else wrote first; the read, or the watch, brings their version.
 func (e *Elector) campaign(i int) {
 	if !e.synced {
 		return // nothing listed yet: a Lease not seen is not a Lease that does not exist
@@ -217,13 +212,11 @@ var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 // clientsets: every update is taken), the window that update's read leaves
 // open: two replicas that read the same free or expired Lease both write
 // it, the later write wins, and both would hold. So a takeover counts only
-// once it has been read back as the last write confirmAfter after it was
-// answered, and only if its read and its write together took less than
-// that: a rival whose write lands after our read-back must have read
-// before ours landed, so its own read and write took longer, and it does
-// not count its write either. took is the time from before update's read
-// to its answer. The write that does not count is errUnconfirmed, got the
-// Lease as written: campaigned keeps it as suspect.
+// once read back as the last write confirmAfter after it was answered, and
+// only if its read and write (took) together took less than that: a rival
+// whose write lands after our read-back must have read before ours landed,
+// so its own read and write took longer, and it does not count its write
+// either. A write that does not count is errUnconfirmed (suspectWrite).
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
 	after := e.cfg.confirmAfter()
 	if took >= after {
@@ -256,14 +249,14 @@ func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 	}
 }
 
-// confirmAfter is how long a takeover's read and write may take, where
-// the Lease has no versions, and how long after its answer it is read back
-// (confirm): a third of RenewDeadline, so that the three fit in the
-// deadline that bounds a campaign's write (goWrite), and at most a second,
-// which only a starved process spends between two calls to an in-memory
-// fake, so that a unit test with the default timing does not wait five
-// seconds per takeover. Every replica must use the same: a rival's write
-// is refused by comparing the time it took with the time we waited.
+// confirmAfter is how long a takeover's read and write may take, where the
+// Lease has no versions, and how long after its answer it is read back
+// (confirm): a third of RenewDeadline, so that the three fit in a
+// campaign's deadline (goWrite), and at most a second (only a starved
+// process spends that between two calls to an in-memory fake), so that a
+// unit test does not wait five seconds per takeover. Every replica must use
+// the same: a rival's write is refused by comparing the time it took with
+// the time we waited.
 func (c Config) confirmAfter() time.Duration { return min(c.RenewDeadline/3, time.Second) }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has

@@ -204,13 +204,11 @@ const DefaultMaxCampaigns = 16
 // loss), this file (the guards) and store.go (the reads and writes: the
 // Lease client, or a client-go lock, Config.Lock).
 type Elector struct {
-	cfg    Config
-	store  leaseStore    // where the Leases are read and written
-	events chan any      // from the watch goroutine
-	wake   chan struct{} // 1-buffered: acks has grown
-	// pollNow (1-buffered) asks the watch goroutine to list now: the
-	// watch has been silent for two retry periods (pollIfSilent).
-	pollNow chan struct{}
+	cfg     Config
+	store   leaseStore    // where the Leases are read and written
+	events  chan any      // from the watch goroutine
+	wake    chan struct{} // 1-buffered: acks has grown
+	pollNow chan struct{} // 1-buffered: the watch has been silent, poll now (pollIfSilent)
 
 	mu      sync.Mutex
 	acks    []any // from the done functions and the writes, which must never block
@@ -223,17 +221,13 @@ type Elector struct {
 	// being delivered; the deadline watcher waits for it, so that its Lost
 	// never comes first.
 	announcing map[int]bool
-	// anyTerm is terms' values, republished under mu at each change, for
-	// CheckAny's lock-free read.
-	anyTerm atomic.Pointer[[]*lease.Term]
+	anyTerm    atomic.Pointer[[]*lease.Term] // terms' values, republished under mu, for CheckAny's lock-free read
 
-	abandon     chan struct{} // closed by Abandon
-	abandonOnce sync.Once
-	writes      sync.WaitGroup // the writes in flight, waited for when Run returns
-	// campaigns is the context of the campaigns' writes, cancelled when a
-	// stop begins.
-	campaigns     context.Context
-	stopCampaigns context.CancelFunc
+	abandon       chan struct{} // closed by Abandon
+	abandonOnce   sync.Once
+	writes        sync.WaitGroup     // the writes in flight, waited for when Run returns
+	campaigns     context.Context    // the campaigns' writes' parent, cancelled when a stop begins
+	stopCampaigns context.CancelFunc // cancels campaigns
 
 	// owned by Run's goroutine
 	observed    map[string]*observed
@@ -241,10 +235,7 @@ type Elector struct {
 	fencing     map[int]bool                  // lost, waiting for the Lost callback's done
 	campaigning map[int]bool                  // a campaign in flight
 	tried       map[int]*coordinationv1.Lease // the version last campaigned on (nil: none), per shard
-	// suspect is, per shard, until when a Lease that names this replica
-	// is not campaigned for: a write of it, where the Lease has no
-	// versions, did not count (suspectWrite).
-	suspect map[int]time.Time
+	suspect     map[int]time.Time             // until when a Lease naming us is not campaigned for (suspectWrite)
 	// seenWhileWriting is, per shard with a write in flight, the versions of
 	// its Lease the watch showed meanwhile, in order (replaySeen).
 	seenWhileWriting map[int][]*coordinationv1.Lease
@@ -262,36 +253,27 @@ type Elector struct {
 	done        <-chan struct{} // Run's ctx.Done() until the loop takes the stop (then nil)
 
 	// For tests that step a fake clock: ticks counts the retry periods
-	// handled, each once the writes it sent have been answered; ticking is
-	// closed once Run's ticker exists.
-	ticks   atomic.Int64
-	ticking chan struct{}
-	// shown is the highest resourceVersion the watch (or a list) has
-	// shown, where versions are numbers: a test waits for it to reach the
-	// server's last write before it steps the clock again, so that a watch
-	// a loaded machine delays is not taken for a silent one.
-	shown atomic.Int64
-	// watchWaits counts the watch goroutine's waits for its next retry
-	// (after an error or a closed watch), each counted once its timer
-	// exists: a test that sees it grow may step the clock and know that
-	// the step reaches the retry.
-	watchWaits atomic.Int64
-	// deadlineChecks counts the deadline watcher's passes, Lost called for
-	// each shard it gave up, and one before the first, once its ticker
-	// exists (watchDeadlines).
+	// handled, each once the writes it sent have been answered (tick);
+	// ticking is closed once Run's ticker exists. shown is the highest
+	// numeric resourceVersion the watch or a list has shown, so that a test
+	// does not take a watch a loaded machine delays for a silent one.
+	// watchWaits counts the watch goroutine's waits to retry, and
+	// deadlineChecks the deadline watcher's passes (and one before the
+	// first), each once its timer exists, so that a clock step reaches it.
+	ticks          atomic.Int64
+	ticking        chan struct{}
+	shown          atomic.Int64
+	watchWaits     atomic.Int64
 	deadlineChecks atomic.Int64
 	tick           tickState
 }
 
-// observed is a Lease as last seen and when it was first seen so: the
-// local-observation clock that expiry is measured on.
-//
-// gone marks a Lease seen deleted (a watch's Deleted event, or missing from
-// a list): lease is its last version and seenAt when the deletion was seen.
-// Its holder still counts until the Lease expires from then, as after a
-// last renewal: the holder may be running until its renewals find nothing
-// (it gives the shard up at once, or by RenewDeadline at the latest), so a
-// standby creates the Lease again only once that has passed.
+// observed is a Lease as last seen and the local time when its record was
+// first seen so: the local-observation clock that expiry is measured on.
+// gone marks a Lease seen deleted (a watch's Deleted, or missing from a
+// list), seenAt then being when: its holder may run until its renewals
+// find nothing (RenewDeadline at the latest), so its holder counts until
+// it expires from then, and a standby creates it again only after that.
 type observed struct {
 	lease  *coordinationv1.Lease
 	seenAt time.Time

@@ -23,17 +23,14 @@ type (
 	watchEnded struct{}
 )
 
-// Run campaigns until ctx ends, then hands every held shard back: Release
-// for each, and once all are done, their Leases and the member Lease are
-// released. It returns once they are (or once a release has failed for
-// RenewDeadline; the Leases then expire on their own) and every write it
-// sent has been answered.
-//
-// Once ctx has ended nothing is campaigned for: the member Lease is
-// released at once, so that the others rebalance without waiting for it to
-// expire, each held shard is handed back (Release) and its Lease released
-// as soon as its done is called, and a campaign still in flight that wins
-// its shard releases it again without calling Acquired.
+// Run campaigns until ctx ends. Then nothing is campaigned for: the member
+// Lease is released at once, so that the others rebalance without waiting
+// for it to expire, each held shard is handed back (Release) and its Lease
+// released as soon as its done is called, and a campaign still in flight
+// that wins its shard releases it again without calling Acquired. Run
+// returns once every Lease is released (or a release has failed for
+// RenewDeadline; the Lease then expires on its own) and every write it sent
+// has been answered.
 func (e *Elector) Run(ctx context.Context) {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -53,13 +50,12 @@ func (e *Elector) Run(ctx context.Context) {
 	e.done = ctx.Done()
 	for {
 		ticked := false
-		// A stop comes before anything else that is ready: select would
-		// pick among them at random, and each other case may send writes
-		// (campaigns, renewals) that a stopping replica has no use for.
-		// A stop taken here goes straight to the reconcile below: the
-		// select would wait for something else to wake the loop (with the
-		// single lease no member Lease write follows the stop), and the
-		// held Lease would be handed back only at the next tick.
+		// A stop comes before anything else that is ready (select picks at
+		// random, and the other cases send writes a stopping replica has no
+		// use for) and goes straight to the reconcile below: the select
+		// would wait for something else to wake the loop (the single lease
+		// has no member Lease write to follow the stop) and the held Lease
+		// would be handed back only at the next tick.
 		if !e.stopping && e.stopRequested() {
 			e.beginStop()
 		} else {
@@ -71,9 +67,8 @@ func (e *Elector) Run(ctx context.Context) {
 				return
 			case ev := <-e.events:
 				e.handle(ev)
-				// Take what else the watch has queued before reconciling once:
-				// with S shards renewed every retry period by R replicas the
-				// watch brings S·R/RetryPeriod events a second.
+				// Reconcile once for all the watch has queued: S shards renewed
+				// by R replicas bring S·R events every RetryPeriod.
 				e.drainEvents()
 			case <-e.wake:
 				e.mu.Lock()
@@ -106,18 +101,16 @@ func (e *Elector) Run(ctx context.Context) {
 	}
 }
 
-// beginStop is Run's context ending: leave the membership first (while the
-// member Lease is live the rule gives this replica's shards back to it, and
-// the others would wait for the last of them to be released), then take
-// nothing more; the reconcile that follows hands every held shard back.
+// beginStop leaves the membership first (while the member Lease is live the
+// rule gives this replica's shards back to it, and the others would wait
+// for the last of them to be released), then takes nothing more; the
+// reconcile that follows hands every held shard back.
 func (e *Elector) beginStop() {
 	e.stopping, e.done = true, nil
 	e.stopCampaigns()
 	e.releaseMember()
 }
 
-// finished reports whether a stopping Elector has nothing left to hand
-// back or wait for.
 func (e *Elector) finished() bool {
 	return len(e.held) == 0 && len(e.campaigning) == 0 && !e.memberWriting
 }
@@ -192,11 +185,11 @@ func (e *Elector) handle(ev any) {
 }
 
 // pollIfSilent, at each tick, asks the watch goroutine for a poll when the
-// watch has shown nothing for two whole retry periods. A holder renews
-// every retry period, so a live watch is never that silent (one period
-// would be too short: a watch may lag its writes' answers by a tick); a
-// silent one must not leave expiry judged on a stale read. What the watch
-// has queued counts: the loop's select may have taken other messages first.
+// watch has shown nothing (what it has queued included) for two retry
+// periods. A holder renews every retry period, so a live watch is never
+// that silent (one period is too short: a watch may lag its writes'
+// answers by a tick); a silent one must not leave expiry judged on a stale
+// read.
 func (e *Elector) pollIfSilent() {
 	e.drainEvents()
 	if e.silentTicks++; e.heard {
@@ -236,9 +229,9 @@ func (e *Elector) drainEvents() {
 	}
 }
 
-// tickState tells tests when a retry period has been handled: once every
-// write it sent (renewals, and the campaigns and releases that followed
-// them) has been answered, Elector.ticks grows by one. Owned by the loop.
+// tickState tells tests when a retry period has been handled: Elector.ticks
+// grows once every write it sent (renewals, and the campaigns and releases
+// that followed) has been answered. Owned by the loop.
 type tickState struct {
 	seq     int64 // the tick whose writes are counted; 0 before the first
 	pending int   // its writes not yet answered
@@ -246,8 +239,7 @@ type tickState struct {
 	in      bool  // handling the tick now
 }
 
-// begin starts tick seq+1, counting an earlier one whose writes are still
-// pending as handled.
+// begin starts tick seq+1, counting an earlier one still pending as handled.
 func (t *tickState) begin(ticks interface{ Add(int64) int64 }) {
 	if t.open {
 		ticks.Add(1)
@@ -256,7 +248,6 @@ func (t *tickState) begin(ticks interface{ Add(int64) int64 }) {
 	t.pending, t.open, t.in = 0, false, true
 }
 
-// sent tags w with the tick it belongs to, if any.
 func (t *tickState) sent(w *written) {
 	if t.in || t.open {
 		w.tick = t.seq
@@ -270,8 +261,7 @@ func (t *tickState) answered(w *written) {
 	}
 }
 
-// end closes the loop's pass: the tick counts once nothing it sent is
-// pending.
+// end closes the loop's pass.
 func (t *tickState) end(ticks interface{ Add(int64) int64 }, ticked bool) {
 	if ticked {
 		t.in, t.open = false, true
@@ -290,17 +280,15 @@ func (e *Elector) noteShown(l *coordinationv1.Lease) {
 }
 
 // watchDeadlines gives up, every quarter of RetryPeriod until ctx ends, any
-// held shard not renewed for RenewDeadline, whatever the loop is doing. The
-// loop sends no write that it waits for, but it checks deadlines only when
-// a message or a tick wakes it, a retry period apart at worst: the watcher
-// bounds a loss's lateness by a quarter of one, within the fence budget.
-// The watcher ends the shard's term (its guards fail at once) and calls
-// Lost; the loop then drops the shard (absorbEarly) without calling Lost
-// again. It leaves alone a shard whose Acquired has not returned yet
-// (announcing): a RecordEvent or an Acquired that blocked past the
-// deadline would otherwise have its Lost delivered before its Acquired,
-// and the user count the shard held after its loss. Meanwhile its guards
-// still fail by their term's own clock.
+// held shard not renewed for RenewDeadline, whatever the loop is doing: the
+// loop checks deadlines only when something wakes it, a retry period apart
+// at worst, and the watcher bounds a loss's lateness by a quarter of one,
+// within the fence budget. It ends the shard's term (its guards fail at
+// once) and calls Lost; the loop then drops the shard (absorbEarly) without
+// calling Lost again. It leaves alone a shard whose Acquired has not
+// returned yet (announcing): a RecordEvent or an Acquired that blocked past
+// the deadline would otherwise see its Lost first, and the user count the
+// shard held after its loss; its guards still fail by their term's clock.
 func (e *Elector) watchDeadlines(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
 	defer t.Stop()
@@ -348,9 +336,8 @@ func (e *Elector) checkDeadlines() {
 	}
 }
 
-// absorbEarly drops, on the loop, the shards the deadline watcher gave up:
-// they are not held any more, and are not campaigned for until the Lost
-// callback's done (unless it has been called already).
+// absorbEarly drops, on the loop, the shards the deadline watcher gave up;
+// they are fenced until the Lost callback's done (if not called already).
 func (e *Elector) absorbEarly() {
 	e.mu.Lock()
 	if len(e.early) == 0 {
@@ -370,9 +357,7 @@ func (e *Elector) absorbEarly() {
 	}
 }
 
-// loseOverdue loses, on the loop, every held shard not renewed for
-// RenewDeadline: the deadline watcher's decision (checkDeadlines), taken
-// now rather than at its next tick.
+// loseOverdue takes the deadline watcher's decision on the loop, now.
 func (e *Elector) loseOverdue() {
 	e.checkDeadlines()
 	e.absorbEarly()

@@ -52,26 +52,21 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 		// written there): only this replica writes its own identity, and
 		// its renew times only grow, so this is our write, newer than the
 		// last one answered. Renew from it, or the next renewal would be
-		// refused and the shard lost for nothing. A version of ours older
-		// than the last answered write (a watch lagging behind) is not
-		// adopted: the next renewal from it would be refused. Its send
-		// time is not known, so the guard and the deadline still count
-		// from the last renewal we saw succeed.
+		// refused and the shard lost for nothing (an older version, from a
+		// lagging watch, would be refused too). Its send time is not known:
+		// the guard and the deadline still count from the last answer.
 		h.lease, h.unsure, h.confirmed = l.DeepCopy(), false, true
 	case h.confirmed && holderOf(l) != e.cfg.Identity:
-		// Written by another replica after our write (Steal, or it took
-		// the Lease over while we could not renew): ours is over, now.
-		// Before confirmation, the watch is still showing versions older
-		// than our write.
+		// Written by another after our write (Steal, or it took the Lease
+		// over while we could not renew). Before confirmation, the watch
+		// may still be showing versions older than our write.
 		e.lose(i, fmt.Sprintf("taken by %q", holderOf(l)))
 	}
 }
 
-// gone records that l, its last version, has been deleted (seen on the
-// watch, or missing from a list): a tombstone (observed.gone) whose holder
-// counts until it expires from now. A shard this replica holds is created
-// again by its next renewal (recreate), and so is this replica's member
-// Lease.
+// gone records that l, its last version, has been deleted: a tombstone
+// (observed.gone). A held shard's Lease is created again by its next
+// renewal (recreate), and so is this replica's member Lease.
 func (e *Elector) gone(l *coordinationv1.Lease) {
 	if o := e.observed[l.Name]; o != nil && o.gone {
 		return // seen gone already: expiry counts from then
@@ -86,10 +81,8 @@ func (e *Elector) gone(l *coordinationv1.Lease) {
 }
 
 // missing takes a list's verdict on the Leases it does not hold: each one
-// observed is gone (a tombstone), and a tombstone that has expired is
-// forgotten. A poll leaves out the shards this replica holds or is
-// campaigning for, as it does for the Leases it lists: their writes'
-// answers and the watch judge them.
+// observed is gone, and an expired tombstone is forgotten. A poll leaves
+// out the Leases judgedByWrites, as it does for those it lists.
 func (e *Elector) missing(listed []coordinationv1.Lease, poll bool) {
 	names := make(map[string]bool, len(listed))
 	for k := range listed {
@@ -108,16 +101,16 @@ func (e *Elector) missing(listed []coordinationv1.Lease, poll bool) {
 }
 
 // judgedByWrites reports whether l is a shard Lease this replica holds or
-// is campaigning for.
+// is campaigning for: its writes' answers and the watch judge it.
 func (e *Elector) judgedByWrites(l *coordinationv1.Lease) bool {
 	i, ok := e.shardIndex(l)
 	return ok && (e.held[i] != nil || e.campaigning[i])
 }
 
 // replaySeen takes, once a write of shard i has been answered with h's
-// version, what the watch showed while it was in flight: if our version was
-// among them, the watch has confirmed it, and a later version naming
-// another holder means the shard has been taken since.
+// version, what the watch showed while it was in flight: our version among
+// them confirms it, and a later one naming another holder means the shard
+// has been taken since.
 func (e *Elector) replaySeen(i int, h *held) {
 	seen := e.seenWhileWriting[i]
 	delete(e.seenWhileWriting, i)
@@ -148,8 +141,8 @@ func sameVersion(a, b *coordinationv1.Lease) bool {
 	return a.ResourceVersion == b.ResourceVersion && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
-// renewedAfter reports whether l was renewed after base was: the order of
-// one holder's own writes.
+// renewedAfter reports whether l was renewed after base: the order of one
+// holder's own writes.
 func renewedAfter(l, base *coordinationv1.Lease) bool {
 	if l.Spec.RenewTime == nil {
 		return false
@@ -184,7 +177,6 @@ func (e *Elector) shardIndex(l *coordinationv1.Lease) (int, bool) {
 	return i, err == nil && i >= 0 && i < e.cfg.Shards && ShardLease(e.cfg.Name, i) == l.Name && l.Labels[LabelRole] == RoleShard
 }
 
-// acquiredAt is l's AcquireTime, or the zero time without one.
 func acquiredAt(l *coordinationv1.Lease) time.Time {
 	if l == nil || l.Spec.AcquireTime == nil {
 		return time.Time{}
@@ -217,8 +209,8 @@ func (e *Elector) heldElsewhere(o *observed) bool {
 
 // assignment computes the rule over what this replica sees. A stopping
 // replica is no member: every shard goes to the others. The single lease
-// has no members but this replica: it is always assigned to it, so that it
-// campaigns whenever the Lease is free or expired.
+// has no member but this replica, so that it campaigns whenever the Lease
+// is free or expired.
 func (e *Elector) assignment() []string {
 	members := []string{}
 	if !e.stopping {
@@ -269,13 +261,12 @@ func (e *Elector) publish() {
 	}
 }
 
-// watch lists and watches the group's Leases (the single lease: by name),
-// forwarding them to the loop, until ctx ends. After an error or a closed
-// watch it waits RetryPeriod and lists again (from scratch: a list is the
-// whole truth). A watch that stays open and silent for two retry periods
-// (a stuck watch cache, a proxy that buffers) is polled: the loop asks
-// (pollNow) each retry period and a list goes to it as polled. A lock (Config.Lock) cannot be
-// watched: it is polled always.
+// watch lists and watches the group's Leases (the single lease: by name)
+// for the loop until ctx ends. After an error or a closed watch it waits
+// RetryPeriod and lists again (a list is the whole truth). A watch that
+// stays open and silent (a stuck watch cache, a proxy that buffers) is
+// polled when the loop asks (pollNow). A lock cannot be watched: it is
+// polled always.
 func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.Lock != nil {
 		e.poll(ctx)
@@ -324,22 +315,19 @@ func (e *Elector) watch(ctx context.Context) {
 }
 
 // readWithin makes one of the watch goroutine's reads (a list, a poll, a
-// lock's read) with a context that ends after d (RenewDeadline, as a
-// write's does): a read the API server never answers is given up and tried
-// again at the next retry, instead of leaving the replica blind for ever
-// and, before its first list, unable to campaign (synced).
+// lock's read) within d: a read the API server never answers is given up
+// and tried again at the next retry, instead of leaving the replica blind
+// for ever and, before its first list, unable to campaign (synced).
 func readWithin[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return call(ctx)
 }
 
-// openWatch opens a watch of leases whose opening is bounded by
-// RenewDeadline, as a read is (readWithin): a watch the API server never
-// opens is given up and the list and watch made again at the next retry,
-// where the loop would otherwise wait for ever, with no poll either
-// (forwardWatch serves them). Once open, it lasts until ctx ends or stop
-// is called.
+// openWatch opens a watch of leases within RenewDeadline, as a read is
+// (readWithin): a watch never opened would leave the loop without events,
+// or polls (forwardWatch serves them), for ever. Once open, it lasts until
+// ctx ends or stop is called.
 func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.LeaseInterface, opts metav1.ListOptions) (watch.Interface, context.CancelFunc, error) {
 	wctx, stop := context.WithCancel(ctx)
 	late := time.AfterFunc(e.cfg.RenewDeadline, stop)

@@ -17,12 +17,10 @@ import (
 	"github.com/actorkube/controllermanager/lease"
 )
 
-// renewAll renews every held shard whose last write has been answered, all
-// side by side, each bounded by RetryPeriod; one that has not been renewed
-// for RenewDeadline is lost first, before any call. A shard whose write is
-// still in flight (an API server slower than a retry period) is renewed at
-// the next tick after its answer: it costs that shard's renewal, never
-// another's.
+// renewAll renews, side by side, every held shard whose last write has been
+// answered, once the overdue ones are lost. A shard whose write is still in
+// flight (an API server slower than a retry period) is renewed at the next
+// tick after its answer: it costs that shard's renewal, never another's.
 func (e *Elector) renewAll() {
 	e.loseOverdue()
 	for _, i := range slices.Sorted(maps.Keys(e.held)) {
@@ -92,14 +90,11 @@ func (e *Elector) renewedShard(w *written) {
 			return // taken since our write
 		}
 	case apierrors.IsConflict(w.err):
-		// Written since our last write, and no longer this replica's
-		// term as read back, or deleted and created again by another
-		// (renewAfterConflict): it is lost.
+		// No longer our term as read back, or created again by another.
 		e.lose(i, "renewal refused: the Lease was written by another")
 		return
 	case apierrors.IsNotFound(w.err):
-		// Deleted, and not created again (recreate): taken by another
-		// meanwhile, or its namespace is gone. Lost.
+		// Deleted, and not created again: taken meanwhile, or its namespace is gone.
 		e.lose(i, "the Lease was deleted and could not be created again")
 		return
 	default:
@@ -111,12 +106,11 @@ func (e *Elector) renewedShard(w *written) {
 	e.loseOverdue()
 }
 
-// errRenewedLate is a renewal written where the Lease has no versions
-// (client-go's fake clientsets) and answered only once its term could no
-// longer prove the hold (lease.Term.Check): a rival that took the Lease
-// once it had expired, between the renewal's read and its write, was
-// written over, and may count its takeover (confirm read it back before
-// our write landed). With versions the API server refuses such a write;
+// errRenewedLate is a renewal written where the Lease has no versions and
+// answered only once its term could no longer prove the hold: a rival that
+// took the expired Lease between the renewal's read and its write was
+// written over, and may count its takeover (confirm read it back before our
+// write landed). With versions the API server refuses such a write;
 // without, the shard is lost.
 var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
@@ -139,16 +133,13 @@ func (e *Elector) recreate(ctx context.Context, l *coordinationv1.Lease) (*coord
 
 // renewAfterConflict handles a renewal refused with a conflict (or a
 // NotFound), on the renewal's goroutine, as client-go's elector does at its
-// next try: it reads the Lease and, if it is still this replica's term,
-// renews from the version read; if it is gone, it creates it again
-// (recreate). Still this replica's term means: it names this replica
-// (only this replica writes its own identity) and its record is the one
-// decided was renewed from, but for a renew time that has not gone back
-// (a renewal of ours whose answer was lost may have moved it forward). So
-// a write that touched only the Lease's metadata (kubectl label, a GitOps
-// tool's annotation) or that was our own, its answer lost, costs one read;
-// anything else (another holder, a changed duration, a release, a new
-// term) and the shard is lost, as before. It reports whether it renewed.
+// next try: it reads the Lease back and, if it is still this replica's term
+// (readBack), renews from the version read; if it is gone, it creates it
+// again (recreate). So a write that touched only the Lease's metadata
+// (kubectl label, a GitOps tool's annotation) or that was our own, its
+// answer lost, costs one read; anything else (another holder, a changed
+// duration, a release, a new term) and the shard is lost. ok reports
+// whether it renewed.
 func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (got *coordinationv1.Lease, sent time.Duration, ok bool) {
 	cur, ours, err := e.readBack(ctx, decided)
 	var l *coordinationv1.Lease
@@ -181,18 +172,16 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 	return got, sent, err == nil
 }
 
-// readBack reads the Lease decided was written from, after a write of it
-// was refused, on the write's goroutine: ours reports whether cur is still
-// this replica's term, named by it and a version of decided's record
-// (sameTerm). Both a renewal (renewAfterConflict) and a release read back
-// so: an edit of the metadata alone does not cost the shard.
+// readBack reads, on a refused write's goroutine, the Lease decided was
+// written from: ours reports whether cur is still this replica's term,
+// named by it (only this replica writes its own identity) and decided's
+// record but for a renew time that has not gone back (a renewal of ours
+// whose answer was lost may have moved it forward).
 func (e *Elector) readBack(ctx context.Context, decided *coordinationv1.Lease) (cur *coordinationv1.Lease, ours bool, err error) {
 	cur, err = e.store.Get(ctx, decided.Name)
 	return cur, err == nil && holderOf(cur) == e.cfg.Identity && sameTerm(cur, decided), err
 }
 
-// sameTerm reports whether cur is a version of decided's term: the same
-// record but for a renew time no earlier than decided's.
 func sameTerm(cur, decided *coordinationv1.Lease) bool {
 	if decided.Spec.RenewTime != nil && (cur.Spec.RenewTime == nil || cur.Spec.RenewTime.Before(decided.Spec.RenewTime)) {
 		return false
@@ -202,8 +191,7 @@ func sameTerm(cur, decided *coordinationv1.Lease) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-// renewMember creates or renews this replica's member Lease, unless a
-// write of it is in flight.
+// renewMember creates or renews this replica's member Lease.
 func (e *Elector) renewMember() {
 	if e.memberWriting {
 		return
@@ -226,8 +214,8 @@ func (e *Elector) renewMember() {
 }
 
 // releaseMember empties the member Lease so that the others rebalance at
-// once rather than after LeaseDuration; with a write of it in flight, its
-// answer releases it.
+// once rather than after LeaseDuration (with a write in flight, its answer
+// does).
 func (e *Elector) releaseMember() {
 	if o := e.observed[MemberLease(e.cfg.Name, e.cfg.Identity)]; e.member == nil && o != nil && holderOf(o.lease) == e.cfg.Identity {
 		e.member = o.lease.DeepCopy() // after a conflict: the watch's version
@@ -240,8 +228,8 @@ func (e *Elector) releaseMember() {
 	e.goWrite(&written{kind: writeMemberRelease}, func(ctx context.Context) (*coordinationv1.Lease, error) { return update(ctx, l) })
 }
 
-// releaseMemberNow is Run's last try at releasing the member Lease, if an
-// earlier one failed; failing that it expires.
+// releaseMemberNow is Run's last try at releasing the member Lease; failing
+// that it expires.
 func (e *Elector) releaseMemberNow() {
 	if e.member == nil {
 		return
@@ -254,14 +242,12 @@ func (e *Elector) releaseMemberNow() {
 	e.member = nil
 }
 
-// vacated is l with no holder: the member Lease's release.
 func vacated(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l = l.DeepCopy()
 	l.Spec.HolderIdentity = ptr.To("")
 	return l
 }
 
-// wroteMember takes the answer of a write of the member Lease.
 func (e *Elector) wroteMember(w *written) {
 	e.memberWriting = false
 	switch {
@@ -289,11 +275,9 @@ func (e *Elector) wroteMember(w *written) {
 	}
 }
 
-// A shard leaves this replica in one of two ways. Handed over (Release):
-// its children stop first, their done is the Lease's release, written with
-// an empty holder as client-go releases. Lost (lose): the Lease was taken,
-// or not renewed for RenewDeadline; the term ends at once and Lost tells the
-// user to fence.
+// A shard leaves this replica handed over (Release: its children stop
+// first, then the Lease is released) or lost (lose: taken, or not renewed
+// for RenewDeadline; the term ends at once and Lost tells the user to fence).
 
 // release gives shard i's Lease up, now that nothing of it runs, unless a
 // write of it is in flight (its answer calls release again). On failure the
@@ -321,11 +305,10 @@ func (e *Elector) release(i int) {
 }
 
 // released is l given up as client-go's LeaderElector gives a Lease up
-// (leaderelection.go, tryRelease): no holder, a lease duration of one
-// second, renewed and acquired now, the transitions kept. A replica of
-// either kind takes it at once (an empty holder is free), and one of the
-// previous release that has not seen the release yet judges it expired one
-// second after it does.
+// (tryRelease): no holder, a lease duration of one second, renewed and
+// acquired now. A replica of either kind takes it at once (an empty holder
+// is free), and one of the previous release that has not seen the release
+// yet judges it expired one second after it does.
 func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	l = l.DeepCopy()
 	at := metav1.NewMicroTime(now)
@@ -340,7 +323,6 @@ func (e *Elector) recordEvent(message string) {
 	}
 }
 
-// releasedShard takes a release's answer.
 func (e *Elector) releasedShard(w *written) {
 	i, h := w.shard, w.h
 	delete(e.seenWhileWriting, i)

@@ -43,9 +43,10 @@ var leasesResource = schema.GroupResource{Group: coordinationv1.GroupName, Resou
 // resourceVersion: client-go's fake clientsets leave every one empty and
 // take any update, and there the read is all that keeps two holders apart
 // (the moment between the read and the write is confirm's, and
-// errRenewedLate's). A Lease that is no longer decided comes back with a conflict,
-// unwritten. Where decided has a version, the API server's precondition on
-// it is the check, made with the write itself: a renewal needs no read.
+// errRenewedLate's); a Lease that is no longer decided comes back with a
+// conflict, unwritten. Where decided has a version, the API server's
+// precondition on it is the check, made with the write: a renewal needs
+// no read.
 func (e *Elector) update(ctx context.Context, decided, l *coordinationv1.Lease, read bool) (*coordinationv1.Lease, error) {
 	if read || decided.ResourceVersion == "" {
 		cur, err := e.store.Get(ctx, decided.Name)
