@@ -194,15 +194,11 @@ const DefaultMaxCampaigns = 16
 // while it can, and hands them over when the assignment moves them. Build
 // it with New and run it with Run.
 //
-// Its loop (loop.go, with the deadline watcher) never waits on the API
-// server: every Lease write goes out on a goroutine of its own and its
-// answer comes back to the loop as a message (written), so that a renewal
-// never waits behind a campaign, a slow campaign costs only itself, and a
-// stop is taken at once. The files follow its concerns: observe.go (the
-// watch and what it shows), assign.go (the rule, and decide: what to do
-// with one shard now), campaign.go, renew.go (renewals, hand-over and
-// loss), this file (the guards) and store.go (the reads and writes: the
-// Lease client, or a client-go lock, Config.Lock).
+// Its loop (see the package documentation) and its files follow its
+// concerns: loop.go (with the deadline watcher), observe.go (the watch and
+// what it shows), assign.go (the rule, and decide: what to do with one
+// shard now), campaign.go, renew.go (renewals, hand-over and loss), this
+// file (the guards) and store.go (the Lease client, or Config.Lock).
 type Elector struct {
 	cfg     Config
 	store   leaseStore    // where the Leases are read and written

@@ -14,10 +14,12 @@ import (
 
 // The loop's messages, besides the writes' answers (written).
 type (
-	leaseSeen  struct{ lease *coordinationv1.Lease }
-	leaseGone  struct{ lease *coordinationv1.Lease } // a watch's Deleted: the last version
-	listed     struct{ leases []coordinationv1.Lease }
-	polled     struct{ leases []coordinationv1.Lease } // listed while the watch was silent
+	leaseSeen struct{ lease *coordinationv1.Lease }
+	leaseGone struct{ lease *coordinationv1.Lease } // a watch's Deleted: the last version
+	listed    struct {
+		leases []coordinationv1.Lease
+		poll   bool // listed while the watch was silent
+	}
 	shardDone  struct{ shard int }
 	fenceDone  struct{ shard int }
 	watchEnded struct{}
@@ -133,25 +135,19 @@ func (e *Elector) handle(ev any) {
 		e.heard, e.synced = true, true
 		e.noteShown(m.lease)
 		e.see(m.lease)
-	case polled:
+	case listed:
+		e.heard = e.heard || !m.poll // a poll is no sign of a live watch
 		e.synced = true
 		for k := range m.leases {
 			e.noteShown(&m.leases[k])
-			// A Lease this replica holds or is writing is judged by its
-			// writes' answers and by the watch, whose order a poll would
+			// A poll leaves a Lease this replica holds or is writing to its
+			// writes' answers and to the watch, whose order a poll would
 			// break: the list may come before a late event it is newer than.
-			if !e.judgedByWrites(&m.leases[k]) {
+			if !m.poll || !e.judgedByWrites(&m.leases[k]) {
 				e.see(&m.leases[k])
 			}
 		}
-		e.missing(m.leases, true)
-	case listed:
-		e.heard, e.synced = true, true
-		for i := range m.leases {
-			e.noteShown(&m.leases[i])
-			e.see(&m.leases[i])
-		}
-		e.missing(m.leases, false)
+		e.missing(m.leases, m.poll)
 	case leaseGone:
 		e.heard = true
 		e.noteShown(m.lease)

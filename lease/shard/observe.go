@@ -286,7 +286,7 @@ func (e *Elector) watch(ctx context.Context) {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
 			return true
 		}
-		return e.forward(ctx, polled{leases: list.Items})
+		return e.forward(ctx, listed{leases: list.Items, poll: true})
 	}
 	for ctx.Err() == nil {
 		select {
