@@ -106,11 +106,7 @@ func (s *lockStore) get(ctx context.Context) (*coordinationv1.Lease, error) {
 func (s *lockStore) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
-	if err := s.lock.Create(ctx, *rec); err != nil {
-		return nil, err
-	}
-	return s.written(rec)
+	return s.write(ctx, l, s.lock.Create)
 }
 
 func (s *lockStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
@@ -124,15 +120,16 @@ func (s *lockStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coord
 		return nil, apierrors.NewConflict(leasesResource, l.Name,
 			fmt.Errorf("the lock's record changed since version %s", l.ResourceVersion))
 	}
-	rec := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
-	if err := s.lock.Update(ctx, *rec); err != nil {
-		return nil, err
-	}
-	return s.written(rec)
+	return s.write(ctx, l, s.lock.Update)
 }
 
-// written is the Lease as the lock will give it back after writing rec.
-func (s *lockStore) written(rec *resourcelock.LeaderElectionRecord) (*coordinationv1.Lease, error) {
+// write writes l's record with write and returns the Lease as the lock
+// will give it back.
+func (s *lockStore) write(ctx context.Context, l *coordinationv1.Lease, write func(context.Context, resourcelock.LeaderElectionRecord) error) (*coordinationv1.Lease, error) {
+	rec := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
+	if err := write(ctx, *rec); err != nil {
+		return nil, err
+	}
 	spec := resourcelock.LeaderElectionRecordToLeaseSpec(rec)
 	raw, err := json.Marshal(*resourcelock.LeaseSpecToLeaderElectionRecord(&spec))
 	if err != nil {
