@@ -197,8 +197,8 @@ const DefaultMaxCampaigns = 16
 // Its loop (see the package documentation) and its files follow its
 // concerns: loop.go (with the deadline watcher), observe.go (the watch and
 // what it shows), assign.go (the rule, and decide: what to do with one
-// shard now), campaign.go, renew.go (renewals, hand-over and loss), this
-// file (the guards) and store.go (the Lease client, or Config.Lock).
+// shard now), campaign.go, renew.go (renewals, hand-over and loss),
+// elector.go (the guards) and store.go (the Lease client, or Config.Lock).
 type Elector struct {
 	cfg     Config
 	store   leaseStore    // where the Leases are read and written
