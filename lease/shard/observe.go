@@ -277,27 +277,25 @@ func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.SingleLease {
 		opts = metav1.ListOptions{FieldSelector: "metadata.name=" + e.cfg.Name}
 	}
-	listLeases := func() (*coordinationv1.LeaseList, error) {
-		return readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
-	}
-	poll := func() bool {
-		list, err := listLeases()
+	list := func() (*coordinationv1.LeaseList, error) {
+		l, err := readWithin(ctx, e.cfg.RenewDeadline, func(ctx context.Context) (*coordinationv1.LeaseList, error) { return leases.List(ctx, opts) })
 		if err != nil {
 			e.cfg.Logger.Warn("cannot list leases", "err", err)
-			return true
 		}
-		return e.forward(ctx, listed{leases: list.Items, poll: true})
+		return l, err
+	}
+	poll := func() bool {
+		l, err := list()
+		return err != nil || e.forward(ctx, listed{leases: l.Items, poll: true})
 	}
 	for ctx.Err() == nil {
 		select {
 		case <-e.pollNow: // the list below is fresher
 		default:
 		}
-		if list, err := listLeases(); err != nil {
-			e.cfg.Logger.Warn("cannot list leases", "err", err)
-		} else if e.forward(ctx, listed{leases: list.Items}) {
+		if got, err := list(); err == nil && e.forward(ctx, listed{leases: got.Items}) {
 			wopts := opts
-			wopts.ResourceVersion = list.ResourceVersion
+			wopts.ResourceVersion = got.ResourceVersion
 			if w, stop, err := e.openWatch(ctx, leases, wopts); err != nil {
 				e.cfg.Logger.Warn("cannot watch leases", "err", err)
 			} else {
