@@ -52,7 +52,10 @@ type Config struct {
 	// Leases are renewed and expired ones campaigned for. LeaseDuration >
 	// RenewDeadline > RetryPeriod > 0, and LeaseDuration whole seconds.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// Clock is the clock of every timer and of the local-observation clock.
+	// Clock is the clock of the election's timers (ticks, retries, the
+	// deadline watcher, each term's end) and of the local-observation
+	// clock. The bound on one API call (a read, a write, opening the watch)
+	// is a context deadline on the real clock, as a network timeout is.
 	// Default: the real clock.
 	Clock clock.WithTicker
 	// Logger receives the elector's logs. Default: discarded.
