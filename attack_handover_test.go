@@ -1,0 +1,305 @@
+package controllermanager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease"
+)
+
+// cutClient fails its Lease writes once cut (a network that drops the
+// replica's writes; its watch goes on).
+type cutClient struct {
+	kubernetes.Interface
+	cut *atomic.Bool
+}
+
+func (c cutClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return cutCoord{CoordinationV1Interface: c.Interface.CoordinationV1(), cut: c.cut}
+}
+
+type cutCoord struct {
+	coordinationv1client.CoordinationV1Interface
+	cut *atomic.Bool
+}
+
+func (c cutCoord) Leases(ns string) coordinationv1client.LeaseInterface {
+	return cutLeases{LeaseInterface: c.CoordinationV1Interface.Leases(ns), cut: c.cut}
+}
+
+type cutLeases struct {
+	coordinationv1client.LeaseInterface
+	cut *atomic.Bool
+}
+
+var errCut = errors.New("attack: writes cut")
+
+func (l cutLeases) Create(ctx context.Context, x *coordinationv1.Lease, o metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, errCut
+	}
+	return l.LeaseInterface.Create(ctx, x, o)
+}
+func (l cutLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, errCut
+	}
+	return l.LeaseInterface.Update(ctx, x, o)
+}
+
+// A sharded replica a, on client-go's fake clientset answering every
+// Lease call in 100 ms, hands shards over to b as b joins; at the moment
+// the hand-over's first Shutdown runs, a's Lease writes are cut and a is
+// shut down. No shard's controller runs on both; a's ShutdownAndWait
+// returns within its context with one answer (nil or ErrLost) that Status
+// agrees with; b ends holding every shard.
+func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
+	for _, backend := range []string{"NewClientset-100ms", "NewSimpleClientset"} {
+		t.Run(backend, func(t *testing.T) {
+			const shards = 4
+			srv, activity := newFakeServer(backend), newElActivity(t)
+			var cut atomic.Bool
+			var handover sync.Once
+			shutdownDone := make(chan struct{})
+			mk := func(id string, client kubernetes.Interface, hook func()) *cm.ControllerManager {
+				spec := elSpec(cm.LeaseLostReelect)
+				spec.Shards = shards
+				spec.LeaseDuration.Duration = fakeLeaseDuration
+				m, err := cm.NewControllerManager(cm.NewContext(client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+					cm.WithIdentity(id), elQuiet)
+				require.NoError(t, err)
+				m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
+					c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
+					if hook != nil {
+						c.shutdown = func(context.Context) { hook() }
+					}
+					return c
+				})
+				t.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), elWait)
+					defer cancel()
+					m.ShutdownAndWait(ctx)
+				})
+				go func() { _ = m.Start(context.Background(), 0) }()
+				return m
+			}
+			var a *cm.ControllerManager
+			var shutdownErr atomic.Value
+			a = mk("a", cutClient{Interface: srv.clientFor("a"), cut: &cut}, func() {
+				handover.Do(func() {
+					cut.Store(true)
+					go func() {
+						defer close(shutdownDone)
+						ctx, cancel := context.WithTimeout(context.Background(), 3*fakeLeaseDuration)
+						defer cancel()
+						a.ShutdownAndWait(ctx)
+						shutdownErr.Store(fmt.Sprint(ctx.Err()))
+					}()
+				})
+			})
+			holds := func(m *cm.ControllerManager) int {
+				st, err := m.Status(context.Background())
+				if err != nil {
+					return -1
+				}
+				n := 0
+				for _, s := range st.Shards {
+					if s.Held {
+						n++
+					}
+				}
+				return n
+			}
+			elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return holds(a) == shards })
+			b := mk("b", srv.clientFor("b"), nil)
+			select {
+			case <-shutdownDone:
+			case <-time.After(3*fakeLeaseDuration + elWait):
+				t.Fatal("a's ShutdownAndWait did not return")
+			}
+			require.Equal(t, "<nil>", shutdownErr.Load(), "ShutdownAndWait ran out its context")
+			<-a.Done()
+			err := a.Err()
+			if err != nil && !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("a.Err: %v", err)
+			}
+			st, serr := a.Status(context.Background())
+			if serr == nil && fmt.Sprint(st.Err) != fmt.Sprint(err) {
+				t.Fatalf("Status.Err %v, Err %v", st.Err, err)
+			}
+			require.Error(t, a.LeaseGuard())
+			for i := 0; i < shards; i++ {
+				require.Error(t, a.ShardLeaseGuard(i), "a's guard of shard %d", i)
+			}
+			elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return holds(b) == shards })
+			noShardOverlap(t, activity)
+		})
+	}
+}
+
+// The hand-over's first Shutdown hangs (ignores its context) and a is shut
+// down meanwhile with a short context: ShutdownAndWait returns at its
+// context with an UnstoppedError in Err; the hung shard is never run by b
+// while a's Shutdown has not returned; once it returns, a stops and b
+// takes every shard.
+func TestAttackShutdownMeetsHungHandover(t *testing.T) {
+	const shards = 4
+	srv, activity := newFakeServer("NewClientset-100ms"), newElActivity(t)
+	var hung sync.Once
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	returned := make(chan struct{})
+	mk := func(id string, hook func()) *cm.ControllerManager {
+		spec := elSpec(cm.LeaseLostReelect)
+		spec.Shards = shards
+		spec.LeaseDuration.Duration = fakeLeaseDuration
+		m, err := cm.NewControllerManager(cm.NewContext(srv.clientFor(id)), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+			cm.WithIdentity(id), elQuiet)
+		require.NoError(t, err)
+		m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
+			c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
+			if hook != nil {
+				c.shutdown = func(context.Context) { hook() }
+			}
+			return c
+		})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), elWait)
+			defer cancel()
+			m.ShutdownAndWait(ctx)
+		})
+		go func() { _ = m.Start(context.Background(), 0) }()
+		return m
+	}
+	var a *cm.ControllerManager
+	a = mk("a", func() {
+		first := false
+		hung.Do(func() { first = true })
+		if !first {
+			return
+		}
+		go func() {
+			defer close(returned)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			a.ShutdownAndWait(ctx)
+		}()
+		<-release // ignores its context
+	})
+	holds := func(m *cm.ControllerManager) int {
+		st, err := m.Status(context.Background())
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, s := range st.Shards {
+			if s.Held {
+				n++
+			}
+		}
+		return n
+	}
+	elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return holds(a) == shards })
+	b := mk("b", nil)
+	select {
+	case <-returned:
+	case <-time.After(elWait):
+		t.Fatal("ShutdownAndWait did not return at its context")
+	}
+	require.ErrorIs(t, a.Err(), cm.ErrUnstopped)
+	select {
+	case <-a.Done():
+		t.Fatal("Done with a Shutdown still running")
+	default:
+	}
+	// b takes what a released, never the hung shard: watch for a lease
+	// duration and more.
+	elConsistently(t, fakeLeaseDuration+time.Second, "b never runs beside a's hung Shutdown", func() bool {
+		return noShardOverlap(t, activity)
+	})
+	releaseOnce.Do(func() { close(release) })
+	select {
+	case <-a.Done():
+	case <-time.After(elWait):
+		t.Fatal("a not Done once its Shutdown returned")
+	}
+	require.ErrorIs(t, a.Err(), cm.ErrUnstopped, "Err changed once stopped: %v", a.Err())
+	elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return holds(b) == shards })
+	noShardOverlap(t, activity)
+}
+
+// noShardOverlap fails if one child ran on two replicas at once.
+func noShardOverlap(t *testing.T, a *elActivity) bool {
+	t.Helper()
+	ok := true
+	a.overlaps(func(x, y elSpan) bool { return x.child == y.child }, func(x, y elSpan, xEnd, yEnd time.Time) {
+		ok = false
+		t.Errorf("%s/%s active %s–%s overlaps %s/%s active %s–%s (pause %s)", x.replica, x.child, x.from.Format("05.000"),
+			xEnd.Format("05.000"), y.replica, y.child, y.from.Format("05.000"), yEnd.Format("05.000"), a.pauses.Longest())
+	})
+	return ok
+}
+
+// Two replicas electing through client-go locks (WithLeaseLock, polled) on
+// one plain fake clientset whose every Lease call takes 100 ms; the
+// leader's writes are cut right after a renewal and it is shut down when
+// its loss is published. Never two leaders' controllers at once; the
+// leader's ShutdownAndWait returns with one answer; b takes over.
+func TestAttackLeaseLockCutAndShutdown(t *testing.T) {
+	for _, onLost := range []cm.LeaseLostAction{cm.LeaseLostExit, cm.LeaseLostReelect} {
+		t.Run(string(onLost), func(t *testing.T) {
+			f := newAttackFake()
+			f.latency.Store(int64(100 * time.Millisecond))
+			activity := newElActivity(t)
+			var cut atomic.Bool
+			mk := func(id string, client kubernetes.Interface) (*cm.ControllerManager, *elEvents) {
+				lock, err := lease.NewLeaseLock(client, elNamespace, elLeaseName, id)
+				require.NoError(t, err)
+				m, err := cm.NewControllerManager(cm.NewContext(f), cm.ControllerManagerConfigSpec{LeaderElection: elSpec(onLost)}, "",
+					cm.WithIdentity(id), cm.WithLeaseLock(lock), elQuiet)
+				require.NoError(t, err)
+				m.Add(&elController{replica: id, name: "ctl", activity: activity})
+				ev := (&elEvents{}).subscribe(m)
+				t.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), elWait)
+					defer cancel()
+					m.ShutdownAndWait(ctx)
+				})
+				go func() { _ = m.Start(context.Background(), 0) }()
+				return m, ev
+			}
+			a, aev := mk("a", cutClient{Interface: f, cut: &cut})
+			elEventually(t, "a leads", func() bool { return a.LeaseGuard() == nil })
+			b, _ := mk("b", f)
+			n := f.updates.Load()
+			elEventually(t, "a renewal", func() bool { return f.updates.Load() > n })
+			cut.Store(true)
+			elEventuallyWithin(t, 3*elWait, "a loses", func() bool { return aev.losses() > 0 })
+			ctx, cancel := context.WithTimeout(context.Background(), elWait)
+			defer cancel()
+			a.ShutdownAndWait(ctx)
+			require.NoError(t, ctx.Err())
+			<-a.Done()
+			err := a.Err()
+			if err != nil && !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("a.Err: %v", err)
+			}
+			require.Error(t, a.LeaseGuard())
+			elEventuallyWithin(t, 3*elWait, "b leads", func() bool { return b.LeaseGuard() == nil && b.IsStarted() })
+			activity.assertNoOverlap(t)
+		})
+	}
+}
