@@ -35,6 +35,11 @@ type fleetIncarnation struct {
 	// done is closed once every goroutine of the incarnation has returned
 	// (after its Shutdown, which may return earlier when its ctx ends).
 	done chan struct{}
+	// next is closed when the next incarnation's Run begins: an
+	// incarnation stopped without the manager stopping (a stand-down, a
+	// StopChild of the runner or of a group above it) keeps the clusters
+	// for it, unless the manager stops first.
+	next chan struct{}
 }
 
 // Name is FleetProviderChild.
@@ -54,7 +59,7 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		return fmt.Errorf("fleet %q: not added to a manager", f.name)
 	}
 	report, _ := FailureReporter(ctx)
-	inc := &fleetIncarnation{done: make(chan struct{})}
+	inc := &fleetIncarnation{done: make(chan struct{}), next: make(chan struct{})}
 	// Run's ctx ends when Run returns; the incarnation lives until Shutdown.
 	inc.ctx, inc.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	inc.unsub = host.Subscribe(func(e Event) {
@@ -73,6 +78,9 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 	prev := f.last
 	f.inc, f.last = inc, inc
 	f.mu.Unlock()
+	if prev != nil {
+		close(prev.next)
+	}
 	inc.wg.Add(1)
 	go func() {
 		defer inc.wg.Done()
@@ -146,10 +154,63 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 			f.mu.Unlock()
 		}
 		close(inc.done)
+		if stopping || host == nil {
+			return
+		}
+		// Kept for the next incarnation (a stand-down: the next start
+		// round runs the runner again). Should the manager stop first
+		// (shut down while Electing, or with the runner stopped by
+		// request), no Shutdown of the runner comes to end the clusters:
+		// they end with the manager, as Cluster.Context says.
+		select {
+		case <-inc.next:
+		case <-host.Done():
+			f.mu.Lock()
+			if f.last == inc {
+				for _, mb := range f.members {
+					mb.forget()
+				}
+			}
+			f.mu.Unlock()
+		}
 	}()
 	select {
 	case <-inc.done:
 	case <-ctx.Done():
+	}
+}
+
+// managerStopped: the manager has stopped (Stopped or Failed), its
+// children stopped, before Done closes. A runner stopped without the
+// manager stopping (a stand-down: shut down while Electing; or a StopChild
+// of it or of a group above it) kept the clusters for its next Run, which
+// will not come: they end now, as Cluster.Context says, unless that
+// incarnation's goroutines still run (a provider that ignores its
+// context), whose Shutdown ends them once they return. It never blocks.
+func (f *Fleet) managerStopped() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inc != nil || f.last == nil {
+		return
+	}
+	select {
+	case <-f.last.done:
+	default:
+		return
+	}
+	for _, mb := range f.members {
+		mb.forget()
+	}
+}
+
+// fleetsStopped is the supervisor's Stopped: every fleet added to the
+// manager hears that it stopped.
+func (m *BaseManager) fleetsStopped() {
+	m.mu.Lock()
+	fleets := slices.Clone(m.fleets)
+	m.mu.Unlock()
+	for _, f := range fleets {
+		f.managerStopped()
 	}
 }
 

@@ -181,6 +181,7 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 		Bus:       bus,
 		Observed:  supervise.NewObserved(),
 		Tree:      groupTree,
+		Stopped:   m.fleetsStopped,
 	}
 	el.configure(&cfg)
 	identity := cfg.Identity
