@@ -1,0 +1,70 @@
+package controllermanager_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// A config rotated while the member's loop is still building the subtree
+// of the config engaged before (a build that takes its time: a cache
+// warmed, a client made). docs/fleet.md: a changed config "restarts the
+// subtree once, on the new config"; the events of a cluster come in order,
+// each ClusterOnline announcing the config last engaged
+// (TestFleetEventsOfAClusterComeInOrder). Before, the loop went on with
+// the old config once its build returned: it added the old subtree,
+// started its controllers on the old credentials after the provider had
+// replaced them, announced it Online (Clusters() said Online, for the old
+// config, overwriting the new config's Engaging), then tore it down and
+// built the new one: two ClusterOnline for one engage.
+func TestAttackFleetRotatedDuringBuild(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(nil)
+	bl := newBuilds()
+	building := make(chan struct{})
+	release := make(chan struct{})
+	build := func(c cm.Cluster) []cm.Runnable {
+		if c.Config().BearerToken == "token-1" {
+			close(building)
+			<-release
+		}
+		return bl.build(c)
+	}
+	fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	old := a.config()
+	require.NoError(t, prov.Engage(t, "a", old))
+	awaitRecv(t, building, "the build of token-1")
+	require.NoError(t, prov.Engage(t, "a", &rest.Config{Host: a.srv.URL, BearerToken: "token-2"}))
+	close(release)
+	// Settle: a build on token-2 runs.
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		for _, c := range bl.of("a") {
+			if c.cluster.Config().BearerToken == "token-2" && c.runs.Load() > 0 {
+				st, ok := fleet.Cluster("a")
+				// events reach a subscriber after the state they report
+				return ok && st.State == cm.ClusterStateOnline && log.count(is(cm.ClusterOnline, "fleet/a")) > 0
+			}
+		}
+		return false
+	})
+	var order []cm.EventType
+	for _, e := range log.all() {
+		if e.Child == "fleet/a" && (e.Type == cm.ClusterEngaged || e.Type == cm.ClusterOnline) {
+			order = append(order, e.Type)
+		}
+	}
+	for i, c := range bl.of("a") {
+		if c.cluster.Config().BearerToken == "token-1" {
+			require.Zero(t, c.runs.Load(), "build %d on the replaced config token-1 ran", i)
+		}
+	}
+	require.Equal(t, []cm.EventType{cm.ClusterEngaged, cm.ClusterEngaged, cm.ClusterOnline}, order)
+}
