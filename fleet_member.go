@@ -297,11 +297,22 @@ func (mb *member) reconcile(ctx context.Context) {
 	}
 	switch {
 	case mb.failed != nil:
+	case mb.stale():
+		// Engaged again (or disengaged) meanwhile: not announced for a
+		// config no longer wanted; the next step applies the new one.
 	case mb.online && mb.group == groupRunning:
 		mb.announce(ClusterStateOnline, nil)
 	case !mb.online && mb.group != groupRunning && mb.group != groupUnknown:
 		mb.announce(ClusterStateOffline, mb.cause)
 	}
+}
+
+// stale reports whether what the loop applied is no longer wanted: the
+// cluster was engaged on another config, or disengaged, since.
+func (mb *member) stale() bool {
+	mb.f.mu.Lock()
+	defer mb.f.mu.Unlock()
+	return mb.gone || mb.gen != mb.applied
 }
 
 // addGroup builds the cluster's children and adds its group under the
@@ -328,6 +339,11 @@ func (mb *member) addGroup(ctx context.Context) {
 			// the cluster's shard, as in a group of AddShardedGroup.
 			mb.pending.shard = ShardOf(mb.name, n) + 1
 		}
+	}
+	if mb.stale() {
+		// Engaged again (or disengaged) while build ran: the subtree is
+		// of a config no longer wanted. The next step applies what is.
+		return
 	}
 	err := f.request(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
 	switch {
