@@ -133,6 +133,7 @@ func newAttackManager(t *testing.T, f *attackFake, onLost cm.LeaseLostAction, ct
 // every caller returns within its context, the manager is Done, Err and
 // Status agree, the guard never passes after Done, and Run ran once.
 func TestAttackShutdownMeetsNetworkCut(t *testing.T) {
+	t.Parallel() // waits on the real clock (lease expiries) most of its time
 	for _, onLost := range []cm.LeaseLostAction{cm.LeaseLostExit, cm.LeaseLostReelect} {
 		for _, cut := range []string{"writes", "all"} {
 			t.Run(fmt.Sprintf("%s/%s", onLost, cut), func(t *testing.T) {
@@ -193,6 +194,7 @@ func TestAttackShutdownMeetsNetworkCut(t *testing.T) {
 // published (LeaderLost), or the moment the replica re-enters Electing:
 // the closest a host gets to "at the same moment as a lease loss".
 func TestAttackShutdownOnLeaderLost(t *testing.T) {
+	t.Parallel() // waits on the real clock (lease expiries) most of its time
 	for _, onLost := range []cm.LeaseLostAction{cm.LeaseLostExit, cm.LeaseLostReelect} {
 		for _, trigger := range []cm.EventType{cm.LeaderLost, cm.PhaseChanged} {
 			t.Run(fmt.Sprintf("%s/%s", onLost, trigger), func(t *testing.T) {

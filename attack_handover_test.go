@@ -66,6 +66,7 @@ func (l cutLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1
 // returns within its context with one answer (nil or ErrLost) that Status
 // agrees with; b ends holding every shard.
 func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
+	t.Parallel() // waits on the real clock (lease expiries) most of its time
 	for _, backend := range []string{"NewClientset-100ms", "NewSimpleClientset"} {
 		t.Run(backend, func(t *testing.T) {
 			const shards = 4
@@ -155,6 +156,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 // while a's Shutdown has not returned; once it returns, a stops and b
 // takes every shard.
 func TestAttackShutdownMeetsHungHandover(t *testing.T) {
+	t.Parallel() // waits on the real clock (lease expiries) most of its time
 	const shards = 4
 	srv, activity := newFakeServer("NewClientset-100ms"), newElActivity(t)
 	var hung sync.Once
@@ -259,6 +261,7 @@ func noShardOverlap(t *testing.T, a *elActivity) bool {
 // its loss is published. Never two leaders' controllers at once; the
 // leader's ShutdownAndWait returns with one answer; b takes over.
 func TestAttackLeaseLockCutAndShutdown(t *testing.T) {
+	t.Parallel() // waits on the real clock (lease expiries) most of its time
 	for _, onLost := range []cm.LeaseLostAction{cm.LeaseLostExit, cm.LeaseLostReelect} {
 		t.Run(string(onLost), func(t *testing.T) {
 			f := newAttackFake()
