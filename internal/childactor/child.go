@@ -96,6 +96,12 @@ type child struct {
 	// after the Shutdown) runs on it once the delivery is done, instead of
 	// being handed to another goroutine (see runOnTail).
 	tail atomic.Pointer[func()]
+	// owed is the Shutdown of a child stopped while starting whose actor
+	// was torn down before its start call returned (the parent's deadline
+	// passed): whoever takes it (Swap) runs it, the start call's goroutine
+	// once the call returns, or the actor's Stopping if it has returned
+	// already (see oweShutdown).
+	owed atomic.Pointer[func()]
 }
 
 // childRare is what a child keeps only when a message overlaps a call in
@@ -232,7 +238,43 @@ func (c *child) Receive(ctx actor.Context) {
 		if c.cancelStart != nil {
 			c.cancelStart()
 		}
+		c.oweShutdown()
 		c.inc.end()
+	}
+}
+
+// oweShutdown: the actor is torn down while a Shutdown waits for its start
+// call (stopped while starting, and the parent gave up waiting: a failed
+// Start's shutdown past ShutdownTimeout). startDone will not be delivered,
+// but what the start call began is still owed its Shutdown: it runs once
+// the call returns, on the call's goroutine, or now on a goroutine of its
+// own if the call has returned already. Either side takes it with Swap, so
+// it runs once.
+func (c *child) oweShutdown() {
+	r, call, starting := c.rare, c.stopping, c.starting
+	if r == nil || r.stopAfterStart == nil || call == nil || starting == nil {
+		return
+	}
+	shutdown, ok := c.spec.Impl.(actors.Runnable)
+	if !ok {
+		return
+	}
+	stopCtx, kind, name, log := r.stopAfterStart, c.spec.Kind, c.spec.Name, c.cfg.Logger
+	r.stopAfterStart = nil
+	run := func() {
+		var err error
+		call.run(func() {
+			err = Call(kind, name, "Shutdown", func() error { shutdown.Shutdown(stopCtx); return nil })
+		})
+		if err != nil { // a panic: no parent is left to hear of it
+			log.Error("Shutdown after the manager stopped failed", "child", name, "err", err)
+		}
+	}
+	c.owed.Store(&run)
+	if starting.returned.Load() {
+		if owed := c.owed.Swap(nil); owed != nil {
+			go (*owed)()
+		}
 	}
 }
 
@@ -287,6 +329,9 @@ func (c *child) start(ctx actor.Context, m Start) {
 		var err error
 		call.run(func() { err = Call(c.spec.Kind, c.spec.Name, op, func() error { return fn(runCtx) }) })
 		system.Root.Send(self, startDone{gen: gen, took: clk.Since(begin), err: err})
+		if owed := c.owed.Swap(nil); owed != nil {
+			(*owed)() // the actor is gone: startDone was not delivered
+		}
 	}
 	if !c.runOnTail(run) {
 		c.cfg.Goroutines.GoDeep(run)
