@@ -165,26 +165,7 @@ func TestAttackShutdownMeetsNetworkCut(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				select {
-				case <-m.Done():
-				default:
-					t.Fatal("ShutdownAndWait returned, manager not Done")
-				}
-				err1 := m.Err()
-				st, serr := m.Status(context.Background())
-				if serr == nil {
-					if err1 == nil && st.Phase != cm.PhaseStopped || err1 != nil && st.Phase != cm.PhaseFailed {
-						t.Fatalf("Err %v but phase %s", err1, st.Phase)
-					}
-				}
-				require.Equal(t, fmt.Sprint(err1), fmt.Sprint(m.Err()), "Err changed")
-				if err1 != nil && !errors.Is(err1, lease.ErrLost) {
-					t.Fatalf("Err is neither nil nor ErrLost: %v", err1)
-				}
-				require.Error(t, m.LeaseGuard(), "guard passes after Done")
-				require.Zero(t, c.passAfter.Load(), "worker's guard passed after Done")
-				require.Equal(t, int32(1), c.runs.Load(), "runs")
-				require.Equal(t, int32(1), c.shutdowns.Load(), "shutdowns")
+				requireOneAnswer(t, m, c)
 			})
 		}
 	}
@@ -243,29 +224,39 @@ func TestAttackShutdownOnLeaderLost(t *testing.T) {
 				for err := range results {
 					require.NoError(t, err, "ShutdownAndWait ran out its context")
 				}
-				select {
-				case <-m.Done():
-				default:
-					t.Fatal("ShutdownAndWait returned, manager not Done")
-				}
-				err1 := m.Err()
-				st, serr := m.Status(context.Background())
-				if serr == nil {
-					if err1 == nil && st.Phase != cm.PhaseStopped || err1 != nil && st.Phase != cm.PhaseFailed {
-						t.Fatalf("Err %v but phase %s", err1, st.Phase)
-					}
-					if fmt.Sprint(st.Err) != fmt.Sprint(err1) {
-						t.Fatalf("Status.Err %v, Err %v", st.Err, err1)
-					}
-				}
-				if err1 != nil && !errors.Is(err1, lease.ErrLost) {
-					t.Fatalf("Err is neither nil nor ErrLost: %v", err1)
-				}
-				require.Error(t, m.LeaseGuard(), "guard passes after Done")
-				require.Zero(t, c.passAfter.Load(), "worker's guard passed after Done")
-				require.Equal(t, int32(1), c.runs.Load(), "runs")
-				require.Equal(t, int32(1), c.shutdowns.Load(), "shutdowns")
+				requireOneAnswer(t, m, c)
 			})
 		}
 	}
+}
+
+// requireOneAnswer: every ShutdownAndWait has returned; the manager is
+// Done, its Err is nil (Stopped) or ErrLost (Failed), the same twice and
+// the same as Status's, its guards refuse, and c ran and was shut down
+// once.
+func requireOneAnswer(t *testing.T, m *cm.ControllerManager, c *guardedCtrl) {
+	t.Helper()
+	select {
+	case <-m.Done():
+	default:
+		t.Fatal("ShutdownAndWait returned, manager not Done")
+	}
+	err1 := m.Err()
+	st, serr := m.Status(context.Background())
+	if serr == nil {
+		if err1 == nil && st.Phase != cm.PhaseStopped || err1 != nil && st.Phase != cm.PhaseFailed {
+			t.Fatalf("Err %v but phase %s", err1, st.Phase)
+		}
+		if fmt.Sprint(st.Err) != fmt.Sprint(err1) {
+			t.Fatalf("Status.Err %v, Err %v", st.Err, err1)
+		}
+	}
+	require.Equal(t, fmt.Sprint(err1), fmt.Sprint(m.Err()), "Err changed")
+	if err1 != nil && !errors.Is(err1, lease.ErrLost) {
+		t.Fatalf("Err is neither nil nor ErrLost: %v", err1)
+	}
+	require.Error(t, m.LeaseGuard(), "guard passes after Done")
+	require.Zero(t, c.passAfter.Load(), "worker's guard passed after Done")
+	require.Equal(t, int32(1), c.runs.Load(), "runs")
+	require.Equal(t, int32(1), c.shutdowns.Load(), "shutdowns")
 }

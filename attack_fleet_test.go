@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sync/atomic"
 
 	cm "github.com/actorkube/controllermanager"
 )
@@ -110,8 +108,6 @@ func TestAttackFleetEngageDisengageChurn(t *testing.T) {
 	}
 }
 
-var _ = context.Background
-
 // A fleet's manager stands down (lease lost, LeaseLostReelect) and is shut
 // down while it is Electing. Cluster.Context's contract: it "ends when
 // the cluster is disengaged, its config is replaced, or the manager shuts
@@ -121,38 +117,9 @@ var _ = context.Background
 func TestAttackFleetShutdownWhileStandingDownEndsClusters(t *testing.T) {
 	for _, shards := range []int32{1, 2} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			a := newFakeMember(t, memberOK)
-			var mu sync.Mutex
-			var clusters []cm.Cluster
-			var stale, runs atomic.Int32
-			build := func(c cm.Cluster) []cm.Runnable {
-				mu.Lock()
-				clusters = append(clusters, c)
-				mu.Unlock()
-				return []cm.Runnable{&ctxCtrl{cluster: c, stale: &stale, runs: &runs}}
-			}
-			srv := leasetest.NewServer()
-			client := srv.Client("a")
-			spec := elSpec(cm.LeaseLostReelect)
-			if shards > 1 {
-				spec.Shards = shards
-			}
-			m, err := cm.NewControllerManager(cm.NewContext(client),
-				cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-			require.NoError(t, err)
-			m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), build, fleetSpec()))
-			log := subscribe(t, m)
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			require.NoError(t, m.Start(ctx, 0))
-			log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-			pollUntil(t, elWait, func() string {
-				if runs.Load() == 0 {
-					return "not run"
-				}
-				return ""
-			})
-			client.Partition(true)
+			f := startElectedFleet(t, cm.LeaseLostReelect, shards, newFakeMember(t, memberOK), nil)
+			m := f.m
+			f.client.Partition(true)
 			pollUntil(t, 3*elWait, func() string {
 				if p := managerPhase(m); p != supervisor.PhaseElecting {
 					return "phase " + string(p)
@@ -164,12 +131,7 @@ func TestAttackFleetShutdownWhileStandingDownEndsClusters(t *testing.T) {
 			m.ShutdownAndWait(sctx)
 			require.NoError(t, sctx.Err())
 			<-m.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			require.NotEmpty(t, clusters)
-			for i, c := range clusters {
-				require.Error(t, c.Context().Err(), "cluster %d's Context still open after the manager stopped (%s)", i, managerPhase(m))
-			}
+			f.requireClustersEnded(t)
 		})
 	}
 }
@@ -260,54 +222,16 @@ func TestAttackFleetProblemsDuringShutdown(t *testing.T) {
 func TestAttackFleetLeaseLostExitEndsClusters(t *testing.T) {
 	for _, shards := range []int32{1, 2} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			a := newFakeMember(t, memberOK)
-			var mu sync.Mutex
-			var clusters []cm.Cluster
-			var stale, runs atomic.Int32
-			build := func(c cm.Cluster) []cm.Runnable {
-				mu.Lock()
-				clusters = append(clusters, c)
-				mu.Unlock()
-				return []cm.Runnable{&ctxCtrl{cluster: c, stale: &stale, runs: &runs}}
-			}
-			srv := leasetest.NewServer()
-			client := srv.Client("a")
-			spec := elSpec(cm.LeaseLostExit)
-			if shards > 1 {
-				spec.Shards = shards
-			}
-			m, err := cm.NewControllerManager(cm.NewContext(client),
-				cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-			require.NoError(t, err)
-			m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), build, fleetSpec()))
-			log := subscribe(t, m)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), elWait)
-				defer cancel()
-				m.ShutdownAndWait(ctx)
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			require.NoError(t, m.Start(ctx, 0))
-			log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-			pollUntil(t, elWait, func() string {
-				if runs.Load() == 0 {
-					return "not run"
-				}
-				return ""
-			})
-			client.Partition(true)
+			f := startElectedFleet(t, cm.LeaseLostExit, shards, newFakeMember(t, memberOK), nil)
+			m := f.m
+			f.client.Partition(true)
 			select {
 			case <-m.Done():
 			case <-time.After(3 * elWait):
 				t.Fatal("not stopped")
 			}
 			require.ErrorIs(t, m.Err(), lease.ErrLost)
-			mu.Lock()
-			defer mu.Unlock()
-			for i, c := range clusters {
-				require.Error(t, c.Context().Err(), "cluster %d's Context still open after the manager failed", i)
-			}
+			f.requireClustersEnded(t)
 		})
 	}
 }

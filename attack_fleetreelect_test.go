@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	cm "github.com/actorkube/controllermanager"
-	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -23,34 +21,10 @@ import (
 // that follows ends every Context.
 func TestAttackFleetProblemsAcrossReelection(t *testing.T) {
 	a := newFakeMember(t, memberOK)
-	var stale, runs atomic.Int32
-	var mu sync.Mutex
-	var clusters []cm.Cluster
-	build := func(c cm.Cluster) []cm.Runnable {
-		mu.Lock()
-		clusters = append(clusters, c)
-		mu.Unlock()
-		return []cm.Runnable{&ctxCtrl{cluster: c, stale: &stale, runs: &runs}}
-	}
-	srv := leasetest.NewServer()
-	client := srv.Client("a")
-	m, err := cm.NewControllerManager(cm.NewContext(client),
-		cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostReelect), Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
 	prov := &ctxProvider{ready: make(chan struct{}), initial: map[string]*rest.Config{"a": a.config()}}
-	fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
-	m.Add(fleet)
-	log := subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	defer cancel()
-	require.NoError(t, m.Start(ctx, 0))
+	f := startElectedFleet(t, cm.LeaseLostReelect, 1, a, prov)
+	m := f.m
 	awaitRecv(t, prov.ready, "the provider's Run")
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
 	prov.mu.Lock()
 	pctx, engage, disengage := prov.ctx, prov.engage, prov.disengage
 	prov.mu.Unlock()
@@ -78,40 +52,16 @@ func TestAttackFleetProblemsAcrossReelection(t *testing.T) {
 			}
 		}(g)
 	}
-	client.Partition(true)
-	pollUntil(t, 3*elWait, func() string {
-		if p := managerPhase(m); p == supervisor.PhaseRunning {
-			return "still running"
-		}
-		return ""
-	})
-	client.Partition(false)
-	pollUntil(t, 3*elWait, func() string {
-		if p := managerPhase(m); p != supervisor.PhaseRunning {
-			return "phase " + string(p)
-		}
-		cs, ok := fleetChild(t, m, "fleet/a/ctrl")
-		if !ok || cs.State != supervisor.StateRunning {
-			return "fleet/a/ctrl not running"
-		}
-		if runs.Load() < 2 {
-			return "not run again"
-		}
-		return ""
-	})
+	f.reelect(t)
 	close(stop)
 	wg.Wait()
-	require.Zero(t, stale.Load(), "controllers started on an ended Context (of %d runs)", runs.Load())
+	require.Zero(t, f.stale.Load(), "controllers started on an ended Context (of %d runs)", f.runs.Load())
 	sctx, scancel := context.WithTimeout(context.Background(), elWait)
 	defer scancel()
 	m.ShutdownAndWait(sctx)
 	require.NoError(t, sctx.Err())
 	<-m.Done()
-	mu.Lock()
-	defer mu.Unlock()
-	for i, c := range clusters {
-		require.Error(t, c.Context().Err(), "cluster %d's Context open after the manager stopped", i)
-	}
+	f.requireClustersEnded(t)
 }
 
 // A standby blocked in Start (its Lease watch stalled, on client-go's

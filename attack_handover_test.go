@@ -75,26 +75,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			var handover sync.Once
 			shutdownDone := make(chan struct{})
 			mk := func(id string, client kubernetes.Interface, hook func()) *cm.ControllerManager {
-				spec := elSpec(cm.LeaseLostReelect)
-				spec.Shards = shards
-				spec.LeaseDuration.Duration = fakeLeaseDuration
-				m, err := cm.NewControllerManager(cm.NewContext(client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
-					cm.WithIdentity(id), elQuiet)
-				require.NoError(t, err)
-				m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
-					c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
-					if hook != nil {
-						c.shutdown = func(context.Context) { hook() }
-					}
-					return c
-				})
-				t.Cleanup(func() {
-					ctx, cancel := context.WithTimeout(context.Background(), elWait)
-					defer cancel()
-					m.ShutdownAndWait(ctx)
-				})
-				go func() { _ = m.Start(context.Background(), 0) }()
-				return m
+				return startShardedReplica(t, id, client, shards, activity, hook)
 			}
 			var a *cm.ControllerManager
 			var shutdownErr atomic.Value
@@ -165,26 +146,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	returned := make(chan struct{})
 	mk := func(id string, hook func()) *cm.ControllerManager {
-		spec := elSpec(cm.LeaseLostReelect)
-		spec.Shards = shards
-		spec.LeaseDuration.Duration = fakeLeaseDuration
-		m, err := cm.NewControllerManager(cm.NewContext(srv.clientFor(id)), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
-			cm.WithIdentity(id), elQuiet)
-		require.NoError(t, err)
-		m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
-			c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
-			if hook != nil {
-				c.shutdown = func(context.Context) { hook() }
-			}
-			return c
-		})
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			m.ShutdownAndWait(ctx)
-		})
-		go func() { _ = m.Start(context.Background(), 0) }()
-		return m
+		return startShardedReplica(t, id, srv.clientFor(id), shards, activity, hook)
 	}
 	var a *cm.ControllerManager
 	a = mk("a", func() {
@@ -305,4 +267,32 @@ func TestAttackLeaseLockCutAndShutdown(t *testing.T) {
 			activity.assertNoOverlap(t)
 		})
 	}
+}
+
+// startShardedReplica starts (without waiting) a replica id electing
+// shards Leases over client with Reelect, one elController per shard
+// (ctl-<i>) recording into activity; hook, when set, runs in each
+// controller's Shutdown. The test's cleanup shuts it down.
+func startShardedReplica(t *testing.T, id string, client kubernetes.Interface, shards int32, activity *elActivity, hook func()) *cm.ControllerManager {
+	t.Helper()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = shards
+	spec.LeaseDuration.Duration = fakeLeaseDuration
+	m, err := cm.NewControllerManager(cm.NewContext(client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
+		cm.WithIdentity(id), elQuiet)
+	require.NoError(t, err)
+	m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
+		c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
+		if hook != nil {
+			c.shutdown = func(context.Context) { hook() }
+		}
+		return c
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	go func() { _ = m.Start(context.Background(), 0) }()
+	return m
 }

@@ -58,58 +58,9 @@ func managerPhase(m *cm.ControllerManager) supervisor.Phase {
 func TestFleetReelectionKeepsItsClusters(t *testing.T) {
 	for _, shards := range []int32{1, 2} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			a := newFakeMember(t, memberOK)
-			var stale, runs atomic.Int32
-			build := func(c cm.Cluster) []cm.Runnable {
-				return []cm.Runnable{&ctxCtrl{cluster: c, stale: &stale, runs: &runs}}
-			}
-			srv := leasetest.NewServer()
-			client := srv.Client("a")
-			spec := elSpec(cm.LeaseLostReelect)
-			if shards > 1 {
-				spec.Shards = shards
-			}
-			m, err := cm.NewControllerManager(cm.NewContext(client),
-				cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-			require.NoError(t, err)
-			m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), build, fleetSpec()))
-			log := subscribe(t, m)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), elWait)
-				defer cancel()
-				m.ShutdownAndWait(ctx)
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), elWait)
-			defer cancel()
-			require.NoError(t, m.Start(ctx, 0))
-			log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-			pollUntil(t, elWait, func() string {
-				if runs.Load() == 0 {
-					return "not run"
-				}
-				return ""
-			})
-			client.Partition(true)
-			pollUntil(t, 3*elWait, func() string {
-				if p := managerPhase(m); p == supervisor.PhaseRunning {
-					return "still running"
-				}
-				return ""
-			})
-			client.Partition(false)
-			pollUntil(t, 3*elWait, func() string {
-				if p := managerPhase(m); p != supervisor.PhaseRunning {
-					return "phase " + string(p)
-				}
-				cs, ok := fleetChild(t, m, "fleet/a/ctrl")
-				if !ok || cs.State != supervisor.StateRunning {
-					return "fleet/a/ctrl not running"
-				}
-				if runs.Load() < 2 {
-					return "not run again"
-				}
-				return ""
-			})
+			f := startElectedFleet(t, cm.LeaseLostReelect, shards, newFakeMember(t, memberOK), nil)
+			stale, runs := &f.stale, &f.runs
+			f.reelect(t)
 			t.Logf("runs %d stale %d", runs.Load(), stale.Load())
 			require.Zero(t, stale.Load(), "controllers started with their Cluster's Context ended (of %d runs)", runs.Load())
 		})
@@ -156,6 +107,101 @@ func TestFleetProblemReportedAsItIsDisengagedEndsListed(t *testing.T) {
 			st, ok := fleet.Cluster("a")
 			return ok && st.State == cm.ClusterStateOnline
 		})
+	}
+}
+
+// electedFleet is a manager electing over a leasetest server (one Lease,
+// or shards), with a fleet whose build gives each member one ctxCtrl,
+// counting its runs and its starts on an ended Cluster, and keeps every
+// Cluster it built.
+type electedFleet struct {
+	m           *cm.ControllerManager
+	client      *leasetest.Client
+	log         *eventLog
+	stale, runs atomic.Int32
+	mu          sync.Mutex
+	clusters    []cm.Cluster
+}
+
+// startElectedFleet starts an electedFleet whose provider is prov (nil: a
+// hand provider engaging a as "a"), and waits until a is Online and its
+// controller has run. The test's cleanup shuts it down.
+func startElectedFleet(t *testing.T, onLost cm.LeaseLostAction, shards int32, a *fakeMember, prov cm.ClusterProvider) *electedFleet {
+	t.Helper()
+	f := &electedFleet{}
+	build := func(c cm.Cluster) []cm.Runnable {
+		f.mu.Lock()
+		f.clusters = append(f.clusters, c)
+		f.mu.Unlock()
+		return []cm.Runnable{&ctxCtrl{cluster: c, stale: &f.stale, runs: &f.runs}}
+	}
+	f.client = leasetest.NewServer().Client("a")
+	spec := elSpec(onLost)
+	if shards > 1 {
+		spec.Shards = shards
+	}
+	m, err := cm.NewControllerManager(cm.NewContext(f.client),
+		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	if prov == nil {
+		prov = newHandProvider(map[string]*rest.Config{"a": a.config()})
+	}
+	m.Add(cm.NewFleet("fleet", prov, build, fleetSpec()))
+	f.m, f.log = m, subscribe(t, m)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.NoError(t, m.Start(ctx, 0))
+	f.log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	pollUntil(t, elWait, func() string {
+		if f.runs.Load() == 0 {
+			return "not run"
+		}
+		return ""
+	})
+	return f
+}
+
+// reelect cuts the manager off the API server until it stands down, then
+// lets it back and waits until it runs fleet/a's controller again.
+func (f *electedFleet) reelect(t *testing.T) {
+	t.Helper()
+	f.client.Partition(true)
+	pollUntil(t, 3*elWait, func() string {
+		if p := managerPhase(f.m); p == supervisor.PhaseRunning {
+			return "still running"
+		}
+		return ""
+	})
+	f.client.Partition(false)
+	pollUntil(t, 3*elWait, func() string {
+		if p := managerPhase(f.m); p != supervisor.PhaseRunning {
+			return "phase " + string(p)
+		}
+		cs, ok := fleetChild(t, f.m, "fleet/a/ctrl")
+		if !ok || cs.State != supervisor.StateRunning {
+			return "fleet/a/ctrl not running"
+		}
+		if f.runs.Load() < 2 {
+			return "not run again"
+		}
+		return ""
+	})
+}
+
+// requireClustersEnded: every Cluster the fleet built has its Context
+// ended (the manager has stopped).
+func (f *electedFleet) requireClustersEnded(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.NotEmpty(t, f.clusters)
+	for i, c := range f.clusters {
+		require.Error(t, c.Context().Err(), "cluster %d's Context still open after the manager stopped (%s)", i, managerPhase(f.m))
 	}
 }
 
