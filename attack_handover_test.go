@@ -91,20 +91,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 					}()
 				})
 			})
-			holds := func(m *cm.ControllerManager) int {
-				st, err := m.Status(context.Background())
-				if err != nil {
-					return -1
-				}
-				n := 0
-				for _, s := range st.Shards {
-					if s.Held {
-						n++
-					}
-				}
-				return n
-			}
-			elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return holds(a) == shards })
+			elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return shardsHeld(a) == shards })
 			b := mk("b", srv.clientFor("b"), nil)
 			select {
 			case <-shutdownDone:
@@ -125,7 +112,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			for i := 0; i < shards; i++ {
 				require.Error(t, a.ShardLeaseGuard(i), "a's guard of shard %d", i)
 			}
-			elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return holds(b) == shards })
+			elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return shardsHeld(b) == shards })
 			noShardOverlap(t, activity)
 		})
 	}
@@ -163,20 +150,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 		}()
 		<-release // ignores its context
 	})
-	holds := func(m *cm.ControllerManager) int {
-		st, err := m.Status(context.Background())
-		if err != nil {
-			return -1
-		}
-		n := 0
-		for _, s := range st.Shards {
-			if s.Held {
-				n++
-			}
-		}
-		return n
-	}
-	elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return holds(a) == shards })
+	elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return shardsHeld(a) == shards })
 	b := mk("b", nil)
 	select {
 	case <-returned:
@@ -201,7 +175,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 		t.Fatal("a not Done once its Shutdown returned")
 	}
 	require.ErrorIs(t, a.Err(), cm.ErrUnstopped, "Err changed once stopped: %v", a.Err())
-	elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return holds(b) == shards })
+	elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return shardsHeld(b) == shards })
 	noShardOverlap(t, activity)
 }
 
@@ -295,4 +269,20 @@ func startShardedReplica(t *testing.T, id string, client kubernetes.Interface, s
 	})
 	go func() { _ = m.Start(context.Background(), 0) }()
 	return m
+}
+
+// shardsHeld is how many shards m's Status says it holds, -1 when Status
+// does not answer.
+func shardsHeld(m *cm.ControllerManager) int {
+	st, err := m.Status(context.Background())
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, s := range st.Shards {
+		if s.Held {
+			n++
+		}
+	}
+	return n
 }
