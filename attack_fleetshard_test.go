@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease"
@@ -826,4 +827,25 @@ func TestAttackFleetAddedTwiceBeforeStart(t *testing.T) {
 	m.ShutdownAndWait(ctx)
 	assert.ErrorIs(t, err, cm.ErrFleetInUse)
 	assert.Zero(t, prov.live(), "provider Runs left after ShutdownAndWait")
+}
+
+// A fleet whose add was refused (its group's name taken) may be added
+// again elsewhere: the refusal of a second add is only for a fleet in the
+// tree.
+func TestAttackFleetRefusedAddMayBeAddedAgain(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), bl.build, fleetSpec())
+	m, log := fleetManager(t, clocktesting.NewFakeClock(time.Now()), cm.NewGroup("x", cm.SupervisionSpec{}, &clusterCtrl{}))
+	startFleet(t, m)
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	err := m.AddChild(ctx, cm.NewGroup("x", cm.SupervisionSpec{}, fleet))
+	require.ErrorIs(t, err, supervisor.ErrDuplicateChild)
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("y", cm.SupervisionSpec{}, fleet)))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "y/fleet/a"))
+	require.ErrorIs(t, m.AddChild(ctx, cm.NewGroup("z", cm.SupervisionSpec{}, fleet)), cm.ErrFleetInUse)
+	require.NoError(t, m.RemoveChild(ctx, "y"))
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("z", cm.SupervisionSpec{}, fleet)))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "z/fleet/a"))
 }

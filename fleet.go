@@ -78,6 +78,8 @@ var (
 	// ErrFleetInUse is wrapped by the error of an Add, AddChild or Start
 	// that brings a Fleet added to another manager already: a Fleet runs
 	// in one manager, whose runner and members it shares with no other.
+	// It is also wrapped when the Fleet is in this manager's tree already
+	// (at another path, or twice in one add): a Fleet runs once.
 	ErrFleetInUse = errors.New("controllermanager: fleet added to another manager")
 )
 
@@ -261,6 +263,12 @@ type Fleet struct {
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
 	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
 	events  uint64            // events that told a member whether its group stopped itself (noted)
+	// placed: an add that brings the fleet into host's tree was sent, and
+	// the fleet has not left the tree since (removedFromTree). A second
+	// add of it is refused with ErrFleetInUse: a fleet runs once. A
+	// Request's add that was refused, and left no runner in the tree,
+	// clears it (unplace).
+	placed bool
 }
 
 // NewFleet returns a child like a Group (name: no "/", unique among its
@@ -367,7 +375,24 @@ func fleetGroup(parent string, v any) any {
 func (m *BaseManager) bindFleets(vals []any) error {
 	var fleets []*Fleet
 	collectFleets(vals, &fleets)
-	var bound []*Fleet
+	for i, x := range fleets {
+		if slices.Contains(fleets[:i], x) {
+			return fmt.Errorf("fleet %q: added twice in one add: %w", x.name, ErrFleetInUse)
+		}
+	}
+	var bound, placed []*Fleet
+	undo := func() { // as it was: nothing of this add binds
+		for _, b := range bound {
+			b.mu.Lock()
+			b.host = nil
+			b.mu.Unlock()
+		}
+		for _, b := range placed {
+			b.mu.Lock()
+			b.placed = false
+			b.mu.Unlock()
+		}
+	}
 	for _, x := range fleets {
 		x.mu.Lock()
 		switch {
@@ -376,13 +401,16 @@ func (m *BaseManager) bindFleets(vals []any) error {
 			bound = append(bound, x)
 		case x.host != m:
 			x.mu.Unlock()
-			for _, b := range bound { // as it was: nothing of this add binds
-				b.mu.Lock()
-				b.host = nil
-				b.mu.Unlock()
-			}
+			undo()
 			return fmt.Errorf("fleet %q: %w", x.name, ErrFleetInUse)
+		case x.placed:
+			path := x.pathLocked()
+			x.mu.Unlock()
+			undo()
+			return fmt.Errorf("fleet %q: in this manager's tree already, at %q: %w", x.name, path, ErrFleetInUse)
 		}
+		x.placed = true
+		placed = append(placed, x)
 		x.mu.Unlock()
 	}
 	m.mu.Lock()
@@ -393,6 +421,33 @@ func (m *BaseManager) bindFleets(vals []any) error {
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// unplaceFleets is for an add of vals that the supervisor refused: each
+// fleet among them whose runner is not in the tree (at the path the add
+// gave it) may be added again. Unsure (no Status), it stays placed.
+func (m *BaseManager) unplaceFleets(ctx context.Context, vals []any, refusal error) {
+	var fleets []*Fleet
+	collectFleets(vals, &fleets)
+	if len(fleets) == 0 {
+		return
+	}
+	var st Status
+	if !errors.Is(refusal, supervisor.ErrDuplicateChild) && !errors.Is(refusal, supervisor.ErrNotRunning) {
+		// Refused for another reason: a group may be in the tree with a
+		// child whose start failed. Read where the runner stands.
+		var err error
+		if st, err = m.Status(ctx); err != nil {
+			return
+		}
+	}
+	for _, x := range fleets {
+		x.mu.Lock()
+		if _, in := st.Child(x.pathLocked() + "/" + FleetProviderChild); !in {
+			x.placed = false
+		}
+		x.mu.Unlock()
+	}
 }
 
 // collectFleets appends to out every fleet among vals, at any depth of
