@@ -849,3 +849,70 @@ func TestAttackFleetRefusedAddMayBeAddedAgain(t *testing.T) {
 	require.NoError(t, m.AddChild(ctx, cm.NewGroup("z", cm.SupervisionSpec{}, fleet)))
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "z/fleet/a"))
 }
+
+// fsStubborn engages initial, then waits for release, ignoring its
+// context.
+type fsStubborn struct {
+	mu        sync.Mutex
+	initial   map[string]*rest.Config
+	release   chan struct{}
+	disengage func(string)
+}
+
+func (p *fsStubborn) Run(_ context.Context, engage func(string, *rest.Config) error, disengage func(string)) error {
+	p.mu.Lock()
+	p.disengage = disengage
+	p.mu.Unlock()
+	for n, c := range p.initial {
+		_ = engage(n, c)
+	}
+	<-p.release
+	return nil
+}
+
+// The fleet is removed (its provider ignoring its context, so the runner's
+// goroutines outlive the removal) and added again at another path before
+// they return: its members are kept, as documented ("added again before
+// that"), and their groups added under the new path. A member disengaged
+// then must stop and leave the tree, and its events must name its group's
+// path.
+func TestAttackFleetReaddedElsewhereBeforeItsRunnerReturned(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	prov := &fsStubborn{initial: map[string]*rest.Config{"a": a.config()}, release: make(chan struct{})}
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	m, log := fleetManagerWith(t, clocktesting.NewFakeClock(time.Now()),
+		cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{ShutdownTimeout: gDuration(100 * time.Millisecond)}},
+		cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
+	startFleet(t, m)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "y/fleet/a"))
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	t.Logf("RemoveChild y: %v", m.RemoveChild(ctx, "y"))
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("z", cm.SupervisionSpec{}, fleet)))
+	close(prov.release) // the first provider returns: the second runs
+	pollUntil(t, elWait, func() string {
+		cs, ok := mustStatus(t, m).Child("z/fleet/a/ctrl")
+		if !ok || cs.State != supervisor.StateRunning {
+			return "z/fleet/a/ctrl not running"
+		}
+		return ""
+	})
+	prov.mu.Lock()
+	disengage := prov.disengage
+	prov.mu.Unlock()
+	disengage("a")
+	pollUntil(t, 3*time.Second, func() string {
+		if _, ok := mustStatus(t, m).Child("z/fleet/a"); ok {
+			return "z/fleet/a still in the tree after a was disengaged"
+		}
+		for _, c := range bl.of("a") {
+			if c.runs.Load() > c.stops.Load() {
+				return "a's controller runs after a was disengaged"
+			}
+		}
+		return ""
+	})
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "z/fleet/a"))
+	fsOrder(t, log.all(), "z/fleet/a")
+}
