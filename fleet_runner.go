@@ -95,6 +95,18 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 				return
 			}
 		}
+		// Removed and added again at another path before the previous
+		// incarnation returned: the members kept (their Context, their
+		// caches) take the new path before any loop of theirs runs, and
+		// are announced there (ClusterEngaged, then where they stand).
+		f.mu.Lock()
+		moved := f.repathLocked()
+		f.mu.Unlock()
+		for _, mb := range moved {
+			mb.events.Lock()
+			f.publish(ClusterEngaged, mb.path, nil)
+			mb.events.Unlock()
+		}
 		f.mu.Lock()
 		if inc.ctx.Err() != nil {
 			f.mu.Unlock()
@@ -390,6 +402,32 @@ func (f *Fleet) removedFromTree() {
 			mb.events.Unlock()
 		}
 	}()
+}
+
+// repathLocked gives every member the path under the fleet's path, which
+// changes when the fleet is removed and added again elsewhere before its
+// previous incarnation has returned (its members are kept, not
+// disengaged). It returns the members that moved: their groups are read
+// again from the tree (under the old path they are gone with the fleet),
+// their state announced again, and their ready series under the old fleet
+// path deleted. No loop of theirs runs; f.mu is held.
+func (f *Fleet) repathLocked() []*member {
+	var moved []*member
+	for _, mb := range f.members {
+		p := f.pathLocked() + "/" + mb.name
+		if mb.path == p {
+			continue
+		}
+		if f.host != nil {
+			f.host.metrics.ClusterReady.DeleteLabelValues(strings.TrimSuffix(mb.path, "/"+mb.name), mb.name)
+		}
+		mb.path, mb.status.Path = p, p
+		mb.regroup = true
+		mb.group = groupUnknown
+		mb.announced = ""
+		moved = append(moved, mb)
+	}
+	return moved
 }
 
 // leave takes mb out of members, into leaving until its ClusterDisengaged
