@@ -2,6 +2,7 @@ package controllermanager_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -235,7 +236,17 @@ func (s *fsSetup) settledOK(t *testing.T, prefix string) string {
 			}
 		}
 		if s.running(c) != held {
-			return fmt.Sprintf("%s: running %v, shard held %v", c, s.running(c), held)
+			st := mustStatus(t, s.m)
+			g, _ := st.Child(prefix + "/" + c)
+			x, _ := st.Child(prefix + "/" + c + "/ctrl")
+			cs, _ := s.fleet.Cluster(c)
+			pr, _ := st.Child(prefix + "/provider")
+			var runs []string
+			for _, y := range b {
+				runs = append(runs, fmt.Sprintf("%d/%d", y.runs.Load(), y.stops.Load()))
+			}
+			return fmt.Sprintf("%s: running %v, shard held %v; group %s %v; ctrl %s err %v; provider %s; cluster %s %v; builds runs/stops %v", c, s.running(c), held,
+				g.State, g.Group, x.State, x.LastError, pr.State, cs.State, cs.Err, runs)
 		}
 		cs, ok := s.fleet.Cluster(c)
 		if !ok || cs.State != cm.ClusterStateOnline {
@@ -551,7 +562,8 @@ func TestAttackFleetShardRaces(t *testing.T) {
 	call := func(what string, f func(ctx context.Context) error) {
 		ctx, cancel := context.WithTimeout(context.Background(), elWait)
 		defer cancel()
-		_ = f(ctx)
+		err := f(ctx)
+		t.Logf("%s: %v", what, err)
 		if ctx.Err() != nil {
 			late <- what
 		}
@@ -605,16 +617,20 @@ func TestAttackFleetShardRaces(t *testing.T) {
 		t.Errorf("%s returned only past its context", w)
 	}
 
-	// Settle: the fleet started, the members engaged on cfgs.
-	call("StartChild g-1", func(ctx context.Context) error { return m.StartChild(ctx, "g-1") })
-	call("StartChild g-1/fleet", func(ctx context.Context) error { return m.StartChild(ctx, "g-1/fleet") })
-	pollUntil(t, elWait, func() string {
-		if _, e, _ := prov.get(); e == nil {
-			return "provider not running"
-		}
-		return ""
-	})
+	// Settle: both shards held again, the fleet started (a StopChild of it
+	// holds until a StartChild: those sent while the replica stood down
+	// were refused, ErrNotRunning), the members engaged on cfgs.
 	elEventuallyWithin(t, 3*elWait, "a holds both shards again", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
+	for _, g := range []string{"g-1", "g-1/fleet"} {
+		pollUntil(t, elWait, func() string {
+			ctx, cancel := context.WithTimeout(context.Background(), elWait)
+			defer cancel()
+			if err := m.StartChild(ctx, g); err != nil && !errors.Is(err, supervisor.ErrAlreadyRunning) {
+				return fmt.Sprintf("StartChild %s: %v", g, err)
+			}
+			return ""
+		})
+	}
 	for _, c := range []string{on0, on1} {
 		_, engage, _ := prov.get()
 		require.NoError(t, engage(c, cfgs[c]))
