@@ -56,33 +56,8 @@ func fsChild(t *testing.T, m *cm.ControllerManager, path string) supervisor.Chil
 // the controller runs again on the same Cluster with Restarts = runs-1.
 func TestAttackFleetInShardedGroupFollowsMemberShard(t *testing.T) {
 	t.Parallel()
-	const shards = 2
-	on0, on1 := fsNames(shards)
-	a0, a1 := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{on0: a0.config(), on1: a1.config()})
-	bl := newBuilds()
-	srv := leasetest.NewServer()
-	spec := elSpec(cm.LeaseLostReelect)
-	spec.Shards = shards
-	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	m.AddShardedGroup("g", cm.SupervisionSpec{}, func(s cm.Shard) []cm.Runnable {
-		if s.Index == 1 {
-			return []cm.Runnable{fleet}
-		}
-		return []cm.Runnable{&clusterCtrl{}}
-	})
-	log := subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	defer cancel()
-	require.NoError(t, m.Start(ctx, 0))
+	fs := newFSSetup(t)
+	m, srv, bl, log, on0, on1 := fs.m, fs.srv, fs.bl, fs.log, fs.on0, fs.on1
 	elEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
 	running := func(c string) bool {
 		b := bl.of(c)
@@ -178,18 +153,32 @@ type fsSetup struct {
 
 func newFSSetup(t *testing.T) *fsSetup {
 	t.Helper()
+	return startFSSetup(t, cm.LeaseLostReelect, nil)
+}
+
+// startFSSetup makes and starts an fsSetup whose manager does onLost and
+// whose fleet's provider is mkProv's (nil: a handProvider) for the
+// members' configs. The test's cleanup shuts it down.
+func startFSSetup(t *testing.T, onLost cm.LeaseLostAction, mkProv func(cfgs map[string]*rest.Config) cm.ClusterProvider) *fsSetup {
+	t.Helper()
 	const shards = 2
 	s := &fsSetup{srv: leasetest.NewServer(), bl: newBuilds()}
 	s.on0, s.on1 = fsNames(shards)
 	s.cfgs = map[string]*rest.Config{s.on0: newFakeMember(t, memberOK).config(), s.on1: newFakeMember(t, memberOK).config()}
-	s.prov = newHandProvider(s.cfgs)
-	spec := elSpec(cm.LeaseLostReelect)
+	var prov cm.ClusterProvider
+	if mkProv != nil {
+		prov = mkProv(s.cfgs)
+	} else {
+		s.prov = newHandProvider(s.cfgs)
+		prov = s.prov
+	}
+	spec := elSpec(onLost)
 	spec.Shards = shards
 	m, err := cm.NewControllerManager(cm.NewContext(s.srv.Client("a")),
 		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
 	require.NoError(t, err)
 	s.m = m
-	s.fleet = cm.NewFleet("fleet", s.prov, s.bl.build, fleetSpec())
+	s.fleet = cm.NewFleet("fleet", prov, s.bl.build, fleetSpec())
 	m.AddShardedGroup("g", cm.SupervisionSpec{}, func(sh cm.Shard) []cm.Runnable {
 		if sh.Index == 1 {
 			return []cm.Runnable{s.fleet}
@@ -197,15 +186,18 @@ func newFSSetup(t *testing.T) *fsSetup {
 		return []cm.Runnable{&clusterCtrl{}}
 	})
 	s.log = subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	})
+	t.Cleanup(s.shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	defer cancel()
 	require.NoError(t, m.Start(ctx, 0))
 	return s
+}
+
+// shutdown shuts the manager down, waiting elWait at most.
+func (s *fsSetup) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	s.m.ShutdownAndWait(ctx)
 }
 
 // running: the latest build of c has a controller running.
@@ -521,34 +513,13 @@ func (p *fsProvider) get() (context.Context, func(string, *rest.Config) error, f
 // a time, with its events in order.
 func TestAttackFleetShardRaces(t *testing.T) {
 	t.Parallel()
-	const shards = 2
-	on0, on1 := fsNames(shards)
-	cfgs := map[string]*rest.Config{on0: newFakeMember(t, memberOK).config(), on1: newFakeMember(t, memberOK).config()}
+	var prov *fsProvider
+	fs := startFSSetup(t, cm.LeaseLostReelect, func(cfgs map[string]*rest.Config) cm.ClusterProvider {
+		prov = &fsProvider{initial: cfgs}
+		return prov
+	})
+	m, srv, log, on0, on1, cfgs := fs.m, fs.srv, fs.log, fs.on0, fs.on1, fs.cfgs
 	alt := map[string]*rest.Config{on0: newFakeMember(t, memberOK).config(), on1: newFakeMember(t, memberOK).config()}
-	prov := &fsProvider{initial: cfgs}
-	bl := newBuilds()
-	srv := leasetest.NewServer()
-	spec := elSpec(cm.LeaseLostReelect)
-	spec.Shards = shards
-	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	m.AddShardedGroup("g", cm.SupervisionSpec{}, func(sh cm.Shard) []cm.Runnable {
-		if sh.Index == 1 {
-			return []cm.Runnable{fleet}
-		}
-		return []cm.Runnable{&clusterCtrl{}}
-	})
-	log := subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	require.NoError(t, m.Start(ctx, 0))
-	cancel()
 	elEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
 	pollUntil(t, elWait, func() string {
 		if _, e, _ := prov.get(); e == nil {
@@ -635,7 +606,7 @@ func TestAttackFleetShardRaces(t *testing.T) {
 		_, engage, _ := prov.get()
 		require.NoError(t, engage(c, cfgs[c]))
 	}
-	s := &fsSetup{m: m, srv: srv, log: log, bl: bl, fleet: fleet, on0: on0, on1: on1}
+	s := fs
 	pollUntil(t, 3*elWait, func() string { return s.settledOK(t, "g-1/fleet") })
 	for _, c := range []string{on0, on1} {
 		fsOrder(t, log.all(), "g-1/fleet/"+c)
@@ -680,29 +651,10 @@ func TestAttackFleetInShardedGroupStandDown(t *testing.T) {
 // contexts end, ShutdownAndWait answers every caller, nothing runs.
 func TestAttackFleetShardLostExit(t *testing.T) {
 	t.Parallel()
-	const shards = 2
-	on0, on1 := fsNames(shards)
-	cfgs := map[string]*rest.Config{on0: newFakeMember(t, memberOK).config(), on1: newFakeMember(t, memberOK).config()}
-	bl := newBuilds()
-	srv := leasetest.NewServer()
-	spec := elSpec(cm.LeaseLostExit)
-	spec.Shards = shards
-	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	fleet := cm.NewFleet("fleet", newHandProvider(cfgs), bl.build, fleetSpec())
-	m.AddShardedGroup("g", cm.SupervisionSpec{}, func(sh cm.Shard) []cm.Runnable {
-		if sh.Index == 1 {
-			return []cm.Runnable{fleet}
-		}
-		return []cm.Runnable{&clusterCtrl{}}
-	})
-	log := subscribe(t, m)
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	require.NoError(t, m.Start(ctx, 0))
-	cancel()
+	fs := startFSSetup(t, cm.LeaseLostExit, nil)
+	m, srv, bl, log, on0, on1 := fs.m, fs.srv, fs.bl, fs.log, fs.on0, fs.on1
 	elEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
-	s := &fsSetup{m: m, srv: srv, log: log, bl: bl, fleet: fleet, on0: on0, on1: on1}
+	s := fs
 	pollUntil(t, 3*elWait, func() string { return s.settledOK(t, "g-1/fleet") })
 	require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-0", "thief", elLeaseDuration))
 	var wg sync.WaitGroup
@@ -780,39 +732,17 @@ func (p *runCtxs) live() int {
 // on after ShutdownAndWait, a goroutine leak), and under -race its loops
 // raced the second runner's Shutdown on the members' fields.
 func TestAttackFleetAddedTwiceToOneManager(t *testing.T) {
-	const shards = 2
-	on0, on1 := fsNames(shards)
-	prov := &runCtxs{initial: map[string]*rest.Config{on0: newFakeMember(t, memberOK).config(), on1: newFakeMember(t, memberOK).config()}}
-	bl := newBuilds()
-	srv := leasetest.NewServer()
-	spec := elSpec(cm.LeaseLostReelect)
-	spec.Shards = shards
-	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	m.AddShardedGroup("g", cm.SupervisionSpec{}, func(sh cm.Shard) []cm.Runnable {
-		if sh.Index == 1 {
-			return []cm.Runnable{fleet}
-		}
-		return []cm.Runnable{&clusterCtrl{}}
+	var prov *runCtxs
+	s := startFSSetup(t, cm.LeaseLostReelect, func(cfgs map[string]*rest.Config) cm.ClusterProvider {
+		prov = &runCtxs{initial: cfgs}
+		return prov
 	})
-	log := subscribe(t, m)
-	shutdown := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
-	}
-	t.Cleanup(shutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	require.NoError(t, m.Start(ctx, 0))
-	cancel()
-	s := &fsSetup{m: m, srv: srv, log: log, bl: bl, fleet: fleet, on0: on0, on1: on1}
+	m, fleet, shutdown := s.m, s.fleet, s.shutdown
 	elEventually(t, "a holds both shards", func() bool { return holdsShard(t, m, 0) && holdsShard(t, m, 1) })
 	pollUntil(t, 3*elWait, func() string { return s.settledOK(t, "g-1/fleet") })
 
-	ctx, cancel = context.WithTimeout(context.Background(), elWait)
-	err = m.AddChild(ctx, cm.NewGroup("h", cm.SupervisionSpec{}, fleet))
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	err := m.AddChild(ctx, cm.NewGroup("h", cm.SupervisionSpec{}, fleet))
 	cancel()
 	assert.ErrorIs(t, err, cm.ErrFleetInUse, "the fleet runs in g-1 already")
 	_, ok := mustStatus(t, m).Child("h")
