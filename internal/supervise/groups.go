@@ -230,12 +230,10 @@ func (lvl *level) appendGroupsHealth(out []actors.HealthStatus) []actors.HealthS
 }
 
 // appendGroupNames appends the paths of the groups under lvl to out, in
-// the order appendGroupsHealth lists their lines.
+// the order appendGroupsHealth lists their lines: the names of those lines.
 func (lvl *level) appendGroupNames(out []string) []string {
-	for _, rec := range lvl.children {
-		if rec.sub != nil {
-			out = rec.sub.appendGroupNames(append(out, rec.spec.Name))
-		}
+	for _, st := range lvl.appendGroupsHealth(nil) {
+		out = append(out, st.Name)
 	}
 	return out
 }
