@@ -197,11 +197,18 @@ func TestFleetEngagedAgainAsItIsDisengagedEndsEngaged(t *testing.T) {
 			}
 		}
 		require.NoError(t, prov.Engage(t, "a", a.config()))
+		// Events reach the log on the subscriber's goroutine, behind the
+		// state: wait for this round's ClusterOnline too (the first came
+		// before round 0), so that every event published before it, this
+		// round's ClusterEngaged among them, is in the log. Without it a
+		// loaded machine failed the check below on a log that had not yet
+		// received the ClusterEngaged (make unit beside 3 busy loops).
 		log.waitUntil(t, clk, fleetPeriod, func() bool {
 			st, ok := fleet.Cluster("a")
 			cs, running := fleetChild(t, mgr, "fleet/a/ctrl")
 			v, has := clusterReady(t, mgr, "fleet", "a")
-			return ok && st.State == cm.ClusterStateOnline && running && cs.State == supervisor.StateRunning && has && v == 1
+			return ok && st.State == cm.ClusterStateOnline && running && cs.State == supervisor.StateRunning && has && v == 1 &&
+				log.count(is(cm.ClusterOnline, "fleet/a")) >= round+2
 		})
 		var last cm.EventType
 		for _, e := range log.all() {
