@@ -1,12 +1,9 @@
 package webhook_test
 
 import (
-	"context"
 	"net/http"
-	"sync"
 	"testing"
 
-	"github.com/actorkube/controllermanager/supervisor"
 	"github.com/actorkube/controllermanager/webhook"
 )
 
@@ -19,22 +16,14 @@ func TestAWebhookWhosePathTimedOutIsServedOnceItReturns(t *testing.T) {
 	f := admServe(t, webhook.Config{}, nil, newAdmHook("good", "/validate"))
 	v1 := admBody(t, admV1)
 
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	slow := &slowPathHook{admHook: newAdmHook("slow", "/slow"), release: release, asked: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(context.Background(), admWait)
-	defer cancel()
-	if _, err := f.mgr.Request(ctx, supervisor.AddChild{Runnable: slow}); err != nil {
-		t.Fatal(err)
-	}
+	_, release := addSlowPathHook(t, f)
 
 	// The first request waits the handler's bound on Path(), then finds
 	// no webhook at /slow.
 	if r := f.post(t, "/slow", v1); r.code != http.StatusNotFound {
 		t.Fatalf("while Path() hangs: %d %s, want 404", r.code, r.text)
 	}
-	once.Do(func() { close(release) }) // Path() returns "/slow" now
+	release() // Path() returns "/slow" now
 	f.post(t, "/slow", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 	f.post(t, "/validate", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 }

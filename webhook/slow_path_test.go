@@ -24,6 +24,23 @@ func (h *slowPathHook) Path() string {
 	return h.admHook.Path()
 }
 
+// addSlowPathHook adds a webhook at /slow whose Path() hangs until
+// release is called (at the latest, at the test's end).
+func addSlowPathHook(t *testing.T, f *admFixture) (slow *slowPathHook, release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	slow = &slowPathHook{admHook: newAdmHook("slow", "/slow"), release: ch, asked: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), admWait)
+	defer cancel()
+	if _, err := f.mgr.Request(ctx, supervisor.AddChild{Runnable: slow}); err != nil {
+		t.Fatal(err)
+	}
+	return slow, release
+}
+
 // A request to a webhook served already never waits on another webhook's
 // Path(). Found by a hostile read (stop 55): adding a webhook whose Path()
 // hangs made the next request to every webhook wait the second the handler
@@ -39,15 +56,7 @@ func TestAServedWebhookDoesNotWaitForANewWebhooksPath(t *testing.T) {
 		t.Fatalf("warm-up: %d %s", r.code, r.text)
 	}
 
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	slow := &slowPathHook{admHook: newAdmHook("slow", "/slow"), release: release, asked: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(context.Background(), admWait)
-	defer cancel()
-	if _, err := f.mgr.Request(ctx, supervisor.AddChild{Runnable: slow}); err != nil {
-		t.Fatal(err)
-	}
+	slow, release := addSlowPathHook(t, f)
 
 	f.post(t, "/validate?timeout=1s", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 	select {
@@ -56,6 +65,6 @@ func TestAServedWebhookDoesNotWaitForANewWebhooksPath(t *testing.T) {
 	default:
 	}
 
-	once.Do(func() { close(release) })
+	release()
 	f.post(t, "/slow", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 }
