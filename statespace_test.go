@@ -22,6 +22,7 @@ var (
 	statespaceTrees      = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 	statespaceSharded    = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
 	statespaceLeaseEdits = flag.Bool("statespace.leaseedits", false, "explore only the TestStateSpace sequences whose Leases another writer edits or deletes")
+	statespaceFleets     = flag.Bool("statespace.fleets", false, "explore only the TestStateSpace sequences with a fleet of member clusters (every flat sequence gets one)")
 	statespaceStalls     = flag.Bool("statespace.stalledwatches", false, "explore only the TestStateSpace sequences whose Lease watches stop delivering, or lists go unanswered, for a while")
 )
 
@@ -76,7 +77,7 @@ func TestStateSpace(t *testing.T) {
 				if *statespaceLeaseEdits && !strings.Contains(sc.Name, "+edits") || *statespaceStalls && !strings.Contains(sc.Name, "+stalls") {
 					continue
 				}
-				if *statespaceTrees && len(sc.Groups) == 0 || *statespaceSharded && !ss.HasShardedGroups(sc) {
+				if *statespaceTrees && len(sc.Groups) == 0 || *statespaceSharded && !ss.HasShardedGroups(sc) || *statespaceFleets && !ss.HasFleet(sc) {
 					continue
 				}
 				res := ss.Run(context.Background(), sc, ss.Config{})
@@ -105,6 +106,9 @@ func generateSequence(seed uint64) ss.Scenario {
 	if seed%3 == 1 {
 		sc = ss.WithStalledWatches(sc)
 	}
+	if *statespaceFleets {
+		sc = ss.WithFleet(sc)
+	}
 	return sc
 }
 
@@ -113,6 +117,7 @@ func generateSequence(seed uint64) ss.Scenario {
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
 	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated, groupProbes, groupProbed int
+	var fleets, builds, offline, disengaged, ended int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -135,6 +140,13 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		if res.GroupProbes > 0 {
 			groupProbed++
 			groupProbes += res.GroupProbes
+		}
+		if ss.HasFleet(res.Scenario) {
+			fleets++
+			builds += res.FleetBuilds
+			offline += res.FleetOffline
+			disengaged += res.FleetDisengaged
+			ended += res.ClustersEnded
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -176,6 +188,9 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		t.Logf("%d sequences stalled their Lease reads: the watches dropped %d events, %d lists were held unanswered", stalled, dropped, held)
 	}
 	t.Logf("%d sequences had a restart's Shutdown outlive ShutdownTimeout: %d contained by a group that stops on its own, %d escalated the manager", hungIn, contained, escalated)
+	if fleets > 0 {
+		t.Logf("%d sequences ran a fleet: %d subtrees built, %d members Offline while down and %d disengaged judged, %d Clusters found ended at the end", fleets, builds, offline, disengaged, ended)
+	}
 	t.Logf("%d sequences judged %d children made unhealthy at the health timing of their own group", groupProbed, groupProbes)
 	failed := 0
 	for _, res := range results {

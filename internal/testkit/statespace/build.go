@@ -90,6 +90,9 @@ func (r *runner) build() error {
 		r.children[name] = c
 		m.Add(Webhook{c})
 	}
+	if r.sc.Fleet > 0 {
+		r.addFleet()
+	}
 	return nil
 }
 

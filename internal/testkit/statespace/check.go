@@ -23,6 +23,7 @@ func (r *runner) check(ctx context.Context) {
 	r.checkTree()
 	r.checkStoppedRan()
 	r.checkAnswers()
+	r.checkFleet()
 }
 
 // stopDone is a StopChild or RemoveChild of path, sent at sent, answered
@@ -107,6 +108,9 @@ func (r *runner) checkStoppedRan() {
 						allowed = true
 						break
 					}
+				}
+				if m := fleetMember(path); m != "" && r.fleet.builtBetween(m, st.answered, in.From) {
+					allowed = true // a member's subtree built anew: its controllers are new children
 				}
 				if allowed {
 					continue

@@ -103,6 +103,9 @@ func (r *runner) apply(ctx context.Context, st Step) {
 	}
 	req := len(r.reqs) - 1 // the step's, for a lifecycle step
 	r.mu.Unlock()
+	if r.fleet != nil && r.fleet.apply(st) {
+		return
+	}
 	switch st.Do {
 	case DoStart:
 		r.mu.Lock()

@@ -49,6 +49,9 @@ func (r *runner) heal() {
 	if r.client != nil {
 		r.client.Partition(false)
 	}
+	if r.fleet != nil {
+		r.fleet.heal()
+	}
 	r.mu.Lock()
 	for _, c := range r.children {
 		c.set(func(k *Knobs) { *k = Knobs{} })
@@ -235,8 +238,10 @@ func (r *runner) checkEnd() {
 		r.violate(Violation{Invariant: DoneWrong, Detail: fmt.Sprintf("the final Status.Err is %v but Err() is %v", final.Err, cause)})
 	}
 
-	// No lease guard passes once the manager has stopped.
+	// No lease guard passes once the manager has stopped, and no member
+	// cluster's Config.
 	r.checkGuards(true)
+	r.checkFleetEnd()
 
 	// Every incarnation was shut down once its start call had returned.
 	for _, in := range r.journal.Incarnations() {
@@ -254,6 +259,12 @@ func (r *runner) checkEnd() {
 		r.violate(Violation{Invariant: Books, Detail: err.Error()})
 	}
 	for _, cs := range flatten(final.Children) {
+		if m := fleetMember(cs.Name); m != "" && r.fleet.rebuilt(m) {
+			// Built again (rotated, engaged again, its group removed by
+			// hand): Status and the metrics count from the last build, the
+			// events and the child's journal from the first.
+			continue
+		}
 		var restarted, failed int
 		for _, e := range events {
 			if e.Child != cs.Name {

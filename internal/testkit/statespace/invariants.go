@@ -83,6 +83,26 @@ const (
 	// RestartChild of it or above it sent since that stop was sent: a
 	// removed or stopped child never runs again.
 	StoppedRan Invariant = "stopped-ran"
+	// FleetContextOverlap (fleets): the fleet built a member's subtree
+	// again (a rotation, an engage after a disengage) while the Cluster of
+	// an earlier build of it had not ended: "The old Cluster.Context() ends
+	// first" (docs/fleet.md).
+	FleetContextOverlap Invariant = "fleet-context-overlap"
+	// DisengagedRan (fleets): a member's controller started after the
+	// fleet had published the member's ClusterDisengaged, before it was
+	// engaged again.
+	DisengagedRan Invariant = "disengaged-ran"
+	// OfflineRan (fleets): a member's controller started while its API
+	// server was down and after the fleet had said ClusterOffline, with
+	// no StartChild or RestartChild of it or above it sent.
+	OfflineRan Invariant = "offline-ran"
+	// ClusterNotEnded (fleets): a Cluster the fleet built had not ended
+	// (its Context) within the slack after the manager stopped.
+	ClusterNotEnded Invariant = "cluster-not-ended"
+	// ClusterWritePassed (fleets): once a Cluster had ended, a write
+	// through its Config did not fail with ErrClusterDisengaged, or reached
+	// the member's API server.
+	ClusterWritePassed Invariant = "cluster-write-passed"
 	// SinceWrong: Status said a child entered its State (Since) before an
 	// earlier Status saw it in another state: Since is not when it
 	// entered State.

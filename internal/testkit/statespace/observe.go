@@ -2,6 +2,7 @@ package statespace
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	cm "github.com/actorkube/controllermanager"
@@ -31,6 +32,11 @@ func (r *runner) onEvent(e cm.Event) {
 		if c := r.children[child]; c != nil {
 			fenced = c.kind == "controller" || c.kind == "store"
 		}
+		if fleetMember(child) != "" && !strings.Contains(strings.TrimPrefix(child, fleetName+"/"), "/") {
+			// A member's group: ExhaustedStop (FleetSpec's default) stops
+			// it; the stuck check judges its stop.
+			break
+		}
 		if g, ok := r.sc.group(child); ok {
 			fenced = true // its controllers and stores are fenced with it
 			if g.OnExhausted == cm.ExhaustedStop {
@@ -40,13 +46,17 @@ func (r *runner) onEvent(e cm.Event) {
 				break
 			}
 		}
+		_, journalled := r.children[child]
 		r.obligations = append(r.obligations, &obligation{
 			inv: FailureUnresolved, child: child, due: at.Add(r.sc.maxBackoff() + ShutdownTimeout + r.cfg.Slack),
 			what: fmt.Sprintf("failed at %s (%v) and was neither restarted nor taken out of supervision, nor did the manager begin to shut down", stamp(at), e.Err),
 			resolved: func() bool {
 				return r.startedSince(child, at) || !r.doneAt.IsZero() || !r.shutdownReq.IsZero() || r.stoppedAbove(child) || r.stoppedWithin(child) ||
 					r.eventSince(at, func(x cm.Event) bool {
-						return x.Type == cm.Escalated || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && x.Child == child) ||
+						return x.Type == cm.Escalated ||
+							// A child that keeps no journal (a fleet's runner): its
+							// restart is its ChildStarted.
+							(!journalled && x.Type == cm.ChildStarted && x.Child == child) || (fenced && (x.Type == cm.LeaderLost || x.Type == cm.ShardLost)) || (x.Type == cm.ChildRemoved && within(child, x.Child)) ||
 							// The manager began to shut down (a lost lease with
 							// Exit, a failed start): nothing is restarted from
 							// then on, and how long the end takes is judged by

@@ -32,6 +32,14 @@ type Result struct {
 	// GroupProbes is how many children made unhealthy it judged at the
 	// health timing of a group of their own, not the manager's (NotProbed).
 	GroupProbes int
+	// Fleet sequences (WithFleet): FleetBuilds is how many times the fleet
+	// built a member's subtree (FleetContextOverlap judged each one after
+	// the first), FleetOffline how many ClusterOffline events came while
+	// the member's API server was down (OfflineRan judged what followed),
+	// FleetDisengaged how many ClusterDisengaged (DisengagedRan), and
+	// ClustersEnded how many Clusters were found ended, refusing writes,
+	// once the manager had stopped.
+	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded int
 	Took        time.Duration
 	MaxPause    time.Duration
 	Log         []string // what each step did, and the manager's events

@@ -64,6 +64,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	defer r.pauses.Stop()
 	begin := time.Now()
 	r.run(ctx)
+	if r.fleet != nil {
+		r.fleet.close()
+	}
 	res := Result{Scenario: sc, Steps: r.steps, Skipped: r.skipped, Took: time.Since(begin), MaxPause: r.pauses.Longest()}
 	r.vmu.Lock()
 	res.Violations, res.Excused = slices.Clone(r.violations), slices.Clone(r.excused)
@@ -86,6 +89,14 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 		}
 	}
 	r.mu.Unlock()
+	if f := r.fleet; f != nil {
+		f.mu.Lock()
+		for _, bs := range f.builds {
+			res.FleetBuilds += len(bs)
+		}
+		res.FleetOffline, res.FleetDisengaged, res.ClustersEnded = f.offlineJudged, f.disengagedJudged, f.endedJudged
+		f.mu.Unlock()
+	}
 	return res
 }
 
@@ -115,6 +126,7 @@ type runner struct {
 	stealUntil time.Time
 	m          *cm.ControllerManager
 	pauses     *pausewatch.Watch
+	fleet      *fleetState // a fleet sequence's (WithFleet), or nil
 
 	startCancel context.CancelFunc
 	startDone   chan error

@@ -189,7 +189,10 @@ type Scenario struct {
 	// Groups, when set, make the scenario a supervision tree: each is a
 	// controllermanager.NewGroup, parents before their children.
 	Groups []Group
-	Steps  []Step
+	// Fleet, when positive, adds a Fleet "fleet" with that many member
+	// clusters (WithFleet), after the other children.
+	Fleet int
+	Steps []Step
 }
 
 // initialBackoff is the scenario's InitialBackoff.
@@ -232,6 +235,9 @@ func (s Scenario) String() string {
 	}
 	for _, g := range s.Groups {
 		fmt.Fprintf(&b, "\n  group %s", g)
+	}
+	if s.Fleet > 0 {
+		fmt.Fprintf(&b, "\n  fleet %q of %d members, each one controller %q", fleetName, s.Fleet, fleetCtrl)
 	}
 	for i, st := range s.Steps {
 		fmt.Fprintf(&b, "\n  %2d. %s", i+1, st)

@@ -305,6 +305,9 @@ func (s *Scenario) growTree(r *rand.Rand) {
 // sharded group's (AddShardedGroup pins every controller in it, added
 // ones too), else cm.ShardOf(path, Shards).
 func (s Scenario) shardOf(path string) int {
+	if m := fleetMember(path); m != "" {
+		return cm.ShardOf(m, s.Shards) // a member's subtree runs under its cluster's shard
+	}
 	for p := path; p != ""; p = parentPath(p) {
 		if g, ok := s.group(p); ok && g.Sharded {
 			return g.Shard

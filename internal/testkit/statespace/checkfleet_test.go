@@ -1,0 +1,99 @@
+package statespace
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// fakeCluster is a cm.Cluster for the build check.
+type fakeCluster struct {
+	name string
+	ctx  context.Context
+}
+
+func (c fakeCluster) Name() string                 { return c.name }
+func (c fakeCluster) Config() *rest.Config         { return &rest.Config{} }
+func (c fakeCluster) Client() kubernetes.Interface { return nil }
+func (c fakeCluster) Context() context.Context     { return c.ctx }
+
+// The fleet's checks fail on what they forbid, and only on that.
+func TestFleetInvariants(t *testing.T) {
+	path := fleetPath("c0")
+	start := func(r *runner, inc int) {
+		r.journal.add(path, "controller", StartEnter, inc, nil)
+		r.journal.add(path, "controller", StartExit, inc, nil)
+	}
+	event := func(r *runner, typ cm.EventType) {
+		r.events = append(r.events, cm.Event{Type: typ, Child: fleetName + "/c0", Time: later(time.Now())})
+	}
+	down := func(r *runner) { r.fleet.downSince["c0"] = later(time.Now()) }
+	ask := func(r *runner, do Action, target string) {
+		r.reqs = append(r.reqs, lifecycleReq{do: do, path: target, at: later(time.Now())})
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	open := context.Background()
+	cases := []struct {
+		name  string
+		setup func(r *runner)
+		want  Invariant // "" for none
+	}{
+		{"started before its ClusterDisengaged", func(r *runner) { start(r, 1); event(r, cm.ClusterDisengaged) }, ""},
+		{"started after its ClusterDisengaged", func(r *runner) { event(r, cm.ClusterDisengaged); later(time.Now()); start(r, 1) }, DisengagedRan},
+		{"engaged again, then started", func(r *runner) {
+			event(r, cm.ClusterDisengaged)
+			event(r, cm.ClusterEngaged)
+			start(r, 1)
+		}, ""},
+		{"started while down, after ClusterOffline", func(r *runner) { down(r); event(r, cm.ClusterOffline); later(time.Now()); start(r, 1) }, OfflineRan},
+		{"started while down, before ClusterOffline", func(r *runner) { down(r); start(r, 1); event(r, cm.ClusterOffline) }, ""},
+		{"started while down by a StartChild of its group", func(r *runner) {
+			down(r)
+			event(r, cm.ClusterOffline)
+			ask(r, DoStartChild, fleetName+"/c0")
+			start(r, 1)
+		}, ""},
+		{"Offline while up: no outage of ours", func(r *runner) { event(r, cm.ClusterOffline); later(time.Now()); start(r, 1) }, ""},
+		{"built again once the earlier Cluster ended", func(r *runner) {
+			r.fleet.build(fakeCluster{"c0", ended})
+			r.fleet.build(fakeCluster{"c0", open})
+		}, ""},
+		{"the same Cluster built again", func(r *runner) {
+			c := fakeCluster{"c0", open}
+			r.fleet.build(c)
+			r.fleet.build(c)
+		}, ""},
+		{"built again while the earlier Cluster runs", func(r *runner) {
+			r.fleet.build(fakeCluster{"c0", open})
+			r.fleet.build(fakeCluster{"c0", ended})
+		}, FleetContextOverlap},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(Scenario{Fleet: 1}, Config{})
+			defer r.pauses.Stop()
+			r.fleet = &fleetState{r: r, servers: map[string]*memberServer{"c0": {}}, want: map[string]int{"c0": 1},
+				engaged: map[string]bool{}, builds: map[string][]build{}, disengagedAt: map[string]time.Time{},
+				downSince: map[string]time.Time{}, judged: map[string]bool{}}
+			r.children[path] = newChild(path, "controller", r.journal, r.release)
+			tc.setup(r)
+			r.checkFleet()
+			var got []Invariant
+			for _, v := range r.violations {
+				got = append(got, v.Invariant)
+			}
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("violations %v, want none: %v", got, r.violations)
+			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
+				t.Errorf("violations %v, want one %s", got, tc.want)
+			}
+		})
+	}
+}

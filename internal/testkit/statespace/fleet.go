@@ -1,0 +1,519 @@
+package statespace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	cm "github.com/actorkube/controllermanager"
+)
+
+// A fleet scenario (WithFleet) adds a Fleet "fleet" at the root, whose
+// provider the sequence drives: member clusters "c0".."c<n-1>", each a
+// fake API server that answers /readyz as the sequence says, and one
+// journalled controller per member, "fleet/c<i>/fctrl". Its steps engage,
+// disengage and rotate members, take their API servers down and up, fail
+// the provider, and aim the usual steps (failures, knobs, lifecycle
+// requests) at the members' controllers and groups. The member
+// controllers are children like any other: every invariant holds for them
+// (one incarnation at a time, fencing by their shard's Lease, guards, the
+// stop of each incarnation); the books are kept by a member whose group
+// was never built again. The fleet's own promises are checked too
+// (docs/fleet.md): FleetContextOverlap, DisengagedRan, OfflineRan,
+// ClusterWritePassed, ClusterNotEnded.
+const (
+	fleetName             = "fleet"
+	fleetCtrl             = "fctrl"
+	FleetProbePeriod      = 100 * time.Millisecond // and its ProbeTimeout: a loaded machine's probes take tens of ms
+	FleetFailureThreshold = 400 * time.Millisecond
+	FleetSuccessThreshold = 200 * time.Millisecond
+)
+
+// The fleet's actions (WithFleet); Step.Child names the member ("c0").
+const (
+	// DoEngage engages the member with its current config (a no-op when
+	// engaged with it); DoRotate engages it with a new one (its
+	// credentials rotated); DoDisengage disengages it.
+	DoEngage    Action = "Engage"
+	DoRotate    Action = "Rotate"
+	DoDisengage Action = "Disengage"
+	// DoClusterDown makes the member's API server fail its probes;
+	// DoClusterUp answers them again.
+	DoClusterDown Action = "ClusterDown"
+	DoClusterUp   Action = "ClusterUp"
+	// DoFailProvider makes the provider's Run return an error: a failure
+	// of "fleet/provider", restarted, whose members stay engaged.
+	DoFailProvider Action = "FailProvider"
+)
+
+// fleetPath is the path of member's controller.
+func fleetPath(member string) string { return fleetName + "/" + member + "/" + fleetCtrl }
+
+// fleetMember returns the member a path is in ("fleet/c0/fctrl",
+// "fleet/c0": "c0"), or "".
+func fleetMember(path string) string {
+	rest, ok := strings.CutPrefix(path, fleetName+"/")
+	if !ok {
+		return ""
+	}
+	m, _, _ := strings.Cut(rest, "/")
+	if m == "provider" {
+		return ""
+	}
+	return m
+}
+
+// inFleet reports whether path is the fleet or under it.
+func inFleet(path string) bool { return within(path, fleetName) }
+
+// WithFleet returns s with a fleet of one to three members, all engaged
+// before Start, and 4 to 12 fleet steps at random places after its Start,
+// drawn from a stream of their own seeded by s.Seed, so that the other
+// steps stay Generate's. A tree scenario is returned as it is: the tree's
+// checks (restart causes, stopped groups, escalations) read the
+// scenario's own groups, which a fleet's are not.
+func WithFleet(s Scenario) Scenario {
+	if len(s.Groups) > 0 {
+		return s
+	}
+	r := rand.New(rand.NewPCG(s.Seed^0x2545f4914f6cdd1d, s.Seed^0x9e3779b97f4a7c15))
+	s.Fleet = 1 + r.IntN(3)
+	member := func() string { return fmt.Sprintf("c%d", r.IntN(s.Fleet)) }
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo))) }
+	s.Steps = insertAfterStart(s.Steps, r, 4+r.IntN(9), func() []Step {
+		var st Step
+		switch x := r.IntN(100); {
+		case x < 12:
+			st = Step{Do: DoEngage, Child: member()}
+		case x < 24:
+			st = Step{Do: DoRotate, Child: member()}
+		case x < 34:
+			st = Step{Do: DoDisengage, Child: member()}
+		case x < 46:
+			st = Step{Do: DoClusterDown, Child: member()}
+		case x < 56:
+			st = Step{Do: DoClusterUp, Child: member()}
+		case x < 60:
+			st = Step{Do: DoFailProvider}
+		case x < 70:
+			st = Step{Do: DoFail, Child: fleetPath(member())}
+		case x < 78:
+			k := Knobs{}
+			switch r.IntN(4) {
+			case 0:
+				k.StartDelay = between(20*time.Millisecond, 200*time.Millisecond)
+				k.StartIgnoresCtx = r.IntN(2) == 0
+			case 1:
+				k.ShutdownDelay = between(10*time.Millisecond, 200*time.Millisecond)
+				k.ShutdownIgnoresCtx = r.IntN(2) == 0
+			case 2:
+				k.StartFails = true
+			}
+			st = Step{Do: DoKnobs, Child: fleetPath(member()), Knobs: k}
+		default:
+			do := []Action{DoRestart, DoStop, DoStartChild}[r.IntN(3)]
+			target := []string{fleetPath(member()), fleetName + "/" + member(), fleetName}[r.IntN(3)]
+			if target == fleetName && do != DoRestart {
+				target = fleetName + "/" + member()
+			}
+			st = Step{Do: do, Child: target}
+		}
+		wait := between(5*time.Millisecond, 150*time.Millisecond)
+		if st.Do == DoClusterDown || st.Do == DoClusterUp {
+			// Long enough, mostly, for the member to go Offline or Online.
+			wait = between(100*time.Millisecond, 3*FleetFailureThreshold)
+		}
+		return []Step{st, {Do: DoWait, Dur: wait}}
+	})
+	s.Name += "+fleet"
+	return s
+}
+
+// HasFleet reports whether s adds a fleet (WithFleet).
+func HasFleet(s Scenario) bool { return s.Fleet > 0 }
+
+// fleetState is a fleet sequence's provider, its members' API servers and
+// what the fleet gave build.
+type fleetState struct {
+	r       *runner
+	servers map[string]*memberServer
+
+	mu        sync.Mutex
+	engage    func(string, *rest.Config) error // the running provider's, or nil
+	disengage func(string)
+	fail      chan struct{}      // closed by DoFailProvider: the running Run fails
+	want      map[string]int     // the members to engage, each with its config's generation
+	engaged   map[string]bool    // what the provider engaged and has not disengaged
+	builds    map[string][]build // every build of each member, in order
+	// disengagedAt: when each member's last DoDisengage returned (zero:
+	// engaged since).
+	disengagedAt map[string]time.Time
+	downSince    map[string]time.Time // members whose API server fails its probes
+	// What the checks judged (Result): ClusterOffline events of a member
+	// down, ClusterDisengaged events, Clusters found ended at the end.
+	offlineJudged, disengagedJudged, endedJudged int
+	judged                                       map[string]bool // the events counted, by kind/member/time
+}
+
+// build is one call of the fleet's build for a member.
+type build struct {
+	cluster cm.Cluster
+	gen     int
+	at      time.Time
+}
+
+// memberServer is a member cluster's API server: /readyz answers 200 or
+// 500; any other request is counted (a write that reached it) and
+// answered 200.
+type memberServer struct {
+	srv    *httptest.Server
+	down   atomic.Bool
+	writes atomic.Int64
+}
+
+func newMemberServer() *memberServer {
+	m := &memberServer{}
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/readyz" || req.URL.Path == "/healthz" || req.URL.Path == "/livez" {
+			if m.down.Load() {
+				http.Error(w, "statespace: member down", http.StatusInternalServerError)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+			return
+		}
+		if req.Method != http.MethodGet {
+			m.writes.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{}"))
+	}))
+	return m
+}
+
+// config is member's config of generation gen: a rotation changes its
+// bearer token.
+func (f *fleetState) config(member string, gen int) *rest.Config {
+	return &rest.Config{Host: f.servers[member].srv.URL, BearerToken: fmt.Sprintf("token-%s-%d", member, gen)}
+}
+
+// addFleet adds the fleet to the manager, every member to be engaged.
+func (r *runner) addFleet() {
+	f := &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
+		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
+		disengagedAt: map[string]time.Time{}, downSince: map[string]time.Time{}, judged: map[string]bool{}}
+	for i := range r.sc.Fleet {
+		name := fmt.Sprintf("c%d", i)
+		f.servers[name] = newMemberServer()
+		f.want[name] = 1
+		path := fleetPath(name)
+		r.children[path] = newChild(path, "controller", r.journal, r.release)
+	}
+	r.fleet = f
+	spec := cm.FleetSpec{
+		ProbePeriod:      metav1.Duration{Duration: FleetProbePeriod},
+		ProbeTimeout:     metav1.Duration{Duration: FleetProbePeriod},
+		FailureThreshold: metav1.Duration{Duration: FleetFailureThreshold},
+		SuccessThreshold: metav1.Duration{Duration: FleetSuccessThreshold},
+	}
+	r.m.Add(cm.NewFleet(fleetName, fleetProvider{f}, f.build, spec))
+}
+
+// build is the fleet's build: the member's journalled controller, the same
+// child (and journal) at every build, so that two subtrees of one member
+// running at once are two incarnations at once. The Cluster of any
+// earlier build of the member must have ended first (docs/fleet.md,
+// Rotation: "The old Cluster.Context() ends first").
+func (f *fleetState) build(c cm.Cluster) []cm.Runnable {
+	now := time.Now()
+	f.mu.Lock()
+	gen := f.want[c.Name()]
+	for _, b := range f.builds[c.Name()] {
+		if b.cluster == c {
+			continue // the same Cluster built again (its group removed by hand)
+		}
+		if b.cluster.Context().Err() == nil {
+			f.r.violate(Violation{Invariant: FleetContextOverlap, Child: fleetName + "/" + c.Name(), Time: now,
+				Detail: fmt.Sprintf("build called at %s for config generation %d while the Cluster built at %s (generation %d) had not ended", stamp(now), gen, stamp(b.at), b.gen)})
+		}
+	}
+	f.builds[c.Name()] = append(f.builds[c.Name()], build{cluster: c, gen: gen, at: now})
+	f.mu.Unlock()
+	f.r.mu.Lock()
+	ch := f.r.children[fleetPath(c.Name())]
+	f.r.mu.Unlock()
+	return []cm.Runnable{Controller{ch}}
+}
+
+// fleetProvider is the sequence's ClusterProvider: while its Run runs, the
+// fleet steps engage and disengage through it; each Run engages what is
+// wanted and disengages what it engaged and is no longer wanted.
+type fleetProvider struct{ f *fleetState }
+
+func (p fleetProvider) Run(ctx context.Context, engage func(string, *rest.Config) error, disengage func(string)) error {
+	f := p.f
+	f.mu.Lock()
+	f.engage, f.disengage = engage, disengage
+	fail := f.fail
+	for name, gen := range f.want {
+		if err := engage(name, f.config(name, gen)); err != nil {
+			f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
+		}
+		f.engaged[name] = true
+	}
+	for name := range f.engaged {
+		if _, ok := f.want[name]; !ok {
+			disengage(name)
+			delete(f.engaged, name)
+		}
+	}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.engage, f.disengage = nil, nil
+		f.mu.Unlock()
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-fail:
+		f.mu.Lock()
+		f.fail = make(chan struct{})
+		f.mu.Unlock()
+		return errors.New("statespace: the provider fails")
+	}
+}
+
+// apply takes a fleet step; it reports whether st was one.
+func (f *fleetState) apply(st Step) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := st.Child
+	switch st.Do {
+	case DoEngage, DoRotate:
+		gen := f.want[name]
+		if gen == 0 || st.Do == DoRotate {
+			gen = max(gen, len(f.builds[name])) + 1
+		}
+		f.want[name] = gen
+		delete(f.disengagedAt, name)
+		if f.engage != nil {
+			if err := f.engage(name, f.config(name, gen)); err != nil {
+				f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
+			}
+			f.engaged[name] = true
+		}
+	case DoDisengage:
+		delete(f.want, name)
+		if f.disengage != nil && f.engaged[name] {
+			f.disengage(name)
+			delete(f.engaged, name)
+			f.disengagedAt[name] = time.Now()
+		}
+	case DoClusterDown:
+		if f.servers[name].down.CompareAndSwap(false, true) {
+			f.downSince[name] = time.Now()
+		}
+	case DoClusterUp:
+		f.servers[name].down.Store(false)
+		delete(f.downSince, name)
+	case DoFailProvider:
+		select {
+		case <-f.fail:
+		default:
+			close(f.fail)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// heal brings every member's API server back.
+func (f *fleetState) heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for name, s := range f.servers {
+		s.down.Store(false)
+		delete(f.downSince, name)
+	}
+}
+
+// close stops the members' API servers.
+func (f *fleetState) close() {
+	for _, s := range f.servers {
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	}
+}
+
+// rebuilt reports whether member's group was built more than once: its
+// Status and metrics then count from its last build, its journal from
+// the first.
+func (f *fleetState) rebuilt(member string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.builds[member]) > 1
+}
+
+// builtBetween reports whether the fleet built member's subtree anew (a
+// rotation, an engage after a disengage, its group removed by hand)
+// after from and before to: what a StopChild stopped is not what then
+// runs.
+func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.builds[member], func(b build) bool { return b.at.After(from) && b.at.Before(to) })
+}
+
+// checkFleet checks the fleet's promises after a step. r.mu is not held.
+func (r *runner) checkFleet() {
+	f := r.fleet
+	if f == nil {
+		return
+	}
+	r.mu.Lock()
+	events := slices.Clone(r.events)
+	reqs := slices.Clone(r.reqs)
+	r.mu.Unlock()
+	f.mu.Lock()
+	down := make(map[string]time.Time, len(f.downSince))
+	for k, v := range f.downSince {
+		down[k] = v
+	}
+	f.mu.Unlock()
+	for member := range f.servers {
+		path := fleetPath(member)
+		incs := r.journal.Of(path)
+		// DisengagedRan: nothing of a member starts once the fleet has
+		// published its ClusterDisengaged, until it is engaged again.
+		var gone time.Time
+		for _, e := range events {
+			if e.Child != fleetName+"/"+member {
+				continue
+			}
+			switch e.Type {
+			case cm.ClusterDisengaged:
+				gone = e.Time
+			case cm.ClusterEngaged:
+				if e.Err == nil {
+					gone = time.Time{}
+				}
+			}
+		}
+		if !gone.IsZero() {
+			f.count(&f.disengagedJudged, "disengaged/"+member+"/"+gone.String())
+			for _, in := range incs {
+				if in.From.After(gone) {
+					r.violateOnce(fmt.Sprintf("disengagedran/%s/%d", path, in.Inc), Violation{Invariant: DisengagedRan, Child: path, Time: in.From,
+						Detail: fmt.Sprintf("incarnation %d started at %s, after the fleet published ClusterDisengaged of %s at %s and before it was engaged again", in.Inc, stamp(in.From), member, stamp(gone))}, false)
+				}
+			}
+		}
+		// OfflineRan: while a member's API server is down, once the fleet
+		// has said Offline, nothing of it starts but what a lifecycle
+		// request of it (or above it) starts, which the fleet stops again.
+		since, isDown := down[member]
+		if !isDown {
+			continue
+		}
+		var offline time.Time
+		for _, e := range events {
+			if e.Child == fleetName+"/"+member && e.Type == cm.ClusterOffline && e.Time.After(since) {
+				offline = e.Time
+				break
+			}
+		}
+		if offline.IsZero() {
+			continue
+		}
+		f.count(&f.offlineJudged, "offline/"+member+"/"+offline.String())
+		for _, in := range incs {
+			if !in.From.After(offline) {
+				continue
+			}
+			asked := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
+				return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) && q.at.Before(in.From)
+			})
+			if asked {
+				continue
+			}
+			r.violateOnce(fmt.Sprintf("offlineran/%s/%d", path, in.Inc), Violation{Invariant: OfflineRan, Child: path, Time: in.From,
+				Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
+		}
+	}
+}
+
+// count adds one to n the first time key is seen.
+func (f *fleetState) count(n *int, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.judged[key] {
+		f.judged[key] = true
+		*n++
+	}
+}
+
+// checkFleetEnd checks, once the manager has stopped, that every Cluster
+// the fleet built has ended (its Context) and refuses writes.
+func (r *runner) checkFleetEnd() {
+	f := r.fleet
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	var all []build
+	for _, bs := range f.builds {
+		all = append(all, bs...)
+	}
+	f.mu.Unlock()
+	for _, b := range all {
+		c, member := b.cluster, b.cluster.Name()
+		select {
+		case <-c.Context().Done():
+		case <-time.After(r.cfg.Slack):
+			r.violate(Violation{Invariant: ClusterNotEnded, Child: fleetName + "/" + member,
+				Detail: fmt.Sprintf("the Cluster built at %s (config generation %d) had not ended %s after the manager stopped", stamp(b.at), b.gen, r.cfg.Slack)})
+			continue
+		}
+		f.count(&f.endedJudged, fmt.Sprintf("ended/%p", c))
+		before := f.servers[member].writes.Load()
+		err := writeThrough(c)
+		if err == nil || !errors.Is(err, cm.ErrClusterDisengaged) || f.servers[member].writes.Load() != before {
+			r.violate(Violation{Invariant: ClusterWritePassed, Child: fleetName + "/" + member,
+				Detail: fmt.Sprintf("a write through the Config of the Cluster built at %s (generation %d), ended, answered %v (want ErrClusterDisengaged, and nothing reaching the API server)", stamp(b.at), b.gen, err)})
+		}
+	}
+}
+
+// writeThrough sends one write through c's Config.
+func writeThrough(c cm.Cluster) error {
+	client, err := rest.HTTPClientFor(c.Config())
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Config().Host+"/api/v1/namespaces/default/configmaps", strings.NewReader("{}"))
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
