@@ -40,9 +40,9 @@ type Result struct {
 	// ClustersEnded how many Clusters were found ended, refusing writes,
 	// once the manager had stopped.
 	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded int
-	Took        time.Duration
-	MaxPause    time.Duration
-	Log         []string // what each step did, and the manager's events
+	Took                                                      time.Duration
+	MaxPause                                                  time.Duration
+	Log                                                       []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.
