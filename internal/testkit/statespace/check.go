@@ -109,8 +109,12 @@ func (r *runner) checkStoppedRan() {
 						break
 					}
 				}
-				if m := fleetMember(path); m != "" && r.fleet.builtBetween(m, st.answered, in.From) {
-					allowed = true // a member's subtree built anew: its controllers are new children
+				if m := fleetMember(path); m != "" && (r.fleet.builtBetween(m, st.answered, in.From) || r.backOnline(m, st.answered, in.From)) {
+					// A member's subtree built anew (its controllers are new
+					// children), or its group started by the fleet as the
+					// member came back Online: the group is the fleet's
+					// (docs/fleet.md).
+					allowed = true
 				}
 				if allowed {
 					continue

@@ -36,6 +36,10 @@ func TestFleetInvariants(t *testing.T) {
 	ask := func(r *runner, do Action, target string) {
 		r.reqs = append(r.reqs, lifecycleReq{do: do, path: target, at: later(time.Now())})
 	}
+	stopped := func(r *runner) {
+		at := later(time.Now())
+		r.stopsDone = append(r.stopsDone, stopDone{path: fleetName + "/c0", sent: at, answered: later(at)})
+	}
 	ended, end := context.WithCancel(context.Background())
 	end()
 	open := context.Background()
@@ -60,6 +64,29 @@ func TestFleetInvariants(t *testing.T) {
 			start(r, 1)
 		}, ""},
 		{"Offline while up: no outage of ours", func(r *runner) { event(r, cm.ClusterOffline); later(time.Now()); start(r, 1) }, ""},
+		{"its group stopped on request, then started", func(r *runner) { stopped(r); later(time.Now()); start(r, 1) }, StoppedRan},
+		{"its group stopped on request, then Offline and Online again", func(r *runner) {
+			stopped(r)
+			event(r, cm.ClusterOffline)
+			event(r, cm.ClusterOnline)
+			start(r, 1)
+		}, ""},
+		{"its group stopped on request while Offline, then Online again", func(r *runner) {
+			event(r, cm.ClusterOffline)
+			stopped(r)
+			event(r, cm.ClusterOnline)
+			start(r, 1)
+		}, ""},
+		{"its group stopped on request, then Online with no Offline", func(r *runner) {
+			stopped(r)
+			event(r, cm.ClusterOnline)
+			start(r, 1)
+		}, StoppedRan},
+		{"its group stopped on request, then built anew", func(r *runner) {
+			stopped(r)
+			r.fleet.build(fakeCluster{"c0", open})
+			start(r, 1)
+		}, ""},
 		{"built again once the earlier Cluster ended", func(r *runner) {
 			r.fleet.build(fakeCluster{"c0", ended})
 			r.fleet.build(fakeCluster{"c0", open})
@@ -84,6 +111,7 @@ func TestFleetInvariants(t *testing.T) {
 			r.children[path] = newChild(path, "controller", r.journal, r.release)
 			tc.setup(r)
 			r.checkFleet()
+			r.checkStoppedRan()
 			var got []Invariant
 			for _, v := range r.violations {
 				got = append(got, v.Invariant)

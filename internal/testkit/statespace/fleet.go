@@ -377,6 +377,28 @@ func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
 	return slices.ContainsFunc(f.builds[member], func(b build) bool { return b.at.After(from) && b.at.Before(to) })
 }
 
+// backOnline reports whether member came back Online from Offline (the
+// fleet's StartChild of its group) after from and before to. r.mu is
+// held.
+func (r *runner) backOnline(member string, from, to time.Time) bool {
+	offline := false
+	for _, e := range r.events {
+		if e.Child != fleetName+"/"+member || e.Time.After(to) {
+			continue
+		}
+		switch e.Type {
+		case cm.ClusterOffline:
+			offline = true
+		case cm.ClusterOnline:
+			if offline && e.Time.After(from) {
+				return true
+			}
+			offline = false
+		}
+	}
+	return false
+}
+
 // checkFleet checks the fleet's promises after a step. r.mu is not held.
 func (r *runner) checkFleet() {
 	f := r.fleet
