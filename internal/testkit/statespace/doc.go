@@ -55,6 +55,15 @@
 //     Status, the events, the metrics and the children's own start calls
 //     agree on every child's restarts and failures.
 //
+//   - with a fleet (WithFleet: member clusters on fake API servers,
+//     engaged, rotated, disengaged, taken down and up while the sequence
+//     runs), the members' controllers meet every check above, fenced by
+//     their cluster's shard; a member is never built again while its old
+//     Cluster runs; nothing of a member starts after its
+//     ClusterDisengaged, or while its API server is down after its
+//     ClusterOffline (but what a lifecycle request starts); and once the
+//     manager has stopped every Cluster has ended and refuses writes.
+//
 // Each bound is the manager's own (a backoff, ShutdownTimeout, the fence
 // timeout, a probe interval) plus Config.Slack for a loaded machine.
 //
@@ -65,6 +74,7 @@
 // read from the lease history; end.go settles, heals and shuts the manager
 // down and checks the end; report.go is the Result. scenario.go generates
 // the sequences, tree.go their supervision trees, checktree.go checks what
-// trees promise; children.go and journal.go are the journalling children,
+// trees promise; fleet.go the fleet, its provider, member API servers
+// and checks; children.go and journal.go are the journalling children,
 // invariants.go names what is checked.
 package statespace
