@@ -53,8 +53,7 @@
 //   - an escalation, and a lost lease with Exit, end in Done within a bound;
 //     at the end, Done, the final phase, Err and the events agree, and
 //     Status, the events, the metrics and the children's own start calls
-//     agree on every child's restarts and failures.
-//
+//     agree on every child's restarts and failures;
 //   - with a fleet (WithFleet: member clusters on fake API servers,
 //     engaged, rotated, disengaged, taken down and up while the sequence
 //     runs), the members' controllers meet every check above, fenced by
