@@ -40,7 +40,9 @@ var (
 // deletes (every odd seed's, with an elector: generateSequence),
 // -statespace.stalledwatches only those whose Lease watches stop
 // delivering, or lists go unanswered, for a while (a third of the seeds
-// with an elector).
+// with an elector), -statespace.fleets only flat ones with a fleet of
+// member clusters engaged, rotated, disengaged and taken down (a quarter
+// of the flat seeds otherwise).
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -97,7 +99,9 @@ func TestStateSpace(t *testing.T) {
 // seed (ss.WithLeaseEdits), so that half the elected sequences meet them,
 // and with its Lease watches stalled or its lists unanswered for a while
 // (ss.WithStalledWatches) for a seed whose remainder by 3 is 1, a third of
-// them.
+// them, and with a fleet of member clusters (ss.WithFleet) for a flat
+// sequence whose seed's remainder by 4 is 3 (every flat one with
+// -statespace.fleets).
 func generateSequence(seed uint64) ss.Scenario {
 	sc := ss.Generate(seed)
 	if seed%2 == 1 {
@@ -106,8 +110,8 @@ func generateSequence(seed uint64) ss.Scenario {
 	if seed%3 == 1 {
 		sc = ss.WithStalledWatches(sc)
 	}
-	if *statespaceFleets {
-		sc = ss.WithFleet(sc)
+	if seed%4 == 3 || *statespaceFleets {
+		sc = ss.WithFleet(sc) // a tree's is returned as it is
 	}
 	return sc
 }
