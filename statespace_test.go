@@ -22,7 +22,7 @@ var (
 	statespaceTrees      = flag.Bool("statespace.trees", false, "explore only the TestStateSpace sequences whose manager is a supervision tree (groups)")
 	statespaceSharded    = flag.Bool("statespace.shardedgroups", false, "explore only the TestStateSpace sequences with the groups of an AddShardedGroup")
 	statespaceLeaseEdits = flag.Bool("statespace.leaseedits", false, "explore only the TestStateSpace sequences whose Leases another writer edits or deletes")
-	statespaceFleets     = flag.Bool("statespace.fleets", false, "explore only the TestStateSpace sequences with a fleet of member clusters (every flat sequence gets one)")
+	statespaceFleets     = flag.Bool("statespace.fleets", false, "explore only the TestStateSpace sequences with a fleet of member clusters (every sequence gets one)")
 	statespaceStalls     = flag.Bool("statespace.stalledwatches", false, "explore only the TestStateSpace sequences whose Lease watches stop delivering, or lists go unanswered, for a while")
 )
 
@@ -40,9 +40,9 @@ var (
 // deletes (every odd seed's, with an elector: generateSequence),
 // -statespace.stalledwatches only those whose Lease watches stop
 // delivering, or lists go unanswered, for a while (a third of the seeds
-// with an elector), -statespace.fleets only flat ones with a fleet of
+// with an elector), -statespace.fleets only those with a fleet of
 // member clusters engaged, rotated, disengaged and taken down (a quarter
-// of the flat seeds otherwise).
+// of the seeds otherwise).
 func TestStateSpace(t *testing.T) {
 	t.Parallel()
 	if *statespaceSeed != 0 {
@@ -99,9 +99,8 @@ func TestStateSpace(t *testing.T) {
 // seed (ss.WithLeaseEdits), so that half the elected sequences meet them,
 // and with its Lease watches stalled or its lists unanswered for a while
 // (ss.WithStalledWatches) for a seed whose remainder by 3 is 1, a third of
-// them, and with a fleet of member clusters (ss.WithFleet) for a flat
-// sequence whose seed's remainder by 4 is 3 (every flat one with
-// -statespace.fleets).
+// them, and with a fleet of member clusters (ss.WithFleet) for a seed
+// whose remainder by 4 is 3 (every one with -statespace.fleets).
 func generateSequence(seed uint64) ss.Scenario {
 	sc := ss.Generate(seed)
 	if seed%2 == 1 {
@@ -111,7 +110,7 @@ func generateSequence(seed uint64) ss.Scenario {
 		sc = ss.WithStalledWatches(sc)
 	}
 	if seed%4 == 3 || *statespaceFleets {
-		sc = ss.WithFleet(sc) // a tree's is returned as it is
+		sc = ss.WithFleet(sc)
 	}
 	return sc
 }

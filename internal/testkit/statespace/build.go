@@ -72,6 +72,9 @@ func (r *runner) build() error {
 	}()
 	if len(r.sc.Groups) > 0 {
 		r.buildTree()
+		if r.sc.Fleet > 0 {
+			r.addFleet()
+		}
 		return nil
 	}
 	stores, ctrls, hooks := r.sc.names()

@@ -140,6 +140,11 @@ func (r *runner) restartCause(y string, from, at time.Time, used map[int]bool) s
 			}
 		}
 	}
+	if m := fleetMember(y); m != "" && (r.backOnline(m, from, at) || r.fleet.builtBetween(m, from, at)) {
+		// The fleet moved the member's group: its StartChild as the member
+		// came back Online, or a subtree built anew.
+		return "the fleet's move of " + fleetName + "/" + m
+	}
 	// The requests last: one a failure or a change of leadership explains
 	// is left for a later restart.
 	for i, q := range r.reqs {

@@ -80,13 +80,10 @@ func inFleet(path string) bool { return within(path, fleetName) }
 // WithFleet returns s with a fleet of one to three members, all engaged
 // before Start, and 4 to 12 fleet steps at random places after its Start,
 // drawn from a stream of their own seeded by s.Seed, so that the other
-// steps stay Generate's. A tree scenario is returned as it is: the tree's
-// checks (restart causes, stopped groups, escalations) read the
-// scenario's own groups, which a fleet's are not.
+// steps stay Generate's. In a tree the fleet is the root's last child:
+// the tree's checks judge its members' restarts too, a member's return
+// Online and a new subtree being causes of their own.
 func WithFleet(s Scenario) Scenario {
-	if len(s.Groups) > 0 {
-		return s
-	}
 	r := rand.New(rand.NewPCG(s.Seed^0x2545f4914f6cdd1d, s.Seed^0x9e3779b97f4a7c15))
 	s.Fleet = 1 + r.IntN(3)
 	member := func() string { return fmt.Sprintf("c%d", r.IntN(s.Fleet)) }
@@ -221,6 +218,7 @@ func (r *runner) addFleet() {
 		r.children[path] = newChild(path, "controller", r.journal, r.release)
 	}
 	r.fleet = f
+	r.order[""] = append(r.order[""], fleetName)
 	spec := cm.FleetSpec{
 		ProbePeriod:      metav1.Duration{Duration: FleetProbePeriod},
 		ProbeTimeout:     metav1.Duration{Duration: FleetProbePeriod},
