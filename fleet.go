@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -263,12 +264,14 @@ type Fleet struct {
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
 	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
 	events  uint64            // events that told a member whether its group stopped itself (noted)
-	// placed: an add that brings the fleet into host's tree was sent, and
-	// the fleet has not left the tree since (removedFromTree). A second
-	// add of it is refused with ErrFleetInUse: a fleet runs once. A
-	// Request's add that was refused, and left no runner in the tree,
-	// clears it (unplace).
-	placed bool
+	// placed: the fleet's runner is in host's tree, as the supervisor
+	// told it in its mailbox (InTree): from the add's acceptance
+	// (TreeAdding) until it leaves (TreeRemoved), or until the add is
+	// refused after all (TreeRefused). A second add of it is refused with
+	// ErrFleetInUse: a fleet runs once. unplacedPath is path before the add
+	// being accepted, which a TreeRefused puts back.
+	placed       bool
+	unplacedPath string
 }
 
 // NewFleet returns a child like a Group (name: no "/", unique among its
@@ -346,20 +349,15 @@ func (f *Fleet) Cluster(name string) (ClusterStatus, bool) {
 	return ClusterStatus{}, false
 }
 
-// fleetGroup is v's group when v is a Fleet (recording where it sits in
-// the tree: parent is its parent's path, empty at the root), else v: a
-// fleet goes wherever a group goes.
-func fleetGroup(parent string, v any) any {
+// fleetGroup is v's group when v is a Fleet, else v: a fleet goes
+// wherever a group goes. Where it sits in the tree is the supervisor's to
+// say (Fleet.inTree), once it accepts the add.
+func fleetGroup(v any) any {
 	f, ok := v.(*Fleet)
 	if !ok || f == nil {
 		return v
 	}
-	path := f.name
-	if parent != "" {
-		path = parent + "/" + f.name
-	}
 	f.mu.Lock()
-	f.path = path
 	g := f.group
 	if f.host != nil && f.host.shardCount() > 1 {
 		g = f.sharded
@@ -368,10 +366,41 @@ func fleetGroup(parent string, v any) any {
 	return g
 }
 
+// inTree is the supervisor telling the fleet, in its mailbox, what became
+// of its runner at path ("<fleet>/provider"): it never blocks. An add
+// accepted places the fleet at path's parent, refused unless the fleet is
+// in the tree already (ErrFleetInUse: it runs once); a refused one puts it
+// back where it was; a removal lets it be added again and disengages its
+// members (removedFromTree); the manager's stop ends their clusters
+// (managerStopped).
+func (f *Fleet) inTree(ev supervise.TreeEvent, path string) error {
+	switch ev {
+	case supervise.TreeAdding:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.placed {
+			return fmt.Errorf("fleet %q: in this manager's tree already, at %q: %w", f.name, f.pathLocked(), ErrFleetInUse)
+		}
+		f.placed, f.unplacedPath = true, f.path
+		f.path = strings.TrimSuffix(path, "/"+FleetProviderChild)
+	case supervise.TreeRefused:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.placed, f.path = false, f.unplacedPath
+	case supervise.TreeRemoved:
+		f.removedFromTree()
+	case supervise.TreeManagerStopped:
+		f.managerStopped()
+	}
+	return nil
+}
+
 // bindFleets tells every fleet among vals, at any depth of their groups,
 // the manager it was added to. A fleet bound to another manager already is
 // refused (ErrFleetInUse), and none of vals' fleets is bound: that manager's
-// runner and members are left alone.
+// runner and members are left alone. So is a fleet twice among vals. A
+// fleet in this manager's tree already is refused by the supervisor, as it
+// accepts the add (Fleet.inTree).
 func (m *BaseManager) bindFleets(vals []any) error {
 	var fleets []*Fleet
 	collectFleets(vals, &fleets)
@@ -380,19 +409,7 @@ func (m *BaseManager) bindFleets(vals []any) error {
 			return fmt.Errorf("fleet %q: added twice in one add: %w", x.name, ErrFleetInUse)
 		}
 	}
-	var bound, placed []*Fleet
-	undo := func() { // as it was: nothing of this add binds
-		for _, b := range bound {
-			b.mu.Lock()
-			b.host = nil
-			b.mu.Unlock()
-		}
-		for _, b := range placed {
-			b.mu.Lock()
-			b.placed = false
-			b.mu.Unlock()
-		}
-	}
+	var bound []*Fleet
 	for _, x := range fleets {
 		x.mu.Lock()
 		switch {
@@ -401,16 +418,13 @@ func (m *BaseManager) bindFleets(vals []any) error {
 			bound = append(bound, x)
 		case x.host != m:
 			x.mu.Unlock()
-			undo()
+			for _, b := range bound { // as it was: nothing of this add binds
+				b.mu.Lock()
+				b.host = nil
+				b.mu.Unlock()
+			}
 			return fmt.Errorf("fleet %q: %w", x.name, ErrFleetInUse)
-		case x.placed:
-			path := x.pathLocked()
-			x.mu.Unlock()
-			undo()
-			return fmt.Errorf("fleet %q: in this manager's tree already, at %q: %w", x.name, path, ErrFleetInUse)
 		}
-		x.placed = true
-		placed = append(placed, x)
 		x.mu.Unlock()
 	}
 	m.mu.Lock()
@@ -421,33 +435,6 @@ func (m *BaseManager) bindFleets(vals []any) error {
 	}
 	m.mu.Unlock()
 	return nil
-}
-
-// unplaceFleets is for an add of vals that the supervisor refused: each
-// fleet among them whose runner is not in the tree (at the path the add
-// gave it) may be added again. Unsure (no Status), it stays placed.
-func (m *BaseManager) unplaceFleets(ctx context.Context, vals []any, refusal error) {
-	var fleets []*Fleet
-	collectFleets(vals, &fleets)
-	if len(fleets) == 0 {
-		return
-	}
-	var st Status
-	if !errors.Is(refusal, supervisor.ErrDuplicateChild) && !errors.Is(refusal, supervisor.ErrNotRunning) {
-		// Refused for another reason: a group may be in the tree with a
-		// child whose start failed. Read where the runner stands.
-		var err error
-		if st, err = m.Status(ctx); err != nil {
-			return
-		}
-	}
-	for _, x := range fleets {
-		x.mu.Lock()
-		if _, in := st.Child(x.pathLocked() + "/" + FleetProviderChild); !in {
-			x.placed = false
-		}
-		x.mu.Unlock()
-	}
 }
 
 // collectFleets appends to out every fleet among vals, at any depth of

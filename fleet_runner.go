@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -215,20 +216,9 @@ func (f *Fleet) managerStopped() {
 	}
 }
 
-// fleetsStopped is the supervisor's Stopped: every fleet added to the
-// manager hears that it stopped.
-func (m *BaseManager) fleetsStopped() {
-	m.mu.Lock()
-	fleets := slices.Clone(m.fleets)
-	m.mu.Unlock()
-	for _, f := range fleets {
-		f.managerStopped()
-	}
-}
-
-// RemovedFromTree is the supervisor telling the runner that it left the
-// tree for good, with its fleet (Fleet.removedFromTree). It never blocks.
-func (r *fleetRunner) RemovedFromTree() { r.f.removedFromTree() }
+// InTree is the supervisor telling the runner what became of it, and so of
+// its fleet (Fleet.inTree). It never blocks.
+func (r *fleetRunner) InTree(ev supervise.TreeEvent, path string) error { return r.f.inTree(ev, path) }
 
 // GetHealth is always healthy (a member's outage is no failure of the
 // fleet, and never fails /healthz); its message counts the members by
@@ -347,7 +337,7 @@ func (f *Fleet) disengage(name string) {
 
 // removedFromTree: the fleet left the manager's tree (a RemoveChild of it
 // or of a group above it), told by the supervisor's mailbox as its runner
-// leaves (RemovedFromTree), before the removal is answered. Once its last incarnation's
+// leaves (InTree), before the removal is answered. Once its last incarnation's
 // goroutines have returned (a provider that ignores its context may
 // outlive the removal), every member is disengaged: its Context ends, its
 // ready series goes, ClusterDisengaged is published, and Clusters no
@@ -702,11 +692,11 @@ type fleetStore struct{ r *fleetRunner }
 
 // Name is FleetProviderChild; Recover is the runner's Run, Shutdown its
 // Shutdown, GetHealth its GetHealth.
-func (s fleetStore) Name() string                      { return FleetProviderChild }
-func (s fleetStore) Recover(ctx context.Context) error { return s.r.Run(ctx) }
-func (s fleetStore) Shutdown(ctx context.Context)      { s.r.Shutdown(ctx) }
-func (s fleetStore) GetHealth() HealthStatus           { return s.r.GetHealth() }
-func (s fleetStore) RemovedFromTree()                  { s.r.RemovedFromTree() }
+func (s fleetStore) Name() string                                     { return FleetProviderChild }
+func (s fleetStore) Recover(ctx context.Context) error                { return s.r.Run(ctx) }
+func (s fleetStore) Shutdown(ctx context.Context)                     { s.r.Shutdown(ctx) }
+func (s fleetStore) GetHealth() HealthStatus                          { return s.r.GetHealth() }
+func (s fleetStore) InTree(ev supervise.TreeEvent, path string) error { return s.r.InTree(ev, path) }
 
 var _ Store = fleetStore{}
 

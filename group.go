@@ -81,7 +81,7 @@ func flattenGroups(vals []any) []any { return flattenGroupsAt("", vals) }
 // groupTree is supervise.Config.Tree: v's values for supervise.Specs at
 // path parent when v is a Group.
 func groupTree(parent string, v any) ([]any, bool) {
-	g, ok := fleetGroup(parent, v).(*Group)
+	g, ok := fleetGroup(v).(*Group)
 	if !ok || g == nil {
 		return nil, false
 	}
@@ -104,7 +104,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 	out := make([]any, 0, len(vals))
 	var walk func(parent string, shard int, v any)
 	walk = func(parent string, shard int, v any) {
-		v = fleetGroup(parent, v) // a Fleet goes where a Group goes
+		v = fleetGroup(v) // a Fleet goes where a Group goes
 		g, ok := v.(*Group)
 		if !ok || g == nil {
 			if parent != "" {

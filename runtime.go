@@ -181,7 +181,6 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 		Bus:       bus,
 		Observed:  supervise.NewObserved(),
 		Tree:      groupTree,
-		Stopped:   m.fleetsStopped,
 	}
 	el.configure(&cfg)
 	identity := cfg.Identity
@@ -532,11 +531,6 @@ func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 		}
 	}
 	v, err := m.ask(ctx, msg)
-	if add, ok := msg.(supervisor.AddChild); ok && err != nil && ctx.Err() == nil {
-		// Refused: its fleets, unless they reached the tree, may be
-		// added again.
-		m.unplaceFleets(ctx, []any{add.Runnable}, err)
-	}
 	if err != nil && errors.Is(err, supervisor.ErrStopped) {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			if _, ok := msg.(supervisor.GetStatus); ok {

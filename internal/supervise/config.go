@@ -155,10 +155,6 @@ type Config struct {
 	// Bus receives the events; Observed the state the facade reads.
 	Bus      *Bus
 	Observed *Observed
-	// Stopped, when set, is called in the mailbox as the manager stops,
-	// once every child has been stopped and before Done closes. It must not
-	// block.
-	Stopped func()
 }
 
 func (c *Config) fill() {

@@ -100,20 +100,85 @@ func (r *stopRequest) stopped() {
 		x := under[i]
 		s.reg.remove(x)
 		x.node().drop()
-		if h, ok := x.spec.Impl.(removalHook); ok {
-			h.RemovedFromTree()
+		if h, ok := x.spec.Impl.(TreeHook); ok {
+			h.InTree(TreeRemoved, x.spec.Name)
 		}
 		s.publish(supervisor.ChildRemoved, x, nil)
 	}
 	s.respond(r.replyTo, nil, nil)
 }
 
-// removalHook is a child told, in the mailbox, that it has left the tree
-// for good: before the RemoveChild is answered, so before any AddChild
-// that follows it, and whether or not a subscriber keeps up with
-// ChildRemoved. A fleet's runner is one (its clusters go with it).
-// RemovedFromTree must not block.
-type removalHook interface{ RemovedFromTree() }
+// Facade plumbing: TreeEvent is what the tree did with a child, as its
+// TreeHook hears it.
+type TreeEvent uint8
+
+// The tree events.
+const (
+	// TreeAdding: an add (Start, AddChild) brings the child into the tree
+	// at path, every other check of the add passed. An error refuses the
+	// add whole: nothing of it is added, and the add is answered with it.
+	TreeAdding TreeEvent = iota
+	// TreeRefused: an add whose TreeAdding the child accepted was refused
+	// all the same (another child of the add refused it): the child is not
+	// in the tree.
+	TreeRefused
+	// TreeRemoved: the child left the tree for good (a RemoveChild of it
+	// or of a group above it), before the RemoveChild is answered, so
+	// before any AddChild that follows it, and whether or not a subscriber
+	// keeps up with ChildRemoved.
+	TreeRemoved
+	// TreeManagerStopped: the manager has stopped (Stopped or Failed),
+	// every child stopped, before Done closes; said to each child in the
+	// tree.
+	TreeManagerStopped
+)
+
+var treeEventNames = [...]string{"adding", "refused", "removed", "manager stopped"}
+
+func (e TreeEvent) String() string { return treeEventNames[e] }
+
+// Facade plumbing: TreeHook is a child (its Spec.Impl) that the tree
+// tells, in the mailbox, what became of it: whether an add brought it in
+// or was refused, that it left, that the manager stopped. What the child
+// knows of its place is decided where the tree is, in the order the tree
+// changes, not guessed by whoever sent a message (which may never learn
+// the answer). A fleet's runner is one: a fleet runs once in its
+// manager's tree. InTree must not block; its error counts for TreeAdding
+// only.
+type TreeHook interface {
+	InTree(ev TreeEvent, path string) error
+}
+
+// admit tells each child among specs with a TreeHook that an add brings it
+// in (TreeAdding), in order. At the first refusal, those told already hear
+// TreeRefused, and the refusal is returned: the add is refused whole.
+func admit(specs []childactor.Spec) error {
+	var told []childactor.Spec
+	for _, spec := range specs {
+		h, ok := spec.Impl.(TreeHook)
+		if !ok {
+			continue
+		}
+		if err := h.InTree(TreeAdding, spec.Name); err != nil {
+			for i := len(told) - 1; i >= 0; i-- {
+				_ = told[i].Impl.(TreeHook).InTree(TreeRefused, told[i].Name)
+			}
+			return err
+		}
+		told = append(told, spec)
+	}
+	return nil
+}
+
+// treeStopped tells every child in the tree with a TreeHook that the
+// manager has stopped.
+func (s *root) treeStopped() {
+	for _, rec := range s.reg.children {
+		if h, ok := rec.spec.Impl.(TreeHook); ok {
+			_ = h.InTree(TreeManagerStopped, rec.spec.Name)
+		}
+	}
+}
 
 func (s *root) onAddChild(m supervisor.AddChild, replyTo *actor.PID) {
 	if p := s.state.phase(); p != supervisor.PhaseRunning {
@@ -218,6 +283,9 @@ func (s *root) onChildNamed(m childNamed) {
 				err = fmt.Errorf("%w: a child named %q already exists", supervisor.ErrDuplicateChild, spec.Name)
 				break
 			}
+		}
+		if err == nil {
+			err = admit(paths) // last: a child told it is added is added
 		}
 	}
 	if err != nil {

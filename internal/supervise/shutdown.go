@@ -255,9 +255,7 @@ func (a *shutdownAttempt) finish() {
 	s.out.flushActive() // Observed's active set is final before Done closes
 	final := s.status()
 	final.Err = cause
-	if s.cfg.Stopped != nil {
-		s.cfg.Stopped()
-	}
+	s.treeStopped()
 	s.obs.finish(cause, final)
 	for _, w := range a.waiters {
 		s.respond(w, nil, nil)

@@ -117,6 +117,9 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 	if err == nil {
 		err = s.shards.validate(m.Children)
 	}
+	if err == nil {
+		err = admit(m.Children) // last: a child told it is added is added
+	}
 	if err != nil {
 		// The round fails before its first stage: the shutdown answers
 		// the Start call with err.
