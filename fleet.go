@@ -50,7 +50,7 @@ const (
 	// runs.
 	ClusterOnline = supervisor.ClusterOnline
 	// ClusterDisengaged: a member cluster was let go and its subtree
-	// removed.
+	// removed, or it left Event.Child (its fleet removed, or moved).
 	ClusterDisengaged = supervisor.ClusterDisengaged
 )
 

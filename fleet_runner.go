@@ -98,15 +98,18 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 		}
 		// Removed and added again at another path before the previous
 		// incarnation returned: the members kept (their Context, their
-		// caches) take the new path before any loop of theirs runs, and
-		// are announced there (ClusterEngaged, then where they stand).
+		// caches) take the new path before any loop of theirs runs. The
+		// old path hears each disengaged (its subtree went with the fleet,
+		// its ready series is deleted), and the new one hears it engaged,
+		// then where it stands.
 		f.mu.Lock()
 		moved := f.repathLocked()
 		f.mu.Unlock()
-		for _, mb := range moved {
-			mb.events.Lock()
-			f.publish(ClusterEngaged, mb.path, nil)
-			mb.events.Unlock()
+		for _, mv := range moved {
+			mv.mb.events.Lock()
+			f.publish(ClusterDisengaged, mv.from, nil)
+			f.publish(ClusterEngaged, mv.mb.path, nil)
+			mv.mb.events.Unlock()
 		}
 		f.mu.Lock()
 		if inc.ctx.Err() != nil {
@@ -401,8 +404,8 @@ func (f *Fleet) removedFromTree() {
 // again from the tree (under the old path they are gone with the fleet),
 // their state announced again, and their ready series under the old fleet
 // path deleted. No loop of theirs runs; f.mu is held.
-func (f *Fleet) repathLocked() []*member {
-	var moved []*member
+func (f *Fleet) repathLocked() []movedMember {
+	var moved []movedMember
 	for _, mb := range f.members {
 		p := f.pathLocked() + "/" + mb.name
 		if mb.path == p {
@@ -411,13 +414,19 @@ func (f *Fleet) repathLocked() []*member {
 		if f.host != nil {
 			f.host.metrics.ClusterReady.DeleteLabelValues(strings.TrimSuffix(mb.path, "/"+mb.name), mb.name)
 		}
+		moved = append(moved, movedMember{mb: mb, from: mb.path})
 		mb.path, mb.status.Path = p, p
 		mb.regroup = true
 		mb.group = groupUnknown
 		mb.announced = ""
-		moved = append(moved, mb)
 	}
 	return moved
+}
+
+// movedMember is a member that repathLocked moved, and the path it left.
+type movedMember struct {
+	mb   *member
+	from string
 }
 
 // leave takes mb out of members, into leaving until its ClusterDisengaged

@@ -73,7 +73,10 @@ const (
 	// fleet's SuccessThreshold. Published by the fleet.
 	ClusterOnline EventType = "ClusterOnline"
 	// ClusterDisengaged: a member cluster's provider let it go and its
-	// subtree was shut down and removed. Published by the fleet.
+	// subtree was shut down and removed; or its fleet was removed, and the
+	// cluster is no longer at Child: the fleet's removal disengaged it, or
+	// the fleet, added again at another path, moved it there (its
+	// ClusterEngaged at the new path follows). Published by the fleet.
 	ClusterDisengaged EventType = "ClusterDisengaged"
 	// EventsDropped: this subscriber fell more than its buffer behind and
 	// the oldest events it had not received were dropped; Restarts holds how
