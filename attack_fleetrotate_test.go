@@ -1,6 +1,7 @@
 package controllermanager_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +65,84 @@ func TestAttackFleetRotatedDuringBuild(t *testing.T) {
 	for i, c := range bl.of("a") {
 		if c.cluster.Config().BearerToken == "token-1" {
 			require.Zero(t, c.runs.Load(), "build %d on the replaced config token-1 ran", i)
+		}
+	}
+	require.Equal(t, []cm.EventType{cm.ClusterEngaged, cm.ClusterEngaged, cm.ClusterOnline}, order)
+}
+
+// rotatingCtrl is the controller of the first config's build: the first
+// call of its Name (the supervisor naming the subtree's children, once the
+// member's loop has sent its AddChild) runs rotate: an engage that lands
+// after the loop's last look at what is wanted and before the supervisor
+// takes the add.
+type rotatingCtrl struct {
+	*clusterCtrl
+	once   sync.Once
+	rotate func()
+}
+
+func (c *rotatingCtrl) Name() string {
+	c.once.Do(c.rotate)
+	return c.clusterCtrl.Name()
+}
+
+// A config rotated after the member's loop has built the old config's
+// subtree and checked that it is still wanted, but before the supervisor
+// has taken the add. The subtree of the replaced config is not added: the
+// supervisor asks, as it accepts the add, whether that config is still
+// wanted (under the lock the engage takes), and refuses it when not.
+//
+// Before, the old subtree was added and its controller started on the
+// replaced credentials, then removed by the next step (neither announced
+// nor kept, but run).
+func TestAttackFleetRotatedDuringItsAdd(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(nil)
+	bl := newBuilds()
+	var mu sync.Mutex
+	var olds []*rotatingCtrl
+	build := func(c cm.Cluster) []cm.Runnable {
+		rs := bl.build(c)
+		if c.Config().BearerToken != "token-1" {
+			return rs
+		}
+		old := &rotatingCtrl{clusterCtrl: rs[0].(*clusterCtrl), rotate: func() {
+			prov.mu.Lock()
+			engage := prov.engage
+			prov.mu.Unlock()
+			if err := engage("a", &rest.Config{Host: a.srv.URL, BearerToken: "token-2"}); err != nil {
+				panic(err)
+			}
+		}}
+		mu.Lock()
+		olds = append(olds, old)
+		mu.Unlock()
+		return []cm.Runnable{old}
+	}
+	fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	require.NoError(t, prov.Engage(t, "a", a.config()))
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		for _, c := range bl.of("a") {
+			if c.cluster.Config().BearerToken == "token-2" && c.runs.Load() > 0 {
+				st, ok := fleet.Cluster("a")
+				return ok && st.State == cm.ClusterStateOnline && log.count(is(cm.ClusterOnline, "fleet/a")) > 0
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, olds, "token-1's subtree was never built")
+	for i, c := range olds {
+		require.Zero(t, c.runs.Load(), "build %d on the replaced config token-1 ran", i)
+	}
+	var order []cm.EventType
+	for _, e := range log.all() {
+		if e.Child == "fleet/a" && (e.Type == cm.ClusterEngaged || e.Type == cm.ClusterOnline) {
+			order = append(order, e.Type)
 		}
 	}
 	require.Equal(t, []cm.EventType{cm.ClusterEngaged, cm.ClusterEngaged, cm.ClusterOnline}, order)

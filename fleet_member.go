@@ -334,6 +334,7 @@ func (mb *member) addGroup(ctx context.Context) {
 		}
 		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
 		mb.pending.kind = actors.KindCluster // its record, events and status say "cluster"
+		mb.pending.hook = memberAdmission{mb: mb, gen: mb.applied}
 		if n := host.shardCount(); n > 1 {
 			// Sharded leadership: the subtree's controllers are pinned to
 			// the cluster's shard, as in a group of AddShardedGroup.
@@ -349,6 +350,11 @@ func (mb *member) addGroup(ctx context.Context) {
 	switch {
 	case err == nil:
 		mb.group, mb.pending = groupRunning, nil
+	case errors.Is(err, errConfigReplaced):
+		// Engaged again (or disengaged) after the look above: the
+		// supervisor refused the subtree as it took the add
+		// (memberAdmission). The next step applies what is wanted.
+		mb.pending = nil
 	case isWaitForPhase(err):
 	case errors.Is(err, supervisor.ErrDuplicateChild):
 		// In the tree already: an AddChild whose answer an earlier loop
@@ -371,6 +377,37 @@ func (mb *member) addGroup(ctx context.Context) {
 			mb.announce(ClusterStateFailed, mb.failed)
 		}
 	}
+}
+
+// errConfigReplaced refuses the add of a member's group built for a config
+// no longer wanted (memberAdmission).
+var errConfigReplaced = errors.New("its config was replaced, or it was disengaged, before its subtree was added")
+
+// memberAdmission is the TreeHook of a member's group, built for
+// generation gen of its config. As the supervisor takes the group's add,
+// in its mailbox, it refuses the add once the cluster has been engaged
+// again or disengaged: the look the loop took before sending the add
+// (stale) may be overtaken by an engage, and the subtree of a replaced
+// config would be added and its controllers started on replaced
+// credentials. The engage takes f.mu, as this does: it comes before the
+// add is taken (refused) or after (a rotation of an added subtree, which
+// the next step makes). It never blocks.
+type memberAdmission struct {
+	mb  *member
+	gen uint64
+}
+
+func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
+	if ev != supervise.TreeAdding {
+		return nil
+	}
+	f := a.mb.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a.mb.gone || a.mb.gen != a.gen {
+		return fmt.Errorf("cluster %q at %q: %w", a.mb.name, path, errConfigReplaced)
+	}
+	return nil
 }
 
 // lifecycle sends a StartChild or StopChild for the group; on success the

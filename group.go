@@ -24,6 +24,9 @@ type Group struct {
 	// kind is what its record, its events and its status say it is:
 	// KindGroup, or KindCluster for a fleet's member cluster.
 	kind actors.Kind
+	// hook is told what the tree did with the group (a fleet's member
+	// cluster's: refuses an add of a replaced config); nil: none.
+	hook supervise.TreeHook
 }
 
 // NewGroup returns a group named name (unique among its siblings; an
@@ -143,7 +146,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 // decl is g's declaration at path, in the group at path parent ("" for
 // the root), its name and spec validated.
 func (g *Group) decl(parent, path string) supervise.GroupDecl {
-	d := supervise.GroupDecl{Name: g.name, Parent: parent, Kind: cmp.Or(g.kind, actors.KindGroup)}
+	d := supervise.GroupDecl{Name: g.name, Parent: parent, Kind: cmp.Or(g.kind, actors.KindGroup), Hook: g.hook}
 	var errs []error
 	if err := supervise.CheckName(g.name, d.Kind, parent); err != nil {
 		errs = append(errs, err)

@@ -100,8 +100,8 @@ func (r *stopRequest) stopped() {
 		x := under[i]
 		s.reg.remove(x)
 		x.node().drop()
-		if h, ok := x.spec.Impl.(TreeHook); ok {
-			h.InTree(TreeRemoved, x.spec.Name)
+		if h := hookOf(x.spec); h != nil {
+			_ = h.InTree(TreeRemoved, x.spec.Name)
 		}
 		s.publish(supervisor.ChildRemoved, x, nil)
 	}
@@ -137,16 +137,28 @@ var treeEventNames = [...]string{"adding", "refused", "removed", "manager stoppe
 
 func (e TreeEvent) String() string { return treeEventNames[e] }
 
-// Facade plumbing: TreeHook is a child (its Spec.Impl) that the tree
-// tells, in the mailbox, what became of it: whether an add brought it in
-// or was refused, that it left, that the manager stopped. What the child
-// knows of its place is decided where the tree is, in the order the tree
-// changes, not guessed by whoever sent a message (which may never learn
-// the answer). A fleet's runner is one: a fleet runs once in its
-// manager's tree. InTree must not block; its error counts for TreeAdding
-// only.
+// Facade plumbing: TreeHook is a child (its Spec.Impl, or a group's
+// GroupDecl.Hook) that the tree tells, in the mailbox, what became of it:
+// whether an add brought it in or was refused, that it left, that the
+// manager stopped. What the child knows of its place is decided where the
+// tree is, in the order the tree changes, not guessed by whoever sent a
+// message (which may never learn the answer). A fleet's runner is one (a
+// fleet runs once in its manager's tree), and a fleet's member cluster's
+// group (an add of a config replaced meanwhile is refused). InTree must
+// not block; its error counts for TreeAdding only.
 type TreeHook interface {
 	InTree(ev TreeEvent, path string) error
+}
+
+// hookOf is spec's TreeHook, nil if it has none.
+func hookOf(spec childactor.Spec) TreeHook {
+	if h, ok := spec.Impl.(TreeHook); ok {
+		return h
+	}
+	if d, ok := spec.Impl.(*GroupDecl); ok && d.Hook != nil {
+		return d.Hook
+	}
+	return nil
 }
 
 // admit tells each child among specs with a TreeHook that an add brings it
@@ -155,13 +167,13 @@ type TreeHook interface {
 func admit(specs []childactor.Spec) error {
 	var told []childactor.Spec
 	for _, spec := range specs {
-		h, ok := spec.Impl.(TreeHook)
-		if !ok {
+		h := hookOf(spec)
+		if h == nil {
 			continue
 		}
 		if err := h.InTree(TreeAdding, spec.Name); err != nil {
 			for i := len(told) - 1; i >= 0; i-- {
-				_ = told[i].Impl.(TreeHook).InTree(TreeRefused, told[i].Name)
+				_ = hookOf(told[i]).InTree(TreeRefused, told[i].Name)
 			}
 			return err
 		}
@@ -170,11 +182,11 @@ func admit(specs []childactor.Spec) error {
 	return nil
 }
 
-// treeStopped tells every child in the tree with a TreeHook that the
-// manager has stopped.
+// treeStopped tells every child and group in the tree with a TreeHook that
+// the manager has stopped.
 func (s *root) treeStopped() {
-	for _, rec := range s.reg.children {
-		if h, ok := rec.spec.Impl.(TreeHook); ok {
+	for _, rec := range s.reg.byName {
+		if h := hookOf(rec.spec); h != nil {
 			_ = h.InTree(TreeManagerStopped, rec.spec.Name)
 		}
 	}

@@ -130,6 +130,10 @@ type GroupDecl struct {
 	// Err, when set, is why the group could not be built (Specs reports it
 	// by its position).
 	Err error
+	// Hook, when set, is the group's TreeHook: told what the tree did with
+	// the group, as a hosted child's Impl is (a fleet's member cluster's
+	// group, which refuses an add of a config no longer wanted).
+	Hook TreeHook
 }
 
 // Facade plumbing: InGroup, among the values given to Specs, is Value, a
