@@ -89,3 +89,26 @@ func TestAttackFleetAddAbandonedThenRefusedMayBeAddedAgain(t *testing.T) {
 	_, inW := mustStatus(t, m).Child("w")
 	require.False(t, inW, "nothing of the refused add is in the tree")
 }
+
+// An add that brings two fleets, the second in the tree already, is refused
+// whole (ErrFleetInUse); the first, which the supervisor had taken as
+// added before the second refused, is told the add was refused after all
+// and may be added again, at its new path.
+func TestAttackFleetRefusedWithAFleetInUseMayBeAddedAgain(t *testing.T) {
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	inUse := cm.NewFleet("in-use", newHandProvider(map[string]*rest.Config{"a": a.config()}), newBuilds().build, fleetSpec())
+	fresh := cm.NewFleet("fresh", newHandProvider(map[string]*rest.Config{"b": b.config()}), newBuilds().build, fleetSpec())
+	m, log := fleetManager(t, clocktesting.NewFakeClock(time.Now()), inUse)
+	startFleet(t, m)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "in-use/a"))
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.ErrorIs(t, m.AddChild(ctx, cm.NewGroup("g", cm.SupervisionSpec{}, fresh, inUse)), cm.ErrFleetInUse)
+	_, inG := mustStatus(t, m).Child("g")
+	require.False(t, inG, "nothing of the refused add is in the tree")
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("h", cm.SupervisionSpec{}, fresh)))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "h/fresh/b"))
+	st, ok := fresh.Cluster("b")
+	require.True(t, ok)
+	require.Equal(t, "h/fresh/b", st.Path)
+}
