@@ -244,6 +244,7 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 	if st.Phase.Ended() {
 		return
 	}
+	r.checkHeld(st, now)
 	all := flatten(st.Children)
 	r.checkSince(all, asked)
 	if st.Phase == supervisor.PhaseRunning {
@@ -301,6 +302,40 @@ func (r *runner) checkStates(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// checkHeld: with election on, a manager Running holds what it runs
+// under, the lease or at least one shard (Status.Leader); one that holds
+// nothing is a standby, in Electing (docs/leader-election.md). Between
+// the loss and the new phase the stand-down stops the fenced children: a
+// Running replica that holds nothing must leave Running within the fence
+// timeout and ShutdownTimeout. Status reads the phase and what is held in
+// one snapshot.
+func (r *runner) checkHeld(st cm.Status, now time.Time) {
+	if r.sc.Election == ElectionOff {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st.Phase != supervisor.PhaseRunning || st.Leader {
+		r.unheldSince = time.Time{}
+		return
+	}
+	if r.unheldSince.IsZero() {
+		r.unheldSince = now
+	}
+	since := r.unheldSince
+	key := fmt.Sprintf("unheld/%d", since.UnixNano())
+	if slices.ContainsFunc(r.obligations, func(o *obligation) bool { return o.key == key }) {
+		return
+	}
+	r.obligations = append(r.obligations, &obligation{
+		inv: RunningUnheld, key: key, due: since.Add(FenceTimeout + ShutdownTimeout + r.cfg.Slack),
+		what: fmt.Sprintf("Running at %s holding neither the lease nor a shard (Status.Leader false), and still Running", stamp(since)),
+		// A later Status that is not Running, or leads, resets
+		// unheldSince; the manager's end ends it too.
+		resolved: func() bool { return !r.doneAt.IsZero() || !r.unheldSince.Equal(since) },
+	})
 }
 
 // strandable reports whether a child of kind runs whenever the manager

@@ -77,6 +77,12 @@ func TestFleetInvariants(t *testing.T) {
 			event(r, cm.ClusterOnline)
 			start(r, 1)
 		}, ""},
+		{"its group stopped on request, then Offline, started, and Online", func(r *runner) {
+			stopped(r)
+			event(r, cm.ClusterOffline)
+			start(r, 1)
+			event(r, cm.ClusterOnline) // said once the fleet's StartChild was answered
+		}, ""},
 		{"its group stopped on request, then Online with no Offline", func(r *runner) {
 			stopped(r)
 			event(r, cm.ClusterOnline)
@@ -103,7 +109,7 @@ func TestFleetInvariants(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRunner(Scenario{Fleet: 1}, Config{})
+			r := newRunner(Scenario{Fleet: 1}, Config{Slack: time.Second})
 			defer r.pauses.Stop()
 			r.fleet = &fleetState{r: r, servers: map[string]*memberServer{"c0": {}}, want: map[string]int{"c0": 1},
 				engaged: map[string]bool{}, builds: map[string][]build{}, disengagedAt: map[string]time.Time{},

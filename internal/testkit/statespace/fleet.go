@@ -376,12 +376,14 @@ func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
 }
 
 // backOnline reports whether member came back Online from Offline (the
-// fleet's StartChild of its group) after from and before to. r.mu is
-// held.
+// fleet's StartChild of its group) after from, in time to explain what
+// started at to: the fleet says ClusterOnline once its StartChild has
+// been answered, after the start it explains, so up to the slack after
+// to. r.mu is held.
 func (r *runner) backOnline(member string, from, to time.Time) bool {
 	offline := false
 	for _, e := range r.events {
-		if e.Child != fleetName+"/"+member || e.Time.After(to) {
+		if e.Child != fleetName+"/"+member || e.Time.After(to.Add(r.cfg.Slack)) {
 			continue
 		}
 		switch e.Type {

@@ -83,6 +83,11 @@ const (
 	// RestartChild of it or above it sent since that stop was sent: a
 	// removed or stopped child never runs again.
 	StoppedRan Invariant = "stopped-ran"
+	// RunningUnheld: with election on, the manager stayed Running while
+	// holding neither the lease nor any shard (Status.Leader false) past
+	// the fence timeout and ShutdownTimeout: a replica that holds nothing
+	// is a standby, in Electing.
+	RunningUnheld Invariant = "running-unheld"
 	// FleetContextOverlap (fleets): the fleet built a member's subtree
 	// again (a rotation, an engage after a disengage) while the Cluster of
 	// an earlier build of it had not ended: "The old Cluster.Context() ends

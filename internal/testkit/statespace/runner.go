@@ -152,6 +152,7 @@ type runner struct {
 	addedAt       map[string]time.Time // when each child added by a step was sent
 	lastSeen      map[string]seenState // each child's state in the last Status checked
 	shutdownReq   time.Time            // the first ShutdownAndWait or cancelled Start
+	unheldSince   time.Time            // the first Status, of those in a row, Running while holding nothing (checkHeld)
 	exitAt        time.Time            // the first moment the host would exit: Done, or a ShutdownAndWait returned
 	doneAt        time.Time
 	knobGen       map[string]int
