@@ -316,7 +316,11 @@ func New(cfg Config) (*Elector, error) {
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]bool{}, announcing: map[int]bool{},
 		abandon: make(chan struct{}), holders: map[int]string{}}
-	e.store = newStore(cfg)
+	if cfg.Lock != nil {
+		e.store = &lockStore{lock: cfg.Lock, namespace: cfg.Namespace, name: cfg.Name}
+	} else {
+		e.store = clientStore{cfg.Client.CoordinationV1().Leases(cfg.Namespace)}
+	}
 	e.campaigns, e.stopCampaigns = context.WithCancel(context.Background())
 	e.status = make([]Status, cfg.Shards)
 	for i := range e.status {

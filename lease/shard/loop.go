@@ -51,7 +51,6 @@ func (e *Elector) Run(ctx context.Context) {
 	close(e.ticking)
 	e.done = ctx.Done()
 	for {
-		ticked := false
 		// A stop comes before anything else that is ready (select picks at
 		// random, and the other cases send writes a stopping replica has no
 		// use for) and goes straight to the reconcile below: the select
@@ -82,7 +81,6 @@ func (e *Elector) Run(ctx context.Context) {
 				}
 			case <-ticker.C():
 				e.tick.begin(&e.ticks)
-				ticked = true
 				e.absorbEarly()
 				clear(e.tried) // campaign again, on the same versions too: they may have expired
 				e.pollIfSilent()
@@ -94,8 +92,8 @@ func (e *Elector) Run(ctx context.Context) {
 		}
 		e.absorbEarly()
 		e.reconcile()
-		e.tick.end(&e.ticks, ticked)
-		if e.stopping && e.finished() {
+		e.tick.end(&e.ticks)
+		if e.stopping && len(e.held) == 0 && len(e.campaigning) == 0 && !e.memberWriting {
 			e.writes.Wait() // the answers of writes for shards lost meanwhile: each bounded by RetryPeriod
 			e.releaseMemberNow()
 			return
@@ -111,10 +109,6 @@ func (e *Elector) beginStop() {
 	e.stopping, e.done = true, nil
 	e.stopCampaigns()
 	e.releaseMember()
-}
-
-func (e *Elector) finished() bool {
-	return len(e.held) == 0 && len(e.campaigning) == 0 && !e.memberWriting
 }
 
 // abandonAll ends every held shard's term without releasing anything.
@@ -231,8 +225,7 @@ func (e *Elector) drainEvents() {
 type tickState struct {
 	seq     int64 // the tick whose writes are counted; 0 before the first
 	pending int   // its writes not yet answered
-	open    bool  // handled on the loop, but writes still pending
-	in      bool  // handling the tick now
+	open    bool  // tick seq is not counted yet
 }
 
 // begin starts tick seq+1, counting an earlier one still pending as handled.
@@ -241,11 +234,11 @@ func (t *tickState) begin(ticks interface{ Add(int64) int64 }) {
 		ticks.Add(1)
 	}
 	t.seq++
-	t.pending, t.open, t.in = 0, false, true
+	t.pending, t.open = 0, true
 }
 
 func (t *tickState) sent(w *written) {
-	if t.in || t.open {
+	if t.open {
 		w.tick = t.seq
 		t.pending++
 	}
@@ -258,10 +251,7 @@ func (t *tickState) answered(w *written) {
 }
 
 // end closes the loop's pass.
-func (t *tickState) end(ticks interface{ Add(int64) int64 }, ticked bool) {
-	if ticked {
-		t.in, t.open = false, true
-	}
+func (t *tickState) end(ticks interface{ Add(int64) int64 }) {
 	if t.open && t.pending == 0 {
 		t.open = false
 		ticks.Add(1)

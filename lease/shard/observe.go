@@ -47,7 +47,8 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 		if holderOf(l) != e.cfg.Identity {
 			e.dropReleased(i)
 		}
-	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && renewedAfter(l, h.lease):
+	case h.unsure && !h.writing && holderOf(l) == e.cfg.Identity && l.Spec.RenewTime != nil &&
+		(h.lease.Spec.RenewTime == nil || l.Spec.RenewTime.After(h.lease.Spec.RenewTime.Time)):
 		// A renewal whose answer we missed (it timed out here, and was
 		// written there): only this replica writes its own identity, and
 		// its renew times only grow, so this is our write, newer than the
@@ -66,7 +67,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 
 // gone records that l, its last version, has been deleted: a tombstone
 // (observed.gone). A held shard's Lease is created again by its next
-// renewal (recreate), and so is this replica's member Lease.
+// renewal (renewAfterConflict), and so is this replica's member Lease.
 func (e *Elector) gone(l *coordinationv1.Lease) {
 	if o := e.observed[l.Name]; o != nil && o.gone {
 		return // seen gone already: expiry counts from then
@@ -139,18 +140,6 @@ func sameVersion(a, b *coordinationv1.Lease) bool {
 		return a == b
 	}
 	return a.ResourceVersion == b.ResourceVersion && equality.Semantic.DeepEqual(a.Spec, b.Spec)
-}
-
-// renewedAfter reports whether l was renewed after base: the order of one
-// holder's own writes.
-func renewedAfter(l, base *coordinationv1.Lease) bool {
-	if l.Spec.RenewTime == nil {
-		return false
-	}
-	if base.Spec.RenewTime == nil {
-		return true
-	}
-	return l.Spec.RenewTime.After(base.Spec.RenewTime.Time)
 }
 
 // noteHolder tells the user (HolderChanged) when shard i's holder, as

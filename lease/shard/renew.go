@@ -114,28 +114,11 @@ func (e *Elector) renewedShard(w *written) {
 // without, the shard is lost.
 var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
-// recreate is a renewal of a Lease that someone deleted, as client-go's
-// elector makes it at its next try: the Lease created again from l, this
-// replica's term (its holder, acquire time and transitions) renewed now.
-// It is safe: a standby that saw the deletion waits LeaseDuration from
-// then before it creates the Lease itself (observed.gone), one that did
-// not, LeaseDuration from the last renewal it saw; a create is atomic, and
-// one that finds the Lease created already is refused (AlreadyExists, read
-// back by renewAfterConflict). So deleting a held Lease costs no
-// failover, as with client-go.
-func (e *Elector) recreate(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	c := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, Annotations: l.Annotations},
-		Spec:       *l.Spec.DeepCopy(),
-	}
-	return e.store.Create(ctx, c)
-}
-
 // renewAfterConflict handles a renewal refused with a conflict (or a
 // NotFound), on the renewal's goroutine, as client-go's elector does at its
 // next try: it reads the Lease back and, if it is still this replica's term
 // (readBack), renews from the version read; if it is gone, it creates it
-// again (recreate). So a write that touched only the Lease's metadata
+// again. So a write that touched only the Lease's metadata
 // (kubectl label, a GitOps tool's annotation) or that was our own, its
 // answer lost, costs one read; anything else (another holder, a changed
 // duration, a release, a new term) and the shard is lost. ok reports
@@ -148,8 +131,17 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		// Deleted (kubectl delete lease): created again in this term.
-		l, write = decided.DeepCopy(), e.recreate
+		// Deleted (kubectl delete lease): created again in this term (its
+		// holder, acquire time and transitions), as client-go's elector
+		// does at its next try. It is safe: a standby that saw the deletion
+		// waits LeaseDuration from then before it creates the Lease itself
+		// (observed.gone), one that did not, LeaseDuration from the last
+		// renewal it saw; a create is atomic, and one that finds the Lease
+		// created already is refused (AlreadyExists). So deleting a held
+		// Lease costs no failover, as with client-go.
+		d := decided.DeepCopy()
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels, Annotations: d.Annotations}, Spec: d.Spec}
+		write = e.store.Create
 	case !ours:
 		return nil, 0, false
 	default:
@@ -178,17 +170,15 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 // record but for a renew time that has not gone back (a renewal of ours
 // whose answer was lost may have moved it forward).
 func (e *Elector) readBack(ctx context.Context, decided *coordinationv1.Lease) (cur *coordinationv1.Lease, ours bool, err error) {
-	cur, err = e.store.Get(ctx, decided.Name)
-	return cur, err == nil && holderOf(cur) == e.cfg.Identity && sameTerm(cur, decided), err
-}
-
-func sameTerm(cur, decided *coordinationv1.Lease) bool {
+	if cur, err = e.store.Get(ctx, decided.Name); err != nil || holderOf(cur) != e.cfg.Identity {
+		return cur, false, err
+	}
 	if decided.Spec.RenewTime != nil && (cur.Spec.RenewTime == nil || cur.Spec.RenewTime.Before(decided.Spec.RenewTime)) {
-		return false
+		return cur, false, nil
 	}
 	a, b := cur.Spec.DeepCopy(), decided.Spec.DeepCopy()
 	a.RenewTime, b.RenewTime = nil, nil
-	return equality.Semantic.DeepEqual(a, b)
+	return cur, equality.Semantic.DeepEqual(a, b), nil
 }
 
 // renewMember creates or renews this replica's member Lease.

@@ -28,13 +28,6 @@ type leaseStore interface {
 	Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
 }
 
-func newStore(cfg Config) leaseStore {
-	if cfg.Lock != nil {
-		return &lockStore{lock: cfg.Lock, namespace: cfg.Namespace, name: cfg.Name}
-	}
-	return clientStore{cfg.Client.CoordinationV1().Leases(cfg.Namespace)}
-}
-
 var leasesResource = schema.GroupResource{Group: coordinationv1.GroupName, Resource: "leases"}
 
 // update writes l over decided, the version of its Lease the loop decided
