@@ -31,25 +31,11 @@ import (
 //     scores it highest, the score being the rendezvous hash FNV-1a 64 of
 //     identity, a zero byte and the shard index in decimal.
 //
-// Why it is sticky where rendezvous hashing with bounded load is not: with
-// plain rendezvous, a shard's owner is its top scorer among the members, so
-// a join takes from every member the shards the joiner scores highest,
-// which need not be what the bound on load would take, and a leave can push
-// a shard past a full member's bound onto a third one. Here the current
-// holders are an input: what a member holds is kept up to its quota, and
-// the hash only places what no one may keep. In a stable state (every
-// member holding ⌊S/R⌋ or ⌈S/R⌉, all of them its own), a leave leaves every
-// remaining member within its new quota (the ⌈⌉ quotas go to those holding
-// most, and there are enough of them), so only the leaver's shards move; a
-// join lowers quotas, the shards given up go where there is room, and the
-// only member with room is the joiner (the members holding ⌈S/R⌉ before
-// rank first and so keep the larger quotas; the joiner, holding nothing,
-// ranks last), so shards move only to the joiner, exactly ⌊S/R⌋ of them,
-// the least any balanced rule can move. Ranking by holdings rather than by
-// identity alone is what makes that least: by identity, a joiner that sorts
-// first would take a ⌈S/R⌉ quota, one shard more than needed (and, with
-// S < R, a shard where none needs to move). TestAssignJoinsAndLeaves and
-// TestAssignRandomHistories check all of it.
+// Why the rule is sticky (a leave moves only the leaver's shards, a join
+// moves exactly ⌊S/R⌋, all to the joiner) where rendezvous hashing with
+// bounded load is not, and how TestAssignJoinsAndLeaves and
+// TestAssignRandomHistories check it: docs/leader-election.md, "Who holds
+// what: the rule".
 func Assign(shards int, members, holders []string) []string {
 	return assign(shards, members, holders, nil)
 }

@@ -9,11 +9,10 @@
 // Every Lease of a group carries the label LabelGroup = <name>, so that one
 // watch with one label selector sees them all; LabelRole says "shard" or
 // "member". A shard Lease's holder is the replica running that shard's
-// children. A member Lease "<name>-member-<h>" (h: 16 hex digits of FNV-1a
-// 64 of the identity) is held and renewed by its replica for as long as it
-// runs: it is how a replica that holds no shard yet (one that just joined)
-// is seen by the others. The shard Leases' holders alone cannot say that, so
-// a joiner would never be given a shard.
+// children. A member Lease (MemberLease) is held and renewed by its replica
+// for as long as it runs: the shard Leases' holders alone cannot show a
+// replica that holds no shard yet (one that just joined), which would then
+// never be given one.
 //
 // # Safety
 //
@@ -29,13 +28,11 @@
 // # The loop
 //
 // One goroutine owns the Elector's state and never waits on the API
-// server: each Lease write (a campaign, a renewal, a release, the member
-// Lease's) runs on a goroutine of its own, bounded by the shard's renew
-// deadline, and its answer comes back as a message. So a renewal never
-// waits behind a campaign, campaigns go out side by side (at most
-// Config.MaxCampaigns, and within the Lease client's rate limit), and a
+// server: each Lease write runs on a goroutine of its own, bounded by the
+// shard's renew deadline, and its answer comes back as a message, so a
 // slow API server costs a held shard only when it cannot answer one write
-// within RenewDeadline − RetryPeriod. What to hand back and what to
-// campaign for is decide's pure function of what the loop observed and
-// holds.
+// within RenewDeadline − RetryPeriod (docs/leader-election.md, "The bound:
+// how slow an API server a sharded replica survives"). What to hand back
+// and what to campaign for is decide's pure function of what the loop
+// observed and holds.
 package shard

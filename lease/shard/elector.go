@@ -70,18 +70,14 @@ type Config struct {
 	Callbacks Callbacks
 
 	// SingleLease makes the group one Lease, the single lease of a manager
-	// that is not sharded, seen as shard 0: the Lease is named exactly Name
-	// (not "<Name>-0"), carries no labels and is selected by name (a field
-	// selector metadata.name=Name, since client-go's LeaseLock writes no
-	// labels); there is no member Lease and no assignment: every replica
-	// campaigns for shard 0 whenever its Lease is free (released: an empty
-	// holderIdentity) or expired by the local-observation rule. The Lease
-	// record and its rules are client-go's (resourcelock.LeaseLock and
-	// leaderelection.LeaderElector's), so that a replica running client-go's
-	// LeaderElector and one running this Elector never hold it at once:
-	// during a rolling upgrade from a release that used client-go's elector,
-	// both kinds of replica campaign for the same Lease safely. Shards must
-	// be 0 or 1 (0 means 1). Default false.
+	// that is not sharded, seen as shard 0: named exactly Name, with no
+	// labels (selected by name, as client-go's LeaseLock writes none), no
+	// member Lease and no assignment (every replica campaigns whenever it
+	// is free or expired). Its record and rules are client-go's, so that a
+	// replica running client-go's LeaderElector and one running this
+	// Elector never hold it at once (a rolling upgrade; see
+	// docs/leader-election.md, "One election path"). Shards must be 0 or 1
+	// (0 means 1). Default false.
 	SingleLease bool
 	// Lock, in single-lease mode only, is a client-go lock to read and write
 	// the Lease through instead of Client (which may then be nil): one that
