@@ -10,7 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/actorkube/controllermanager/lease"
@@ -93,11 +92,18 @@ func (e *Elector) reconcile() {
 	e.publish()
 }
 
-// campaignLimit is Config.MaxCampaigns within the Lease client's rate limit.
+// campaignLimit is Config.MaxCampaigns within the Lease client's rate limit,
+// where it has one (a clientset made from a rest.Config; fakes have none,
+// and a lock's, Config.Lock, is not known).
 func (e *Elector) campaignLimit() int {
 	limit := e.cfg.MaxCampaigns
-	if qps, ok := clientQPS(e.cfg.Client); ok {
-		limit = min(limit, campaignsWithin(qps, e.cfg.RetryPeriod, len(e.held)))
+	if e.cfg.Client == nil {
+		return limit
+	}
+	if rc := e.cfg.Client.CoordinationV1().RESTClient(); rc != nil {
+		if rl := rc.GetRateLimiter(); rl != nil && rl.QPS() > 0 {
+			limit = min(limit, campaignsWithin(float64(rl.QPS()), e.cfg.RetryPeriod, len(e.held)))
+		}
 	}
 	return limit
 }
@@ -114,20 +120,6 @@ const campaignRequests = 2
 func campaignsWithin(qps float64, period time.Duration, held int) int {
 	budget := int(qps*period.Seconds()) - held - 1
 	return max(budget/campaignRequests, 1)
-}
-
-// clientQPS reads the QPS of client's rate limiter for Leases, where it has
-// one (a clientset made from a rest.Config); fakes have none.
-func clientQPS(client kubernetes.Interface) (float64, bool) {
-	if client == nil {
-		return 0, false // a lock's (Config.Lock): not known
-	}
-	if rc := client.CoordinationV1().RESTClient(); rc != nil {
-		if rl := rc.GetRateLimiter(); rl != nil && rl.QPS() > 0 {
-			return float64(rl.QPS()), true
-		}
-	}
-	return 0, false
 }
 
 // campaign tries to acquire shard i, once per version of its Lease seen:

@@ -63,8 +63,15 @@ func (e *Elector) Run(ctx context.Context) {
 			select {
 			case <-e.done:
 				e.beginStop()
-			case <-e.abandon:
-				e.abandonAll()
+			case <-e.abandon: // every held shard's term ends; nothing is released
+				for _, h := range e.held {
+					h.term.End(false)
+				}
+				e.mu.Lock()
+				clear(e.terms)
+				e.publishTerms()
+				clear(e.renewed)
+				e.mu.Unlock()
 				return
 			case ev := <-e.events:
 				e.handle(ev)
@@ -109,18 +116,6 @@ func (e *Elector) beginStop() {
 	e.stopping, e.done = true, nil
 	e.stopCampaigns()
 	e.releaseMember()
-}
-
-// abandonAll ends every held shard's term without releasing anything.
-func (e *Elector) abandonAll() {
-	for _, h := range e.held {
-		h.term.End(false)
-	}
-	e.mu.Lock()
-	clear(e.terms)
-	e.publishTerms()
-	clear(e.renewed)
-	e.mu.Unlock()
 }
 
 func (e *Elector) handle(ev any) {
