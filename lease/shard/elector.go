@@ -80,13 +80,11 @@ type Config struct {
 	// (0 means 1). Default false.
 	SingleLease bool
 	// Lock, in single-lease mode only, is a client-go lock to read and write
-	// the Lease through instead of Client (which may then be nil): one that
-	// cannot be watched, so the Elector reads the record through Lock.Get
-	// every RetryPeriod (polling, as client-go's LeaderElector does) and
-	// writes it through Lock.Create and Lock.Update, each write preceded by
-	// a Get that checks the record is still the one it decided on. Identity
-	// defaults to Lock.Identity(). Default nil: the Lease is watched through
-	// Client.
+	// the Lease through instead of Client (which may then be nil). A lock
+	// cannot be watched: the Elector reads it every RetryPeriod (as
+	// client-go's LeaderElector does), and checks with a Get before each
+	// write that the record is still the one it decided on. Identity
+	// defaults to Lock.Identity(). Default nil: Client, and a watch.
 	Lock resourcelock.Interface
 	// RecordEvent, in single-lease mode, is called with client-go's words
 	// "became leader" and "stopped leading" when this replica acquires the
