@@ -205,9 +205,11 @@ func (e *Elector) renewMember() {
 
 // releaseMember empties the member Lease so that the others rebalance at
 // once rather than after LeaseDuration (with a write in flight, its answer
-// does).
+// does). A deleted one (gone) has nothing to empty: adopting its last copy
+// would send an update that fails NotFound, whose answer would try again,
+// for as long as the loop runs.
 func (e *Elector) releaseMember() {
-	if o := e.observed[MemberLease(e.cfg.Name, e.cfg.Identity)]; e.member == nil && o != nil && holderOf(o.lease) == e.cfg.Identity {
+	if o := e.observed[MemberLease(e.cfg.Name, e.cfg.Identity)]; e.member == nil && o != nil && !o.gone && holderOf(o.lease) == e.cfg.Identity {
 		e.member = o.lease.DeepCopy() // after a conflict: the watch's version
 	}
 	if e.member == nil || e.memberWriting {
