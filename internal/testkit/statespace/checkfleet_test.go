@@ -48,7 +48,12 @@ func TestFleetInvariants(t *testing.T) {
 		setup func(r *runner)
 		want  Invariant // "" for none
 	}{
-		{"started before its ClusterDisengaged", func(r *runner) { start(r, 1); event(r, cm.ClusterDisengaged) }, ""},
+		{"started and stopped before its ClusterDisengaged", func(r *runner) {
+			start(r, 1)
+			r.journal.add(path, "controller", ShutdownEnter, 1, nil)
+			r.journal.add(path, "controller", ShutdownExit, 1, nil)
+			event(r, cm.ClusterDisengaged)
+		}, ""},
 		{"started after its ClusterDisengaged", func(r *runner) { event(r, cm.ClusterDisengaged); later(time.Now()); start(r, 1) }, DisengagedRan},
 		{"engaged again, then started", func(r *runner) {
 			event(r, cm.ClusterDisengaged)
@@ -56,7 +61,13 @@ func TestFleetInvariants(t *testing.T) {
 			start(r, 1)
 		}, ""},
 		{"started while down, after ClusterOffline", func(r *runner) { down(r); event(r, cm.ClusterOffline); later(time.Now()); start(r, 1) }, OfflineRan},
-		{"started while down, before ClusterOffline", func(r *runner) { down(r); start(r, 1); event(r, cm.ClusterOffline) }, ""},
+		{"started and stopped while down, before ClusterOffline", func(r *runner) {
+			down(r)
+			start(r, 1)
+			r.journal.add(path, "controller", ShutdownEnter, 1, nil)
+			r.journal.add(path, "controller", ShutdownExit, 1, nil)
+			event(r, cm.ClusterOffline)
+		}, ""},
 		{"started while down by a StartChild of its group", func(r *runner) {
 			down(r)
 			event(r, cm.ClusterOffline)
@@ -92,6 +103,19 @@ func TestFleetInvariants(t *testing.T) {
 			stopped(r)
 			r.fleet.build(fakeCluster{"c0", open})
 			start(r, 1)
+		}, ""},
+		{"stopped before its ClusterOffline", func(r *runner) {
+			start(r, 1)
+			r.journal.add(path, "controller", ShutdownEnter, 1, nil)
+			r.journal.add(path, "controller", ShutdownExit, 1, nil)
+			event(r, cm.ClusterOffline)
+		}, ""},
+		{"running at its ClusterOffline", func(r *runner) { start(r, 1); event(r, cm.ClusterOffline) }, MemberRunning},
+		{"running at its ClusterDisengaged", func(r *runner) { start(r, 1); event(r, cm.ClusterDisengaged) }, MemberRunning},
+		{"running at its ClusterOffline, started again on request", func(r *runner) {
+			start(r, 1)
+			ask(r, DoRestart, fleetName)
+			event(r, cm.ClusterOffline)
 		}, ""},
 		{"built again once the earlier Cluster ended", func(r *runner) {
 			r.fleet.build(fakeCluster{"c0", ended})

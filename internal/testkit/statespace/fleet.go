@@ -418,6 +418,31 @@ func (r *runner) checkFleet() {
 	for member := range f.servers {
 		path := fleetPath(member)
 		incs := r.journal.Of(path)
+		// MemberRunning: the fleet says ClusterOffline or ClusterDisengaged
+		// once its StopChild or RemoveChild of the member's group has been
+		// answered, so after every Shutdown under it has returned; an
+		// incarnation still active then was not stopped. A StartChild or
+		// RestartChild of it (or above it) sent within the slack before may
+		// have started it again meanwhile.
+		for _, e := range events {
+			if e.Child != fleetName+"/"+member || (e.Type != cm.ClusterOffline && e.Type != cm.ClusterDisengaged) {
+				continue
+			}
+			for _, in := range incs {
+				if !in.From.Before(e.Time) || (!in.Active() && in.End().Before(e.Time)) {
+					continue
+				}
+				restarted := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
+					return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) &&
+						q.at.Before(e.Time) && q.at.After(e.Time.Add(-r.cfg.Slack))
+				})
+				if restarted {
+					continue
+				}
+				r.violateOnce(fmt.Sprintf("memberrunning/%s/%d/%d", path, in.Inc, e.Time.UnixNano()), Violation{Invariant: MemberRunning, Child: path, Time: e.Time,
+					Detail: fmt.Sprintf("incarnation %d (started %s) had not ended when the fleet said %s of %s at %s", in.Inc, stamp(in.From), e.Type, member, stamp(e.Time))}, false)
+			}
+		}
 		// DisengagedRan: nothing of a member starts once the fleet has
 		// published its ClusterDisengaged, until it is engaged again.
 		var gone time.Time

@@ -101,6 +101,12 @@ const (
 	// server was down and after the fleet had said ClusterOffline, with
 	// no StartChild or RestartChild of it or above it sent.
 	OfflineRan Invariant = "offline-ran"
+	// MemberRunning (fleets): an incarnation of a member's controller had
+	// not ended when the fleet said the member Offline or Disengaged (which
+	// it says once its StopChild or RemoveChild of the group has been
+	// answered), with no StartChild or RestartChild of it or above it sent
+	// within the slack before.
+	MemberRunning Invariant = "member-running"
 	// ClusterNotEnded (fleets): a Cluster the fleet built had not ended
 	// (its Context) within the slack after the manager stopped.
 	ClusterNotEnded Invariant = "cluster-not-ended"
