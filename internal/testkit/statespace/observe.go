@@ -32,6 +32,9 @@ func (r *runner) onEvent(e cm.Event) {
 		if c := r.children[child]; c != nil {
 			fenced = c.kind == "controller" || c.kind == "store"
 		}
+		if child == fleetName+"/provider" {
+			fenced = true // the fleet's runner: a controller, a store with shards
+		}
 		if fleetMember(child) != "" && !strings.Contains(strings.TrimPrefix(child, fleetName+"/"), "/") {
 			// A member's group: ExhaustedStop (FleetSpec's default) stops
 			// it; the stuck check judges its stop.
