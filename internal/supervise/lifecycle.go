@@ -150,15 +150,20 @@ type TreeHook interface {
 	InTree(ev TreeEvent, path string) error
 }
 
-// hookOf is spec's TreeHook, nil if it has none.
+// hookOf is spec's TreeHook, nil if it has none. A group's declaration
+// is one (GroupDecl.InTree), whether or not it was given a Hook.
 func hookOf(spec childactor.Spec) TreeHook {
-	if h, ok := spec.Impl.(TreeHook); ok {
-		return h
+	h, _ := spec.Impl.(TreeHook)
+	return h
+}
+
+// InTree passes what the tree did with the group to its Hook, if any: a
+// group is told as a hosted child is, without a case of its own.
+func (d *GroupDecl) InTree(ev TreeEvent, path string) error {
+	if d.Hook == nil {
+		return nil
 	}
-	if d, ok := spec.Impl.(*GroupDecl); ok && d.Hook != nil {
-		return d.Hook
-	}
-	return nil
+	return d.Hook.InTree(ev, path)
 }
 
 // admit tells each child among specs with a TreeHook that an add brings it
