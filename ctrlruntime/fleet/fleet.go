@@ -89,7 +89,7 @@ func (m *Manager) GetCluster(_ context.Context, name string) (cluster.Cluster, e
 // Build returns the children of member cluster c's group: the store
 // "cluster" and one controller per registered reconciler.
 func (m *Manager) Build(c cm.Cluster) []cm.Runnable {
-	mb := &member{name: c.Name(), config: c.Config, opts: m.opts.Cluster}
+	mb := &member{name: c.Name(), config: c.Config, opts: m.opts.Cluster, ready: make(chan struct{})}
 	m.mu.Lock()
 	m.clusters[c.Name()] = mb
 	specs := append([]*controllerSpec(nil), m.controllers...)
@@ -141,6 +141,11 @@ type member struct {
 
 	mu sync.Mutex
 	cl cluster.Cluster
+	// ready is closed while cl is set, and replaced when cl is cleared;
+	// gone is closed when the cl it came with is cleared (its store shut
+	// down): a controller built on that cache must be built again.
+	ready chan struct{}
+	gone  chan struct{}
 }
 
 func (mb *member) get() cluster.Cluster {
@@ -149,8 +154,36 @@ func (mb *member) get() cluster.Cluster {
 	return mb.cl
 }
 
+// set records the running cluster (nil: none) and tells those waiting for
+// one, and those built on the one it replaces.
 func (mb *member) set(cl cluster.Cluster) {
 	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.cl != nil {
+		close(mb.gone)
+		mb.ready = make(chan struct{})
+	}
 	mb.cl = cl
-	mb.mu.Unlock()
+	if cl != nil {
+		mb.gone = make(chan struct{})
+		close(mb.ready)
+	}
+}
+
+// wait returns the running cluster, and a channel closed once it stops,
+// waiting for the store "cluster" to run one until ctx ends.
+func (mb *member) wait(ctx context.Context) (cluster.Cluster, <-chan struct{}, error) {
+	for {
+		mb.mu.Lock()
+		cl, gone, ready := mb.cl, mb.gone, mb.ready
+		mb.mu.Unlock()
+		if cl != nil {
+			return cl, gone, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, nil, context.Cause(ctx)
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -36,16 +38,17 @@ type background struct {
 
 // start runs run on its own goroutine with a context that ctx's end does
 // not cancel (only stop does); an error of run before stop is reported to
-// the child's supervisor through ctx (cm.ReportFailure) after onErr has
+// the child's supervisor (cm.FailureReporter of ctx) after onErr has
 // wrapped it. It returns what stop would do, for a caller that gives up
 // before recording it.
 func (b *background) start(ctx context.Context, run func(context.Context) error, onErr func(error) error) (abandon func()) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
+	report, _ := cm.FailureReporter(ctx) // valid after ctx ends, unlike ReportFailure(ctx)
 	go func() {
 		defer close(done)
-		if err := run(runCtx); err != nil && runCtx.Err() == nil {
-			cm.ReportFailure(ctx, onErr(err))
+		if err := run(runCtx); err != nil && runCtx.Err() == nil && report != nil {
+			report(onErr(err))
 		}
 	}()
 	b.mu.Lock()
@@ -60,8 +63,9 @@ func (b *background) start(ctx context.Context, run func(context.Context) error,
 	}
 }
 
-// stop cancels what start began and waits for its end, or for ctx.
-func (b *background) stop(ctx context.Context) {
+// stop cancels what start began, calls then (if any), and waits for its
+// end, or for ctx.
+func (b *background) stop(ctx context.Context, then func()) {
 	b.mu.Lock()
 	cancel, done := b.cancel, b.done
 	b.cancel, b.done = nil, nil
@@ -70,6 +74,9 @@ func (b *background) stop(ctx context.Context) {
 		return
 	}
 	cancel()
+	if then != nil {
+		then()
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -79,17 +86,40 @@ func (b *background) stop(ctx context.Context) {
 // clusterStore runs a member's cluster.Cluster: Recover builds a fresh one
 // from the guarded config, starts it and waits for the informers of every
 // watched kind to sync; Shutdown stops it.
+//
+// Every request of the cluster.Cluster is bound to the store: it ends when
+// Recover's context ends before the cache is synced, and when Shutdown is
+// called. controller-runtime sends some requests with no context (its
+// REST mapper's discovery, in GetInformer and in a client's first call of a
+// kind): to an API server that stops answering (a network cut) they would
+// hang Recover, and so the stop of the cluster's group and the manager's
+// shutdown, until the transport gave up.
 type clusterStore struct {
 	m  *member
 	bg background
+
+	mu   sync.Mutex
+	kill context.CancelCauseFunc // ends the requests of the running cluster.Cluster
 }
 
 func (s *clusterStore) Name() string { return "cluster" }
 
 func (s *clusterStore) Recover(ctx context.Context) error {
-	cl, err := cluster.New(s.m.config(), s.m.opts...)
+	life, kill := context.WithCancelCause(context.Background())
+	fail := func(err error) error {
+		kill(err)
+		return err
+	}
+	// Until the cache has synced, the requests end with Recover's context.
+	unbind := context.AfterFunc(ctx, func() {
+		kill(fmt.Errorf("fleet: cluster %q: its store's start ended: %w", s.m.name, context.Cause(ctx)))
+	})
+	config := s.m.config()
+	config.Wrap(boundTo(life))
+	cl, err := cluster.New(config, s.m.opts...)
 	if err != nil {
-		return fmt.Errorf("fleet: cluster %q: %w", s.m.name, err)
+		unbind()
+		return fail(fmt.Errorf("fleet: cluster %q: %w", s.m.name, err))
 	}
 	for _, w := range s.m.warm {
 		obj, err := w.object(cl.GetScheme())
@@ -97,25 +127,79 @@ func (s *clusterStore) Recover(ctx context.Context) error {
 			_, err = cl.GetCache().GetInformer(ctx, obj)
 		}
 		if err != nil {
-			return fmt.Errorf("fleet: cluster %q: informer for %s: %w", s.m.name, w, err)
+			unbind()
+			return fail(fmt.Errorf("fleet: cluster %q: informer for %s: %w", s.m.name, w, err))
 		}
 	}
 	abandon := s.bg.start(ctx, cl.Start, func(err error) error {
 		return fmt.Errorf("fleet: cluster %q: %w", s.m.name, err)
 	})
-	if !cl.GetCache().WaitForCacheSync(ctx) {
+	if !cl.GetCache().WaitForCacheSync(ctx) || !unbind() {
 		// Stop what this Recover started: a failed Recover leaves
 		// nothing running for Shutdown to find.
+		err := fail(fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx)))
 		abandon()
-		return fmt.Errorf("fleet: cluster %q: caches not synced: %w", s.m.name, context.Cause(ctx))
+		return err
 	}
+	s.mu.Lock()
+	s.kill = kill
+	s.mu.Unlock()
 	s.m.set(cl)
 	return nil
 }
 
 func (s *clusterStore) Shutdown(ctx context.Context) {
 	s.m.set(nil)
-	s.bg.stop(ctx)
+	s.mu.Lock()
+	kill := s.kill
+	s.kill = nil
+	s.mu.Unlock()
+	s.bg.stop(ctx, func() {
+		if kill != nil {
+			kill(fmt.Errorf("fleet: cluster %q: its store was shut down", s.m.name))
+		}
+	})
+}
+
+// boundTo makes a transport whose requests, and the reads of their
+// bodies, end when life does.
+func boundTo(life context.Context) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if life.Err() != nil {
+				return nil, context.Cause(life)
+			}
+			ctx, cancel := context.WithCancelCause(r.Context())
+			stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+			release := func() {
+				stop()
+				cancel(nil)
+			}
+			resp, err := rt.RoundTrip(r.WithContext(ctx))
+			if err != nil {
+				release()
+				return resp, err
+			}
+			resp.Body = &boundBody{ReadCloser: resp.Body, release: sync.OnceFunc(release)}
+			return resp, nil
+		})
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// boundBody releases its request's binding once closed.
+type boundBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *boundBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
 }
 
 // controller is one reconciler on one member cluster: every Run builds a
@@ -130,10 +214,40 @@ type controller struct {
 func (c *controller) Name() string { return c.spec.name }
 
 func (c *controller) Run(ctx context.Context) error {
-	cl := c.m.get()
-	if cl == nil {
-		return fmt.Errorf("fleet: reconciler %q: cluster %q has no running cache", c.spec.name, c.m.name)
+	c.failed.Store(nil)
+	c.bg.start(ctx, c.follow, func(err error) error {
+		err = fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, c.m.name, err)
+		c.failed.Store(&err)
+		return err
+	})
+	return nil
+}
+
+// follow runs the reconciler on each cache the member's store runs, one
+// after another, until ctx ends. The store may be restarting (a failure,
+// RestartChild), or stop the cache a controller was built on (which then
+// gets no more events): the reconciler waits for the next cache, and is
+// built again on it, rather than fail, which would spend its restart
+// budget (and stop the cluster's group) on the store's trouble; and
+// rather than wait in Run, which would hold the start of the cluster's
+// group, and the fleet's loop for that cluster, while the store restarts.
+// A controller-runtime controller returns from Start once its workers
+// have: two builds never reconcile at once.
+func (c *controller) follow(ctx context.Context) error {
+	for {
+		cl, gone, err := c.m.wait(ctx)
+		if err != nil {
+			return nil // stopped
+		}
+		if err := c.runOn(ctx, cl, gone); err != nil || ctx.Err() != nil {
+			return err
+		}
 	}
+}
+
+// runOn runs the reconciler on cl until ctx ends or gone is closed (cl
+// stopped).
+func (c *controller) runOn(ctx context.Context, cl cluster.Cluster, gone <-chan struct{}) error {
 	name, r := c.m.name, c.spec.r
 	wrapped := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return r.Reconcile(ctx, Request{ClusterName: name, Request: req})
@@ -148,7 +262,7 @@ func (c *controller) Run(ctx context.Context) error {
 	opts.SkipNameValidation, opts.NeedLeaderElection = ptr.To(true), ptr.To(false)
 	ctrl, err := crcontroller.NewUnmanaged(c.spec.name, opts)
 	if err != nil {
-		return fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
+		return err
 	}
 	for _, w := range c.spec.watches(cl) {
 		obj, err := w.object(cl.GetScheme())
@@ -156,16 +270,27 @@ func (c *controller) Run(ctx context.Context) error {
 			err = ctrl.Watch(source.Kind(cl.GetCache(), obj, w.handler, w.preds...))
 		}
 		if err != nil {
-			return fmt.Errorf("fleet: reconciler %q on cluster %q: watch %s: %w", c.spec.name, name, w, err)
+			return fmt.Errorf("watch %s: %w", w, err)
 		}
 	}
-	c.failed.Store(nil)
-	c.bg.start(ctx, ctrl.Start, func(err error) error {
-		err = fmt.Errorf("fleet: reconciler %q on cluster %q: %w", c.spec.name, name, err)
-		c.failed.Store(&err)
+	onCache, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-gone:
+			cancel()
+		case <-stop:
+		}
+	}()
+	err = ctrl.Start(onCache)
+	select {
+	case <-gone:
+		return nil // its cache stopped: built again on the next
+	default:
 		return err
-	})
-	return nil
+	}
 }
 
 func (c *controller) GetHealth() cm.HealthStatus {
@@ -176,7 +301,7 @@ func (c *controller) GetHealth() cm.HealthStatus {
 	return h
 }
 
-func (c *controller) Shutdown(ctx context.Context) { c.bg.stop(ctx) }
+func (c *controller) Shutdown(ctx context.Context) { c.bg.stop(ctx, nil) }
 
 // controllerSpec is what ControllerManagedBy registered.
 type controllerSpec struct {
