@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -248,9 +249,18 @@ func (c *controller) follow(ctx context.Context) error {
 // runOn runs the reconciler on cl until ctx ends or gone is closed (cl
 // stopped).
 func (c *controller) runOn(ctx context.Context, cl cluster.Cluster, gone <-chan struct{}) error {
-	name, r := c.m.name, c.spec.r
+	name, spec := c.m.name, c.spec
 	wrapped := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-		return r.Reconcile(ctx, Request{ClusterName: name, Request: req})
+		freq := Request{ClusterName: name, Request: req}
+		if !spec.enter(freq) {
+			// An earlier build's reconcile of the key (a stopped
+			// controller's, deaf to its context) has not returned: the
+			// key waits for it, as controller-runtime's queue makes one
+			// controller's keys wait.
+			return reconcile.Result{RequeueAfter: inFlightRetry}, nil
+		}
+		defer spec.leave(freq)
+		return spec.r.Reconcile(ctx, freq)
 	})
 	opts := c.spec.options
 	opts.Reconciler = wrapped
@@ -303,8 +313,39 @@ func (c *controller) GetHealth() cm.HealthStatus {
 
 func (c *controller) Shutdown(ctx context.Context) { c.bg.stop(ctx, nil) }
 
+// inFlightRetry is how soon a request whose key an earlier build of its
+// reconciler still reconciles is tried again.
+const inFlightRetry = 250 * time.Millisecond
+
+// enter marks req in flight; false if it is already: a controller of an
+// earlier build for the same cluster (its subtree stopped, removed, or
+// its config rotated, while a reconcile deaf to its context ran on)
+// still reconciles it. controller-runtime's queue keeps one controller
+// from reconciling a key twice at once; this keeps two builds from it.
+func (s *controllerSpec) enter(req Request) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.inflight[req]; busy {
+		return false
+	}
+	if s.inflight == nil {
+		s.inflight = map[Request]struct{}{}
+	}
+	s.inflight[req] = struct{}{}
+	return true
+}
+
+func (s *controllerSpec) leave(req Request) {
+	s.mu.Lock()
+	delete(s.inflight, req)
+	s.mu.Unlock()
+}
+
 // controllerSpec is what ControllerManagedBy registered.
 type controllerSpec struct {
+	mu       sync.Mutex
+	inflight map[Request]struct{} // the requests being reconciled, of every cluster and build
+
 	name          string
 	forObj        client.Object
 	forPreds      []predicate.Predicate
