@@ -268,8 +268,12 @@ func (c *controller) runOn(ctx context.Context, cl cluster.Cluster, gone <-chan 
 		opts.MaxConcurrentReconciles = c.spec.maxConcurrent
 	}
 	// One controller of this name per cluster, run by the fleet on
-	// whichever replica holds the cluster's shard.
+	// whichever replica holds the cluster's shard. A panic is always
+	// recovered (counted, logged, retried), as ctrlruntime's controllers
+	// do: a panic on one member's object would otherwise end the process,
+	// every other member with it.
 	opts.SkipNameValidation, opts.NeedLeaderElection = ptr.To(true), ptr.To(false)
+	opts.RecoverPanic = ptr.To(true)
 	ctrl, err := crcontroller.NewUnmanaged(c.spec.name, opts)
 	if err != nil {
 		return err
@@ -525,8 +529,10 @@ func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
 }
 
 // WithOptions sets the controller's options (MaxConcurrentReconciles,
-// RateLimiter, RecoverPanic, ...) for every cluster's controller; its
-// Reconciler, SkipNameValidation and NeedLeaderElection are the fleet's.
+// RateLimiter, ...) for every cluster's controller; its Reconciler,
+// SkipNameValidation, NeedLeaderElection and RecoverPanic are the fleet's
+// (a panic is always recovered: on one member's object it would otherwise
+// end the process, and every member's reconcilers with it).
 func (b *Builder) WithOptions(o crcontroller.Options) *Builder { b.options = o; return b }
 
 // WithMaxConcurrentReconciles sets each cluster's worker count (default 1).
