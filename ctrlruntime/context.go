@@ -70,6 +70,7 @@ type Context struct {
 	kubernetes kubernetes.Interface
 
 	mu        sync.Mutex
+	warming   sync.WaitGroup  // Warm's informer starts after Start
 	warm      []client.Object // kinds whose informers Start starts
 	started   bool
 	cancel    context.CancelFunc
@@ -157,12 +158,19 @@ func (c *Context) Warm(objs ...client.Object) {
 	c.warm = append(c.warm, objs...)
 	started := c.started
 	c.mu.Unlock()
-	if started {
-		for _, obj := range objs {
-			// Not blocking: the informer syncs in the background; a
-			// reconciler's Run waits for it.
-			_, _ = c.cache.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
-		}
+	if started && len(objs) > 0 {
+		// Not blocking: the informer syncs in the background; a
+		// reconciler's Run waits for it. Nor is its start: creating an
+		// informer maps its kind, and controller-runtime's REST mapper
+		// asks the API server's discovery, with no context, when the
+		// kind is new to it; an API server that does not answer (a
+		// network cut) would hold Warm's caller, a Complete after Start,
+		// until the transport gave up.
+		c.warming.Go(func() {
+			for _, obj := range objs {
+				_, _ = c.cache.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
+			}
+		})
 	}
 }
 
@@ -227,9 +235,17 @@ func (c *Context) Stop(ctx context.Context) {
 		return
 	}
 	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	warmed := make(chan struct{})
+	go func() {
+		c.warming.Wait()
+		close(warmed)
+	}()
+	for _, ch := range []chan struct{}{done, warmed} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
