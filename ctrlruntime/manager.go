@@ -87,9 +87,10 @@ type Manager struct {
 	webhookUsed bool
 	healthz     map[string]healthz.Checker
 	readyz      map[string]healthz.Checker
-	pending     []cm.Runnable  // added before Start
-	names       map[string]int // child names in use, for unique runnable names
-	reporters   []syncReporter // hosted controllers, for readiness
+	pending     []cm.Runnable   // added before Start
+	names       map[string]int  // child names in use, for unique runnable names
+	added       map[string]bool // the names of the children added before Start
+	reporters   []syncReporter  // hosted controllers, for readiness
 	elected     chan struct{}
 	electedOnce sync.Once
 }
@@ -446,6 +447,20 @@ func (m *Manager) uniqueName(base string) string {
 // at once.
 func (m *Manager) addChild(child cm.Runnable) error {
 	m.mu.Lock()
+	if n, ok := child.(interface{ Name() string }); ok && !m.started {
+		// Refused here, as controller-runtime refuses a second controller
+		// of a name (the same builder completed twice, two reconcilers of
+		// one kind without Named), rather than by a Start that fails on
+		// two children of one name. After Start the tree refuses it.
+		if m.added[n.Name()] {
+			m.mu.Unlock()
+			return fmt.Errorf("ctrlruntime: Add: controller with name %s already exists. Controller names must be unique: name one with Named", n.Name())
+		}
+		if m.added == nil {
+			m.added = map[string]bool{}
+		}
+		m.added[n.Name()] = true
+	}
 	if r, ok := child.(syncReporter); ok {
 		m.reporters = append(m.reporters, r)
 	}
