@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -213,4 +214,52 @@ func TestEnvAttackShutdownWhileStoreStuckInCut(t *testing.T) {
 	require.NoError(t, ctx.Err(), "the manager's shutdown waited on the cut")
 	require.Eventually(t, func() bool { return reqs.n.Load() == 0 }, 2*time.Second, 10*time.Millisecond,
 		"b's requests still hang on the cut after the manager stopped: %d", reqs.n.Load())
+}
+
+// Member b's network is cut the moment its store "cluster" sends its
+// first request, its probes failing from then on too: b should go Offline
+// after FailureThreshold (1 s), its group stopped.
+//
+// Skipped: a hole of the root library's fleet. The member's loop adds
+// the group with an AddChild whose context is the loop's own, answered
+// once the group's start has returned, which waits for its stores'
+// Recover; a store whose Recover waits on the member's API server
+// (informers syncing) holds the loop meanwhile: no probe, no Offline, no
+// disengage or new config applied. Here, with a cut that never times out,
+// b stays Engaging for good; with a real one, until client-go gives up
+// (10 s for a TLS handshake, about 45 s on an HTTP/2 connection). The fix
+// is the root's: bound the AddChild, or answer it before the stores have
+// recovered, or stop the group when the probes fail meanwhile.
+func TestEnvAttackCutWhileStoreStartsGoesOffline(t *testing.T) {
+	t.Skip("root library hole: a member's loop waits in AddChild for its store's Recover, probing nothing (see the comment)")
+	config := testenv.Config(t)
+	b := rest.CopyConfig(config)
+	cut := make(chan struct{})
+	var once sync.Once
+	b.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return rtFunc(func(r *http.Request) (*http.Response, error) {
+			select {
+			case <-cut:
+				if r.URL.Path == "/readyz" {
+					return nil, errors.New("cut")
+				}
+			default:
+				if r.URL.Path == "/readyz" {
+					return rt.RoundTrip(r)
+				}
+				once.Do(func() { close(cut) })
+			}
+			<-r.Context().Done() // a cut: no answer
+			return nil, r.Context().Err()
+		})
+	})
+	mgr := fleet.NewManager(fleet.Options{})
+	require.NoError(t, fleet.ControllerManagedBy(mgr).For(&corev1.Secret{}).Complete(fleet.Func(nop)))
+	f := cm.NewFleet("fleet", cm.StaticClusters(map[string]*rest.Config{"b": b}), mgr.Build, fastProbes)
+	startManager(t, nil, cm.ControllerManagerConfigSpec{}, f)
+	<-cut
+	require.Eventually(t, func() bool {
+		st, ok := f.Cluster("b")
+		return ok && st.State == cm.ClusterStateOffline
+	}, 15*time.Second, 20*time.Millisecond, "b never went Offline")
 }
