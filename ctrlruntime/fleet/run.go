@@ -203,8 +203,9 @@ func (b *boundBody) Close() error {
 	return err
 }
 
-// controller is one reconciler on one member cluster: every Run builds a
-// fresh controller-runtime controller on the member's running cache.
+// controller is one reconciler on one member cluster: every Run starts,
+// in the background, a fresh controller-runtime controller on each cache
+// the member's store runs (follow).
 type controller struct {
 	spec   *controllerSpec
 	m      *member
