@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/actorkube/controllermanager/ctrlruntime"
 	"github.com/actorkube/controllermanager/ctrlruntime/internal/testenv"
@@ -105,6 +106,53 @@ func TestEnvAttackWarmAfterStartDuringCut(t *testing.T) {
 		t.Logf("stopped in %v, the link still cut", time.Since(start))
 	case <-time.After(time.Minute):
 		t.Error("Start did not return within a minute of its context's end")
+	}
+	link.set(false)
+}
+
+// A reconciler registered after Start while the API server does not
+// answer, and the manager stopped meanwhile: Complete (which, after
+// Start, waits for the controller's start, its caches synced, for up to
+// DefaultCacheSyncTimeout) returns once the manager has stopped, not at
+// that timeout.
+func TestEnvAttackStopWhileCompleteAfterStartWaits(t *testing.T) {
+	config := testenv.Config(t)
+	link := newCutLink(t, config)
+	mgr, err := ctrlruntime.NewManager(config, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"},
+		GracefulShutdownTimeout: ptr.To(time.Second)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	select {
+	case <-mgr.Elected():
+	case <-time.After(time.Minute):
+		t.Fatal("not elected within a minute")
+	}
+	link.set(true)
+	done := make(chan error, 1)
+	go func() {
+		done <- ctrlruntime.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).
+			Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+	}()
+	select {
+	case err := <-done:
+		t.Logf("Complete returned before the stop: %v", err)
+	case <-time.After(time.Second):
+	}
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Error("Start did not return within a minute of its context's end")
+	}
+	select {
+	case err := <-done:
+		t.Logf("Complete: %v", err)
+	case <-time.After(10 * time.Second):
+		link.set(false)
+		<-done
+		t.Fatal("Complete still waited 10 s after the manager stopped")
 	}
 	link.set(false)
 }
