@@ -264,8 +264,8 @@ type Fleet struct {
 	phase   chan struct{}     // closed and replaced at every PhaseChanged
 	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
 	events  uint64            // events that told a member whether its group stopped itself (noted)
-	// placed: the fleet's runner is in host's tree, as the supervisor
-	// told it in its mailbox (InTree): from the add's acceptance
+	// placed: the fleet's group is in host's tree, as the supervisor
+	// told it in its mailbox (fleetPlacement): from the add's acceptance
 	// (TreeAdding) until it leaves (TreeRemoved), or until the add is
 	// refused after all (TreeRefused). A second add of it is refused with
 	// ErrFleetInUse: a fleet runs once. unplacedPath is path before the add
@@ -318,6 +318,7 @@ func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runna
 	r := &fleetRunner{f: f}
 	f.group = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, r)
 	f.sharded = NewGroup(name, SupervisionSpec{Strategy: OneForOne}, fleetStore{r: r})
+	f.group.hook, f.sharded.hook = fleetPlacement{f}, fleetPlacement{f}
 	return f
 }
 
@@ -351,7 +352,7 @@ func (f *Fleet) Cluster(name string) (ClusterStatus, bool) {
 
 // fleetGroup is v's group when v is a Fleet, else v: a fleet goes
 // wherever a group goes. Where it sits in the tree is the supervisor's to
-// say (Fleet.inTree), once it accepts the add.
+// say (fleetPlacement), once it accepts the add.
 func fleetGroup(v any) any {
 	f, ok := v.(*Fleet)
 	if !ok || f == nil {
@@ -367,30 +368,46 @@ func fleetGroup(v any) any {
 }
 
 // inTree is the supervisor telling the fleet, in its mailbox, what became
-// of its runner at path ("<fleet>/provider"): it never blocks. An add
-// accepted places the fleet at path's parent, refused unless the fleet is
-// in the tree already (ErrFleetInUse: it runs once); a refused one puts it
-// back where it was; a removal lets it be added again and disengages its
-// members (removedFromTree); the manager's stop ends their clusters
-// (managerStopped).
+// of its runner at path ("<fleet>/provider"): it never blocks. A removal
+// disengages its members (removedFromTree); the manager's stop ends their
+// clusters (managerStopped). Whether the fleet is in the tree is its
+// group's word (fleetPlacement): the runner removed alone leaves it there.
 func (f *Fleet) inTree(ev supervise.TreeEvent, path string) error {
 	switch ev {
-	case supervise.TreeAdding:
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.placed {
-			return fmt.Errorf("fleet %q: in this manager's tree already, at %q: %w", f.name, f.pathLocked(), ErrFleetInUse)
-		}
-		f.placed, f.unplacedPath = true, f.path
-		f.path = strings.TrimSuffix(path, "/"+FleetProviderChild)
-	case supervise.TreeRefused:
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.placed, f.path = false, f.unplacedPath
 	case supervise.TreeRemoved:
 		f.removedFromTree()
 	case supervise.TreeManagerStopped:
 		f.managerStopped()
+	}
+	return nil
+}
+
+// fleetPlacement is the TreeHook of the fleet's group: the fleet is in the
+// tree while its group is. An add accepted places the fleet at the group's
+// path, refused unless the fleet is in the tree already (ErrFleetInUse: it
+// runs once); a refused one puts it back where it was; the group's removal
+// lets it be added again. The runner removed alone (RemoveChild of
+// "<fleet>/provider") leaves the group, and its members' groups until the
+// removal takes them: the fleet is still in the tree, and an add of it
+// elsewhere would run its members' subtrees at both paths. It never
+// blocks.
+type fleetPlacement struct{ f *Fleet }
+
+func (h fleetPlacement) InTree(ev supervise.TreeEvent, path string) error {
+	f := h.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch ev {
+	case supervise.TreeAdding:
+		if f.placed {
+			return fmt.Errorf("fleet %q: in this manager's tree already, at %q: %w", f.name, f.pathLocked(), ErrFleetInUse)
+		}
+		f.placed, f.unplacedPath = true, f.path
+		f.path = path
+	case supervise.TreeRefused:
+		f.placed, f.path = false, f.unplacedPath
+	case supervise.TreeRemoved:
+		f.placed = false // it may be added again
 	}
 	return nil
 }
@@ -400,7 +417,7 @@ func (f *Fleet) inTree(ev supervise.TreeEvent, path string) error {
 // refused (ErrFleetInUse), and none of vals' fleets is bound: that manager's
 // runner and members are left alone. So is a fleet twice among vals. A
 // fleet in this manager's tree already is refused by the supervisor, as it
-// accepts the add (Fleet.inTree).
+// accepts the add (fleetPlacement).
 func (m *BaseManager) bindFleets(vals []any) error {
 	var fleets []*Fleet
 	collectFleets(vals, &fleets)

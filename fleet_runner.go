@@ -350,7 +350,6 @@ func (f *Fleet) disengage(name string) {
 func (f *Fleet) removedFromTree() {
 	f.mu.Lock()
 	last := f.last
-	f.placed = false // it may be added again
 	f.mu.Unlock()
 	go func() {
 		if last != nil {
