@@ -2,6 +2,9 @@ package controllermanager_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // The fleet's runner alone is removed (RemoveChild("y/fleet/provider"): its
@@ -111,5 +116,149 @@ func TestAttackTreeMemberDisengagedAndEngagedDuringItsAdd(t *testing.T) {
 			require.Zero(t, firsts[0].runs.Load(), "the subtree built on the disengaged Cluster ran")
 			require.Error(t, firsts[0].cluster.Context().Err())
 		})
+	}
+}
+
+// A fleet two groups down (g/h/fleet) whose groups were stopped by request
+// (StopChild of g: its runner's Shutdown keeps the clusters, as a
+// stand-down does) hears the manager's stop all the same: every Cluster it
+// built ends with the manager. The supervisor tells every record with a
+// TreeHook, at any depth, not only the root's children.
+func TestAttackTreeNestedFleetStoppedThenShutdownEndsClusters(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	fleet := cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, cm.NewGroup("g", cm.SupervisionSpec{}, cm.NewGroup("h", cm.SupervisionSpec{}, fleet)))
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "g/h/fleet/a"))
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.NoError(t, mgr.StopChild(ctx, "g"))
+	mgr.ShutdownAndWait(ctx)
+	require.NoError(t, ctx.Err())
+	<-mgr.Done()
+	ctrls := bl.of("a")
+	require.NotEmpty(t, ctrls)
+	for i, c := range ctrls {
+		require.Error(t, c.cluster.Context().Err(), "build %d's Context open after the manager stopped", i)
+	}
+}
+
+// A Start whose children include a fleet (in a group) and that fails in
+// Starting (another controller's Run fails): the fleet was told it was
+// added (its runner may have run, and engaged its cluster), then that the
+// manager stopped. Nothing of it runs on past ShutdownAndWait, and it stays
+// the failed manager's (a Fleet runs in the manager it was first added
+// to): a second manager refuses it and runs nothing of it.
+func TestAttackTreeStartFailsWithAFleet(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	prov := &runCtxs{initial: map[string]*rest.Config{"a": a.config()}}
+	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+	m := newManager(t, nil, gFast())
+	errBoom := errors.New("boom")
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, fleet),
+		testchild.NewController("c", testchild.Behavior{Run: func(context.Context, int) error { return errBoom }}))
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.ErrorIs(t, m.Start(ctx, 0), errBoom)
+	m.ShutdownAndWait(ctx)
+	require.NoError(t, ctx.Err())
+	require.Zero(t, prov.live(), "the provider runs on after the failed manager stopped")
+
+	m2 := newManager(t, nil, gFast())
+	m2.Add(fleet)
+	require.ErrorIs(t, m2.Start(ctx, 0), cm.ErrFleetInUse)
+	require.Zero(t, prov.live())
+}
+
+// The same *Fleet is moved from group to group: each RemoveChild of the
+// group that holds it races an AddChild of it in the next group, while the
+// provider churns a member's config and engagement. Until the removal is
+// answered an add is refused with ErrFleetInUse only; once it is answered
+// the add is accepted. Once the churn ends every member runs at the last
+// path, nothing of the fleet is left at an earlier one, and the members'
+// events come in order at every path.
+func TestAttackTreeFleetMovedRepeatedlyWhileMembersEngage(t *testing.T) {
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := &fsProvider{initial: map[string]*rest.Config{"a": a.config()}}
+	fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+	m, log := fleetManager(t, clocktesting.NewFakeClock(time.Now()), cm.NewGroup("g0", cm.SupervisionSpec{}, fleet))
+	startFleet(t, m)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "g0/fleet/a"))
+
+	stop := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, engage, disengage := prov.get()
+			if i%3 == 2 {
+				disengage("b")
+				continue
+			}
+			cfg := b.config()
+			cfg.BearerToken = fmt.Sprintf("token-%d", i%2)
+			_ = engage("b", cfg)
+			runtime.Gosched()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	const moves = 6
+	for i := 1; i <= moves; i++ {
+		from, to := fmt.Sprintf("g%d", i-1), fmt.Sprintf("g%d", i)
+		removed := make(chan error, 1)
+		go func() { removed <- m.RemoveChild(ctx, from) }()
+		var added bool
+		for !added {
+			select {
+			case err := <-removed:
+				require.NoError(t, err)
+				require.NoError(t, m.AddChild(ctx, cm.NewGroup(to, cm.SupervisionSpec{}, fleet)), "added after its removal was answered")
+				added = true
+				continue
+			default:
+			}
+			err := m.AddChild(ctx, cm.NewGroup(to, cm.SupervisionSpec{}, fleet))
+			if err == nil {
+				require.NoError(t, <-removed)
+				added = true
+				break
+			}
+			require.ErrorIs(t, err, cm.ErrFleetInUse, "move %d", i)
+		}
+	}
+	close(stop)
+	<-churned
+	_, engage, _ := prov.get()
+	require.NoError(t, engage("b", b.config()))
+	last := fmt.Sprintf("g%d/fleet", moves)
+	for _, name := range []string{"a", "b"} {
+		log.waitFor(t, nil, 0, func(e cm.Event) bool {
+			st, ok := fleet.Cluster(name)
+			return ok && st.State == cm.ClusterStateOnline && st.Path == last+"/"+name
+		})
+	}
+	st := mustStatus(t, m)
+	for i := 0; i < moves; i++ {
+		_, ok := st.Child(fmt.Sprintf("g%d", i))
+		require.False(t, ok, "g%d still in the tree", i)
+	}
+	for _, name := range []string{"a", "b"} {
+		cs, ok := st.Child(last + "/" + name + "/ctrl")
+		require.True(t, ok)
+		require.Equal(t, supervisor.StateRunning, cs.State)
+	}
+	events := log.all()
+	for i := 0; i <= moves; i++ {
+		for _, name := range []string{"a", "b"} {
+			fsOrder(t, events, fmt.Sprintf("g%d/fleet/%s", i, name))
+		}
 	}
 }
