@@ -262,3 +262,59 @@ func TestAttackTreeFleetMovedRepeatedlyWhileMembersEngage(t *testing.T) {
 		}
 	}
 }
+
+// The manager shuts down while an AddChild of a group holding a fleet is in
+// flight: before the supervisor has named the group's children (the add
+// is refused, not admitted), or once admitted while a controller started
+// before the fleet's runner blocks its start. The add is answered,
+// ShutdownAndWait returns within its context, and no provider Run is left
+// running.
+func TestAttackTreeManagerStopsDuringAFleetsAdd(t *testing.T) {
+	t.Run("naming", func(t *testing.T) {
+		a := newFakeMember(t, memberOK)
+		prov := &runCtxs{initial: map[string]*rest.Config{"a": a.config()}}
+		fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+		m, _ := fleetManager(t, clocktesting.NewFakeClock(time.Now()))
+		startFleet(t, m)
+		slow := &slowNamer{called: make(chan struct{}), release: make(chan struct{})}
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		answered := make(chan error, 1)
+		go func() { answered <- m.AddChild(ctx, cm.NewGroup("g", cm.SupervisionSpec{}, fleet, slow)) }()
+		awaitRecv(t, slow.called, "the naming of the add's children")
+		down := make(chan struct{})
+		go func() { defer close(down); m.ShutdownAndWait(ctx) }()
+		select {
+		case <-m.Done():
+		case <-ctx.Done():
+		}
+		close(slow.release)
+		<-down
+		require.NoError(t, ctx.Err())
+		require.Error(t, <-answered)
+		require.Zero(t, prov.live())
+	})
+	t.Run("starting", func(t *testing.T) {
+		a := newFakeMember(t, memberOK)
+		prov := &runCtxs{initial: map[string]*rest.Config{"a": a.config()}}
+		fleet := cm.NewFleet("fleet", prov, newBuilds().build, fleetSpec())
+		m, _ := fleetManager(t, clocktesting.NewFakeClock(time.Now()))
+		startFleet(t, m)
+		started := make(chan struct{})
+		var once sync.Once
+		blocker := testchild.NewController("blocker", testchild.Behavior{Run: func(ctx context.Context, _ int) error {
+			once.Do(func() { close(started) })
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		answered := make(chan error, 1)
+		go func() { answered <- m.AddChild(ctx, cm.NewGroup("g", cm.SupervisionSpec{}, blocker, fleet)) }()
+		awaitRecv(t, started, "the blocker's start")
+		m.ShutdownAndWait(ctx)
+		require.NoError(t, ctx.Err())
+		t.Logf("AddChild: %v", <-answered)
+		require.Zero(t, prov.live())
+	})
+}
