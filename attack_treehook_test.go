@@ -318,3 +318,99 @@ func TestAttackTreeManagerStopsDuringAFleetsAdd(t *testing.T) {
 		require.Zero(t, prov.live())
 	})
 }
+
+// gatedProvider engages initial at each Run, the Run numbered n (from 0)
+// once gates[n] is closed when there is one, then waits for its context.
+type gatedProvider struct {
+	mu      sync.Mutex
+	runs    int
+	gates   map[int]chan struct{}
+	initial map[string]*rest.Config
+}
+
+func (p *gatedProvider) Run(ctx context.Context, engage func(string, *rest.Config) error, _ func(string)) error {
+	p.mu.Lock()
+	gate := p.gates[p.runs]
+	p.runs++
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	for n, c := range p.initial {
+		_ = engage(n, c)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// A member's subtree add is in flight (the supervisor names its children)
+// when the fleet's group is removed, and the fleet, its members
+// disengaged by the removal (their Clusters ended), is added again at the
+// same path. The stale add, built on the ended Cluster of a member that is
+// no longer the fleet's, lands after the fleet's group is back: it is
+// refused as the supervisor takes it, and the cluster, engaged again,
+// runs its new build only.
+//
+// Before, the member's group hook checked only whether the member was
+// disengaged by its provider or engaged again: the stale subtree was
+// added under the new fleet group on the ended Cluster; the new member
+// found "its" group in the tree (ErrDuplicateChild) and adopted it, and
+// its new build never ran (4/4).
+func TestAttackTreeStaleMemberAddAfterTheFleetIsReadded(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	engageAgain := make(chan struct{})
+	prov := &gatedProvider{initial: map[string]*rest.Config{"a": a.config()}, gates: map[int]chan struct{}{1: engageAgain}}
+	bl := newBuilds()
+	naming, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var firsts []*rotatingCtrl
+	build := func(c cm.Cluster) []cm.Runnable {
+		rs := bl.build(c)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(firsts) > 0 {
+			return rs
+		}
+		first := &rotatingCtrl{clusterCtrl: rs[0].(*clusterCtrl), rotate: func() {
+			close(naming)
+			<-release
+		}}
+		firsts = append(firsts, first)
+		return []cm.Runnable{first}
+	}
+	fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
+	m, log := fleetManager(t, clocktesting.NewFakeClock(time.Now()), cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	startFleet(t, m)
+	awaitRecv(t, naming, "the naming of a's first subtree")
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.NoError(t, m.RemoveChild(ctx, "y"))
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "y/fleet/a"))
+	require.NoError(t, m.AddChild(ctx, cm.NewGroup("y", cm.SupervisionSpec{}, fleet)))
+	close(release) // the stale add goes on, the fleet's group back in the tree
+	released = true
+	close(engageAgain)
+	pollUntil(t, elWait, func() string {
+		st, ok := fleet.Cluster("a")
+		if !ok || st.State != cm.ClusterStateOnline {
+			return fmt.Sprintf("a: %+v", st)
+		}
+		b := bl.of("a")
+		if last := b[len(b)-1]; last.runs.Load() == 0 || last.cluster.Context().Err() != nil {
+			return fmt.Sprintf("the latest build (%d of %d) does not run on a live Cluster: runs %d, Context %v", len(b), len(b), last.runs.Load(), last.cluster.Context().Err())
+		}
+		return ""
+	})
+	require.Error(t, firsts[0].cluster.Context().Err(), "the first Cluster ended with the fleet's removal")
+	require.Zero(t, firsts[0].runs.Load(), "the stale subtree, built on the ended Cluster, ran")
+}

@@ -391,7 +391,12 @@ var errConfigReplaced = errors.New("its config was replaced, or it was disengage
 // config would be added and its controllers started on replaced
 // credentials. The engage takes f.mu, as this does: it comes before the
 // add is taken (refused) or after (a rotation of an added subtree, which
-// the next step makes). It never blocks.
+// the next step makes). It refuses too once the member has dropped the
+// Cluster it was built on (forget: applied is no longer gen) or is no
+// longer the fleet's member of its name: the fleet removed meanwhile
+// disengaged it, and added again at the same path, its group would take
+// a stale add of a subtree running on an ended Cluster, which the next
+// member of the name would adopt (ErrDuplicateChild). It never blocks.
 type memberAdmission struct {
 	mb  *member
 	gen uint64
@@ -404,8 +409,9 @@ func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
 	f := a.mb.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if a.mb.gone || a.mb.gen != a.gen {
-		return fmt.Errorf("cluster %q at %q: %w", a.mb.name, path, errConfigReplaced)
+	mb := a.mb
+	if mb.gone || mb.gen != a.gen || mb.applied != a.gen || f.members[mb.name] != mb {
+		return fmt.Errorf("cluster %q at %q: %w", mb.name, path, errConfigReplaced)
 	}
 	return nil
 }
