@@ -142,10 +142,11 @@ func (e TreeEvent) String() string { return treeEventNames[e] }
 // whether an add brought it in or was refused, that it left, that the
 // manager stopped. What the child knows of its place is decided where the
 // tree is, in the order the tree changes, not guessed by whoever sent a
-// message (which may never learn the answer). A fleet's runner is one (a
-// fleet runs once in its manager's tree), and a fleet's member cluster's
-// group (an add of a config replaced meanwhile is refused). InTree must
-// not block; its error counts for TreeAdding only.
+// message (which may never learn the answer). A fleet's group is one (a
+// fleet runs once in its manager's tree), its runner (its members go with
+// it, or with the manager), and a fleet's member cluster's group (an add
+// of a config replaced meanwhile, or of a Cluster dropped, is refused).
+// InTree must not block; its error counts for TreeAdding only.
 type TreeHook interface {
 	InTree(ev TreeEvent, path string) error
 }
