@@ -315,6 +315,15 @@ func (f *Fleet) lockMember(name string) (mb *member, known *member) {
 		mb.events.Lock()
 		f.mu.Lock()
 		if f.members[name] == known {
+			if known == nil {
+				// The fleet may have moved while f.mu was released
+				// (added again elsewhere, its members repathed): a new
+				// member takes the fleet's path as it joins members, or
+				// its events, status and disengage would name the old one
+				// while its group is added under the new.
+				p := f.pathLocked() + "/" + name
+				mb.path, mb.status.Path = p, p
+			}
 			return mb, known
 		}
 		// Engaged by another call meanwhile, or removed by its loop
