@@ -151,6 +151,16 @@ func (mb *member) step(ctx context.Context) bool {
 		return false
 	}
 	if gone {
+		if mb.cluster != nil {
+			// Fenced first, as a lost lease fences before it stops: from
+			// here on the Config refuses writes (ErrClusterDisengaged) and
+			// what was built on Context ends, while the removal below
+			// stops the controllers. A write a controller sends as it stops
+			// (a reconcile told to stop, a Shutdown that cleans up) no
+			// longer reaches a cluster let go. An engage meanwhile moves
+			// the generation, so this Cluster is never used again.
+			mb.cluster.cancel()
+		}
 		if !mb.removeGroup(ctx) {
 			return false
 		}
