@@ -24,9 +24,11 @@ type fencedAtShutdown struct {
 	wrote   []error // one per Shutdown
 }
 
-func (c *fencedAtShutdown) Name() string                { return "ctrl" }
+func (c *fencedAtShutdown) Name() string                  { return "ctrl" }
 func (c *fencedAtShutdown) Run(ctx context.Context) error { return nil }
-func (c *fencedAtShutdown) GetHealth() cm.HealthStatus  { return cm.HealthStatus{Name: "ctrl", Healthy: true} }
+func (c *fencedAtShutdown) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "ctrl", Healthy: true}
+}
 
 func (c *fencedAtShutdown) Shutdown(context.Context) {
 	err := errors.New("no client")
@@ -76,5 +78,4 @@ func TestFleetDisengageFencesWritesBeforeItStops(t *testing.T) {
 	defer ctrls[0].mu.Unlock()
 	require.Len(t, ctrls[0].wrote, 1, "the controller's Shutdown ran once")
 	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the controller's Shutdown, after the disengage")
-	_ = mgr
 }
