@@ -67,12 +67,11 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// A kind warmed after Start (what a Complete after Start does first, for
-// a plugin enabled at run time) while the API server does not answer:
-// Warm returns at once, as its doc says (the informer starts in the
-// background), not once controller-runtime's context-less discovery gives
-// up; and the manager still stops within its bound.
-func TestEnvAttackWarmAfterStartDuringCut(t *testing.T) {
+// startElectedBehindCutLink starts a manager whose API server is reached
+// through a link the test can cut, and waits until it is elected; cancel
+// ends Start's context, and stopped receives what Start returned.
+func startElectedBehindCutLink(t *testing.T) (*ctrlruntime.Manager, *cutLink, context.CancelFunc, <-chan error) {
+	t.Helper()
 	config := testenv.Config(t)
 	link := newCutLink(t, config)
 	mgr, err := ctrlruntime.NewManager(config, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"},
@@ -86,6 +85,16 @@ func TestEnvAttackWarmAfterStartDuringCut(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("not elected within a minute")
 	}
+	return mgr, link, cancel, stopped
+}
+
+// A kind warmed after Start (what a Complete after Start does first, for
+// a plugin enabled at run time) while the API server does not answer:
+// Warm returns at once, as its doc says (the informer starts in the
+// background), not once controller-runtime's context-less discovery gives
+// up; and the manager still stops within its bound.
+func TestEnvAttackWarmAfterStartDuringCut(t *testing.T) {
+	mgr, link, cancel, stopped := startElectedBehindCutLink(t)
 	link.set(true)
 	done := make(chan struct{})
 	go func() {
@@ -116,19 +125,7 @@ func TestEnvAttackWarmAfterStartDuringCut(t *testing.T) {
 // DefaultCacheSyncTimeout) returns once the manager has stopped, not at
 // that timeout.
 func TestEnvAttackStopWhileCompleteAfterStartWaits(t *testing.T) {
-	config := testenv.Config(t)
-	link := newCutLink(t, config)
-	mgr, err := ctrlruntime.NewManager(config, manager.Options{Metrics: metricsserver.Options{BindAddress: "0"},
-		GracefulShutdownTimeout: ptr.To(time.Second)})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	select {
-	case <-mgr.Elected():
-	case <-time.After(time.Minute):
-		t.Fatal("not elected within a minute")
-	}
+	mgr, link, cancel, stopped := startElectedBehindCutLink(t)
 	link.set(true)
 	done := make(chan error, 1)
 	go func() {

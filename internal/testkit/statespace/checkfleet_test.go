@@ -135,9 +135,8 @@ func TestFleetInvariants(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRunner(Scenario{Fleet: 1}, Config{Slack: time.Second})
 			defer r.pauses.Stop()
-			r.fleet = &fleetState{r: r, servers: map[string]*memberServer{"c0": {}}, want: map[string]int{"c0": 1},
-				engaged: map[string]bool{}, builds: map[string][]build{}, disengagedAt: map[string]time.Time{},
-				downSince: map[string]time.Time{}, judged: map[string]bool{}}
+			r.fleet = newFleetState(r)
+			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
 			r.children[path] = newChild(path, "controller", r.journal, r.release)
 			tc.setup(r)
 			r.checkFleet()

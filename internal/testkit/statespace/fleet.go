@@ -149,14 +149,11 @@ type fleetState struct {
 	mu        sync.Mutex
 	engage    func(string, *rest.Config) error // the running provider's, or nil
 	disengage func(string)
-	fail      chan struct{}      // closed by DoFailProvider: the running Run fails
-	want      map[string]int     // the members to engage, each with its config's generation
-	engaged   map[string]bool    // what the provider engaged and has not disengaged
-	builds    map[string][]build // every build of each member, in order
-	// disengagedAt: when each member's last DoDisengage returned (zero:
-	// engaged since).
-	disengagedAt map[string]time.Time
-	downSince    map[string]time.Time // members whose API server fails its probes
+	fail      chan struct{}        // closed by DoFailProvider: the running Run fails
+	want      map[string]int       // the members to engage, each with its config's generation
+	engaged   map[string]bool      // what the provider engaged and has not disengaged
+	builds    map[string][]build   // every build of each member, in order
+	downSince map[string]time.Time // members whose API server fails its probes
 	// What the checks judged (Result): ClusterOffline events of a member
 	// down, ClusterDisengaged events, Clusters found ended at the end.
 	offlineJudged, disengagedJudged, endedJudged int
@@ -205,11 +202,16 @@ func (f *fleetState) config(member string, gen int) *rest.Config {
 	return &rest.Config{Host: f.servers[member].srv.URL, BearerToken: fmt.Sprintf("token-%s-%d", member, gen)}
 }
 
+// newFleetState is r's fleet with no member yet.
+func newFleetState(r *runner) *fleetState {
+	return &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
+		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
+		downSince: map[string]time.Time{}, judged: map[string]bool{}}
+}
+
 // addFleet adds the fleet to the manager, every member to be engaged.
 func (r *runner) addFleet() {
-	f := &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
-		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
-		disengagedAt: map[string]time.Time{}, downSince: map[string]time.Time{}, judged: map[string]bool{}}
+	f := newFleetState(r)
 	for i := range r.sc.Fleet {
 		name := fmt.Sprintf("c%d", i)
 		f.servers[name] = newMemberServer()
@@ -305,7 +307,6 @@ func (f *fleetState) apply(st Step) bool {
 			gen = max(gen, len(f.builds[name])) + 1
 		}
 		f.want[name] = gen
-		delete(f.disengagedAt, name)
 		if f.engage != nil {
 			if err := f.engage(name, f.config(name, gen)); err != nil {
 				f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
@@ -317,7 +318,6 @@ func (f *fleetState) apply(st Step) bool {
 		if f.disengage != nil && f.engaged[name] {
 			f.disengage(name)
 			delete(f.engaged, name)
-			f.disengagedAt[name] = time.Now()
 		}
 	case DoClusterDown:
 		if f.servers[name].down.CompareAndSwap(false, true) {
