@@ -823,15 +823,7 @@ func (p *fsStubborn) Run(_ context.Context, engage func(string, *rest.Config) er
 // then must stop and leave the tree, and its events must name its group's
 // path.
 func TestAttackFleetReaddedElsewhereBeforeItsRunnerReturned(t *testing.T) {
-	a := newFakeMember(t, memberOK)
-	bl := newBuilds()
-	prov := &fsStubborn{initial: map[string]*rest.Config{"a": a.config()}, release: make(chan struct{})}
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	m, log := fleetManagerWith(t, clocktesting.NewFakeClock(time.Now()),
-		cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{ShutdownTimeout: gDuration(100 * time.Millisecond)}},
-		cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
-	startFleet(t, m)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "y/fleet/a"))
+	bl, prov, fleet, m, log := stubbornFleetOnlineInY(t)
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	defer cancel()
 	t.Logf("RemoveChild y: %v", m.RemoveChild(ctx, "y"))
@@ -861,4 +853,22 @@ func TestAttackFleetReaddedElsewhereBeforeItsRunnerReturned(t *testing.T) {
 	})
 	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "z/fleet/a"))
 	fsOrder(t, log.all(), "z/fleet/a")
+}
+
+// stubbornFleetOnlineInY starts a manager with a fleet in group "y" whose
+// provider ignores its context until prov.release is closed, and waits
+// until its member "a" is Online; ShutdownTimeout is 100ms, so that a
+// removal of the fleet does not wait long for that provider.
+func stubbornFleetOnlineInY(t *testing.T) (*builds, *fsStubborn, *cm.Fleet, *cm.ControllerManager, *eventLog) {
+	t.Helper()
+	a := newFakeMember(t, memberOK)
+	bl := newBuilds()
+	prov := &fsStubborn{initial: map[string]*rest.Config{"a": a.config()}, release: make(chan struct{})}
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	m, log := fleetManagerWith(t, clocktesting.NewFakeClock(time.Now()),
+		cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{ShutdownTimeout: gDuration(100 * time.Millisecond)}},
+		cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
+	startFleet(t, m)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "y/fleet/a"))
+	return bl, prov, fleet, m, log
 }

@@ -30,15 +30,7 @@ import (
 // there, while their groups at the old path stayed in the tree, their
 // controllers running: two subtrees per cluster (3/3).
 func TestAttackTreeRunnerRemovedAloneThenMovedLeavesNoOldGroups(t *testing.T) {
-	a := newFakeMember(t, memberOK)
-	bl := newBuilds()
-	prov := &fsStubborn{initial: map[string]*rest.Config{"a": a.config()}, release: make(chan struct{})}
-	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
-	m, log := fleetManagerWith(t, clocktesting.NewFakeClock(time.Now()),
-		cm.ControllerManagerConfigSpec{Supervision: &cm.SupervisionSpec{ShutdownTimeout: gDuration(100 * time.Millisecond)}},
-		cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
-	startFleet(t, m)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "y/fleet/a"))
+	_, prov, fleet, m, log := stubbornFleetOnlineInY(t)
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	defer cancel()
 	t.Logf("RemoveChild y/fleet/provider: %v", m.RemoveChild(ctx, "y/fleet/provider")) // overruns: the provider ignores ctx
