@@ -148,9 +148,17 @@ func TestAttackFleetStoppedThenShutdownEndsClusters(t *testing.T) {
 	mgr, log := fleetManager(t, clk, fleet)
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	stopThenShutdownEndsClusters(t, mgr, bl, "fleet")
+}
+
+// stopThenShutdownEndsClusters stops the child at path (a fleet, or a
+// group above it), shuts the manager down, and requires every Cluster
+// built for member "a" to have ended.
+func stopThenShutdownEndsClusters(t *testing.T, mgr *cm.ControllerManager, bl *builds, path string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), elWait)
 	defer cancel()
-	require.NoError(t, mgr.StopChild(ctx, "fleet"))
+	require.NoError(t, mgr.StopChild(ctx, path))
 	mgr.ShutdownAndWait(ctx)
 	require.NoError(t, ctx.Err())
 	<-mgr.Done()

@@ -124,17 +124,7 @@ func TestAttackTreeNestedFleetStoppedThenShutdownEndsClusters(t *testing.T) {
 	mgr, log := fleetManager(t, clk, cm.NewGroup("g", cm.SupervisionSpec{}, cm.NewGroup("h", cm.SupervisionSpec{}, fleet)))
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "g/h/fleet/a"))
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	defer cancel()
-	require.NoError(t, mgr.StopChild(ctx, "g"))
-	mgr.ShutdownAndWait(ctx)
-	require.NoError(t, ctx.Err())
-	<-mgr.Done()
-	ctrls := bl.of("a")
-	require.NotEmpty(t, ctrls)
-	for i, c := range ctrls {
-		require.Error(t, c.cluster.Context().Err(), "build %d's Context open after the manager stopped", i)
-	}
+	stopThenShutdownEndsClusters(t, mgr, bl, "g")
 }
 
 // A Start whose children include a fleet (in a group) and that fails in
