@@ -86,6 +86,30 @@ func (c *rotatingCtrl) Name() string {
 	return c.clusterCtrl.Name()
 }
 
+// firstBuildRotates builds as bl does, and wraps the controller of the
+// member's first build only in a rotatingCtrl that runs rotate. first
+// returns that controller (nil before the first build).
+func firstBuildRotates(bl *builds, rotate func()) (build func(cm.Cluster) []cm.Runnable, first func() *rotatingCtrl) {
+	var mu sync.Mutex
+	var wrapped *rotatingCtrl
+	build = func(c cm.Cluster) []cm.Runnable {
+		rs := bl.build(c)
+		mu.Lock()
+		defer mu.Unlock()
+		if wrapped != nil {
+			return rs
+		}
+		wrapped = &rotatingCtrl{clusterCtrl: rs[0].(*clusterCtrl), rotate: rotate}
+		return []cm.Runnable{wrapped}
+	}
+	first = func() *rotatingCtrl {
+		mu.Lock()
+		defer mu.Unlock()
+		return wrapped
+	}
+	return build, first
+}
+
 // A config rotated after the member's loop has built the old config's
 // subtree and checked that it is still wanted, but before the supervisor
 // has taken the add. The subtree of the replaced config is not added: the

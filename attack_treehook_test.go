@@ -62,29 +62,17 @@ func TestAttackTreeMemberDisengagedAndEngagedDuringItsAdd(t *testing.T) {
 			a := newFakeMember(t, memberOK)
 			prov := newHandProvider(nil)
 			bl := newBuilds()
-			var mu sync.Mutex
-			var firsts []*rotatingCtrl
-			build := func(c cm.Cluster) []cm.Runnable {
-				rs := bl.build(c)
-				mu.Lock()
-				defer mu.Unlock()
-				if len(firsts) > 0 {
-					return rs
-				}
-				first := &rotatingCtrl{clusterCtrl: rs[0].(*clusterCtrl), rotate: func() {
-					prov.mu.Lock()
-					engage, disengage := prov.engage, prov.disengage
-					prov.mu.Unlock()
-					disengage("a")
-					if again {
-						if err := engage("a", a.config()); err != nil {
-							panic(err)
-						}
+			build, first := firstBuildRotates(bl, func() {
+				prov.mu.Lock()
+				engage, disengage := prov.engage, prov.disengage
+				prov.mu.Unlock()
+				disengage("a")
+				if again {
+					if err := engage("a", a.config()); err != nil {
+						panic(err)
 					}
-				}}
-				firsts = append(firsts, first)
-				return []cm.Runnable{first}
-			}
+				}
+			})
 			fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
 			mgr, log := fleetManager(t, clk, fleet)
 			startFleet(t, mgr)
@@ -102,11 +90,9 @@ func TestAttackTreeMemberDisengagedAndEngagedDuringItsAdd(t *testing.T) {
 				_, ok := fleetChild(t, mgr, "fleet/a")
 				require.False(t, ok, "fleet/a in the tree after it was disengaged")
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			require.Len(t, firsts, 1)
-			require.Zero(t, firsts[0].runs.Load(), "the subtree built on the disengaged Cluster ran")
-			require.Error(t, firsts[0].cluster.Context().Err())
+			require.NotNil(t, first())
+			require.Zero(t, first().runs.Load(), "the subtree built on the disengaged Cluster ran")
+			require.Error(t, first().cluster.Context().Err())
 		})
 	}
 }
@@ -354,22 +340,10 @@ func TestAttackTreeStaleMemberAddAfterTheFleetIsReadded(t *testing.T) {
 	prov := &gatedProvider{initial: map[string]*rest.Config{"a": a.config()}, gates: map[int]chan struct{}{1: engageAgain}}
 	bl := newBuilds()
 	naming, release := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	var firsts []*rotatingCtrl
-	build := func(c cm.Cluster) []cm.Runnable {
-		rs := bl.build(c)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(firsts) > 0 {
-			return rs
-		}
-		first := &rotatingCtrl{clusterCtrl: rs[0].(*clusterCtrl), rotate: func() {
-			close(naming)
-			<-release
-		}}
-		firsts = append(firsts, first)
-		return []cm.Runnable{first}
-	}
+	build, first := firstBuildRotates(bl, func() {
+		close(naming)
+		<-release
+	})
 	fleet := cm.NewFleet("fleet", prov, build, fleetSpec())
 	m, log := fleetManager(t, clocktesting.NewFakeClock(time.Now()), cm.NewGroup("y", cm.SupervisionSpec{}, fleet))
 	released := false
@@ -399,6 +373,6 @@ func TestAttackTreeStaleMemberAddAfterTheFleetIsReadded(t *testing.T) {
 		}
 		return ""
 	})
-	require.Error(t, firsts[0].cluster.Context().Err(), "the first Cluster ended with the fleet's removal")
-	require.Zero(t, firsts[0].runs.Load(), "the stale subtree, built on the ended Cluster, ran")
+	require.Error(t, first().cluster.Context().Err(), "the first Cluster ended with the fleet's removal")
+	require.Zero(t, first().runs.Load(), "the stale subtree, built on the ended Cluster, ran")
 }
