@@ -377,12 +377,7 @@ func TestAttackFleetInShardedGroupOverReplicas(t *testing.T) {
 	srv := leasetest.NewServer()
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = shards
-	clusters := make([]string, 6)
-	cfgs := map[string]*rest.Config{}
-	for i := range clusters {
-		clusters[i] = fmt.Sprintf("cluster-%d", i)
-		cfgs[clusters[i]] = newFakeMember(t, memberOK).config()
-	}
+	clusters, cfgs := fakeClusters(t, 6)
 	a := newFSReplica(t, srv.Client("a"), spec, "a", cfgs, act)
 	b := newFSReplica(t, srv.Client("b"), spec, "b", cfgs, act)
 	start := func(r *fleetReplica) {

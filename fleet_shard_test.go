@@ -161,18 +161,25 @@ func (w *watchedCtrl) Shutdown(ctx context.Context) {
 	w.a.change(w.id, w.cluster, -1)
 }
 
+// fakeClusters starts n member API servers, answering, named cluster-0 to
+// cluster-<n-1>: their names in order, and their configs by name.
+func fakeClusters(t *testing.T, n int) ([]string, map[string]*rest.Config) {
+	clusters := make([]string, n)
+	cfgs := map[string]*rest.Config{}
+	for i := range clusters {
+		clusters[i] = fmt.Sprintf("cluster-%d", i)
+		cfgs[clusters[i]] = newFakeMember(t, memberOK).config()
+	}
+	return clusters, cfgs
+}
+
 func runFleetSharded(t *testing.T, ids []string, partition bool) {
 	const shards = 3
 	act := &activity{active: map[string]int{}}
 	srv := leasetest.NewServer()
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = shards
-	clusters := make([]string, 8)
-	cfgs := map[string]*rest.Config{}
-	for i := range clusters {
-		clusters[i] = fmt.Sprintf("cluster-%d", i)
-		cfgs[clusters[i]] = newFakeMember(t, memberOK).config()
-	}
+	clusters, cfgs := fakeClusters(t, 8)
 	var reps []*fleetReplica
 	var clients []*leasetest.Client
 	for _, id := range ids {
