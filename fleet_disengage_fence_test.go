@@ -79,3 +79,40 @@ func TestFleetDisengageFencesWritesBeforeItStops(t *testing.T) {
 	require.Len(t, ctrls[0].wrote, 1, "the controller's Shutdown ran once")
 	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the controller's Shutdown, after the disengage")
 }
+
+// A rotated member's old subtree is fenced before it is stopped, as a
+// disengaged one is (TestFleetDisengageFencesWritesBeforeItStops): a
+// write the old subtree's controller sends as it stops fails with
+// ErrClusterDisengaged and never reaches the member on the replaced
+// credentials. Before, the old Cluster's Context ended only once its group
+// had been removed (as the new config was applied), after every Shutdown
+// under it had returned.
+func TestFleetRotationFencesWritesBeforeItStops(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	var mu sync.Mutex
+	var ctrls []*fencedAtShutdown
+	fleet := cm.NewFleet("fleet", prov, func(c cm.Cluster) []cm.Runnable {
+		ctrl := &fencedAtShutdown{cluster: c}
+		mu.Lock()
+		ctrls = append(ctrls, ctrl)
+		mu.Unlock()
+		return []cm.Runnable{ctrl}
+	}, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, ctrls, 2, "built once more, on the new config")
+	ctrls[0].mu.Lock()
+	defer ctrls[0].mu.Unlock()
+	require.Len(t, ctrls[0].wrote, 1, "the old controller's Shutdown ran once")
+	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the old controller's Shutdown, after the rotation")
+}

@@ -188,6 +188,15 @@ func (mb *member) step(ctx context.Context) bool {
 		return true
 	}
 	if gen != mb.applied {
+		if mb.cluster != nil {
+			// A rotation fences the old subtree first, as a disengage
+			// does: the old Config refuses writes (ErrClusterDisengaged)
+			// before the removal below stops the controllers built on it,
+			// so a write one sends as it stops never reaches the member on
+			// replaced credentials. The old Cluster is never used again:
+			// apply builds a new one.
+			mb.cluster.cancel()
+		}
 		if !mb.removeGroup(ctx) {
 			return false
 		}
