@@ -68,6 +68,11 @@ type member struct {
 	// member is Offline (a restart of the fleet or of a group above it), a
 	// move the loop never makes (subtreeMoved).
 	regroup bool
+	// adding: the loop waits for its group's AddChild (addGroup). The
+	// group's admission (memberAdmission) refuses the add once the loop
+	// has given up on it (Offline, disengaged or rotated meanwhile), so an
+	// add the supervisor has not taken yet is never taken after.
+	adding bool
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -78,8 +83,9 @@ type member struct {
 	failed         error  // the applied config or build cannot make a subtree
 	pending        *Group // built for the applied config, not yet added
 	announced      ClusterState
-	failingSince   time.Time // first failed probe while Online; zero while answering
-	answeringSince time.Time // first answered probe while Offline; zero while failing
+	failingSince   time.Time        // first failed probe while Online; zero while answering
+	answeringSince time.Time        // first answered probe while Offline; zero while failing
+	tick           <-chan time.Time // the loop's probe ticks, also probed on while an add waits
 }
 
 func newMember(f *Fleet, name string) *member {
@@ -106,6 +112,7 @@ func (mb *member) run(ctx context.Context) {
 	f := mb.f
 	ticker := f.clock().NewTicker(f.spec.ProbePeriod.Duration)
 	defer ticker.Stop()
+	mb.tick = ticker.C()
 	settle := 0 // steps taken at once since the last wait
 	for {
 		phase := f.phaseSignal()
@@ -125,7 +132,7 @@ func (mb *member) run(ctx context.Context) {
 			return
 		case <-mb.kick:
 		case <-phase:
-		case <-ticker.C():
+		case <-mb.tick:
 			mb.probe(ctx, false)
 		}
 	}
@@ -365,7 +372,10 @@ func (mb *member) addGroup(ctx context.Context) {
 		// of a config no longer wanted. The next step applies what is.
 		return
 	}
-	err := f.request(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
+	abandoned, err := mb.awaitAdd(ctx, parent)
+	if abandoned {
+		return
+	}
 	switch {
 	case err == nil:
 		mb.group, mb.pending = groupRunning, nil
@@ -397,6 +407,88 @@ func (mb *member) addGroup(ctx context.Context) {
 		}
 	}
 }
+
+// awaitAdd sends the add of the pending group and waits for its answer,
+// which comes once the group's start has returned, its stores recovered
+// first: a store whose Recover waits on the member's API server (informers
+// syncing on a cut) holds it as long. Meanwhile the member is probed at
+// the loop's ticks and the loop looks at what is wanted at every wake:
+// once the member is Offline (its probes failed for FailureThreshold),
+// disengaged or engaged on another config, it gives the add up
+// (abandonAdd) and reports abandoned; the group's state is then what the
+// abandonment left. Otherwise it returns the add's answer.
+func (mb *member) awaitAdd(ctx context.Context, parent string) (abandoned bool, err error) {
+	f := mb.f
+	f.mu.Lock()
+	mb.adding = true
+	f.mu.Unlock()
+	addCtx, cancelAdd := context.WithCancel(ctx)
+	defer cancelAdd()
+	answer := make(chan error, 1)
+	add := supervisor.AddChild{Runnable: mb.pending, Parent: parent}
+	go func() { answer <- f.request(addCtx, add) }()
+	woken := false
+	defer func() {
+		f.mu.Lock()
+		mb.adding = false
+		f.mu.Unlock()
+		if woken {
+			mb.wake() // what woke it is looked at by the next step
+		}
+	}()
+	for {
+		select {
+		case err = <-answer:
+			return false, err
+		case <-mb.kick:
+			woken = true
+			if mb.stale() {
+				mb.abandonAdd(ctx, cancelAdd, answer, true)
+				return true, nil
+			}
+		case <-mb.tick:
+			if mb.probe(ctx, false) && !mb.online {
+				mb.abandonAdd(ctx, cancelAdd, answer, false)
+				return true, nil
+			}
+		}
+	}
+}
+
+// abandonAdd gives up the add awaitAdd waits for: the member went Offline
+// (stale false: its group is stopped, as an Online member's is) or what
+// the loop applied is no longer wanted (stale true: disengaged or
+// rotated; its Cluster fenced, then its group removed, and the next step
+// applies what is wanted). The admission refuses the add from here on, so
+// the stop or removal sent after finds the group if the supervisor took
+// the add before, and the add is refused if not: no half-started group
+// runs on, and a store's Recover that returns late starts no controller
+// (the stop cuts the add's start short). The add's answer is waited for
+// (its context cancelled) before it returns.
+func (mb *member) abandonAdd(ctx context.Context, cancelAdd context.CancelFunc, answer <-chan error, stale bool) {
+	f := mb.f
+	f.mu.Lock()
+	mb.adding = false
+	f.mu.Unlock()
+	mb.group = groupUnknown // the add may have been taken: the stop or removal asks
+	if stale {
+		if mb.cluster != nil {
+			mb.cluster.cancel() // fenced first, as step fences a disengage or rotation
+		}
+		mb.removeGroup(ctx)
+	} else {
+		mb.lifecycle(ctx, supervisor.StopChild{Name: mb.path}, groupStopped)
+		if mb.group == groupStopped {
+			mb.pending = nil // in the tree, stopped: StartChild runs it once Online
+		}
+	}
+	cancelAdd()
+	<-answer
+}
+
+// errAddAbandoned refuses the add of a member's group its loop gave up
+// (abandonAdd).
+var errAddAbandoned = errors.New("its loop gave the add up (the member went Offline, or was disengaged or engaged again)")
 
 // errConfigReplaced refuses the add of a member's group built for a config
 // no longer wanted (memberAdmission).
@@ -431,6 +523,9 @@ func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
 	mb := a.mb
 	if mb.gone || mb.gen != a.gen || mb.applied != a.gen || f.members[mb.name] != mb {
 		return fmt.Errorf("cluster %q at %q: %w", mb.name, path, errConfigReplaced)
+	}
+	if !mb.adding {
+		return fmt.Errorf("cluster %q at %q: %w", mb.name, path, errAddAbandoned)
 	}
 	return nil
 }

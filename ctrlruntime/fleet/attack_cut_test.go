@@ -220,18 +220,17 @@ func TestEnvAttackShutdownWhileStoreStuckInCut(t *testing.T) {
 // first request, its probes failing from then on too: b should go Offline
 // after FailureThreshold (1 s), its group stopped.
 //
-// Skipped: a hole of the root library's fleet. The member's loop adds
-// the group with an AddChild whose context is the loop's own, answered
-// once the group's start has returned, which waits for its stores'
-// Recover; a store whose Recover waits on the member's API server
-// (informers syncing) holds the loop meanwhile: no probe, no Offline, no
-// disengage or new config applied. Here, with a cut that never times out,
-// b stays Engaging for good; with a real one, until client-go gives up
-// (10 s for a TLS handshake, about 45 s on an HTTP/2 connection). The fix
-// is the root's: bound the AddChild, or answer it before the stores have
-// recovered, or stop the group when the probes fail meanwhile.
+// It was skipped for a hole of the root library's fleet: the member's
+// loop added the group with an AddChild whose context was the loop's own,
+// answered once the group's start had returned, which waits for its
+// stores' Recover; a store whose Recover waits on the member's API server
+// (informers syncing) held the loop meanwhile: no probe, no Offline, no
+// disengage or new config applied. With a cut that never times out, b
+// stayed Engaging for good; with a real one, until client-go gave up (10 s
+// for a TLS handshake, about 45 s on an HTTP/2 connection). The loop now
+// probes beside the pending add and gives it up (the group stopped) once
+// the member is Offline (the root's TestFleetCutWhileStoreRecoversGoesOffline).
 func TestEnvAttackCutWhileStoreStartsGoesOffline(t *testing.T) {
-	t.Skip("root library hole: a member's loop waits in AddChild for its store's Recover, probing nothing (see the comment)")
 	config := testenv.Config(t)
 	b := rest.CopyConfig(config)
 	cut := make(chan struct{})

@@ -1,0 +1,164 @@
+package controllermanager_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// cutStore is a member's store whose first Recover cuts its member (the
+// member's API server stops answering as the informers start) and then
+// waits, as informers syncing on a cut do, until its context ends. Later
+// Recovers, and those of later builds, return at once.
+type cutStore struct {
+	member   *fakeMember
+	first    bool
+	recovers atomic.Int32
+	returned atomic.Int32  // Recovers that have returned
+	started  chan struct{} // closed once the first Recover waits
+}
+
+func (s *cutStore) Name() string { return "cache" }
+func (s *cutStore) Recover(ctx context.Context) error {
+	defer s.returned.Add(1)
+	if s.recovers.Add(1) > 1 || !s.first {
+		return nil
+	}
+	s.member.set(memberFailing)
+	close(s.started)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (s *cutStore) Shutdown(context.Context) {}
+func (s *cutStore) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "cache", Healthy: true}
+}
+
+// cutBuilds builds, for each config of member "a", a cutStore (the first
+// config's cuts the member) and a clusterCtrl.
+type cutBuilds struct {
+	member *fakeMember
+	mu     sync.Mutex
+	stores []*cutStore
+	ctrls  []*clusterCtrl
+}
+
+func (b *cutBuilds) build(c cm.Cluster) []cm.Runnable {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := &cutStore{member: b.member, first: len(b.stores) == 0, started: make(chan struct{})}
+	ctrl := &clusterCtrl{cluster: c}
+	b.stores, b.ctrls = append(b.stores, s), append(b.ctrls, ctrl)
+	return []cm.Runnable{cm.StoreChild(s), ctrl}
+}
+
+func (b *cutBuilds) get() ([]*cutStore, []*clusterCtrl) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*cutStore(nil), b.stores...), append([]*clusterCtrl(nil), b.ctrls...)
+}
+
+// startCutWhileStoreStarts starts a fleet of one member "a" whose first
+// store cuts it as it recovers, and waits until that Recover waits.
+func startCutWhileStoreStarts(t *testing.T) (*clocktesting.FakeClock, *fakeMember, *handProvider, *cutBuilds, *cm.Fleet, *cm.ControllerManager, *eventLog) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := &cutBuilds{member: a}
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitUntil(t, nil, 0, func() bool { s, _ := bl.get(); return len(s) == 1 })
+	stores, _ := bl.get()
+	awaitRecv(t, stores[0].started, "the store's first Recover")
+	return clk, a, prov, bl, fleet, mgr, log
+}
+
+// A member whose API server stops answering while its group's store
+// recovers (informers syncing on a cut) goes Offline after
+// FailureThreshold, as any Online member does: its group stopped (the
+// store's Recover ended), its controller never started while it is
+// Offline; once it answers again for SuccessThreshold it is Online, its
+// store recovered first, then its controller. Before, the member's loop
+// waited in the group's AddChild, answered only once the store's Recover
+// had returned: nothing was probed, and the member stayed Engaging for as
+// long as the Recover waited (for good here; ctrlruntime/fleet's
+// TestEnvAttackCutWhileStoreStartsGoesOffline).
+func TestFleetCutWhileStoreRecoversGoesOffline(t *testing.T) {
+	clk, a, _, bl, fleet, mgr, log := startCutWhileStoreStarts(t)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	stores, ctrls := bl.get()
+	require.Len(t, stores, 1, "built once")
+	log.waitUntil(t, nil, 0, func() bool { return stores[0].returned.Load() == 1 })
+	require.Zero(t, ctrls[0].runs.Load(), "the controller of an Offline member started")
+	st, ok := fleet.Cluster("a")
+	require.True(t, ok)
+	require.Equal(t, cm.ClusterStateOffline, st.State)
+	if cs, ok := fleetChild(t, mgr, "fleet/a"); ok {
+		require.Equal(t, supervisor.StateStopped, cs.State, "the Offline member's group")
+	}
+
+	a.set(memberOK)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOnline, "fleet/a"))
+	stores, ctrls = bl.get()
+	require.Len(t, stores, 1, "built once")
+	require.Equal(t, int32(2), stores[0].recovers.Load(), "recovered again before its controller ran")
+	require.Equal(t, int32(1), ctrls[0].runs.Load(), "the controller started once, when the member was Online")
+	cs, ok := fleetChild(t, mgr, "fleet/a")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+// A member disengaged while its group's store recovers on a cut is let go
+// without waiting for the Recover: its Context ends, its group is
+// removed, its controller never starts. Before, the disengage waited in
+// the member's loop behind the group's AddChild.
+func TestFleetDisengagedWhileStoreRecoversOnACut(t *testing.T) {
+	_, _, prov, bl, fleet, mgr, log := startCutWhileStoreStarts(t)
+	prov.Disengage(t, "a")
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+	stores, ctrls := bl.get()
+	require.Len(t, stores, 1)
+	require.Equal(t, int32(1), stores[0].returned.Load(), "the store's Recover ended")
+	require.Zero(t, ctrls[0].runs.Load(), "the controller of a disengaged member started")
+	require.Error(t, ctrls[0].cluster.Context().Err(), "the disengaged Cluster's Context")
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok, "the disengaged member's group is gone")
+	_, ok = fleet.Cluster("a")
+	require.False(t, ok)
+}
+
+// A member rotated while its group's store recovers on a cut gets its new
+// subtree without waiting for the Recover: the old group is removed (its
+// Recover ended, its controller never started, its Context ended), and the
+// new one runs on the new config.
+func TestFleetRotatedWhileStoreRecoversOnACut(t *testing.T) {
+	clk, a, prov, bl, _, mgr, log := startCutWhileStoreStarts(t)
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	a.set(memberOK) // it answers again; the old store's Recover waits on
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		_, ctrls := bl.get()
+		return len(ctrls) == 2 && ctrls[1].runs.Load() == 1
+	})
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOnline, "fleet/a"))
+	stores, ctrls := bl.get()
+	require.Len(t, stores, 2, "built once more, on the new config")
+	require.Equal(t, "token-2", ctrls[1].cluster.Config().BearerToken)
+	require.Error(t, ctrls[0].cluster.Context().Err(), "the old Cluster's Context")
+	require.Zero(t, ctrls[0].runs.Load(), "the old subtree's controller started")
+	cs, ok := fleetChild(t, mgr, "fleet/a")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
