@@ -68,7 +68,7 @@ type member struct {
 	// member is Offline (a restart of the fleet or of a group above it), a
 	// move the loop never makes (subtreeMoved).
 	regroup bool
-	// adding: the loop waits for its group's AddChild (addGroup). The
+	// adding: the loop waits for its group's AddChild (awaitStart). The
 	// group's admission (memberAdmission) refuses the add once the loop
 	// has given up on it (Offline, disengaged or rotated meanwhile), so an
 	// add the supervisor has not taken yet is never taken after.
@@ -372,7 +372,7 @@ func (mb *member) addGroup(ctx context.Context) {
 		// of a config no longer wanted. The next step applies what is.
 		return
 	}
-	abandoned, err := mb.awaitAdd(ctx, parent)
+	abandoned, err := mb.awaitStart(ctx, supervisor.AddChild{Runnable: mb.pending, Parent: parent})
 	if abandoned {
 		return
 	}
@@ -408,25 +408,27 @@ func (mb *member) addGroup(ctx context.Context) {
 	}
 }
 
-// awaitAdd sends the add of the pending group and waits for its answer,
-// which comes once the group's start has returned, its stores recovered
-// first: a store whose Recover waits on the member's API server (informers
-// syncing on a cut) holds it as long. Meanwhile the member is probed at
-// the loop's ticks and the loop looks at what is wanted at every wake:
-// once the member is Offline (its probes failed for FailureThreshold),
-// disengaged or engaged on another config, it gives the add up
-// (abandonAdd) and reports abandoned; the group's state is then what the
-// abandonment left. Otherwise it returns the add's answer.
-func (mb *member) awaitAdd(ctx context.Context, parent string) (abandoned bool, err error) {
+// awaitStart sends msg, the add of the pending group (AddChild) or a
+// start of the group (StartChild), and waits for its answer, which comes
+// once the group's start has returned, its stores recovered first: a store
+// whose Recover waits on the member's API server (informers syncing on a
+// cut) holds it as long. Meanwhile the member is probed at the loop's
+// ticks and the loop looks at what is wanted at every wake: once the
+// member is Offline (its probes failed for FailureThreshold), disengaged
+// or engaged on another config, it gives the start up (abandonStart) and
+// reports abandoned; the group's state is then what the abandonment left.
+// Otherwise it returns msg's answer.
+func (mb *member) awaitStart(ctx context.Context, msg any) (abandoned bool, err error) {
 	f := mb.f
-	f.mu.Lock()
-	mb.adding = true
-	f.mu.Unlock()
-	addCtx, cancelAdd := context.WithCancel(ctx)
-	defer cancelAdd()
+	if _, add := msg.(supervisor.AddChild); add {
+		f.mu.Lock()
+		mb.adding = true
+		f.mu.Unlock()
+	}
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
 	answer := make(chan error, 1)
-	add := supervisor.AddChild{Runnable: mb.pending, Parent: parent}
-	go func() { answer <- f.request(addCtx, add) }()
+	go func() { answer <- f.request(reqCtx, msg) }()
 	woken := false
 	defer func() {
 		f.mu.Lock()
@@ -443,29 +445,29 @@ func (mb *member) awaitAdd(ctx context.Context, parent string) (abandoned bool, 
 		case <-mb.kick:
 			woken = true
 			if mb.stale() {
-				mb.abandonAdd(ctx, cancelAdd, answer, true)
+				mb.abandonStart(ctx, cancelReq, answer, true)
 				return true, nil
 			}
 		case <-mb.tick:
 			if mb.probe(ctx, false) && !mb.online {
-				mb.abandonAdd(ctx, cancelAdd, answer, false)
+				mb.abandonStart(ctx, cancelReq, answer, false)
 				return true, nil
 			}
 		}
 	}
 }
 
-// abandonAdd gives up the add awaitAdd waits for: the member went Offline
-// (stale false: its group is stopped, as an Online member's is) or what
-// the loop applied is no longer wanted (stale true: disengaged or
-// rotated; its Cluster fenced, then its group removed, and the next step
-// applies what is wanted). The admission refuses the add from here on, so
-// the stop or removal sent after finds the group if the supervisor took
-// the add before, and the add is refused if not: no half-started group
-// runs on, and a store's Recover that returns late starts no controller
-// (the stop cuts the add's start short). The add's answer is waited for
-// (its context cancelled) before it returns.
-func (mb *member) abandonAdd(ctx context.Context, cancelAdd context.CancelFunc, answer <-chan error, stale bool) {
+// abandonStart gives up the add or start awaitStart waits for: the
+// member went Offline (stale false: its group is stopped, as an Online
+// member's is) or what the loop applied is no longer wanted (stale true:
+// disengaged or rotated; its Cluster fenced, then its group removed, and
+// the next step applies what is wanted). An add's admission refuses it
+// from here on, so the stop or removal sent after finds the group if the
+// supervisor took the add before, and the add is refused if not: no
+// half-started group runs on, and a store's Recover that returns late
+// starts no controller (the stop cuts the start short). The answer is
+// waited for (its request's context cancelled) before it returns.
+func (mb *member) abandonStart(ctx context.Context, cancelReq context.CancelFunc, answer <-chan error, stale bool) {
 	f := mb.f
 	f.mu.Lock()
 	mb.adding = false
@@ -482,12 +484,12 @@ func (mb *member) abandonAdd(ctx context.Context, cancelAdd context.CancelFunc, 
 			mb.pending = nil // in the tree, stopped: StartChild runs it once Online
 		}
 	}
-	cancelAdd()
+	cancelReq()
 	<-answer
 }
 
 // errAddAbandoned refuses the add of a member's group its loop gave up
-// (abandonAdd).
+// (abandonStart).
 var errAddAbandoned = errors.New("its loop gave the add up (the member went Offline, or was disengaged or engaged again)")
 
 // errConfigReplaced refuses the add of a member's group built for a config
@@ -533,7 +535,18 @@ func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
 // lifecycle sends a StartChild or StopChild for the group; on success the
 // group is then in state next.
 func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
-	err := mb.f.request(ctx, msg)
+	var err error
+	if _, start := msg.(supervisor.StartChild); start {
+		// Its stores recover first, perhaps waiting on the member's API
+		// server: probed meanwhile, and given up when the member is
+		// Offline, disengaged or rotated.
+		var abandoned bool
+		if abandoned, err = mb.awaitStart(ctx, msg); abandoned {
+			return
+		}
+	} else {
+		err = mb.f.request(ctx, msg)
+	}
 	switch {
 	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning):
 		mb.group = next

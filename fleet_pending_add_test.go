@@ -15,13 +15,14 @@ import (
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
-// cutStore is a member's store whose first Recover cuts its member (the
-// member's API server stops answering as the informers start) and then
-// waits, as informers syncing on a cut do, until its context ends. Later
-// Recovers, and those of later builds, return at once.
+// cutStore is a member's store whose Recover number cutAt (the first
+// build's; 0 for the others: never) cuts its member (the member's API
+// server stops answering as the informers start) and then waits, as
+// informers syncing on a cut do, until its context ends. Its other
+// Recovers return at once.
 type cutStore struct {
 	member   *fakeMember
-	first    bool
+	cutAt    int32
 	recovers atomic.Int32
 	returned atomic.Int32  // Recovers that have returned
 	started  chan struct{} // closed once the first Recover waits
@@ -30,7 +31,7 @@ type cutStore struct {
 func (s *cutStore) Name() string { return "cache" }
 func (s *cutStore) Recover(ctx context.Context) error {
 	defer s.returned.Add(1)
-	if s.recovers.Add(1) > 1 || !s.first {
+	if s.recovers.Add(1) != s.cutAt {
 		return nil
 	}
 	s.member.set(memberFailing)
@@ -44,9 +45,10 @@ func (s *cutStore) GetHealth() cm.HealthStatus {
 }
 
 // cutBuilds builds, for each config of member "a", a cutStore (the first
-// config's cuts the member) and a clusterCtrl.
+// config's cuts the member at its Recover number cutAt) and a clusterCtrl.
 type cutBuilds struct {
 	member *fakeMember
+	cutAt  int32
 	mu     sync.Mutex
 	stores []*cutStore
 	ctrls  []*clusterCtrl
@@ -55,7 +57,10 @@ type cutBuilds struct {
 func (b *cutBuilds) build(c cm.Cluster) []cm.Runnable {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := &cutStore{member: b.member, first: len(b.stores) == 0, started: make(chan struct{})}
+	s := &cutStore{member: b.member, started: make(chan struct{})}
+	if len(b.stores) == 0 {
+		s.cutAt = b.cutAt
+	}
 	ctrl := &clusterCtrl{cluster: c}
 	b.stores, b.ctrls = append(b.stores, s), append(b.ctrls, ctrl)
 	return []cm.Runnable{cm.StoreChild(s), ctrl}
@@ -74,7 +79,7 @@ func startCutWhileStoreStarts(t *testing.T) (*clocktesting.FakeClock, *fakeMembe
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	a := newFakeMember(t, memberOK)
 	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	bl := &cutBuilds{member: a}
+	bl := &cutBuilds{member: a, cutAt: 1}
 	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
 	mgr, log := fleetManager(t, clk, fleet)
 	startFleet(t, mgr)
@@ -161,4 +166,53 @@ func TestFleetRotatedWhileStoreRecoversOnACut(t *testing.T) {
 	cs, ok := fleetChild(t, mgr, "fleet/a")
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateRunning, cs.State)
+}
+
+// The same cut on the group's start again (StartChild), as the member
+// comes back from an outage: the store's Recover waits on the cut, and
+// once the probes have failed for FailureThreshold the start is given up,
+// the group stopped, its controller not started again, the member still
+// Offline (it never came Online); a disengage then lets it go. Before, the
+// loop waited in the StartChild as it did in the AddChild.
+func TestFleetCutWhileStoreRecoversOnItsStartGoesOffline(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	bl := &cutBuilds{member: a, cutAt: 2}
+	fleet := cm.NewFleet("fleet", prov, bl.build, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	a.set(memberFailing)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	a.set(memberOK)
+	stores, ctrls := bl.get()
+	require.Len(t, stores, 1)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		select {
+		case <-stores[0].started:
+			return true
+		default:
+			return false
+		}
+	})
+	// Still Offline (it never came Online: no event), its probes failing
+	// for FailureThreshold: the start is given up, the Recover cut short.
+	log.waitUntil(t, clk, fleetPeriod, func() bool { return stores[0].returned.Load() == 2 })
+	// The Recover returns as the stop begins; the group is Stopped once it
+	// has ended.
+	log.waitUntil(t, nil, 0, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a")
+		return ok && cs.State == supervisor.StateStopped
+	})
+	require.Equal(t, int32(1), ctrls[0].runs.Load(), "the controller started again on a member Offline")
+	require.Equal(t, 1, log.count(is(cm.ClusterOnline, "fleet/a")), "announced Online with its group not running")
+	st, ok := fleet.Cluster("a")
+	require.True(t, ok)
+	require.Equal(t, cm.ClusterStateOffline, st.State)
+
+	prov.Disengage(t, "a")
+	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
+	_, ok = fleet.Cluster("a")
+	require.False(t, ok)
 }
