@@ -35,10 +35,12 @@ const (
 )
 
 // member is one member cluster of a fleet. Its loop (run), one at a time,
-// is the only goroutine that acts on its group: engage and disengage only
-// record what is wanted and wake it. An incarnation's Shutdown waits for
-// its loops before the runner can Run again, so the loop-owned fields
-// below pass from one loop to the next without a lock.
+// is the only goroutine that acts on its group (the add or start it waits
+// for beside its probes, awaitStart, is sent from a goroutine of its own
+// that touches nothing of the member): engage and disengage only record
+// what is wanted and wake it. An incarnation's Shutdown waits for its
+// loops before the runner can Run again, so the loop-owned fields below
+// pass from one loop to the next without a lock.
 type member struct {
 	f    *Fleet
 	name string
