@@ -216,3 +216,82 @@ func TestFleetCutWhileStoreRecoversOnItsStartGoesOffline(t *testing.T) {
 	_, ok = fleet.Cluster("a")
 	require.False(t, ok)
 }
+
+// slowNamedCtrl is a member's controller whose first Name call (the
+// supervisor naming the group's children as it takes the add) waits until
+// release is closed; its Run records whether the member answered then.
+type slowNamedCtrl struct {
+	member    *fakeMember
+	called    chan struct{}
+	release   chan struct{}
+	first     atomic.Bool
+	runs      atomic.Int32
+	runsWhile atomic.Int32 // Runs while the member did not answer
+}
+
+func (c *slowNamedCtrl) Name() string {
+	if c.first.CompareAndSwap(false, true) {
+		close(c.called)
+		<-c.release
+	}
+	return "ctrl"
+}
+func (c *slowNamedCtrl) Run(context.Context) error {
+	c.runs.Add(1)
+	if memberMode(c.member.mode.Load()) != memberOK {
+		c.runsWhile.Add(1)
+	}
+	return nil
+}
+func (c *slowNamedCtrl) Shutdown(context.Context) {}
+func (c *slowNamedCtrl) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "ctrl", Healthy: true}
+}
+
+// A member that goes Offline before the supervisor has taken its group's
+// add (the add still naming its children) has the add refused when it is
+// taken: the loop gave it up, and no group of the Offline member is added
+// or started behind it. Once the member answers again, its group is added
+// and runs once.
+func TestFleetOfflineBeforeItsAddIsTakenRefusesTheAdd(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	ctrl := &slowNamedCtrl{member: a, called: make(chan struct{}), release: make(chan struct{})}
+	var builds atomic.Int32
+	released := false
+	defer func() {
+		if !released {
+			close(ctrl.release)
+		}
+	}()
+	fleet := cm.NewFleet("fleet", prov, func(cm.Cluster) []cm.Runnable {
+		builds.Add(1)
+		return []cm.Runnable{ctrl}
+	}, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	awaitRecv(t, ctrl.called, "the naming of the group's children")
+
+	a.set(memberFailing)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	_, ok := fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok, "the group of an add not taken yet is in the tree")
+	close(ctrl.release) // the supervisor takes the add now, and refuses it
+	released = true
+	// A few probes more while it fails: time for the add to be taken.
+	n := a.probes.Load() + 3
+	log.waitUntil(t, clk, fleetPeriod, func() bool { return a.probes.Load() >= n })
+	require.Zero(t, ctrl.runs.Load(), "the controller of an Offline member started")
+	_, ok = fleetChild(t, mgr, "fleet/a")
+	require.False(t, ok, "the group of the add given up is in the tree")
+
+	a.set(memberOK)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOnline, "fleet/a"))
+	require.Equal(t, int32(1), builds.Load(), "built once for its config")
+	require.Equal(t, int32(1), ctrl.runs.Load(), "the controller ran once, Online")
+	require.Zero(t, ctrl.runsWhile.Load(), "the controller ran while the member did not answer")
+	cs, ok := fleetChild(t, mgr, "fleet/a")
+	require.True(t, ok)
+	require.Equal(t, supervisor.StateRunning, cs.State)
+}
