@@ -115,4 +115,5 @@ func TestFleetRotationFencesWritesBeforeItStops(t *testing.T) {
 	defer ctrls[0].mu.Unlock()
 	require.Len(t, ctrls[0].wrote, 1, "the old controller's Shutdown ran once")
 	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the old controller's Shutdown, after the rotation")
+	require.Zero(t, a.writes.Load(), "a write reached the member")
 }

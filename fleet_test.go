@@ -60,6 +60,7 @@ type fakeMember struct {
 	mode    atomic.Int32
 	release chan struct{}
 	probes  atomic.Int32
+	writes  atomic.Int32 // requests other than GET that reached it
 }
 
 func newFakeMember(t *testing.T, mode memberMode) *fakeMember {
@@ -68,6 +69,9 @@ func newFakeMember(t *testing.T, mode memberMode) *fakeMember {
 	m.mode.Store(int32(mode))
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/readyz" {
+			if r.Method != http.MethodGet {
+				m.writes.Add(1)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{}`)
 			return
