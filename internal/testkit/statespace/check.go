@@ -211,7 +211,9 @@ func (r *runner) checkObligations(now time.Time) {
 	r.mu.Unlock()
 	for _, o := range overdue {
 		detail := o.what
-		if o.child != "" && r.isGroup(o.child) {
+		if o.more != nil {
+			detail += "; " + o.more()
+		} else if o.child != "" && r.isGroup(o.child) {
 			detail += "; its children now: " + r.describeGroup(o.child)
 		} else if o.child != "" {
 			detail += "; its last calls: " + fmt.Sprint(r.journal.Tail(o.child, 6))
@@ -220,7 +222,7 @@ func (r *runner) checkObligations(now time.Time) {
 		}
 		v := Violation{Invariant: o.inv, Child: o.child, Time: now, Detail: detail}
 		if o.key != "" {
-			r.violateOnce("obligation/"+o.key, v, false) // the same stuck state, once
+			r.violateOnce("obligation/"+o.key, v, o.excusable) // the same stuck state, once
 			continue
 		}
 		r.violate(v)

@@ -2,6 +2,7 @@ package statespace
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -143,6 +144,130 @@ func TestFleetInvariants(t *testing.T) {
 			r.checkStoppedRan()
 			var got []Invariant
 			for _, v := range r.violations {
+				got = append(got, v.Invariant)
+			}
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("violations %v, want none: %v", got, r.violations)
+			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
+				t.Errorf("violations %v, want one %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// OfflineLate fails on an outage the fleet has not said Offline past its
+// bound while everything it needs to say it held all along, and only on
+// that.
+func TestFleetOfflineLate(t *testing.T) {
+	const slack = time.Second
+	long := -10 * time.Second // long before now: past any bound
+	at := func(r *runner, d time.Duration, typ cm.EventType, child string) {
+		r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
+	}
+	member := fleetName + "/c0"
+	// up: the member engaged, the manager Running and the fleet's runner
+	// started, all long ago; its API server down since ago.
+	up := func(r *runner, ago time.Duration) {
+		at(r, long-time.Second, cm.PhaseChanged, "")
+		r.events[len(r.events)-1].Phase = cm.PhaseRunning
+		r.phase = cm.PhaseRunning
+		at(r, long-time.Second, cm.ChildStarted, fleetName+"/provider")
+		at(r, long-time.Second, cm.ClusterEngaged, member)
+		at(r, long-time.Second, cm.ClusterOnline, member)
+		r.fleet.servers["c0"].engaged.Store(true)
+		r.fleet.servers["c0"].down.Store(true)
+		r.fleet.servers["c0"].downAt.Store(time.Now().Add(ago).UnixNano())
+	}
+	shard := func(r *runner, d time.Duration, typ cm.EventType, n int) {
+		at(r, d, typ, "")
+		r.events[len(r.events)-1].Shard = n
+	}
+	elected := Scenario{Fleet: 1, Election: Reelect}
+	sharded := Scenario{Fleet: 1, Election: Reelect, Shards: 3}
+	mine := sharded.shardOf(fleetPath("c0"))
+	cases := []struct {
+		name  string
+		sc    Scenario
+		setup func(r *runner)
+		want  Invariant // "" for none
+	}{
+		{"down past the bound, never said Offline", Scenario{}, func(r *runner) { up(r, long) }, OfflineLate},
+		{"down past the bound, said Offline", Scenario{}, func(r *runner) { up(r, long); at(r, long/2, cm.ClusterOffline, member) }, ""},
+		{"down past the bound, said Disengaged", Scenario{}, func(r *runner) { up(r, long); at(r, long/2, cm.ClusterDisengaged, member) }, ""},
+		{"down past the bound, Offline since before the outage", Scenario{}, func(r *runner) {
+			up(r, long)
+			r.events = slices.DeleteFunc(r.events, func(e cm.Event) bool { return e.Type == cm.ClusterOnline })
+			at(r, long-time.Second/2, cm.ClusterOffline, member) // engaged down: it starts Offline
+		}, ""},
+		{"down past the bound, said Offline, then Online", Scenario{}, func(r *runner) {
+			up(r, long)
+			at(r, long/2, cm.ClusterOffline, member)
+			at(r, long/4, cm.ClusterOnline, member)
+		}, OfflineLate},
+		{"down past the bound, engaged on a new config since, not yet probed", Scenario{}, func(r *runner) {
+			up(r, long)
+			at(r, long/2, cm.ClusterOffline, member)
+			at(r, long/4, cm.ClusterEngaged, member)
+		}, OfflineLate},
+		{"down, not yet past the bound", Scenario{}, func(r *runner) { up(r, -FleetFailureThreshold) }, ""},
+		{"up again", Scenario{}, func(r *runner) { up(r, long); r.fleet.servers["c0"].setUp() }, ""},
+		{"down past the bound, not engaged", Scenario{}, func(r *runner) { up(r, long); r.fleet.servers["c0"].engaged.Store(false) }, ""},
+		{"down past the bound, engaged again just now", Scenario{}, func(r *runner) { up(r, long); at(r, 0, cm.ClusterEngaged, member) }, ""},
+		{"down past the bound, Running again just now", Scenario{}, func(r *runner) {
+			up(r, long)
+			at(r, 0, cm.PhaseChanged, "")
+			r.events[len(r.events)-1].Phase = cm.PhaseRunning
+		}, ""},
+		{"down past the bound, the manager not Running", Scenario{}, func(r *runner) { up(r, long); r.phase = cm.PhaseShuttingDown }, ""},
+		{"down past the bound, the fleet's runner restarted just now", Scenario{}, func(r *runner) {
+			up(r, long)
+			at(r, 0, cm.ChildRestarted, fleetName+"/provider")
+		}, ""},
+		{"down past the bound, the fleet's runner failed", Scenario{}, func(r *runner) { up(r, long); at(r, long/2, cm.ChildFailed, fleetName+"/provider") }, ""},
+		{"down past the bound, the fleet's group stopped", Scenario{}, func(r *runner) { up(r, long); at(r, long/2, cm.ChildStopped, fleetName) }, ""},
+		{"down past the bound, events dropped", Scenario{}, func(r *runner) { up(r, long); at(r, long/2, cm.EventsDropped, "") }, ""},
+		{"down past the bound, the lease held all along", elected, func(r *runner) { at(r, 2*long, cm.LeaderElected, ""); up(r, long) }, OfflineLate},
+		{"down past the bound, the lease never held", elected, func(r *runner) { up(r, long) }, ""},
+		{"down past the bound, the lease lost", elected, func(r *runner) {
+			at(r, 2*long, cm.LeaderElected, "")
+			up(r, long)
+			at(r, long/2, cm.LeaderLost, "")
+		}, ""},
+		{"down past the bound, the lease held again just now", elected, func(r *runner) {
+			at(r, 2*long, cm.LeaderElected, "")
+			up(r, long)
+			at(r, long/2, cm.LeaderLost, "")
+			at(r, 0, cm.LeaderElected, "")
+		}, ""},
+		{"down past the bound, its shard held all along", sharded, func(r *runner) { shard(r, 2*long, cm.ShardAcquired, mine); up(r, long) }, OfflineLate},
+		{"down past the bound, another shard held", sharded, func(r *runner) { shard(r, 2*long, cm.ShardAcquired, (mine+1)%3); up(r, long) }, ""},
+		{"down past the bound, its shard handed over", sharded, func(r *runner) {
+			shard(r, 2*long, cm.ShardAcquired, mine)
+			up(r, long)
+			shard(r, long/2, cm.ShardReleased, mine)
+		}, ""},
+		{"down past the bound, another shard lost", sharded, func(r *runner) {
+			shard(r, 2*long, cm.ShardAcquired, mine)
+			shard(r, 2*long, cm.ShardAcquired, (mine+1)%3)
+			up(r, long)
+			shard(r, long/2, cm.ShardLost, (mine+1)%3)
+		}, OfflineLate},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := tc.sc
+			sc.Fleet = 1
+			r := newRunner(sc, Config{Slack: slack})
+			defer r.pauses.Stop()
+			r.fleet = newFleetState(r)
+			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
+			r.children[fleetPath("c0")] = newChild(fleetPath("c0"), "controller", r.journal, r.release)
+			tc.setup(r)
+			r.checkFleet()
+			r.checkObligations(time.Now())
+			var got []Invariant
+			for _, v := range append(slices.Clone(r.violations), r.excused...) { // a paused test process excuses it
 				got = append(got, v.Invariant)
 			}
 			switch {

@@ -60,8 +60,14 @@
 //     their cluster's shard; a member is never built again while its old
 //     Cluster runs; nothing of a member starts after its
 //     ClusterDisengaged, or while its API server is down after its
-//     ClusterOffline (but what a lifecycle request starts); and once the
-//     manager has stopped every Cluster has ended and refuses writes.
+//     ClusterOffline (but what a lifecycle request starts); a member
+//     whose API server has been down for longer than FailureThreshold, a
+//     probe period and its timeout, a StopChild and a backoff (plus the
+//     slack), while it was engaged, the manager Running, its shard held
+//     and the fleet's runner running all along, has been said
+//     ClusterOffline or ClusterDisengaged (offline-late, excused by a
+//     paused process); and once the manager has stopped every Cluster
+//     has ended and refuses writes.
 //
 // Each bound is the manager's own (a backoff, ShutdownTimeout, the fence
 // timeout, a probe interval) plus Config.Slack for a loaded machine.

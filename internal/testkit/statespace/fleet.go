@@ -31,7 +31,7 @@ import (
 // stop of each incarnation); the books are kept by a member whose group
 // was never built again. The fleet's own promises are checked too
 // (docs/fleet.md): FleetContextOverlap, DisengagedRan, OfflineRan,
-// ClusterWritePassed, ClusterNotEnded.
+// OfflineLate, ClusterWritePassed, ClusterNotEnded.
 const (
 	fleetName             = "fleet"
 	fleetCtrl             = "fctrl"
@@ -158,6 +158,10 @@ type fleetState struct {
 	// down, ClusterDisengaged events, Clusters found ended at the end.
 	offlineJudged, disengagedJudged, endedJudged int
 	judged                                       map[string]bool // the events counted, by kind/member/time
+	// The outages OfflineLate judged, by member and the start of their
+	// window, and how many; r.mu guards them.
+	lateSeen   map[string]bool
+	lateJudged int
 }
 
 // build is one call of the fleet's build for a member.
@@ -174,6 +178,12 @@ type memberServer struct {
 	srv    *httptest.Server
 	down   atomic.Bool
 	writes atomic.Int64
+	// What the offline-late check reads without the fleet's lock (it runs
+	// under r.mu, which the provider's calls may take inside f.mu): when
+	// the server went down (UnixNano, 0 while up), and whether the
+	// sequence's provider has the member engaged.
+	downAt  atomic.Int64
+	engaged atomic.Bool
 }
 
 func newMemberServer() *memberServer {
@@ -206,7 +216,7 @@ func (f *fleetState) config(member string, gen int) *rest.Config {
 func newFleetState(r *runner) *fleetState {
 	return &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
 		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
-		downSince: map[string]time.Time{}, judged: map[string]bool{}}
+		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}}
 }
 
 // addFleet adds the fleet to the manager, every member to be engaged.
@@ -270,12 +280,12 @@ func (p fleetProvider) Run(ctx context.Context, engage func(string, *rest.Config
 		if err := engage(name, f.config(name, gen)); err != nil {
 			f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
 		}
-		f.engaged[name] = true
+		f.setEngaged(name, true)
 	}
 	for name := range f.engaged {
 		if _, ok := f.want[name]; !ok {
 			disengage(name)
-			delete(f.engaged, name)
+			f.setEngaged(name, false)
 		}
 	}
 	f.mu.Unlock()
@@ -311,20 +321,22 @@ func (f *fleetState) apply(st Step) bool {
 			if err := f.engage(name, f.config(name, gen)); err != nil {
 				f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
 			}
-			f.engaged[name] = true
+			f.setEngaged(name, true)
 		}
 	case DoDisengage:
 		delete(f.want, name)
 		if f.disengage != nil && f.engaged[name] {
 			f.disengage(name)
-			delete(f.engaged, name)
+			f.setEngaged(name, false)
 		}
 	case DoClusterDown:
 		if f.servers[name].down.CompareAndSwap(false, true) {
-			f.downSince[name] = time.Now()
+			now := time.Now()
+			f.downSince[name] = now
+			f.servers[name].downAt.Store(now.UnixNano())
 		}
 	case DoClusterUp:
-		f.servers[name].down.Store(false)
+		f.servers[name].setUp()
 		delete(f.downSince, name)
 	case DoFailProvider:
 		select {
@@ -343,8 +355,27 @@ func (f *fleetState) heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for name, s := range f.servers {
-		s.down.Store(false)
+		s.setUp()
 		delete(f.downSince, name)
+	}
+}
+
+// setUp makes the server answer its probes again.
+func (m *memberServer) setUp() {
+	m.downAt.Store(0)
+	m.down.Store(false)
+}
+
+// setEngaged records whether the provider has member engaged. f.mu is
+// held.
+func (f *fleetState) setEngaged(member string, engaged bool) {
+	if engaged {
+		f.engaged[member] = true
+	} else {
+		delete(f.engaged, member)
+	}
+	if s := f.servers[member]; s != nil {
+		s.engaged.Store(engaged)
 	}
 }
 
@@ -415,6 +446,7 @@ func (r *runner) checkFleet() {
 		down[k] = v
 	}
 	f.mu.Unlock()
+	r.checkOfflineLate()
 	for member := range f.servers {
 		path := fleetPath(member)
 		incs := r.journal.Of(path)
@@ -500,6 +532,173 @@ func (r *runner) checkFleet() {
 				Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
 		}
 	}
+}
+
+// offlineBound is how long a member's API server may be down while
+// everything the fleet needs to say so holds (offlineWindow) before the
+// fleet must have said ClusterOffline: FailureThreshold and one probe
+// period (docs/fleet.md, Offline: "within FailureThreshold plus one probe
+// period of the failure"), the probe that was out when it went down (its
+// ProbeTimeout), the StopChild of its group (ShutdownTimeout bounds the
+// Shutdowns it waits for), the longest backoff (a restart of the runner
+// that found it), plus Slack.
+func (r *runner) offlineBound() time.Duration {
+	return FleetFailureThreshold + FleetProbePeriod + FleetProbePeriod + ShutdownTimeout + r.sc.maxBackoff() + r.cfg.Slack
+}
+
+// offlineWindow reports since when member's API server has been down
+// with everything the fleet needs to find it so and say it: the member
+// engaged by the provider (since its last ClusterEngaged), the manager
+// Running (since it last entered Running), the member's shard held by
+// this replica (with election: the lease since its LeaderElected, or its
+// cluster's shard since its ShardAcquired), and the fleet's runner
+// running (since its last start, restart or stop, the fleet's group's
+// too), each continuously; ok is false when one does not hold now, or
+// when events were dropped (then nothing can be told). r.mu is held.
+func (r *runner) offlineWindow(member string) (from time.Time, ok bool) {
+	srv := r.fleet.servers[member]
+	if srv == nil || !srv.engaged.Load() || r.phase != cm.PhaseRunning {
+		return time.Time{}, false
+	}
+	at := srv.downAt.Load()
+	if at == 0 {
+		return time.Time{}, false
+	}
+	from = time.Unix(0, at)
+	held, runner := r.sc.Election == ElectionOff, false
+	shard := r.sc.shardOf(fleetPath(member))
+	since := func(t time.Time) {
+		if t.After(from) {
+			from = t
+		}
+	}
+	for _, e := range r.events {
+		switch {
+		case e.Type == cm.EventsDropped:
+			return time.Time{}, false
+		case e.Type == cm.PhaseChanged:
+			if e.Phase == cm.PhaseRunning {
+				since(e.Time)
+			}
+		case e.Type == cm.ClusterEngaged:
+			if e.Child == fleetName+"/"+member && e.Err == nil {
+				since(e.Time)
+			}
+		case r.sc.Election == ElectionOff:
+		case r.sc.Shards <= 1 && e.Type == cm.LeaderElected:
+			held = true
+			since(e.Time)
+		case r.sc.Shards <= 1 && e.Type == cm.LeaderLost:
+			held = false
+		case r.sc.Shards > 1 && e.Shard == shard && e.Type == cm.ShardAcquired:
+			held = true
+			since(e.Time)
+		case r.sc.Shards > 1 && e.Shard == shard && (e.Type == cm.ShardLost || e.Type == cm.ShardReleased):
+			held = false
+		}
+		if e.Child == fleetName || e.Child == fleetName+"/provider" {
+			switch e.Type {
+			case cm.ChildStarted, cm.ChildRestarted:
+				runner = true
+				since(e.Time)
+			case cm.ChildFailed, cm.ChildStopped, cm.ChildRemoved:
+				runner = false
+				since(e.Time)
+			}
+		}
+	}
+	return from, held && runner
+}
+
+// saidOffline reports whether the fleet's last word on member is
+// ClusterOffline or ClusterDisengaged: a ClusterOnline, or a
+// ClusterEngaged (a new config, not yet probed), takes it back. r.mu is
+// held.
+func (r *runner) saidOffline(member string) bool {
+	said := false
+	for _, e := range r.events {
+		if e.Child != fleetName+"/"+member {
+			continue
+		}
+		switch e.Type {
+		case cm.ClusterOffline, cm.ClusterDisengaged:
+			said = true
+		case cm.ClusterOnline:
+			said = false
+		case cm.ClusterEngaged:
+			if e.Err == nil {
+				said = false
+			}
+		}
+	}
+	return said
+}
+
+// checkOfflineLate: a member whose API server has been down for longer
+// than offlineBound, engaged, with the manager Running, its shard held
+// and the fleet's runner running all along (offlineWindow), has been said
+// ClusterOffline (or ClusterDisengaged) by the fleet (OfflineLate). Each
+// such window gets an obligation, due offlineBound after its start and
+// met once the fleet says so or the window closes; a process paused for
+// longer than half the fence budget excuses it. r.mu is not held.
+func (r *runner) checkOfflineLate() {
+	f := r.fleet
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.doneAt.IsZero() {
+		return
+	}
+	for member := range f.servers {
+		from, ok := r.offlineWindow(member)
+		if !ok || r.saidOffline(member) {
+			continue
+		}
+		key := fmt.Sprintf("offlinelate/%s/%d", member, from.UnixNano())
+		if f.lateSeen[key] {
+			continue
+		}
+		f.lateSeen[key] = true
+		f.lateJudged++
+		bound := r.offlineBound()
+		r.obligations = append(r.obligations, &obligation{
+			inv: OfflineLate, child: fleetName + "/" + member, key: key, due: from.Add(bound), excusable: true,
+			what: fmt.Sprintf("%s's API server down, the member engaged, the manager Running, its shard held and the fleet's runner running, all since %s (the API server down since %s), and the fleet had said neither ClusterOffline nor ClusterDisengaged of it within %s (FailureThreshold %s, probe period %s, ProbeTimeout %s, ShutdownTimeout %s, backoff %s, slack %s)",
+				member, stamp(from), stamp(time.Unix(0, f.servers[member].downAt.Load())), bound, FleetFailureThreshold, FleetProbePeriod, FleetProbePeriod, ShutdownTimeout, r.sc.maxBackoff(), r.cfg.Slack),
+			resolved: func() bool {
+				if !r.doneAt.IsZero() || r.saidOffline(member) {
+					return true
+				}
+				again, ok := r.offlineWindow(member)
+				return !ok || !again.Equal(from)
+			},
+			more: func() string { return r.memberStory(member) },
+		})
+	}
+}
+
+// memberStory is what the fleet said of member and what its children
+// did last, for a report. r.mu is not held.
+func (r *runner) memberStory(member string) string {
+	r.mu.Lock()
+	var said []string
+	for _, e := range r.events {
+		if e.Child == fleetName+"/"+member && strings.HasPrefix(string(e.Type), "Cluster") {
+			said = append(said, fmt.Sprintf("%s at %s", e.Type, stamp(e.Time)))
+		}
+	}
+	var paths []string
+	for p := range r.children {
+		if fleetMember(p) == member {
+			paths = append(paths, p)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(paths)
+	out := fmt.Sprintf("the fleet said of %s: %v", member, said)
+	for _, p := range paths {
+		out += fmt.Sprintf("; %s's last calls: %v", p, r.journal.Tail(p, 6))
+	}
+	return out
 }
 
 // count adds one to n the first time key is seen.

@@ -101,6 +101,16 @@ const (
 	// server was down and after the fleet had said ClusterOffline, with
 	// no StartChild or RestartChild of it or above it sent.
 	OfflineRan Invariant = "offline-ran"
+	// OfflineLate (fleets): a member's API server stayed down for longer
+	// than FailureThreshold, a probe period and its timeout, the StopChild
+	// of its group and the longest backoff, plus the slack, while the
+	// member was engaged, the manager Running, the member's shard (the
+	// lease) held by this replica and the fleet's runner running, all
+	// continuously, and the fleet's last word on the member was not
+	// ClusterOffline or ClusterDisengaged: an outage the fleet never said
+	// (docs/fleet.md, Offline). Excused when the process paused for longer
+	// than half the fence budget.
+	OfflineLate Invariant = "offline-late"
 	// MemberRunning (fleets): an incarnation of a member's controller had
 	// not ended when the fleet said the member Offline or Disengaged (which
 	// it says once its StopChild or RemoveChild of the group has been

@@ -96,6 +96,9 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 		}
 		res.FleetOffline, res.FleetDisengaged, res.ClustersEnded = f.offlineJudged, f.disengagedJudged, f.endedJudged
 		f.mu.Unlock()
+		r.mu.Lock()
+		res.FleetOutages = f.lateJudged
+		r.mu.Unlock()
 	}
 	return res
 }
@@ -174,6 +177,12 @@ type obligation struct {
 	what     string
 	resolved func() bool // called with r.mu held
 	key      string      // deduplicates
+	// excusable: a pause of the whole process longer than half the fence
+	// budget excuses it (violateOnce), as it delays the manager's timers
+	// and the bound's clock alike.
+	excusable bool
+	// more, if set, adds to what once it is overdue (r.mu not held).
+	more func() string
 }
 
 func newRunner(sc Scenario, cfg Config) *runner {
