@@ -279,3 +279,40 @@ func TestFleetOfflineLate(t *testing.T) {
 		})
 	}
 }
+
+// A member's store (Scenario.FleetStore) holds its Recover while its API
+// server is down, until it answers or the Recover's context ends.
+func TestFleetMemberStoreWaitsForItsAPIServer(t *testing.T) {
+	start := func(t *testing.T, srv *memberServer, ctx context.Context) <-chan error {
+		t.Helper()
+		j := NewJournal(func(v Violation) { t.Errorf("journal: %s", v) })
+		s := memberStore{Store{newChild(fleetStorePath("c0"), "store", j, make(chan struct{}))}, srv, 0}
+		done := make(chan error, 1)
+		go func() { done <- s.Recover(ctx) }()
+		return done
+	}
+	t.Run("up", func(t *testing.T) {
+		if err := <-start(t, &memberServer{}, context.Background()); err != nil {
+			t.Fatalf("Recover with its API server up: %v", err)
+		}
+	})
+	t.Run("down, then up", func(t *testing.T) {
+		srv := &memberServer{}
+		srv.down.Store(true)
+		done := start(t, srv, context.Background())
+		srv.setUp()
+		if err := <-done; err != nil {
+			t.Fatalf("Recover once its API server is up: %v", err)
+		}
+	})
+	t.Run("down, its context ends", func(t *testing.T) {
+		srv := &memberServer{}
+		srv.down.Store(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := start(t, srv, ctx)
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("Recover with its API server down and its context ended: %v, want context.Canceled (it waits for the server, it never gives up before)", err)
+		}
+	})
+}

@@ -99,7 +99,12 @@ func (c *child) wait(ctx context.Context, d time.Duration, ignoreCtx bool) error
 
 var errStart = errors.New("statespace: start call fails")
 
-func (c *child) startCall(ctx context.Context) (err error) {
+func (c *child) startCall(ctx context.Context) error { return c.startCallThen(ctx, nil) }
+
+// startCallThen is the start call, journalled and behaving as the knobs
+// say, then, if the knobs let it succeed, what then does (a member
+// store's sync: memberStore).
+func (c *child) startCallThen(ctx context.Context, then func() error) (err error) {
 	c.mu.Lock()
 	c.inc++
 	inc, k := c.inc, c.knobs
@@ -122,6 +127,9 @@ func (c *child) startCall(ctx context.Context) (err error) {
 		panic(fmt.Sprintf("statespace: %s's start call %d panics", c.name, inc))
 	case k.StartFails:
 		return fmt.Errorf("%s incarnation %d: %w", c.name, inc, errStart)
+	}
+	if then != nil {
+		return then()
 	}
 	return nil
 }

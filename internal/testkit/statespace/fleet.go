@@ -22,7 +22,9 @@ import (
 // A fleet scenario (WithFleet) adds a Fleet "fleet" at the root, whose
 // provider the sequence drives: member clusters "c0".."c<n-1>", each a
 // fake API server that answers /readyz as the sequence says, and one
-// journalled controller per member, "fleet/c<i>/fctrl". Its steps engage,
+// journalled controller per member, "fleet/c<i>/fctrl" (with
+// Scenario.FleetStore, half the fleets, a store "fleet/c<i>/fstore"
+// before it, whose Recover waits for the member's API server). Its steps engage,
 // disengage and rotate members, take their API servers down and up, fail
 // the provider, and aim the usual steps (failures, knobs, lifecycle
 // requests) at the members' controllers and groups. The member
@@ -35,6 +37,7 @@ import (
 const (
 	fleetName             = "fleet"
 	fleetCtrl             = "fctrl"
+	fleetStore            = "fstore"               // with Scenario.FleetStore
 	FleetProbePeriod      = 100 * time.Millisecond // and its ProbeTimeout: a loaded machine's probes take tens of ms
 	FleetFailureThreshold = 400 * time.Millisecond
 	FleetSuccessThreshold = 200 * time.Millisecond
@@ -59,6 +62,9 @@ const (
 
 // fleetPath is the path of member's controller.
 func fleetPath(member string) string { return fleetName + "/" + member + "/" + fleetCtrl }
+
+// fleetStorePath is the path of member's store (Scenario.FleetStore).
+func fleetStorePath(member string) string { return fleetName + "/" + member + "/" + fleetStore }
 
 // fleetMember returns the member a path is in ("fleet/c0/fctrl",
 // "fleet/c0": "c0"), or "".
@@ -133,6 +139,12 @@ func WithFleet(s Scenario) Scenario {
 		}
 		return []Step{st, {Do: DoWait, Dur: wait}}
 	})
+	// Drawn last, so that the steps stay what they were before it: half
+	// the fleets' members hold a store's Recover while their API server
+	// is down (memberStore).
+	if r.IntN(2) == 0 {
+		s.FleetStore = between(20*time.Millisecond, 400*time.Millisecond)
+	}
 	s.Name += "+fleet"
 	return s
 }
@@ -184,6 +196,23 @@ type memberServer struct {
 	// sequence's provider has the member engaged.
 	downAt  atomic.Int64
 	engaged atomic.Bool
+
+	mu sync.Mutex
+	up chan struct{} // closed when the server answers again; nil while it does
+}
+
+// whenUp returns a channel closed once the server answers its probes
+// again, or nil if it does now.
+func (m *memberServer) whenUp() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.down.Load() {
+		return nil
+	}
+	if m.up == nil {
+		m.up = make(chan struct{})
+	}
+	return m.up
 }
 
 func newMemberServer() *memberServer {
@@ -228,6 +257,11 @@ func (r *runner) addFleet() {
 		f.want[name] = 1
 		path := fleetPath(name)
 		r.children[path] = newChild(path, "controller", r.journal, r.release)
+		if r.sc.FleetStore > 0 {
+			sp := fleetStorePath(name)
+			r.children[sp] = newChild(sp, "store", r.journal, r.release)
+			r.order[fleetName+"/"+name] = []string{fleetStore, fleetCtrl} // stores first, as in any group
+		}
 	}
 	r.fleet = f
 	r.order[""] = append(r.order[""], fleetName)
@@ -261,9 +295,44 @@ func (f *fleetState) build(c cm.Cluster) []cm.Runnable {
 	f.builds[c.Name()] = append(f.builds[c.Name()], build{cluster: c, gen: gen, at: now})
 	f.mu.Unlock()
 	f.r.mu.Lock()
-	ch := f.r.children[fleetPath(c.Name())]
+	ch, st := f.r.children[fleetPath(c.Name())], f.r.children[fleetStorePath(c.Name())]
 	f.r.mu.Unlock()
+	if st != nil {
+		return []cm.Runnable{memberStore{Store{st}, f.servers[c.Name()], f.r.sc.FleetStore}, Controller{ch}}
+	}
 	return []cm.Runnable{Controller{ch}}
+}
+
+// memberStore is a member's journalled store whose Recover is an
+// informer's cache sync: it lists for sync, then waits until the
+// member's API server answers, or its context ends, or the sequence
+// releases its hung calls.
+type memberStore struct {
+	Store
+	srv  *memberServer
+	sync time.Duration
+}
+
+// Recover is the store's start call.
+func (s memberStore) Recover(ctx context.Context) error {
+	return s.startCallThen(ctx, func() error {
+		if err := s.wait(ctx, s.sync, false); err != nil {
+			return err
+		}
+		for {
+			up := s.srv.whenUp()
+			if up == nil {
+				return nil
+			}
+			select {
+			case <-up:
+			case <-s.release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
 }
 
 // fleetProvider is the sequence's ClusterProvider: while its Run runs, the
@@ -362,8 +431,14 @@ func (f *fleetState) heal() {
 
 // setUp makes the server answer its probes again.
 func (m *memberServer) setUp() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.downAt.Store(0)
 	m.down.Store(false)
+	if m.up != nil {
+		close(m.up)
+		m.up = nil
+	}
 }
 
 // setEngaged records whether the provider has member engaged. f.mu is

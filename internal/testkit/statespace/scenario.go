@@ -192,7 +192,12 @@ type Scenario struct {
 	// Fleet, when positive, adds a Fleet "fleet" with that many member
 	// clusters (WithFleet), after the other children.
 	Fleet int
-	Steps []Step
+	// FleetStore, when positive, gives each member's group a store,
+	// "fleet/c<i>/fstore", whose Recover lists for that long and then
+	// waits until the member's API server answers (or its context ends),
+	// as an informer's cache sync does (WithFleet).
+	FleetStore time.Duration
+	Steps      []Step
 }
 
 // initialBackoff is the scenario's InitialBackoff.
@@ -238,6 +243,9 @@ func (s Scenario) String() string {
 	}
 	if s.Fleet > 0 {
 		fmt.Fprintf(&b, "\n  fleet %q of %d members, each one controller %q", fleetName, s.Fleet, fleetCtrl)
+		if s.FleetStore > 0 {
+			fmt.Fprintf(&b, " and a store %q whose Recover lists for %s, then waits for its API server", fleetStore, s.FleetStore)
+		}
 	}
 	for i, st := range s.Steps {
 		fmt.Fprintf(&b, "\n  %2d. %s", i+1, st)
