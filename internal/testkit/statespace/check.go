@@ -357,11 +357,13 @@ func (r *runner) strandable(kind actors.Kind) bool {
 // webhook for good but a request or its group's spent budget (OnExhausted
 // Stop). A group above it still Stopping is on its way: stopped for good
 // (its budget spent) while a sibling's Shutdown hangs, or restarting whole,
-// which starts the webhook again once that Shutdown returns.
+// which starts the webhook again once that Shutdown returns; so is one
+// Starting, whose store's Recover runs before its controllers start
+// (onItsWay).
 func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 	stopped := map[string]bool{}
 	for _, cs := range all {
-		if cs.State == supervisor.StateStopped || (cs.Kind.IsGroup() && cs.State == supervisor.StateStopping) {
+		if cs.State == supervisor.StateStopped || (cs.Kind.IsGroup() && onItsWay(cs.State)) {
 			stopped[cs.Name] = true
 		}
 	}
@@ -400,7 +402,7 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 					return true
 				}
 				for _, p := range ancestry(name)[1:] {
-					if g, ok := st.Child(p); ok && (g.State == supervisor.StateStopped || g.State == supervisor.StateStopping) {
+					if g, ok := st.Child(p); ok && (g.State == supervisor.StateStopped || onItsWay(g.State)) {
 						return true
 					}
 				}
@@ -408,6 +410,15 @@ func (r *runner) checkStranded(all []supervisor.ChildStatus) {
 			},
 		})
 	}
+}
+
+// onItsWay reports whether a group in state st is on its way somewhere
+// that settles its Stopped children: Stopping (stopped for good, or
+// restarting whole), or Starting (its children start in order, stores
+// first: a controller waits, Stopped, while a store's Recover runs, as a
+// member's cache syncs against an API server that is down).
+func onItsWay(st supervisor.ChildState) bool {
+	return st == supervisor.StateStopping || st == supervisor.StateStarting
 }
 
 // stopAsked reports whether a StopChild or RemoveChild of path or of a

@@ -138,8 +138,8 @@ const (
 	// Stranded: while the manager ran, a webhook (or, without election, a
 	// controller or a store) stayed Stopped past the
 	// longest backoff with no StopChild or RemoveChild of it or above it
-	// and no group above it stopped or stopping: nothing would start it
-	// again.
+	// and no group above it stopped, stopping or starting (a store's
+	// Recover before it): nothing would start it again.
 	Stranded Invariant = "stranded"
 	// AnswerWrong: a lifecycle call answered nil disagrees with what its
 	// children did. A StopChild or RemoveChild answers once the Shutdown
