@@ -143,7 +143,7 @@ func WithFleet(s Scenario) Scenario {
 	// the fleets' members hold a store's Recover while their API server
 	// is down (memberStore).
 	if r.IntN(2) == 0 {
-		s.FleetStore = between(20*time.Millisecond, 400*time.Millisecond)
+		s.FleetStore = between(50*time.Millisecond, time.Second)
 	}
 	s.Name += "+fleet"
 	return s
