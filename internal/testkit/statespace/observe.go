@@ -35,7 +35,7 @@ func (r *runner) onEvent(e cm.Event) {
 		if child == fleetName+"/provider" {
 			fenced = true // the fleet's runner: a controller, a store with shards
 		}
-		if fleetMember(child) != "" && !strings.Contains(strings.TrimPrefix(child, fleetName+"/"), "/") {
+		if isMemberGroup(child) {
 			// A member's group: ExhaustedStop (FleetSpec's default) stops
 			// it; the stuck check judges its stop.
 			break
@@ -69,7 +69,11 @@ func (r *runner) onEvent(e cm.Event) {
 							// failed or stopped: that group's failure is the one
 							// to resolve now, or it stays stopped (ExhaustedStop).
 							(x.Type == cm.ChildFailed && x.Child != child && within(child, x.Child)) ||
-							(x.Type == cm.ChildStopped && r.isGroup(x.Child) && within(child, x.Child))
+							// A member's group counts: the fleet stops it (Offline)
+							// with a failed store in it, as it stops one whose
+							// Recover ran out of StartTimeout against an API
+							// server that is down.
+							(x.Type == cm.ChildStopped && (r.isGroup(x.Child) || isMemberGroup(x.Child)) && within(child, x.Child))
 					}) || r.waitsInPlan(child, at)
 			},
 		})
@@ -160,6 +164,12 @@ func (r *runner) stoppedAbove(child string) bool {
 		}
 	}
 	return false
+}
+
+// isMemberGroup reports whether path is a fleet member's group
+// ("fleet/c0").
+func isMemberGroup(path string) bool {
+	return fleetMember(path) != "" && !strings.Contains(strings.TrimPrefix(path, fleetName+"/"), "/")
 }
 
 // stoppedWithin reports whether every child under group (a group's path)
