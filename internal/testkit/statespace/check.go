@@ -221,8 +221,12 @@ func (r *runner) checkObligations(now time.Time) {
 			detail += "; " + r.unended()
 		}
 		v := Violation{Invariant: o.inv, Child: o.child, Time: now, Detail: detail}
+		if o.pauseExcuses > 0 && r.pauses.Longest() > o.pauseExcuses {
+			r.excuseOnce("obligation/"+o.key, v)
+			continue
+		}
 		if o.key != "" {
-			r.violateOnce("obligation/"+o.key, v, o.excusable) // the same stuck state, once
+			r.violateOnce("obligation/"+o.key, v, false) // the same stuck state, once
 			continue
 		}
 		r.violate(v)

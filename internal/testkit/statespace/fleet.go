@@ -715,7 +715,10 @@ func (r *runner) saidOffline(member string) bool {
 // ClusterOffline (or ClusterDisengaged) by the fleet (OfflineLate). Each
 // such window gets an obligation, due offlineBound after its start and
 // met once the fleet says so or the window closes; a process paused for
-// longer than half the fence budget excuses it. r.mu is not held.
+// longer than half the slack excuses it (the pause stalls the probes
+// while the bound's clock runs on, and the slack is what a loaded
+// machine may cost; half of it, for the smaller pauses the watch does
+// not add up). r.mu is not held.
 func (r *runner) checkOfflineLate() {
 	f := r.fleet
 	r.mu.Lock()
@@ -736,7 +739,7 @@ func (r *runner) checkOfflineLate() {
 		f.lateJudged++
 		bound := r.offlineBound()
 		r.obligations = append(r.obligations, &obligation{
-			inv: OfflineLate, child: fleetName + "/" + member, key: key, due: from.Add(bound), excusable: true,
+			inv: OfflineLate, child: fleetName + "/" + member, key: key, due: from.Add(bound), pauseExcuses: r.cfg.Slack / 2,
 			what: fmt.Sprintf("%s's API server down, the member engaged, the manager Running, its shard held and the fleet's runner running, all since %s (the API server down since %s), and the fleet had said neither ClusterOffline nor ClusterDisengaged of it within %s (FailureThreshold %s, probe period %s, ProbeTimeout %s, ShutdownTimeout %s, backoff %s, slack %s)",
 				member, stamp(from), stamp(time.Unix(0, f.servers[member].downAt.Load())), bound, FleetFailureThreshold, FleetProbePeriod, FleetProbePeriod, ShutdownTimeout, r.sc.maxBackoff(), r.cfg.Slack),
 			resolved: func() bool {

@@ -109,7 +109,7 @@ const (
 	// continuously, and the fleet's last word on the member was not
 	// ClusterOffline or ClusterDisengaged: an outage the fleet never said
 	// (docs/fleet.md, Offline). Excused when the process paused for longer
-	// than half the fence budget.
+	// than half the slack.
 	OfflineLate Invariant = "offline-late"
 	// MemberRunning (fleets): an incarnation of a member's controller had
 	// not ended when the fleet said the member Offline or Disengaged (which

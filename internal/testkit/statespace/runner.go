@@ -177,10 +177,10 @@ type obligation struct {
 	what     string
 	resolved func() bool // called with r.mu held
 	key      string      // deduplicates
-	// excusable: a pause of the whole process longer than half the fence
-	// budget excuses it (violateOnce), as it delays the manager's timers
-	// and the bound's clock alike.
-	excusable bool
+	// pauseExcuses, when positive: a pause of the whole process longer
+	// than that excuses it (logged, not failed), as it stalls the
+	// manager's timers and probes while the bound's clock runs on.
+	pauseExcuses time.Duration
 	// more, if set, adds to what once it is overdue (r.mu not held).
 	more func() string
 }
