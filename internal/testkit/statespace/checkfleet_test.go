@@ -95,6 +95,19 @@ func TestFleetInvariants(t *testing.T) {
 			start(r, 1)
 			event(r, cm.ClusterOnline) // said once the fleet's StartChild was answered
 		}, ""},
+		{"its group stopped on request while the fleet added it, then Online", func(r *runner) {
+			event(r, cm.ClusterEngaged)
+			stopped(r)
+			start(r, 1)
+			event(r, cm.ClusterOnline) // said once the fleet's add (or StartChild) was answered
+		}, ""},
+		{"its group stopped on request once Online on its config, then Online again", func(r *runner) {
+			event(r, cm.ClusterEngaged)
+			event(r, cm.ClusterOnline)
+			stopped(r)
+			start(r, 1)
+			event(r, cm.ClusterOnline)
+		}, StoppedRan},
 		{"its group stopped on request, then Online with no Offline", func(r *runner) {
 			stopped(r)
 			event(r, cm.ClusterOnline)

@@ -482,7 +482,9 @@ func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
 }
 
 // backOnline reports whether member came back Online from Offline (the
-// fleet's StartChild of its group) after from, in time to explain what
+// fleet's StartChild of its group), or first Online on a new config (the
+// fleet's add of its subtree, in flight when a stop came), after from, in
+// time to explain what
 // started at to: the fleet says ClusterOnline once its StartChild has
 // been answered, after the start it explains, so up to the slack after
 // to. r.mu is held.
@@ -495,6 +497,15 @@ func (r *runner) backOnline(member string, from, to time.Time) bool {
 		switch e.Type {
 		case cm.ClusterOffline:
 			offline = true
+		case cm.ClusterEngaged:
+			// A new config: its subtree is not Online until the fleet's
+			// add (or StartChild) of it has been answered, which a stop
+			// sent meanwhile does not outlast (the loop finds its group
+			// stopped and starts it: "a StopChild of the group lasts
+			// until the loop next moves it").
+			if e.Err == nil {
+				offline = true
+			}
 		case cm.ClusterOnline:
 			if offline && e.Time.After(from) {
 				return true
