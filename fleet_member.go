@@ -63,7 +63,13 @@ type member struct {
 	// starts (subtreeMoved), the loop sees the cluster Offline, or the
 	// group is removed (removed).
 	stopped error
-	notedAt uint64 // f.events when an event (or a removal) last set or cleared stopped (noted)
+	// stopping: the group's stop on its own (stopped) is still under way,
+	// a Shutdown it waits for not yet returned; the member is said Failed
+	// once the group has stopped (settleStop). False when the failure is
+	// itself a Shutdown that did not return (an *UnstoppedError): that
+	// stop is not waited for.
+	stopping bool
+	notedAt  uint64 // f.events when an event (or a removal) last set or cleared stopped (noted)
 	// regroup: the group was moved by someone else than the loop, and
 	// the loop reads the tree for it: the fleet was removed and added again
 	// (removedFromTree), the group removed by hand, or started while the
@@ -244,9 +250,37 @@ func (mb *member) forget() {
 // did, goes with it.
 func (mb *member) removed() {
 	mb.f.mu.Lock()
-	mb.stopped = nil
+	mb.stopped, mb.stopping = nil, false
 	mb.f.noted(mb)
 	mb.f.mu.Unlock()
+}
+
+// settleStop reports whether the group's stop on its own (stopping), if
+// any, has ended: the tree says the group is no longer Stopping, or has
+// been for longer than its ShutdownTimeout (a Shutdown that overran it,
+// which may never return: said Failed all the same, as a hung Shutdown
+// of a restart is). The group's ChildStopped wakes the loop when it has
+// stopped (subtreeMoved), and each probe tick reads the tree again
+// meanwhile, so a stop whose ChildStopped never comes (its children
+// stopped by a stand-down instead) or that overruns is seen all the same,
+// within a ProbePeriod. A member going Offline meanwhile is said so once
+// the stop has ended too.
+func (mb *member) settleStop(ctx context.Context) bool {
+	f := mb.f
+	f.mu.Lock()
+	stopping := mb.stopping
+	f.mu.Unlock()
+	if !stopping {
+		return true
+	}
+	under, err := f.groupStopping(ctx, mb.path)
+	if err != nil || under {
+		return false
+	}
+	f.mu.Lock()
+	mb.stopping = false
+	f.mu.Unlock()
+	return true
 }
 
 // stoppedItself reports why the group stopped on its own, nil if it did
@@ -308,6 +342,9 @@ func (mb *member) reconcile(ctx context.Context) {
 		mb.group = g
 	}
 	mb.f.recheckStopped(ctx)
+	if !mb.settleStop(ctx) {
+		return // its group's stop on its own is under way: said once it has stopped
+	}
 	if err := mb.stoppedItself(); err != nil {
 		// Its group failed and stopped on its own: Failed, not started
 		// again while Online (that is what OnExhausted Stop asks for),

@@ -491,7 +491,7 @@ func (f *Fleet) subtreeMoved(path string, typ EventType) {
 	}
 	switch {
 	case typ == ChildStarted:
-		mb.stopped = nil // started again (a StartChild of its group): it runs
+		mb.stopped, mb.stopping = nil, false // started again (a StartChild of its group): it runs
 		f.noted(mb)
 		if mb.status.State == ClusterStateOffline {
 			mb.regroup = true
@@ -518,7 +518,7 @@ func (f *Fleet) groupFailed(path string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if mb := f.memberOfLocked(path); mb != nil && mb.path == path && f.spec.Supervision.OnExhausted == ExhaustedStop {
-		mb.stopped = err
+		mb.stopped, mb.stopping = err, !hungShutdown(err)
 		f.noted(mb)
 		mb.wake()
 	}
@@ -567,9 +567,10 @@ func (f *Fleet) recheckStopped(ctx context.Context) {
 			if mb.stopped == nil {
 				mb.stopped = fmt.Errorf("group %q stopped on its own", mb.path)
 			}
+			mb.stopping = cs.State == supervisor.StateStopping && !hungShutdown(mb.stopped)
 			mb.wake()
 		case !cs.Group.Exhausted && mb.stopped != nil:
-			mb.stopped = nil
+			mb.stopped, mb.stopping = nil, false
 			mb.wake()
 		}
 	}
@@ -695,6 +696,32 @@ func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 		return groupStopped, nil
 	}
 	return groupRunning, nil
+}
+
+// groupStopping reports whether the group at path is Stopping, for no
+// longer than its ShutdownTimeout: a stop that takes longer waits for a
+// Shutdown that overran its bound (it stays Stopping until that returns).
+func (f *Fleet) groupStopping(ctx context.Context, path string) (bool, error) {
+	f.mu.Lock()
+	host := f.host
+	clk := f.clockLocked()
+	f.mu.Unlock()
+	st, err := host.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	cs, ok := st.Child(path)
+	if !ok || cs.State != supervisor.StateStopping {
+		return false, nil
+	}
+	return cs.Group == nil || clk.Since(cs.Since) < cs.Group.ShutdownTimeout, nil
+}
+
+// hungShutdown: err is a failure of a Shutdown that did not return in
+// time, whose stop is not waited for.
+func hungShutdown(err error) bool {
+	var u *supervisor.UnstoppedError
+	return errors.As(err, &u)
 }
 
 var _ Controller = (*fleetRunner)(nil)
