@@ -294,6 +294,21 @@ func newFakeReplica(t *testing.T, srv *fakeServer, id string, shards int, activi
 	return r
 }
 
+// isSetback reports whether why, the reason a replica logged for a lease
+// it lost, is the machine's: a renewal not answered within the renew
+// deadline, or answered after the term could prove the hold (rule 5 of
+// docs/leader-election.md).
+func isSetback(why string) bool {
+	return strings.HasPrefix(why, "not renewed for ") || strings.HasPrefix(why, "renewal answered after the lease could have expired")
+}
+
+// whysSoFar is the reasons given for the leases lost so far.
+func (r *logRecorder) whysSoFar() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.whys)
+}
+
 // setbacks counts what the machine, not the election, has cost r so far:
 // takeovers written but left to expire because their read and write (or
 // the read-back) took too long to count on a store without versions, and
@@ -305,7 +320,7 @@ func (r *fakeReplica) setbacks() int {
 	r.log.mu.Lock()
 	defer r.log.mu.Unlock()
 	for _, why := range r.log.whys {
-		if strings.HasPrefix(why, "not renewed for ") || strings.HasPrefix(why, "renewal answered after the lease could have expired") {
+		if isSetback(why) {
 			n++
 		}
 	}
@@ -644,41 +659,142 @@ func leaderAndStandby(t *testing.T, backend string) (*fakeServer, *elActivity, *
 // tests may run on. The holder keeps the lease through both (it renews from
 // the annotated version; it creates the deleted Lease again in its term),
 // the standby takes nothing, and no controller runs on both.
+//
+// A loaded machine may cost the holder the lease whatever the operator
+// does: a renewal not answered within the renew deadline is lost (rule 5
+// of docs/leader-election.md), and the standby then rightly takes over. A
+// run in which the holder lost the lease only so (it logged such a
+// setback, and no other reason) proves nothing about edits, and the
+// scenario is run again on a fresh server, for up to fakeSettleCap; a loss
+// for any other reason fails at once, and so does a step not done within
+// elWait with no setback logged.
 func TestElectionEditedAndDeletedLeaseOnFakeClientsets(t *testing.T) {
 	for _, backend := range []string{"NewClientset", "NewSimpleClientset", "leasetest", "leasetest-100ms"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			srv, activity, a, b := leaderAndStandby(t, backend)
-			leases := srv.client("operator").CoordinationV1().Leases(elNamespace)
-			// As kubectl does, again on each conflict with a renewal: on the
-			// 100ms server a read and a write take as long as a retry period.
-			elEventually(t, "the operator annotates the Lease", func() bool {
-				l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
-				if err != nil {
-					return false
+			began := time.Now()
+			for run := 1; ; run++ {
+				setback := editAndDeleteHeldLease(t, backend)
+				if setback == "" {
+					if run > 1 {
+						t.Logf("held through the edit and the deletion at run %d, after %s", run, time.Since(began).Round(time.Millisecond))
+					}
+					return
 				}
-				l.Annotations = map[string]string{"example.com/touched": "yes"}
-				_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
-				return err == nil
-			})
-			renewedAfter := func(since time.Time) func() bool {
-				return func() bool {
-					l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
-					return err == nil && holderIdentity(l) == "a" && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since)
+				if time.Since(began) > fakeSettleCap {
+					t.Fatalf("no run free of setbacks within %s (%d runs), the last: %s", fakeSettleCap, run, setback)
 				}
+				t.Logf("run %d proves nothing, run again: %s", run, setback)
 			}
-			elEventually(t, "a renews the annotated Lease", renewedAfter(time.Now()))
-			require.NoError(t, leases.Delete(context.Background(), elLeaseName, metav1.DeleteOptions{}))
-			elEventually(t, "a creates the deleted Lease again", renewedAfter(time.Now()))
-			elEventually(t, "a renews it", renewedAfter(time.Now()))
-			assert.Zero(t, a.losses(), "a lost the lease to an edit")
-			assert.Zero(t, b.holds(t), "b took the lease")
-			assert.Equal(t, 1, a.holds(t))
-			activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
-				func(x, y elSpan, xEnd, yEnd time.Time) {
-					t.Errorf("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
-						xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
-				})
 		})
 	}
+}
+
+// editAndDeleteHeldLease is one run of
+// TestElectionEditedAndDeletedLeaseOnFakeClientsets. It fails t on what the
+// edits, not the machine, caused; it returns why the run proves nothing
+// (the machine's setbacks cost a the lease, or held a step up), or "".
+func editAndDeleteHeldLease(t *testing.T, backend string) (setback string) {
+	t.Helper()
+	srv, activity, a, b := leaderAndStandby(t, backend)
+	reps := []*fakeReplica{a, b}
+	// A setback since the replicas started (the loss before the edits of a
+	// lease a took again counts too) excuses what follows from it (a lease
+	// a lost, b's takeover, a step late), unless a also lost the lease for
+	// a reason of another kind.
+	excused := func(what string) string {
+		n := a.setbacks() + b.setbacks()
+		for _, why := range a.log.whysSoFar() {
+			if !isSetback(why) {
+				return ""
+			}
+		}
+		if n > 0 {
+			return fmt.Sprintf("%s, after %d setbacks (a lost the lease %d times: %q; b: %q)", what, n, a.losses(), a.log.whysSoFar(),
+				b.log.whysSoFar())
+		}
+		return ""
+	}
+	defer func() {
+		if setback == "" {
+			return
+		}
+		for _, r := range reps { // this run's replicas stop before the next run starts
+			ctx, cancel := context.WithTimeout(context.Background(), elWait)
+			r.m.ShutdownAndWait(ctx)
+			cancel()
+		}
+		// Never two holders, in a run that proves nothing about edits too;
+		// as in TestElectionStolenLeaseOnFakeClientsets, a pause of the whole
+		// process stops the holder and delays the others alike.
+		report := t.Errorf
+		if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
+			report = t.Logf
+		}
+		activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+			func(x, y elSpan, xEnd, yEnd time.Time) {
+				report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+					xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+			})
+	}()
+	// step waits for cond, as elEventually; a run whose holder lost the
+	// lease, or that waited elWait, ends there: proving nothing if setbacks
+	// were logged, else failing t.
+	step := func(what string, cond func() bool) bool {
+		t.Helper()
+		deadline := time.Now().Add(elWait)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for !cond() {
+			if a.losses() > 0 || time.Now().After(deadline) {
+				if setback = excused(what); setback == "" {
+					t.Fatalf("not within %s: %s (a lost the lease %d times: %q)", elWait, what, a.losses(), a.log.whysSoFar())
+				}
+				return false
+			}
+			<-tick.C
+		}
+		return true
+	}
+	leases := srv.client("operator").CoordinationV1().Leases(elNamespace)
+	// As kubectl does, again on each conflict with a renewal: on the
+	// 100ms server a read and a write take as long as a retry period.
+	if !step("the operator annotates the Lease", func() bool {
+		l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		l.Annotations = map[string]string{"example.com/touched": "yes"}
+		_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+		return err == nil
+	}) {
+		return setback
+	}
+	renewedAfter := func(since time.Time) func() bool {
+		return func() bool {
+			l, err := leases.Get(context.Background(), elLeaseName, metav1.GetOptions{})
+			return err == nil && holderIdentity(l) == "a" && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since)
+		}
+	}
+	if !step("a renews the annotated Lease", renewedAfter(time.Now())) {
+		return setback
+	}
+	require.NoError(t, leases.Delete(context.Background(), elLeaseName, metav1.DeleteOptions{}))
+	if !step("a creates the deleted Lease again", renewedAfter(time.Now())) || !step("a renews it", renewedAfter(time.Now())) {
+		return setback
+	}
+	if a.losses() > 0 {
+		if setback = excused("a lost the lease"); setback != "" {
+			return setback
+		}
+	}
+	assert.Zero(t, a.losses(), "a lost the lease to an edit: %q", a.log.whysSoFar())
+	assert.Zero(t, b.holds(t), "b took the lease")
+	assert.Equal(t, 1, a.holds(t))
+	activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+		func(x, y elSpan, xEnd, yEnd time.Time) {
+			t.Errorf("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+				xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+		})
+	return ""
 }
