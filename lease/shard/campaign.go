@@ -150,7 +150,7 @@ func (e *Elector) campaign(i int) {
 		return
 	}
 	e.tried[i] = decided
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	now := microTime(e.cfg.Clock.Now())
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}

@@ -33,7 +33,7 @@ func (e *Elector) renewAll() {
 			continue
 		}
 		l := h.lease.DeepCopy()
-		now := metav1.NewMicroTime(e.cfg.Clock.Now())
+		now := microTime(e.cfg.Clock.Now())
 		l.Spec.RenewTime = &now
 		h.writing = true
 		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
@@ -157,7 +157,7 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 			}
 		}
 	}
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	now := microTime(e.cfg.Clock.Now())
 	l.Spec.RenewTime = &now
 	sent = term.Elapsed()
 	got, err = write(ctx, l)
@@ -186,7 +186,7 @@ func (e *Elector) renewMember() {
 	if e.memberWriting {
 		return
 	}
-	now := metav1.NewMicroTime(e.cfg.Clock.Now())
+	now := microTime(e.cfg.Clock.Now())
 	name := MemberLease(e.cfg.Name, e.cfg.Identity)
 	if o := e.observed[name]; e.member == nil && o != nil && !o.gone {
 		e.member = o.lease.DeepCopy()
@@ -296,6 +296,16 @@ func (e *Elector) release(i int) {
 	})
 }
 
+// microTime is t as a Lease keeps it: a MicroTime's wire form has
+// microseconds. A store that keeps objects as given (a fake clientset)
+// keeps the nanoseconds of a record written with them until the object goes
+// through that form (a merge patch of its metadata, as kubectl annotate
+// sends): its renew time then reads back as gone back, and readBack takes
+// the Lease for written by another.
+func microTime(t time.Time) metav1.MicroTime {
+	return metav1.NewMicroTime(t.Truncate(time.Microsecond))
+}
+
 // released is l given up as client-go's LeaderElector gives a Lease up
 // (tryRelease): no holder, a lease duration of one second, renewed and
 // acquired now. A replica of either kind takes it at once (an empty holder
@@ -303,7 +313,7 @@ func (e *Elector) release(i int) {
 // yet judges it expired one second after it does.
 func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	l = l.DeepCopy()
-	at := metav1.NewMicroTime(now)
+	at := microTime(now)
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(""), ptr.To(int32(1)), &at, &at
 	return l
 }
