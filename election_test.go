@@ -95,6 +95,19 @@ func (a *elActivity) end(s *elSpan) {
 	s.to = time.Now()
 }
 
+// active counts replica's controllers and stores active now.
+func (a *elActivity) active(replica string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, s := range a.spans {
+		if s.replica == replica && s.to.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 func (a *elActivity) snapshot() []elSpan {
 	a.mu.Lock()
 	defer a.mu.Unlock()
