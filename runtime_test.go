@@ -494,6 +494,10 @@ func TestSubscribersNeverStallTheManager(t *testing.T) {
 		m.Add(testchild.NewController(fmt.Sprintf("c%d", i), testchild.Behavior{}))
 	}
 	require.NoError(t, m.Start(context.Background(), 0))
+	// The slow subscriber's goroutine takes its first event when it is
+	// scheduled, which a loaded machine may put after the fast one's third:
+	// wait for it, then it blocks there whatever else comes.
+	require.True(t, testchild.Eventually(wait, func() bool { return slowSaw.Load() >= 1 }), "the slow subscriber never got its first event")
 	require.True(t, testchild.Eventually(wait, func() bool { return fast.count(cm.PhaseChanged, "") >= 3 }))
 	assert.EqualValues(t, 1, slowSaw.Load(), "the slow subscriber is still on its first event")
 	close(block)
