@@ -424,6 +424,12 @@ func (mb *member) addGroup(ctx context.Context) {
 		// (memberAdmission). The next step applies what is wanted.
 		mb.pending = nil
 	case isWaitForPhase(err):
+	case errors.Is(err, supervisor.ErrChildRemoved):
+		// Removed by hand (RemoveChild of it, or of a group above it)
+		// while its add waited for its stores: its children were shut
+		// down. Built and added again, as a group removed once running
+		// is (subtreeMoved).
+		mb.group, mb.pending = groupAbsent, nil
 	case errors.Is(err, supervisor.ErrDuplicateChild):
 		// In the tree already: an AddChild whose answer an earlier loop
 		// lost. StartChild says whether it runs.

@@ -295,3 +295,38 @@ func TestFleetOfflineBeforeItsAddIsTakenRefusesTheAdd(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateRunning, cs.State)
 }
+
+// A member's group removed by hand (RemoveChild) while its add waits for
+// its store's Recover, the member answering: the add is cut short and
+// answered with ErrChildRemoved, and the member is built and added again,
+// as a group removed by hand once running is ("The group is the
+// fleet's", docs/fleet.md). Before, the member was said Failed with the
+// removal's error, and nothing ran on it until its provider engaged a new
+// config (2 of 2).
+func TestFleetMemberGroupRemovedByHandDuringItsAddIsAddedAgain(t *testing.T) {
+	clk, a, _, bl, fleet, mgr, log := startCutWhileStoreStarts(t)
+	a.set(memberOK) // the member answers; its store's Recover waits on
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, mgr.RemoveChild(ctx, "fleet/a"))
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		st, _ := fleet.Cluster("a")
+		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
+	})
+	// Built again: the removed group's children were shut down. (A
+	// re-add that meets the removal still under way, the interrupted add
+	// answered as the stop began, is refused as a duplicate: that build
+	// is dropped unused, and the next one is added once it has gone.)
+	stores, ctrls := bl.get()
+	require.GreaterOrEqual(t, len(stores), 2, "built again")
+	require.Equal(t, int32(1), stores[0].returned.Load(), "the first store's Recover was cut short")
+	last := len(ctrls) - 1
+	for i := range last {
+		require.Zero(t, ctrls[i].runs.Load(), "build %d of %d, not the one in the tree, ran", i, len(ctrls))
+	}
+	require.Equal(t, int32(1), ctrls[last].runs.Load())
+	require.NoError(t, ctrls[last].cluster.Context().Err())
+	require.Zero(t, log.count(func(e cm.Event) bool { return e.Type == cm.ClusterOffline && e.Child == "fleet/a" }),
+		"said Failed or Offline")
+}
