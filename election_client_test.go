@@ -64,6 +64,7 @@ type logRecorder struct {
 	mu       sync.Mutex
 	messages []string
 	whys     []string
+	lines    []string // every record, its time and attributes: told when a test fails
 }
 
 func (r *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -71,13 +72,23 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.messages = append(r.messages, rec.Message)
+	line := rec.Time.Format("15:04:05.000") + " " + rec.Message
 	rec.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
 		if a.Key == "why" {
 			r.whys = append(r.whys, a.Value.String())
 		}
 		return true
 	})
+	r.lines = append(r.lines, line)
 	return nil
+}
+
+// told is every record so far, one a line.
+func (r *logRecorder) told() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
 }
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
