@@ -53,31 +53,17 @@ func (c *fencedAtShutdown) Shutdown(context.Context) {
 // Cluster's Context, which fences its Config, ended only once the group
 // had been removed, after every Shutdown under it had returned.
 func TestFleetDisengageFencesWritesBeforeItStops(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	var mu sync.Mutex
-	var ctrls []*fencedAtShutdown
-	fleet := cm.NewFleet("fleet", prov, func(c cm.Cluster) []cm.Runnable {
-		ctrl := &fencedAtShutdown{cluster: c}
-		mu.Lock()
-		ctrls = append(ctrls, ctrl)
-		mu.Unlock()
-		return []cm.Runnable{ctrl}
-	}, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	a, prov, built, log := fencedFleetOnline(t)
 
 	prov.Disengage(t, "a")
 	log.waitFor(t, nil, 0, is(cm.ClusterDisengaged, "fleet/a"))
-	mu.Lock()
-	defer mu.Unlock()
+	ctrls := built()
 	require.Len(t, ctrls, 1)
 	ctrls[0].mu.Lock()
 	defer ctrls[0].mu.Unlock()
 	require.Len(t, ctrls[0].wrote, 1, "the controller's Shutdown ran once")
 	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the controller's Shutdown, after the disengage")
+	require.Zero(t, a.writes.Load(), "a write reached the member")
 }
 
 // A rotated member's old subtree is fenced before it is stopped, as a
@@ -88,9 +74,28 @@ func TestFleetDisengageFencesWritesBeforeItStops(t *testing.T) {
 // had been removed (as the new config was applied), after every Shutdown
 // under it had returned.
 func TestFleetRotationFencesWritesBeforeItStops(t *testing.T) {
+	a, prov, built, log := fencedFleetOnline(t)
+
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
+	ctrls := built()
+	require.Len(t, ctrls, 2, "built once more, on the new config")
+	ctrls[0].mu.Lock()
+	defer ctrls[0].mu.Unlock()
+	require.Len(t, ctrls[0].wrote, 1, "the old controller's Shutdown ran once")
+	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the old controller's Shutdown, after the rotation")
+	require.Zero(t, a.writes.Load(), "a write reached the member")
+}
+
+// fencedFleetOnline starts a fleet of one member, a, Online, whose build
+// gives each Cluster one fencedAtShutdown; built is what it built so far.
+func fencedFleetOnline(t *testing.T) (a *fakeMember, prov *handProvider, built func() []*fencedAtShutdown, log *eventLog) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	a = newFakeMember(t, memberOK)
+	prov = newHandProvider(map[string]*rest.Config{"a": a.config()})
 	var mu sync.Mutex
 	var ctrls []*fencedAtShutdown
 	fleet := cm.NewFleet("fleet", prov, func(c cm.Cluster) []cm.Runnable {
@@ -103,17 +108,10 @@ func TestFleetRotationFencesWritesBeforeItStops(t *testing.T) {
 	mgr, log := fleetManager(t, clk, fleet)
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-
-	rotated := a.config()
-	rotated.BearerToken = "token-2"
-	require.NoError(t, prov.Engage(t, "a", rotated))
-	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, ctrls, 2, "built once more, on the new config")
-	ctrls[0].mu.Lock()
-	defer ctrls[0].mu.Unlock()
-	require.Len(t, ctrls[0].wrote, 1, "the old controller's Shutdown ran once")
-	require.ErrorIs(t, ctrls[0].wrote[0], cm.ErrClusterDisengaged, "a write from the old controller's Shutdown, after the rotation")
-	require.Zero(t, a.writes.Load(), "a write reached the member")
+	built = func() []*fencedAtShutdown {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*fencedAtShutdown(nil), ctrls...)
+	}
+	return a, prov, built, log
 }
