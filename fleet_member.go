@@ -166,17 +166,7 @@ func (mb *member) step(ctx context.Context) bool {
 		return false
 	}
 	if gone {
-		if mb.cluster != nil {
-			// Fenced first, as a lost lease fences before it stops: from
-			// here on the Config refuses writes (ErrClusterDisengaged) and
-			// what was built on Context ends, while the removal below
-			// stops the controllers. A write a controller sends as it stops
-			// (a reconcile told to stop, a Shutdown that cleans up) no
-			// longer reaches a cluster let go. An engage meanwhile moves
-			// the generation, so this Cluster is never used again.
-			mb.cluster.cancel()
-		}
-		if !mb.removeGroup(ctx) {
+		if !mb.fenceAndRemove(ctx) {
 			return false
 		}
 		mb.forget()
@@ -203,16 +193,7 @@ func (mb *member) step(ctx context.Context) bool {
 		return true
 	}
 	if gen != mb.applied {
-		if mb.cluster != nil {
-			// A rotation fences the old subtree first, as a disengage
-			// does: the old Config refuses writes (ErrClusterDisengaged)
-			// before the removal below stops the controllers built on it,
-			// so a write one sends as it stops never reaches the member on
-			// replaced credentials. The old Cluster is never used again:
-			// apply builds a new one.
-			mb.cluster.cancel()
-		}
-		if !mb.removeGroup(ctx) {
+		if !mb.fenceAndRemove(ctx) { // a rotation: apply builds a new Cluster
 			return false
 		}
 		mb.apply(ctx, want, gen)
@@ -519,10 +500,7 @@ func (mb *member) abandonStart(ctx context.Context, cancelReq context.CancelFunc
 	f.mu.Unlock()
 	mb.group = groupUnknown // the add may have been taken: the stop or removal asks
 	if stale {
-		if mb.cluster != nil {
-			mb.cluster.cancel() // fenced first, as step fences a disengage or rotation
-		}
-		mb.removeGroup(ctx)
+		mb.fenceAndRemove(ctx)
 	} else {
 		mb.lifecycle(ctx, supervisor.StopChild{Name: mb.path}, groupStopped)
 		if mb.group == groupStopped {
@@ -611,6 +589,22 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 
 // removeGroup removes the cluster's group from the tree; true once it is
 // not there.
+// fenceAndRemove lets go of the member's subtree, disengaged or rotated:
+// fenced first, as a lost lease fences before it stops. From here on the
+// Cluster's Config refuses writes (ErrClusterDisengaged) and what was
+// built on its Context ends, while the removal stops the controllers: a
+// write one sends as it stops (a reconcile told to stop, a Shutdown that
+// cleans up) never reaches a cluster let go, or the member on replaced
+// credentials. The Cluster is never used again: an engage moves the
+// generation, and apply builds a new one. It reports whether the group
+// is out of the tree (removeGroup).
+func (mb *member) fenceAndRemove(ctx context.Context) bool {
+	if mb.cluster != nil {
+		mb.cluster.cancel()
+	}
+	return mb.removeGroup(ctx)
+}
+
 func (mb *member) removeGroup(ctx context.Context) bool {
 	if mb.group == groupAbsent {
 		return true

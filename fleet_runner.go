@@ -681,14 +681,10 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 // shard of another's, counts as running, as the loop counts it once it
 // has added it).
 func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
-	f.mu.Lock()
-	host := f.host
-	f.mu.Unlock()
-	st, err := host.Status(ctx)
+	cs, ok, err := f.childIn(ctx, path)
 	if err != nil {
 		return groupUnknown, err
 	}
-	cs, ok := st.Child(path)
 	switch {
 	case !ok:
 		return groupAbsent, nil
@@ -702,19 +698,25 @@ func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 // longer than its ShutdownTimeout: a stop that takes longer waits for a
 // Shutdown that overran its bound (it stays Stopping until that returns).
 func (f *Fleet) groupStopping(ctx context.Context, path string) (bool, error) {
+	cs, ok, err := f.childIn(ctx, path)
+	if err != nil || !ok || cs.State != supervisor.StateStopping {
+		return false, err
+	}
+	return cs.Group == nil || f.clock().Since(cs.Since) < cs.Group.ShutdownTimeout, nil
+}
+
+// childIn is the status of the child at path in the manager's tree, and
+// whether it is there.
+func (f *Fleet) childIn(ctx context.Context, path string) (supervisor.ChildStatus, bool, error) {
 	f.mu.Lock()
 	host := f.host
-	clk := f.clockLocked()
 	f.mu.Unlock()
 	st, err := host.Status(ctx)
 	if err != nil {
-		return false, err
+		return supervisor.ChildStatus{}, false, err
 	}
 	cs, ok := st.Child(path)
-	if !ok || cs.State != supervisor.StateStopping {
-		return false, nil
-	}
-	return cs.Group == nil || clk.Since(cs.Since) < cs.Group.ShutdownTimeout, nil
+	return cs, ok, nil
 }
 
 // hungShutdown: err is a failure of a Shutdown that did not return in
