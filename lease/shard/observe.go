@@ -331,40 +331,62 @@ func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.Lea
 }
 
 // forwardWatch forwards w's events until it ends or ctx does, and polls
-// when the loop asks. A poll asked for while an event is ready is not made:
-// the watch is behind, not silent.
+// when the loop asks. It reads w whenever an event is ready, whether or not
+// the loop has taken the ones before: those wait here, in order, for the
+// loop. A watcher that stops reading is closed by the API server (and
+// client-go's fake clientsets panic, in the writer's goroutine, once 100
+// events wait), so a loop slowed down (a starved goroutine on a loaded
+// machine) must not slow the reads. A poll asked for while an event is
+// ready or waiting here is not made: the watch is behind, not silent.
 func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, poll func() bool) {
 	defer w.Stop()
-	deliver := func(ev watch.Event, ok bool) bool {
+	var queue []any // read, not yet taken by the loop, oldest first
+	ended := false  // w has ended: watchEnded is the queue's last
+	read := func(ev watch.Event, ok bool) {
 		if !ok {
-			e.forward(ctx, watchEnded{})
-			return false
+			queue, ended = append(queue, watchEnded{}), true
+			return
 		}
 		if l, isLease := ev.Object.(*coordinationv1.Lease); isLease {
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				return e.forward(ctx, leaseSeen{lease: l})
+				queue = append(queue, leaseSeen{lease: l})
 			case watch.Deleted:
-				return e.forward(ctx, leaseGone{lease: l})
+				queue = append(queue, leaseGone{lease: l})
 			}
 		}
-		return true
 	}
 	for {
-		var more bool
-		select {
-		case <-e.pollNow:
-			select {
-			case ev, ok := <-w.ResultChan():
-				more = deliver(ev, ok)
-			default:
-				more = poll()
-			}
-		case ev, ok := <-w.ResultChan():
-			more = deliver(ev, ok)
-		case <-ctx.Done():
+		var out chan<- any // nil, and never ready, while nothing waits
+		var next any
+		if len(queue) > 0 {
+			out, next = e.events, queue[0]
 		}
-		if !more {
+		results := w.ResultChan()
+		if ended {
+			results = nil
+		}
+		select {
+		case out <- next:
+			queue[0] = nil
+			if queue = queue[1:]; len(queue) == 0 && ended {
+				return
+			}
+		case ev, ok := <-results:
+			read(ev, ok)
+		case <-e.pollNow:
+			if len(queue) > 0 {
+				break // behind: the loop has not taken what waits
+			}
+			select {
+			case ev, ok := <-results:
+				read(ev, ok)
+			default:
+				if !poll() {
+					return
+				}
+			}
+		case <-ctx.Done():
 			return
 		}
 	}
