@@ -200,6 +200,7 @@ type Elector struct {
 	cfg     Config
 	store   leaseStore    // where the Leases are read and written
 	events  chan any      // from the watch goroutine
+	backlog int           // the most watch events kept for the loop before the watch is dropped (forwardWatch)
 	wake    chan struct{} // 1-buffered: acks has grown
 	pollNow chan struct{} // 1-buffered: the watch has been silent, poll now (pollIfSilent)
 
@@ -305,7 +306,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.MaxCampaigns == 0 {
 		cfg.MaxCampaigns = DefaultMaxCampaigns
 	}
-	e := &Elector{cfg: cfg, events: make(chan any, 64), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
+	e := &Elector{cfg: cfg, events: make(chan any, 64), backlog: max(4096, 16*cfg.Shards), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
 		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]bool{}, announcing: map[int]bool{},

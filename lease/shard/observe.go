@@ -338,6 +338,11 @@ func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.Lea
 // events wait), so a loop slowed down (a starved goroutine on a loaded
 // machine) must not slow the reads. A poll asked for while an event is
 // ready or waiting here is not made: the watch is behind, not silent.
+// Past e.backlog events waiting, the loop is held, not slow: the watch is
+// dropped with them, as an API server drops a watcher that does not keep
+// up, and watch lists again a RetryPeriod later (a list is the whole
+// truth), so that a loop held for good does not keep every Lease version
+// since.
 func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, poll func() bool) {
 	defer w.Stop()
 	var queue []any // read, not yet taken by the loop, oldest first
@@ -373,7 +378,10 @@ func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, poll func
 				return
 			}
 		case ev, ok := <-results:
-			read(ev, ok)
+			if read(ev, ok); len(queue) > e.backlog {
+				e.cfg.Logger.Warn("dropping the Lease watch: the elector's loop has not taken its last events", "events", len(queue))
+				return
+			}
 		case <-e.pollNow:
 			if len(queue) > 0 {
 				break // behind: the loop has not taken what waits

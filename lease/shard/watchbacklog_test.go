@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -82,5 +86,96 @@ func TestAWatchIsReadWhileTheLoopIsBehind(t *testing.T) {
 		require.Equal(t, `taken by "b"`, reason)
 	case <-time.After(wait):
 		t.Fatal("the replica did not lose the Lease the last write gave to b")
+	}
+}
+
+// A loop held for good must not make the watch keep every version since:
+// past its backlog the watch is dropped, as an API server drops a watcher
+// that does not keep up, and opened again after a list once the loop runs.
+func TestAWatchTooFarBehindIsDroppedAndOpenedAgain(t *testing.T) {
+	client := fake.NewClientset()
+	var watches atomic.Int32
+	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watches.Add(1)
+		return false, nil, nil // the fake's own watch
+	})
+	leases := client.CoordinationV1().Leases(testNamespace)
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	acquired, resume, lost := make(chan struct{}), make(chan struct{}), make(chan string, 1)
+	var first sync.Once
+	e, err := New(Config{Client: client, Namespace: testNamespace, Name: testGroup, Identity: "a", SingleLease: true,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk,
+		Callbacks: Callbacks{
+			Acquired: func(int) { first.Do(func() { close(acquired) }); <-resume }, // taken again once b's expires
+			Release:  func(_ int, done func()) { done() },
+			Lost: func(_ int, reason string, done func()) {
+				select {
+				case lost <- reason:
+				default:
+				}
+				done()
+			},
+		}})
+	require.NoError(t, err)
+	e.backlog = 50
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	resumed := false
+	defer func() {
+		if !resumed {
+			close(resume)
+		}
+		cancel()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+				clk.Step(retryPeriod) // a release that failed is retried each retry period
+			}
+		}
+	}()
+	select {
+	case <-acquired:
+	case <-time.After(wait):
+		t.Fatal("the replica did not acquire the Lease")
+	}
+	require.EqualValues(t, 1, watches.Load())
+
+	noise, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "noise", Namespace: testNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for n := 1; n <= 300; n++ {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("write %d panicked in the fake clientset: %v", n, p)
+				}
+			}()
+			noise.Annotations = map[string]string{"n": strconv.Itoa(n)}
+			noise, err = leases.Update(ctx, noise, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}()
+	}
+	held, err := leases.Get(ctx, testGroup, metav1.GetOptions{})
+	require.NoError(t, err)
+	held.Spec.HolderIdentity = ptr.To("b")
+	_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	resumed = true
+	close(resume)
+	// The dropped watch is opened again after the list a RetryPeriod later,
+	// which shows the Lease b holds: lost, whether by that or by the
+	// renewal the same step sends.
+	var reason string
+	for deadline := time.Now().Add(wait); reason == "" || watches.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("lost %q, watches opened %d: the watch was not dropped and opened again", reason, watches.Load())
+		}
+		select {
+		case reason = <-lost:
+		case <-time.After(10 * time.Millisecond):
+			clk.Step(retryPeriod / 4)
+		}
 	}
 }
