@@ -2,6 +2,7 @@ package statespace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -433,8 +434,12 @@ func (r *runner) stopAsked(path string) bool {
 	})
 }
 
-// statusNow is the manager's Status, asked with a bound.
+// statusNow is the manager's Status, asked with a bound (an error before
+// the manager is built: the checker's own tests judge without one).
 func (r *runner) statusNow() (cm.Status, error) {
+	if r.m == nil {
+		return cm.Status{}, errors.New("no manager")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return r.m.Status(ctx)

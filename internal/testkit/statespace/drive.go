@@ -203,6 +203,7 @@ func (r *runner) apply(ctx context.Context, st Step) {
 	case DoSlowAPI:
 		r.noteFault(st)
 		r.latency.Store(int64(st.Dur))
+		r.slowedEnds(time.Now())
 	case DoFail:
 		if c != nil && !c.fail(fmt.Errorf("statespace: %s fails", st.Child)) {
 			r.logf("fail %s: it has not started", st.Child)

@@ -183,6 +183,11 @@ type obligation struct {
 	pauseExcuses time.Duration
 	// more, if set, adds to what once it is overdue (r.mu not held).
 	more func() string
+	// releases, when set, is the due time without releaseAllowance, for a
+	// manager's end: a SlowAPI step taken after it was made (the Leases
+	// still to be released) moves due to this plus the allowance, counted
+	// from the step if that is later (slowedEnds).
+	releases time.Time
 }
 
 func newRunner(sc Scenario, cfg Config) *runner {
