@@ -329,3 +329,163 @@ func TestFleetMemberStoreWaitsForItsAPIServer(t *testing.T) {
 		}
 	})
 }
+
+// OnlineWhileDown fails on a ClusterOnline said while the member's API
+// server had been down for longer than its bound, with everything the
+// fleet needs to probe it holding all along, and only on that.
+func TestFleetOnlineWhileDown(t *testing.T) {
+	const slack = time.Second
+	long := -10 * time.Second // long before now: past any bound
+	at := func(r *runner, d time.Duration, typ cm.EventType, child string) {
+		r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
+	}
+	member := fleetName + "/c0"
+	running := func(r *runner, d time.Duration) {
+		at(r, d, cm.PhaseChanged, "")
+		r.events[len(r.events)-1].Phase = cm.PhaseRunning
+	}
+	// up: the member engaged and Online, the manager Running and the
+	// fleet's runner started, all long ago; its API server down from
+	// ago until its first return (zero: down still).
+	up := func(r *runner, ago, back time.Duration) {
+		running(r, 3*long)
+		r.phase = cm.PhaseRunning
+		at(r, 3*long, cm.ChildStarted, fleetName+"/provider")
+		at(r, 3*long, cm.ClusterEngaged, member)
+		at(r, 3*long, cm.ClusterOnline, member)
+		srv := r.fleet.servers["c0"]
+		srv.engaged.Store(true)
+		srv.setDown(time.Now().Add(ago))
+		if back != 0 {
+			srv.mu.Lock()
+			srv.down.Store(false)
+			srv.outages[len(srv.outages)-1].to = time.Now().Add(back)
+			srv.mu.Unlock()
+		}
+	}
+	online := func(r *runner, d time.Duration) {
+		at(r, d, cm.ClusterOffline, member)
+		at(r, d, cm.ClusterOnline, member)
+	}
+	shard := func(r *runner, d time.Duration, typ cm.EventType, n int) {
+		at(r, d, typ, "")
+		r.events[len(r.events)-1].Shard = n
+	}
+	elected := Scenario{Fleet: 1, Election: Reelect}
+	sharded := Scenario{Fleet: 1, Election: Reelect, Shards: 3}
+	mine := sharded.shardOf(fleetPath("c0"))
+	cases := []struct {
+		name  string
+		sc    Scenario
+		setup func(r *runner)
+		want  Invariant // "" for none
+	}{
+		{"said Online, down past the bound", Scenario{}, func(r *runner) { up(r, 2*long, 0); online(r, 0) }, OnlineWhileDown},
+		{"said Online, down not past the bound", Scenario{}, func(r *runner) { up(r, -FleetFailureThreshold, 0); online(r, 0) }, ""},
+		{"said Online before the outage", Scenario{}, func(r *runner) { online(r, 2*long); up(r, long, 0) }, ""},
+		{"said Online once up again", Scenario{}, func(r *runner) { up(r, 2*long, long); online(r, 0) }, ""},
+		{"said Online in a second outage, not past the bound", Scenario{}, func(r *runner) {
+			up(r, 2*long, long)
+			r.fleet.servers["c0"].setDown(time.Now().Add(-FleetFailureThreshold))
+			online(r, 0)
+		}, ""},
+		{"said Online in a second outage, past the bound", Scenario{}, func(r *runner) {
+			up(r, 2*long, long)
+			r.fleet.servers["c0"].setDown(time.Now().Add(long / 2))
+			online(r, 0)
+		}, OnlineWhileDown},
+		{"said Online, down past the bound, engaged again just before", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			at(r, -FleetFailureThreshold, cm.ClusterEngaged, member)
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, Running again just before", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			running(r, -FleetFailureThreshold)
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the manager not Running", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			at(r, long, cm.PhaseChanged, "")
+			r.events[len(r.events)-1].Phase = cm.PhaseShuttingDown
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the runner restarted just before", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			at(r, -FleetFailureThreshold, cm.ChildRestarted, fleetName+"/provider")
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the runner failed", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			at(r, long, cm.ChildFailed, fleetName+"/provider")
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the runner restarted after it", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			online(r, long/2)
+			at(r, long/4, cm.ChildRestarted, fleetName+"/provider")
+		}, OnlineWhileDown},
+		{"said Online, down past the bound, events dropped", Scenario{}, func(r *runner) {
+			up(r, 2*long, 0)
+			at(r, long, cm.EventsDropped, "")
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the lease held all along", elected, func(r *runner) {
+			at(r, 4*long, cm.LeaderElected, "")
+			up(r, 2*long, 0)
+			online(r, 0)
+		}, OnlineWhileDown},
+		{"said Online, down past the bound, the lease lost", elected, func(r *runner) {
+			at(r, 4*long, cm.LeaderElected, "")
+			up(r, 2*long, 0)
+			at(r, long, cm.LeaderLost, "")
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, the lease held again just before", elected, func(r *runner) {
+			at(r, 4*long, cm.LeaderElected, "")
+			up(r, 2*long, 0)
+			at(r, long, cm.LeaderLost, "")
+			at(r, -FleetFailureThreshold, cm.LeaderElected, "")
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, its shard held all along", sharded, func(r *runner) {
+			shard(r, 4*long, cm.ShardAcquired, mine)
+			up(r, 2*long, 0)
+			online(r, 0)
+		}, OnlineWhileDown},
+		{"said Online, down past the bound, another shard held", sharded, func(r *runner) {
+			shard(r, 4*long, cm.ShardAcquired, (mine+1)%3)
+			up(r, 2*long, 0)
+			online(r, 0)
+		}, ""},
+		{"said Online, down past the bound, its shard lost", sharded, func(r *runner) {
+			shard(r, 4*long, cm.ShardAcquired, mine)
+			up(r, 2*long, 0)
+			shard(r, long, cm.ShardLost, mine)
+			online(r, 0)
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := tc.sc
+			sc.Fleet = 1
+			r := newRunner(sc, Config{Slack: slack})
+			defer r.pauses.Stop()
+			r.fleet = newFleetState(r)
+			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
+			r.children[fleetPath("c0")] = newChild(fleetPath("c0"), "controller", r.journal, r.release)
+			tc.setup(r)
+			r.checkOnlineWhileDown()
+			var got []Invariant
+			for _, v := range append(slices.Clone(r.violations), r.excused...) { // a paused test process excuses it
+				got = append(got, v.Invariant)
+			}
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("violations %v, want none: %v", got, r.violations)
+			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
+				t.Errorf("violations %v, want one %s", got, tc.want)
+			}
+		})
+	}
+}

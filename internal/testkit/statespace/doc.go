@@ -66,8 +66,12 @@
 //     slack), while it was engaged, the manager Running, its shard held
 //     and the fleet's runner running all along, has been said
 //     ClusterOffline or ClusterDisengaged (offline-late, excused by a
-//     process paused for half the slack); and once the manager has
-//     stopped every Cluster has ended and refuses writes.
+//     process paused for half the slack); the fleet never says a member
+//     ClusterOnline while its API server has been down for longer than
+//     FailureThreshold, two probe periods and a ProbeTimeout (plus the
+//     slack) with all of that holding (online-while-down, excused alike);
+//     and once the manager has stopped every Cluster has ended and
+//     refuses writes.
 //
 // Each bound is the manager's own (a backoff, ShutdownTimeout, the fence
 // timeout, a probe interval) plus Config.Slack for a loaded machine.

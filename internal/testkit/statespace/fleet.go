@@ -33,7 +33,7 @@ import (
 // stop of each incarnation); the books are kept by a member whose group
 // was never built again. The fleet's own promises are checked too
 // (docs/fleet.md): FleetContextOverlap, DisengagedRan, OfflineRan,
-// OfflineLate, ClusterWritePassed, ClusterNotEnded.
+// OfflineLate, OnlineWhileDown, ClusterWritePassed, ClusterNotEnded.
 const (
 	fleetName             = "fleet"
 	fleetCtrl             = "fctrl"
@@ -174,6 +174,11 @@ type fleetState struct {
 	// window, and how many; r.mu guards them.
 	lateSeen   map[string]bool
 	lateJudged int
+	// The ClusterOnline events OnlineWhileDown has judged, and how many
+	// of them came while the member's API server was down; r.mu guards
+	// them.
+	onlineSeen       map[string]bool
+	onlineDownJudged int
 }
 
 // build is one call of the fleet's build for a member.
@@ -199,6 +204,38 @@ type memberServer struct {
 
 	mu sync.Mutex
 	up chan struct{} // closed when the server answers again; nil while it does
+	// outages is every span the server was down, in order, the last one
+	// open (to zero) while it is: what online-while-down judges a
+	// ClusterOnline by, read under r.mu (mu is a leaf).
+	outages []outage
+}
+
+// outage is a span a member's API server failed its probes.
+type outage struct{ from, to time.Time } // to is zero while it lasts
+
+// setDown makes the server fail its probes from at; false if it did
+// already.
+func (m *memberServer) setDown(at time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.down.CompareAndSwap(false, true) {
+		return false
+	}
+	m.downAt.Store(at.UnixNano())
+	m.outages = append(m.outages, outage{from: at})
+	return true
+}
+
+// downAround returns since when the server had been down at t, if it was.
+func (m *memberServer) downAround(t time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.outages {
+		if !o.from.After(t) && (o.to.IsZero() || o.to.After(t)) {
+			return o.from, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // whenUp returns a channel closed once the server answers its probes
@@ -245,7 +282,7 @@ func (f *fleetState) config(member string, gen int) *rest.Config {
 func newFleetState(r *runner) *fleetState {
 	return &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
 		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
-		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}}
+		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}, onlineSeen: map[string]bool{}}
 }
 
 // addFleet adds the fleet to the manager, every member to be engaged.
@@ -399,10 +436,8 @@ func (f *fleetState) apply(st Step) bool {
 			f.setEngaged(name, false)
 		}
 	case DoClusterDown:
-		if f.servers[name].down.CompareAndSwap(false, true) {
-			now := time.Now()
+		if now := time.Now(); f.servers[name].setDown(now) {
 			f.downSince[name] = now
-			f.servers[name].downAt.Store(now.UnixNano())
 		}
 	case DoClusterUp:
 		f.servers[name].setUp()
@@ -434,7 +469,9 @@ func (m *memberServer) setUp() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.downAt.Store(0)
-	m.down.Store(false)
+	if m.down.Swap(false) && len(m.outages) > 0 {
+		m.outages[len(m.outages)-1].to = time.Now()
+	}
 	if m.up != nil {
 		close(m.up)
 		m.up = nil
@@ -533,6 +570,7 @@ func (r *runner) checkFleet() {
 	}
 	f.mu.Unlock()
 	r.checkOfflineLate()
+	r.checkOnlineWhileDown()
 	for member := range f.servers {
 		path := fleetPath(member)
 		incs := r.journal.Of(path)
@@ -650,35 +688,54 @@ func (r *runner) offlineWindow(member string) (from time.Time, ok bool) {
 	if at == 0 {
 		return time.Time{}, false
 	}
-	from = time.Unix(0, at)
+	from, ok, _ = r.fleetCouldAct(member, time.Unix(0, at), time.Time{})
+	return from, ok
+}
+
+// fleetCouldAct reads the events up to until (every one, when until is
+// zero) for since when, no earlier than from, the fleet could act on
+// member continuously: the member engaged (since its last ClusterEngaged),
+// the manager's last entry into Running, the member's shard held by this
+// replica (with election: the lease since its LeaderElected, or its
+// cluster's shard since its ShardAcquired), and the fleet's runner
+// running (since its last start, restart or stop, the fleet's group's
+// too). ok says whether the shard and the runner held at the end, and
+// no events were dropped (then nothing can be told); running whether
+// the manager's last phase by the events was Running. r.mu is held.
+func (r *runner) fleetCouldAct(member string, from, until time.Time) (since time.Time, ok, running bool) {
 	held, runner := r.sc.Election == ElectionOff, false
 	shard := r.sc.shardOf(fleetPath(member))
-	since := func(t time.Time) {
-		if t.After(from) {
-			from = t
+	since = from
+	after := func(t time.Time) {
+		if t.After(since) {
+			since = t
 		}
 	}
 	for _, e := range r.events {
+		if !until.IsZero() && e.Time.After(until) {
+			break
+		}
 		switch {
 		case e.Type == cm.EventsDropped:
-			return time.Time{}, false
+			return time.Time{}, false, false
 		case e.Type == cm.PhaseChanged:
-			if e.Phase == cm.PhaseRunning {
-				since(e.Time)
+			running = e.Phase == cm.PhaseRunning
+			if running {
+				after(e.Time)
 			}
 		case e.Type == cm.ClusterEngaged:
 			if e.Child == fleetName+"/"+member && e.Err == nil {
-				since(e.Time)
+				after(e.Time)
 			}
 		case r.sc.Election == ElectionOff:
 		case r.sc.Shards <= 1 && e.Type == cm.LeaderElected:
 			held = true
-			since(e.Time)
+			after(e.Time)
 		case r.sc.Shards <= 1 && e.Type == cm.LeaderLost:
 			held = false
 		case r.sc.Shards > 1 && e.Shard == shard && e.Type == cm.ShardAcquired:
 			held = true
-			since(e.Time)
+			after(e.Time)
 		case r.sc.Shards > 1 && e.Shard == shard && (e.Type == cm.ShardLost || e.Type == cm.ShardReleased):
 			held = false
 		}
@@ -686,14 +743,14 @@ func (r *runner) offlineWindow(member string) (from time.Time, ok bool) {
 			switch e.Type {
 			case cm.ChildStarted, cm.ChildRestarted:
 				runner = true
-				since(e.Time)
+				after(e.Time)
 			case cm.ChildFailed, cm.ChildStopped, cm.ChildRemoved:
 				runner = false
-				since(e.Time)
+				after(e.Time)
 			}
 		}
 	}
-	return from, held && runner
+	return since, held && runner, running
 }
 
 // saidOffline reports whether the fleet's last word on member is
@@ -762,6 +819,65 @@ func (r *runner) checkOfflineLate() {
 			},
 			more: func() string { return r.memberStory(member) },
 		})
+	}
+}
+
+// onlineBound is how long a member's API server may have been down,
+// while the fleet could act on it all along (fleetCouldAct), when the
+// fleet says it ClusterOnline: the verdict it says is at most as old as
+// the probes allow. The first probe to fail is sent up to a period after
+// the failure; the verdict turns once the failing probes span
+// FailureThreshold (within half a period), at the first tick after, up to
+// a period later; that probe's answer takes up to its ProbeTimeout; plus
+// Slack. No StopChild or backoff is in it: saying Online waits for no
+// Shutdown, and a runner started again is a window of its own.
+func (r *runner) onlineBound() time.Duration {
+	return FleetFailureThreshold + 2*FleetProbePeriod + FleetProbePeriod + r.cfg.Slack
+}
+
+// checkOnlineWhileDown: every ClusterOnline the fleet said while the
+// member's API server was down is judged once (OnlineWhileDown): down
+// for longer than onlineBound before it, with the member engaged, the
+// manager Running, its shard held and the fleet's runner running all
+// along (fleetCouldAct up to the event), it says Online on a verdict no
+// probe could give. A process paused for longer than half the slack
+// excuses it, as it does offline-late. The member's status is not read
+// apart: it turns Online only with its ClusterOnline (announce), at the
+// same moment; a status that stays Online through an outage is
+// offline-late's. r.mu is not held.
+func (r *runner) checkOnlineWhileDown() {
+	f := r.fleet
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	bound := r.onlineBound()
+	for _, e := range r.events {
+		member, _ := strings.CutPrefix(e.Child, fleetName+"/")
+		srv := f.servers[member]
+		if e.Type != cm.ClusterOnline || srv == nil {
+			continue
+		}
+		key := fmt.Sprintf("onlinedown/%s/%d", member, e.Time.UnixNano())
+		if f.onlineSeen[key] {
+			continue
+		}
+		f.onlineSeen[key] = true
+		down, ok := srv.downAround(e.Time)
+		if !ok {
+			continue
+		}
+		f.onlineDownJudged++
+		from, ok, running := r.fleetCouldAct(member, down, e.Time)
+		if !ok || !running || e.Time.Sub(from) <= bound {
+			continue
+		}
+		v := Violation{Invariant: OnlineWhileDown, Child: e.Child, Time: e.Time,
+			Detail: fmt.Sprintf("the fleet said ClusterOnline of %s at %s, its API server down since %s, and the member engaged, the manager Running, its shard held and the fleet's runner running all since %s: %s before it, past %s (FailureThreshold %s, two probe periods %s, ProbeTimeout %s, slack %s)",
+				member, stamp(e.Time), stamp(down), stamp(from), e.Time.Sub(from).Round(time.Millisecond), bound, FleetFailureThreshold, 2*FleetProbePeriod, FleetProbePeriod, r.cfg.Slack)}
+		if r.pauses.Longest() > r.cfg.Slack/2 {
+			r.excuseOnce(key, v)
+			continue
+		}
+		r.violateOnce(key, v, false)
 	}
 }
 

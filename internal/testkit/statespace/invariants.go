@@ -111,6 +111,17 @@ const (
 	// (docs/fleet.md, Offline). Excused when the process paused for longer
 	// than half the slack.
 	OfflineLate Invariant = "offline-late"
+	// OnlineWhileDown (fleets): the fleet said a member ClusterOnline
+	// while its API server had been down for longer than FailureThreshold,
+	// two probe periods and a ProbeTimeout, plus the slack, with the
+	// member engaged, the manager Running, the member's shard (the lease)
+	// held by this replica and the fleet's runner running, all
+	// continuously up to that moment: a verdict older than any probe
+	// could give (docs/fleet.md, Offline: the outage is found within
+	// FailureThreshold plus one probe period). Excused when the process
+	// paused for longer than half the slack. The member's status turns
+	// Online with that event; one that stays Online is OfflineLate's.
+	OnlineWhileDown Invariant = "online-while-down"
 	// MemberRunning (fleets): an incarnation of a member's controller had
 	// not ended when the fleet said the member Offline or Disengaged (which
 	// it says once its StopChild or RemoveChild of the group has been

@@ -38,12 +38,14 @@ type Result struct {
 	// the member's API server was down (OfflineRan judged what followed),
 	// FleetDisengaged how many ClusterDisengaged (DisengagedRan), and
 	// ClustersEnded how many Clusters were found ended, refusing writes,
-	// once the manager had stopped; FleetOutages how many outages of a
+	// once the manager had stopped; FleetOnlineDown how many ClusterOnline
+	// events came while the member's API server was down (OnlineWhileDown
+	// judged each one); FleetOutages how many outages of a
 	// member found before the fleet said them OfflineLate judged.
-	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages int
-	Took                                                                    time.Duration
-	MaxPause                                                                time.Duration
-	Log                                                                     []string // what each step did, and the manager's events
+	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages, FleetOnlineDown int
+	Took                                                                                     time.Duration
+	MaxPause                                                                                 time.Duration
+	Log                                                                                      []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.
