@@ -110,10 +110,11 @@ func (r *runner) checkStoppedRan() {
 						break
 					}
 				}
-				if m := fleetMember(path); m != "" && (r.fleet.builtBetween(m, st.answered, in.From) || r.backOnline(m, st.answered, in.From)) {
+				if m := fleetMember(path); m != "" && (r.fleet.builtBetween(m, st.answered, in.From) || r.backOnline(m, st.answered, in.From) || r.cameBack(m, st.answered, in.From, false)) {
 					// A member's subtree built anew (its controllers are new
 					// children), or its group started by the fleet as the
-					// member came back Online: the group is the fleet's
+					// member came back Online (or back from an outage, not
+					// yet said Online): the group is the fleet's
 					// (docs/fleet.md).
 					allowed = true
 				}

@@ -41,6 +41,24 @@ func TestFleetInvariants(t *testing.T) {
 		at := later(time.Now())
 		r.stopsDone = append(r.stopsDone, stopDone{path: fleetName + "/c0", sent: at, answered: later(at)})
 	}
+	// outage: c0's API server down from now, up again at once unless
+	// lasts.
+	outage := func(r *runner, lasts bool) {
+		srv := r.fleet.servers["c0"]
+		srv.setDown(later(time.Now()))
+		if !lasts {
+			later(time.Now())
+			srv.setUp()
+		}
+	}
+	restarted := func(r *runner, path string) {
+		r.events = append(r.events, cm.Event{Type: cm.ChildRestarted, Child: path, Time: later(time.Now())})
+	}
+	failedThenRestarted := func(r *runner, path string) {
+		r.events = append(r.events, cm.Event{Type: cm.ChildFailed, Child: path, Time: later(time.Now())})
+		restarted(r, path)
+	}
+	storePath := fleetStorePath("c0")
 	ended, end := context.WithCancel(context.Background())
 	end()
 	open := context.Background()
@@ -113,6 +131,56 @@ func TestFleetInvariants(t *testing.T) {
 			event(r, cm.ClusterOnline)
 			start(r, 1)
 		}, StoppedRan},
+		{"its group stopped on request, then Offline in an outage, up again, started (not yet said Online)", func(r *runner) {
+			stopped(r)
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			later(time.Now())
+			r.fleet.servers["c0"].setUp()
+			start(r, 1)
+		}, ""},
+		{"its group stopped on request, then Offline in an outage, started while still down", func(r *runner) {
+			stopped(r)
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			start(r, 1)
+		}, StoppedRan},
+		{"its group stopped on request, then Offline while up (Failed), started", func(r *runner) {
+			stopped(r)
+			outage(r, false)
+			event(r, cm.ClusterOffline)
+			start(r, 1)
+		}, StoppedRan},
+		{"Offline in an outage, up again, its group stopped on request before the fleet started it, started", func(r *runner) {
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			later(time.Now())
+			r.fleet.servers["c0"].setUp()
+			stopped(r) // "a StopChild of the group lasts until the loop next moves it"
+			start(r, 1)
+		}, ""},
+		{"its store restarted twice, Offline in an outage and up again between", func(r *runner) {
+			failedThenRestarted(r, storePath)
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			later(time.Now())
+			r.fleet.servers["c0"].setUp()
+			restarted(r, storePath)
+		}, ""},
+		{"its store restarted twice, Offline in an outage between, still down", func(r *runner) {
+			failedThenRestarted(r, storePath)
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			restarted(r, storePath)
+		}, RestartUncaused},
+		{"its store restarted twice, Offline and back up before the first", func(r *runner) {
+			outage(r, true)
+			event(r, cm.ClusterOffline)
+			later(time.Now())
+			r.fleet.servers["c0"].setUp()
+			failedThenRestarted(r, storePath)
+			restarted(r, storePath)
+		}, RestartUncaused},
 		{"its group stopped on request, then built anew", func(r *runner) {
 			stopped(r)
 			r.fleet.build(fakeCluster{"c0", open})
@@ -155,6 +223,9 @@ func TestFleetInvariants(t *testing.T) {
 			tc.setup(r)
 			r.checkFleet()
 			r.checkStoppedRan()
+			r.mu.Lock()
+			r.checkRestartCauses()
+			r.mu.Unlock()
 			var got []Invariant
 			for _, v := range r.violations {
 				got = append(got, v.Invariant)

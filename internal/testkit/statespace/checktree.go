@@ -140,9 +140,10 @@ func (r *runner) restartCause(y string, from, at time.Time, used map[int]bool) s
 			}
 		}
 	}
-	if m := fleetMember(y); m != "" && (r.backOnline(m, from, at) || r.fleet.builtBetween(m, from, at)) {
+	if m := fleetMember(y); m != "" && (r.backOnline(m, from, at) || r.cameBack(m, from, at, true) || r.fleet.builtBetween(m, from, at)) {
 		// The fleet moved the member's group: its StartChild as the member
-		// came back Online, or a subtree built anew.
+		// came back Online (or back from an outage, not yet said Online),
+		// or a subtree built anew.
 		return "the fleet's move of " + fleetName + "/" + m
 	}
 	// The requests last: one a failure or a change of leadership explains

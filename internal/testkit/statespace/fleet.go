@@ -226,16 +226,34 @@ func (m *memberServer) setDown(at time.Time) bool {
 	return true
 }
 
+// downThroughout reports whether the server was down all of [a, b].
+func (m *memberServer) downThroughout(a, b time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.outages {
+		if !o.from.After(a) && (o.to.IsZero() || !o.to.Before(b)) {
+			return true
+		}
+	}
+	return false
+}
+
 // downAround returns since when the server had been down at t, if it was.
 func (m *memberServer) downAround(t time.Time) (time.Time, bool) {
+	o, ok := m.outageAt(t)
+	return o.from, ok
+}
+
+// outageAt returns the outage the server was in at t, if it was.
+func (m *memberServer) outageAt(t time.Time) (outage, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, o := range m.outages {
 		if !o.from.After(t) && (o.to.IsZero() || o.to.After(t)) {
-			return o.from, true
+			return o, true
 		}
 	}
-	return time.Time{}, false
+	return outage{}, false
 }
 
 // whenUp returns a channel closed once the server answers its probes
@@ -524,7 +542,9 @@ func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
 // time to explain what
 // started at to: the fleet says ClusterOnline once its StartChild has
 // been answered, after the start it explains, so up to the slack after
-// to. r.mu is held.
+// to. (A start of the group the fleet gave up before saying Online, or
+// one judged before its ClusterOnline has come, is cameBack's.) r.mu is
+// held.
 func (r *runner) backOnline(member string, from, to time.Time) bool {
 	offline := false
 	for _, e := range r.events {
@@ -551,6 +571,55 @@ func (r *runner) backOnline(member string, from, to time.Time) bool {
 		}
 	}
 	return false
+}
+
+// cameBack reports whether the fleet's last word on member before to
+// was a ClusterOffline said while its API server was down, and that
+// outage has ended by to: what makes the fleet start the member's group
+// again (its StartChild once the server has answered for
+// SuccessThreshold), whether or not it then says ClusterOnline (the
+// start given up as the member went down again, or its ClusterOnline not
+// come yet: it comes once the start, a store's Recover first, has been
+// answered). The server must have answered at some moment after from
+// too; with ended, the outage itself must have ended after from (a
+// return explains one restart: the one after it). An Offline said
+// while the server answers (a member Failed, its group stopped on its
+// own) is no outage: nothing starts its group but a request. r.mu is
+// held.
+func (r *runner) cameBack(member string, from, to time.Time, ended bool) bool {
+	srv := r.fleet.servers[member]
+	if srv == nil {
+		return false
+	}
+	var last *cm.Event
+	for i, e := range r.events {
+		if e.Child != fleetName+"/"+member || e.Time.After(to) {
+			continue
+		}
+		switch e.Type {
+		case cm.ClusterOffline, cm.ClusterOnline, cm.ClusterDisengaged:
+			last = &r.events[i]
+		case cm.ClusterEngaged:
+			if e.Err == nil {
+				last = &r.events[i]
+			}
+		}
+	}
+	if last == nil || last.Type != cm.ClusterOffline {
+		return false
+	}
+	o, down := srv.outageAt(last.Time)
+	if !down || o.to.IsZero() || o.to.After(to) {
+		return false
+	}
+	if ended {
+		return o.to.After(from)
+	}
+	since := last.Time
+	if from.After(since) {
+		since = from
+	}
+	return !srv.downThroughout(since, to)
 }
 
 // checkFleet checks the fleet's promises after a step. r.mu is not held.
