@@ -30,6 +30,10 @@ func TestFleetInvariants(t *testing.T) {
 		r.journal.add(path, "controller", StartEnter, inc, nil)
 		r.journal.add(path, "controller", StartExit, inc, nil)
 	}
+	recoverStore := func(r *runner, inc int) {
+		r.journal.add(fleetStorePath("c0"), "store", StartEnter, inc, nil)
+		r.journal.add(fleetStorePath("c0"), "store", StartExit, inc, nil)
+	}
 	event := func(r *runner, typ cm.EventType) {
 		r.events = append(r.events, cm.Event{Type: typ, Child: fleetName + "/c0", Time: later(time.Now())})
 	}
@@ -199,6 +203,34 @@ func TestFleetInvariants(t *testing.T) {
 			ask(r, DoRestart, fleetName)
 			event(r, cm.ClusterOffline)
 		}, ""},
+		{"its store recovered and stopped before its ClusterDisengaged", func(r *runner) {
+			recoverStore(r, 1)
+			r.journal.add(fleetStorePath("c0"), "store", ShutdownEnter, 1, nil)
+			r.journal.add(fleetStorePath("c0"), "store", ShutdownExit, 1, nil)
+			event(r, cm.ClusterDisengaged)
+		}, ""},
+		{"its store recovering after its ClusterDisengaged", func(r *runner) {
+			event(r, cm.ClusterDisengaged)
+			later(time.Now())
+			r.journal.add(fleetStorePath("c0"), "store", StartEnter, 1, nil)
+		}, DisengagedRan},
+		{"its store recovered while down, after ClusterOffline", func(r *runner) {
+			down(r)
+			event(r, cm.ClusterOffline)
+			later(time.Now())
+			recoverStore(r, 1)
+		}, OfflineRan},
+		{"its store recovered while down by a RestartChild of the fleet", func(r *runner) {
+			down(r)
+			event(r, cm.ClusterOffline)
+			ask(r, DoRestart, fleetName)
+			recoverStore(r, 1)
+		}, ""},
+		{"its store running at its ClusterOffline", func(r *runner) { recoverStore(r, 1); event(r, cm.ClusterOffline) }, MemberRunning},
+		{"its store still in its Recover at its ClusterDisengaged", func(r *runner) {
+			r.journal.add(fleetStorePath("c0"), "store", StartEnter, 1, nil)
+			event(r, cm.ClusterDisengaged)
+		}, MemberRunning},
 		{"built again once the earlier Cluster ended", func(r *runner) {
 			r.fleet.build(fakeCluster{"c0", ended})
 			r.fleet.build(fakeCluster{"c0", open})
@@ -220,6 +252,7 @@ func TestFleetInvariants(t *testing.T) {
 			r.fleet = newFleetState(r)
 			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
 			r.children[path] = newChild(path, "controller", r.journal, r.release)
+			r.children[storePath] = newChild(storePath, "store", r.journal, r.release)
 			tc.setup(r)
 			r.checkFleet()
 			r.checkStoppedRan()

@@ -631,6 +631,14 @@ func (r *runner) checkFleet() {
 	r.mu.Lock()
 	events := slices.Clone(r.events)
 	reqs := slices.Clone(r.reqs)
+	memberPaths := map[string][]string{}
+	for member := range f.servers {
+		for _, p := range []string{fleetPath(member), fleetStorePath(member)} {
+			if r.children[p] != nil {
+				memberPaths[member] = append(memberPaths[member], p)
+			}
+		}
+	}
 	r.mu.Unlock()
 	f.mu.Lock()
 	down := make(map[string]time.Time, len(f.downSince))
@@ -641,88 +649,92 @@ func (r *runner) checkFleet() {
 	r.checkOfflineLate()
 	r.checkOnlineWhileDown()
 	for member := range f.servers {
-		path := fleetPath(member)
-		incs := r.journal.Of(path)
-		// MemberRunning: the fleet says ClusterOffline or ClusterDisengaged
-		// once its StopChild or RemoveChild of the member's group has been
-		// answered, so after every Shutdown under it has returned; an
-		// incarnation still active then was not stopped. A StartChild or
-		// RestartChild of it (or above it) sent within the slack before may
-		// have started it again meanwhile.
-		for _, e := range events {
-			if e.Child != fleetName+"/"+member || (e.Type != cm.ClusterOffline && e.Type != cm.ClusterDisengaged) {
-				continue
-			}
-			for _, in := range incs {
-				if !in.From.Before(e.Time) || (!in.Active() && in.End().Before(e.Time)) {
+		// Its controller, and its store (Scenario.FleetStore): every
+		// rule below holds for the group's children alike, as the
+		// fleet stops, removes and starts the group whole.
+		for _, path := range memberPaths[member] {
+			incs := r.journal.Of(path)
+			// MemberRunning: the fleet says ClusterOffline or ClusterDisengaged
+			// once its StopChild or RemoveChild of the member's group has been
+			// answered, so after every Shutdown under it has returned; an
+			// incarnation still active then was not stopped. A StartChild or
+			// RestartChild of it (or above it) sent within the slack before may
+			// have started it again meanwhile.
+			for _, e := range events {
+				if e.Child != fleetName+"/"+member || (e.Type != cm.ClusterOffline && e.Type != cm.ClusterDisengaged) {
 					continue
 				}
-				restarted := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
-					return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) &&
-						q.at.Before(e.Time) && q.at.After(e.Time.Add(-r.cfg.Slack))
+				for _, in := range incs {
+					if !in.From.Before(e.Time) || (!in.Active() && in.End().Before(e.Time)) {
+						continue
+					}
+					restarted := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
+						return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) &&
+							q.at.Before(e.Time) && q.at.After(e.Time.Add(-r.cfg.Slack))
+					})
+					if restarted {
+						continue
+					}
+					r.violateOnce(fmt.Sprintf("memberrunning/%s/%d/%d", path, in.Inc, e.Time.UnixNano()), Violation{Invariant: MemberRunning, Child: path, Time: e.Time,
+						Detail: fmt.Sprintf("incarnation %d (started %s) had not ended when the fleet said %s of %s at %s", in.Inc, stamp(in.From), e.Type, member, stamp(e.Time))}, false)
+				}
+			}
+			// DisengagedRan: nothing of a member starts once the fleet has
+			// published its ClusterDisengaged, until it is engaged again.
+			var gone time.Time
+			for _, e := range events {
+				if e.Child != fleetName+"/"+member {
+					continue
+				}
+				switch e.Type {
+				case cm.ClusterDisengaged:
+					gone = e.Time
+				case cm.ClusterEngaged:
+					if e.Err == nil {
+						gone = time.Time{}
+					}
+				}
+			}
+			if !gone.IsZero() {
+				f.count(&f.disengagedJudged, "disengaged/"+member+"/"+gone.String())
+				for _, in := range incs {
+					if in.From.After(gone) {
+						r.violateOnce(fmt.Sprintf("disengagedran/%s/%d", path, in.Inc), Violation{Invariant: DisengagedRan, Child: path, Time: in.From,
+							Detail: fmt.Sprintf("incarnation %d started at %s, after the fleet published ClusterDisengaged of %s at %s and before it was engaged again", in.Inc, stamp(in.From), member, stamp(gone))}, false)
+					}
+				}
+			}
+			// OfflineRan: while a member's API server is down, once the fleet
+			// has said Offline, nothing of it starts but what a lifecycle
+			// request of it (or above it) starts, which the fleet stops again.
+			since, isDown := down[member]
+			if !isDown {
+				continue
+			}
+			var offline time.Time
+			for _, e := range events {
+				if e.Child == fleetName+"/"+member && e.Type == cm.ClusterOffline && e.Time.After(since) {
+					offline = e.Time
+					break
+				}
+			}
+			if offline.IsZero() {
+				continue
+			}
+			f.count(&f.offlineJudged, "offline/"+member+"/"+offline.String())
+			for _, in := range incs {
+				if !in.From.After(offline) {
+					continue
+				}
+				asked := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
+					return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) && q.at.Before(in.From)
 				})
-				if restarted {
+				if asked {
 					continue
 				}
-				r.violateOnce(fmt.Sprintf("memberrunning/%s/%d/%d", path, in.Inc, e.Time.UnixNano()), Violation{Invariant: MemberRunning, Child: path, Time: e.Time,
-					Detail: fmt.Sprintf("incarnation %d (started %s) had not ended when the fleet said %s of %s at %s", in.Inc, stamp(in.From), e.Type, member, stamp(e.Time))}, false)
+				r.violateOnce(fmt.Sprintf("offlineran/%s/%d", path, in.Inc), Violation{Invariant: OfflineRan, Child: path, Time: in.From,
+					Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
 			}
-		}
-		// DisengagedRan: nothing of a member starts once the fleet has
-		// published its ClusterDisengaged, until it is engaged again.
-		var gone time.Time
-		for _, e := range events {
-			if e.Child != fleetName+"/"+member {
-				continue
-			}
-			switch e.Type {
-			case cm.ClusterDisengaged:
-				gone = e.Time
-			case cm.ClusterEngaged:
-				if e.Err == nil {
-					gone = time.Time{}
-				}
-			}
-		}
-		if !gone.IsZero() {
-			f.count(&f.disengagedJudged, "disengaged/"+member+"/"+gone.String())
-			for _, in := range incs {
-				if in.From.After(gone) {
-					r.violateOnce(fmt.Sprintf("disengagedran/%s/%d", path, in.Inc), Violation{Invariant: DisengagedRan, Child: path, Time: in.From,
-						Detail: fmt.Sprintf("incarnation %d started at %s, after the fleet published ClusterDisengaged of %s at %s and before it was engaged again", in.Inc, stamp(in.From), member, stamp(gone))}, false)
-				}
-			}
-		}
-		// OfflineRan: while a member's API server is down, once the fleet
-		// has said Offline, nothing of it starts but what a lifecycle
-		// request of it (or above it) starts, which the fleet stops again.
-		since, isDown := down[member]
-		if !isDown {
-			continue
-		}
-		var offline time.Time
-		for _, e := range events {
-			if e.Child == fleetName+"/"+member && e.Type == cm.ClusterOffline && e.Time.After(since) {
-				offline = e.Time
-				break
-			}
-		}
-		if offline.IsZero() {
-			continue
-		}
-		f.count(&f.offlineJudged, "offline/"+member+"/"+offline.String())
-		for _, in := range incs {
-			if !in.From.After(offline) {
-				continue
-			}
-			asked := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
-				return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) && q.at.Before(in.From)
-			})
-			if asked {
-				continue
-			}
-			r.violateOnce(fmt.Sprintf("offlineran/%s/%d", path, in.Inc), Violation{Invariant: OfflineRan, Child: path, Time: in.From,
-				Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
 		}
 	}
 }

@@ -93,13 +93,13 @@ const (
 	// an earlier build of it had not ended: "The old Cluster.Context() ends
 	// first" (docs/fleet.md).
 	FleetContextOverlap Invariant = "fleet-context-overlap"
-	// DisengagedRan (fleets): a member's controller started after the
-	// fleet had published the member's ClusterDisengaged, before it was
-	// engaged again.
+	// DisengagedRan (fleets): a member's controller or store started
+	// (its Run or Recover entered) after the fleet had published the
+	// member's ClusterDisengaged, before it was engaged again.
 	DisengagedRan Invariant = "disengaged-ran"
-	// OfflineRan (fleets): a member's controller started while its API
-	// server was down and after the fleet had said ClusterOffline, with
-	// no StartChild or RestartChild of it or above it sent.
+	// OfflineRan (fleets): a member's controller or store started while
+	// its API server was down and after the fleet had said ClusterOffline,
+	// with no StartChild or RestartChild of it or above it sent.
 	OfflineRan Invariant = "offline-ran"
 	// OfflineLate (fleets): a member's API server stayed down for longer
 	// than FailureThreshold, a probe period and its timeout, the StopChild
@@ -122,11 +122,12 @@ const (
 	// paused for longer than half the slack. The member's status turns
 	// Online with that event; one that stays Online is OfflineLate's.
 	OnlineWhileDown Invariant = "online-while-down"
-	// MemberRunning (fleets): an incarnation of a member's controller had
-	// not ended when the fleet said the member Offline or Disengaged (which
-	// it says once its StopChild or RemoveChild of the group has been
-	// answered), with no StartChild or RestartChild of it or above it sent
-	// within the slack before.
+	// MemberRunning (fleets): an incarnation of a member's controller or
+	// store (a Recover still waiting for its API server too) had not ended
+	// when the fleet said the member Offline or Disengaged (which it says
+	// once its StopChild or RemoveChild of the group has been answered),
+	// with no StartChild or RestartChild of it or above it sent within the
+	// slack before.
 	MemberRunning Invariant = "member-running"
 	// ClusterNotEnded (fleets): a Cluster the fleet built had not ended
 	// (its Context) within the slack after the manager stopped.
