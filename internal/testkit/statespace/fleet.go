@@ -794,7 +794,7 @@ func (r *runner) fleetCouldAct(member string, from, until time.Time) (since time
 	}
 	for _, e := range r.events {
 		if !until.IsZero() && e.Time.After(until) {
-			break
+			continue // delivered in order, stamped out of it (eventSince)
 		}
 		switch {
 		case e.Type == cm.EventsDropped:

@@ -217,14 +217,15 @@ func (r *runner) stoppedWithin(group string) bool {
 }
 
 // eventSince reports whether an event at or after at satisfies match.
-// r.mu is held.
+// The events are in the order they were delivered, not in the order of
+// their times: each publisher stamps its event before it publishes it
+// (the fleet's ClusterEngaged, stamped in engage, may come after a
+// group's ChildFailed stamped later by the supervisor), so an event
+// stamped before at says nothing of those delivered before it, and every
+// event is read. r.mu is held.
 func (r *runner) eventSince(at time.Time, match func(cm.Event) bool) bool {
 	for i := len(r.events) - 1; i >= 0; i-- {
-		e := r.events[i]
-		if e.Time.Before(at) {
-			return false
-		}
-		if match(e) {
+		if e := r.events[i]; !e.Time.Before(at) && match(e) {
 			return true
 		}
 	}
