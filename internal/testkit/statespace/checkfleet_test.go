@@ -593,3 +593,40 @@ func TestFleetOnlineWhileDown(t *testing.T) {
 		})
 	}
 }
+
+// flap takes every ClusterUp followed by its wait down again, and nothing
+// else.
+func TestFleetFlap(t *testing.T) {
+	steps := []Step{
+		{Do: DoClusterUp, Child: "c0"}, {Do: DoWait, Dur: time.Second},
+		{Do: DoClusterDown, Child: "c1"}, {Do: DoWait, Dur: time.Second},
+		{Do: DoClusterUp, Child: "c2"},
+	}
+	got := flap(steps, func() time.Duration { return time.Millisecond }, func() time.Duration { return 2 * time.Millisecond })
+	want := []Step{
+		{Do: DoClusterUp, Child: "c0"}, {Do: DoWait, Dur: time.Millisecond}, {Do: DoClusterDown, Child: "c0"}, {Do: DoWait, Dur: 2 * time.Millisecond},
+		{Do: DoClusterDown, Child: "c1"}, {Do: DoWait, Dur: time.Second},
+		{Do: DoClusterUp, Child: "c2"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("flap: %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Do != want[i].Do || got[i].Child != want[i].Child || got[i].Dur != want[i].Dur {
+			t.Fatalf("flap step %d: %v, want %v (all: %v)", i, got[i], want[i], got)
+		}
+	}
+	flapped := 0
+	for seed := range uint64(60) {
+		sc := WithFleet(Generate(seed))
+		for i, st := range sc.Steps {
+			if st.Do == DoClusterUp && i+2 < len(sc.Steps) && sc.Steps[i+2].Do == DoClusterDown && sc.Steps[i+2].Child == st.Child {
+				flapped++
+				break
+			}
+		}
+	}
+	if flapped == 0 {
+		t.Errorf("no fleet of 60 seeds flaps")
+	}
+}

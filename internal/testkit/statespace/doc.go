@@ -56,7 +56,7 @@
 //     agree on every child's restarts and failures;
 //   - with a fleet (WithFleet: member clusters on fake API servers,
 //     engaged, rotated, disengaged, taken down and up while the sequence
-//     runs), the members' controllers meet every check above, fenced by
+//     runs, a third of them down again as the fleet starts them back), the members' controllers meet every check above, fenced by
 //     their cluster's shard; a member is never built again while its old
 //     Cluster runs; nothing of a member starts after its
 //     ClusterDisengaged, or while its API server is down after its

@@ -145,8 +145,37 @@ func WithFleet(s Scenario) Scenario {
 	if r.IntN(2) == 0 {
 		s.FleetStore = between(50*time.Millisecond, time.Second)
 	}
+	// Drawn after it, for the same reason: in a third of the fleets, an
+	// API server that comes back goes down again about as the fleet starts
+	// the member's group (it answered for SuccessThreshold: its StartChild,
+	// a store's Recover first) or has just said it Online. The fleet then
+	// says Online while it is down (online-while-down judges how stale),
+	// or gives the start up and stops the group with a Recover waiting
+	// (member-running judges the store with the controller).
+	if r.IntN(3) == 0 {
+		s.Steps = flap(s.Steps, func() time.Duration {
+			return between(FleetSuccessThreshold/2, FleetSuccessThreshold+s.FleetStore+3*FleetProbePeriod)
+		}, func() time.Duration { return between(100*time.Millisecond, 3*FleetFailureThreshold) })
+	}
 	s.Name += "+fleet"
 	return s
+}
+
+// flap follows every ClusterUp and its wait in steps with a ClusterDown of
+// the same member: the wait between them drawn by back, the wait after
+// by after.
+func flap(steps []Step, back, after func() time.Duration) []Step {
+	var out []Step
+	for i := 0; i < len(steps); i++ {
+		st := steps[i]
+		out = append(out, st)
+		if st.Do != DoClusterUp || i+1 >= len(steps) || steps[i+1].Do != DoWait {
+			continue
+		}
+		i++
+		out = append(out, Step{Do: DoWait, Dur: back()}, Step{Do: DoClusterDown, Child: st.Child}, Step{Do: DoWait, Dur: after()})
+	}
+	return out
 }
 
 // HasFleet reports whether s adds a fleet (WithFleet).
