@@ -2,6 +2,7 @@ package statespace
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ func TestFleetInvariants(t *testing.T) {
 	}
 	event := func(r *runner, typ cm.EventType) {
 		r.events = append(r.events, cm.Event{Type: typ, Child: fleetName + "/c0", Time: later(time.Now())})
+	}
+	offlineErr := func(r *runner, err error) {
+		r.events = append(r.events, cm.Event{Type: cm.ClusterOffline, Child: fleetName + "/c0", Time: later(time.Now()), Err: err})
 	}
 	down := func(r *runner) { r.fleet.downSince["c0"] = later(time.Now()) }
 	ask := func(r *runner, do Action, target string) {
@@ -163,6 +167,26 @@ func TestFleetInvariants(t *testing.T) {
 			stopped(r) // "a StopChild of the group lasts until the loop next moves it"
 			start(r, 1)
 		}, ""},
+		{"its group stopped on request, then Offline by a probe timed out (up all along), started", func(r *runner) {
+			stopped(r)
+			offlineErr(r, errors.New(`API server failed its probes for 437ms: GET /readyz: Get "http://127.0.0.1:1/readyz": context deadline exceeded`))
+			start(r, 1)
+		}, ""},
+		{"its group stopped on request, then Failed (its group stopped itself), started", func(r *runner) {
+			stopped(r)
+			offlineErr(r, errors.New(`group "fleet/c0": controller "fleet/c0/fctrl" spent its restart budget`))
+			start(r, 1)
+		}, StoppedRan},
+		{"its store restarted twice, a probe timed out between (up all along)", func(r *runner) {
+			failedThenRestarted(r, storePath)
+			offlineErr(r, errors.New("GET /readyz: context deadline exceeded"))
+			restarted(r, storePath)
+		}, ""},
+		{"its store restarted twice, a probe timed out before the first (up all along)", func(r *runner) {
+			offlineErr(r, errors.New("GET /readyz: context deadline exceeded"))
+			failedThenRestarted(r, storePath)
+			restarted(r, storePath)
+		}, RestartUncaused},
 		{"its store restarted twice, Offline in an outage and up again between", func(r *runner) {
 			failedThenRestarted(r, storePath)
 			outage(r, true)

@@ -603,18 +603,19 @@ func (r *runner) backOnline(member string, from, to time.Time) bool {
 }
 
 // cameBack reports whether the fleet's last word on member before to
-// was a ClusterOffline said while its API server was down, and that
-// outage has ended by to: what makes the fleet start the member's group
-// again (its StartChild once the server has answered for
-// SuccessThreshold), whether or not it then says ClusterOnline (the
-// start given up as the member went down again, or its ClusterOnline not
-// come yet: it comes once the start, a store's Recover first, has been
-// answered). The server must have answered at some moment after from
-// too; with ended, the outage itself must have ended after from (a
-// return explains one restart: the one after it). An Offline said
-// while the server answers (a member Failed, its group stopped on its
-// own) is no outage: nothing starts its group but a request. r.mu is
-// held.
+// was a ClusterOffline of its probes (said while the API server was
+// down, or naming a probe that failed: under load a probe may time out
+// against a server that is up), and the server has answered since: what
+// makes the fleet start the member's group again (its StartChild once
+// the server has answered for SuccessThreshold), whether or not it then
+// says ClusterOnline (the start given up as the member went down again,
+// or its ClusterOnline not come yet: it comes once the start, a store's
+// Recover first, has been answered). The server must have answered at
+// some moment after from too; with ended, that Offline, or the outage
+// it was said in, must have ended after from (a return explains one
+// restart: the one after it). An Offline of a member Failed (its group
+// stopped on its own, a config or build that failed) is not the probes':
+// nothing starts its group but a request. r.mu is held.
 func (r *runner) cameBack(member string, from, to time.Time, ended bool) bool {
 	srv := r.fleet.servers[member]
 	if srv == nil {
@@ -638,17 +639,20 @@ func (r *runner) cameBack(member string, from, to time.Time, ended bool) bool {
 		return false
 	}
 	o, down := srv.outageAt(last.Time)
-	if !down || o.to.IsZero() || o.to.After(to) {
-		return false
-	}
-	if ended {
-		return o.to.After(from)
+	switch {
+	case down && (o.to.IsZero() || o.to.After(to)):
+		return false // down still
+	case !down && (last.Err == nil || !strings.Contains(last.Err.Error(), "/readyz")):
+		return false // not the probes' Offline
 	}
 	since := last.Time
 	if from.After(since) {
 		since = from
 	}
-	return !srv.downThroughout(since, to)
+	if srv.downThroughout(since, to) {
+		return false
+	}
+	return !ended || last.Time.After(from) || (down && o.to.After(from))
 }
 
 // checkFleet checks the fleet's promises after a step. r.mu is not held.
