@@ -802,21 +802,23 @@ func (r *runner) offlineWindow(member string) (from time.Time, ok bool) {
 	if at == 0 {
 		return time.Time{}, false
 	}
-	from, ok, _ = r.fleetCouldAct(member, time.Unix(0, at), time.Time{})
+	from, ok, _ = r.fleetCouldAct(member, time.Unix(0, at), time.Time{}, true)
 	return from, ok
 }
 
 // fleetCouldAct reads the events up to until (every one, when until is
 // zero) for since when, no earlier than from, the fleet could act on
-// member continuously: the member engaged (since its last ClusterEngaged),
-// the manager's last entry into Running, the member's shard held by this
+// member continuously: the member engaged (since its last ClusterEngaged,
+// with engage; without, an engage is not waited for: the first probe of
+// a new config decides at once, on the server as it is), the manager's
+// last entry into Running, the member's shard held by this
 // replica (with election: the lease since its LeaderElected, or its
 // cluster's shard since its ShardAcquired), and the fleet's runner
 // running (since its last start, restart or stop, the fleet's group's
 // too). ok says whether the shard and the runner held at the end, and
 // no events were dropped (then nothing can be told); running whether
 // the manager's last phase by the events was Running. r.mu is held.
-func (r *runner) fleetCouldAct(member string, from, until time.Time) (since time.Time, ok, running bool) {
+func (r *runner) fleetCouldAct(member string, from, until time.Time, engage bool) (since time.Time, ok, running bool) {
 	held, runner := r.sc.Election == ElectionOff, false
 	shard := r.sc.shardOf(fleetPath(member))
 	since = from
@@ -838,7 +840,7 @@ func (r *runner) fleetCouldAct(member string, from, until time.Time) (since time
 				after(e.Time)
 			}
 		case e.Type == cm.ClusterEngaged:
-			if e.Child == fleetName+"/"+member && e.Err == nil {
+			if engage && e.Child == fleetName+"/"+member && e.Err == nil {
 				after(e.Time)
 			}
 		case r.sc.Election == ElectionOff:
@@ -951,10 +953,13 @@ func (r *runner) onlineBound() time.Duration {
 
 // checkOnlineWhileDown: every ClusterOnline the fleet said while the
 // member's API server was down is judged once (OnlineWhileDown): down
-// for longer than onlineBound before it, with the member engaged, the
-// manager Running, its shard held and the fleet's runner running all
-// along (fleetCouldAct up to the event), it says Online on a verdict no
-// probe could give. A process paused for longer than half the slack
+// for longer than onlineBound before it, with the manager Running, its
+// shard held and the fleet's runner running all along (fleetCouldAct up
+// to the event), it says Online on a verdict no probe could give. An
+// engage (a rotation) meanwhile is no excuse: the new config's first
+// probe decides at once, and fails against a server that is down. A
+// runner started again is: the member's verdict outlives the runner's
+// stop, and its probes resume with it. A process paused for longer than half the slack
 // excuses it, as it does offline-late. The member's status is not read
 // apart: it turns Online only with its ClusterOnline (announce), at the
 // same moment; a status that stays Online through an outage is
@@ -980,12 +985,12 @@ func (r *runner) checkOnlineWhileDown() {
 			continue
 		}
 		f.onlineDownJudged++
-		from, ok, running := r.fleetCouldAct(member, down, e.Time)
+		from, ok, running := r.fleetCouldAct(member, down, e.Time, false)
 		if !ok || !running || e.Time.Sub(from) <= bound {
 			continue
 		}
 		v := Violation{Invariant: OnlineWhileDown, Child: e.Child, Time: e.Time,
-			Detail: fmt.Sprintf("the fleet said ClusterOnline of %s at %s, its API server down since %s, and the member engaged, the manager Running, its shard held and the fleet's runner running all since %s: %s before it, past %s (FailureThreshold %s, two probe periods %s, ProbeTimeout %s, slack %s)",
+			Detail: fmt.Sprintf("the fleet said ClusterOnline of %s at %s, its API server down since %s, and the manager Running, its shard held and the fleet's runner running all since %s: %s before it, past %s (FailureThreshold %s, two probe periods %s, ProbeTimeout %s, slack %s)",
 				member, stamp(e.Time), stamp(down), stamp(from), e.Time.Sub(from).Round(time.Millisecond), bound, FleetFailureThreshold, 2*FleetProbePeriod, FleetProbePeriod, r.cfg.Slack)}
 		if r.pauses.Longest() > r.cfg.Slack/2 {
 			r.excuseOnce(key, v)

@@ -114,9 +114,10 @@ const (
 	// OnlineWhileDown (fleets): the fleet said a member ClusterOnline
 	// while its API server had been down for longer than FailureThreshold,
 	// two probe periods and a ProbeTimeout, plus the slack, with the
-	// member engaged, the manager Running, the member's shard (the lease)
-	// held by this replica and the fleet's runner running, all
-	// continuously up to that moment: a verdict older than any probe
+	// manager Running, the member's shard (the lease) held by this
+	// replica and the fleet's runner running, all continuously up to that
+	// moment (an engage of a new config meanwhile is no excuse: its first
+	// probe decides at once): a verdict older than any probe
 	// could give (docs/fleet.md, Offline: the outage is found within
 	// FailureThreshold plus one probe period). Excused when the process
 	// paused for longer than half the slack. The member's status turns
