@@ -35,9 +35,11 @@ type written struct {
 	got   *coordinationv1.Lease
 	err   error
 	// A campaign's: the term it starts, the term's reading when it was
-	// sent, and the holder it takes the shard over from.
+	// sent (a renewal's too: its term's), and the holder it takes the
+	// shard over from.
 	term     *lease.Term
 	sent     time.Duration
+	at       time.Time // a campaign's or a renewal's send time on Config.Clock (held.provenUntil)
 	previous string
 	tick     int64 // the retry period that sent it, for tests; 0 if none
 }
@@ -171,7 +173,7 @@ func (e *Elector) campaign(i int) {
 		l.Spec.LeaseTransitions, l.Spec.AcquireTime = &transitions, &now
 	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(e.cfg.Identity), &seconds, &now
-	w.sent = w.term.Elapsed()
+	w.at, w.sent = e.cfg.Clock.Now(), w.term.Elapsed()
 	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		if decided == nil {
 			got, err := e.store.Create(ctx, l)
@@ -290,7 +292,7 @@ func (e *Elector) campaigned(w *written) {
 		return
 	}
 	w.term.Renewed(w.sent)
-	h := &held{lease: w.got, renewedAt: e.cfg.Clock.Now(), term: w.term}
+	h := &held{lease: w.got, renewedAt: e.cfg.Clock.Now(), term: w.term, provenUntil: e.cfg.provenUntil(w.at)}
 	e.held[i] = h
 	e.replaySeen(i, h)
 	if e.held[i] != h {

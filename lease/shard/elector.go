@@ -278,12 +278,16 @@ type observed struct {
 type held struct {
 	lease     *coordinationv1.Lease // as last written by us
 	renewedAt time.Time             // local time of the last successful write
-	term      *lease.Term           // what the guards of the shard's children read
-	releasing bool                  // Release was called; waiting for done
-	released  bool                  // done was called; the Lease is to be released
-	confirmed bool                  // the watch has shown our write: what follows is newer
-	unsure    bool                  // the last renewal failed without an answer: it may have been written
-	writing   bool                  // a renewal or the release is in flight
+	// provenUntil is when the last successful write stops proving the
+	// hold by its send time (Config.provenUntil), as the term counts it;
+	// unlike the term, an end of the hold does not move it.
+	provenUntil time.Time
+	term        *lease.Term // what the guards of the shard's children read
+	releasing   bool        // Release was called; waiting for done
+	released    bool        // done was called; the Lease is to be released
+	confirmed   bool        // the watch has shown our write: what follows is newer
+	unsure      bool        // the last renewal failed without an answer: it may have been written
+	writing     bool        // a renewal or the release is in flight
 }
 
 // New validates cfg and returns an Elector.
@@ -349,6 +353,14 @@ func (c Config) fenceBudget() time.Duration { return c.LeaseDuration - c.RenewDe
 
 // clockSkewMargin is what the guards take off the recorded lease duration.
 func (c Config) clockSkewMargin() time.Duration { return c.fenceBudget() - c.FenceTimeout() }
+
+// provenUntil is when a write of a shard Lease naming this replica, sent
+// at sent, stops proving the hold, as a lease.Term counts it: no rival
+// takes the Lease over before then (the recorded lease duration, whole
+// seconds as LeaseDuration is, less the margin).
+func (c Config) provenUntil(sent time.Time) time.Time {
+	return sent.Add(c.LeaseDuration - c.clockSkewMargin())
+}
 
 // drop forgets held shard i, here and in what Guard and Check read, and
 // counts it as moved.

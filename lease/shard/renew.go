@@ -33,24 +33,30 @@ func (e *Elector) renewAll() {
 			continue
 		}
 		l := h.lease.DeepCopy()
-		now := microTime(e.cfg.Clock.Now())
+		at := e.cfg.Clock.Now()
+		now := microTime(at)
 		l.Spec.RenewTime = &now
 		h.writing = true
-		w := &written{kind: writeRenewal, shard: i, h: h, sent: h.term.Elapsed()}
-		term, decided := h.term, h.lease
+		w := &written{kind: writeRenewal, shard: i, h: h, at: at, sent: h.term.Elapsed()}
+		term, decided, proven := h.term, h.lease, h.provenUntil
 		e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 			got, err := e.update(ctx, decided, l, false)
 			// A Lease deleted since is NotFound on a fake, 409 on the API
 			// server (its UID precondition fails): both are read back.
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				if again, sent, ok := e.renewAfterConflict(ctx, decided, term); ok {
-					got, err, w.sent = again, nil, sent
+				if again, at, sent, ok := e.renewAfterConflict(ctx, decided, term); ok {
+					got, err, w.at, w.sent = again, nil, at, sent
 				}
 			}
-			if err == nil && decided.ResourceVersion == "" && term.Check() != nil {
+			if err == nil && decided.ResourceVersion == "" && !e.cfg.Clock.Now().Before(proven) {
 				// No versions (a fake clientset): a rival may have taken
 				// the Lease once it expired, between our read and our
-				// write, and been written over.
+				// write, and been written over. Not before the last
+				// renewal's proof has run out, whether or not the term
+				// has ended meanwhile: the deadline watcher ends it a
+				// renew deadline after the last renewal, long before any
+				// rival may take the Lease, and a write landed then is
+				// ours alone (campaigned for again once fenced).
 				return got, errRenewedLate
 			}
 			return got, err
@@ -81,6 +87,9 @@ func (e *Elector) renewedShard(w *written) {
 	case w.err == nil:
 		h.lease, h.renewedAt, h.confirmed, h.unsure = w.got, e.cfg.Clock.Now(), false, false
 		h.term.Renewed(w.sent)
+		if p := e.cfg.provenUntil(w.at); p.After(h.provenUntil) {
+			h.provenUntil = p
+		}
 		if !h.released {
 			e.mu.Lock()
 			e.renewed[i] = h.renewedAt
@@ -107,7 +116,9 @@ func (e *Elector) renewedShard(w *written) {
 }
 
 // errRenewedLate is a renewal written where the Lease has no versions and
-// answered only once its term could no longer prove the hold: a rival that
+// answered only once the last renewal before it could no longer prove the
+// hold (held.provenUntil, the term's clock; an end of the term, by the
+// deadline watcher or a loss, does not make it late): a rival that
 // took the expired Lease between the renewal's read and its write was
 // written over, and may count its takeover (confirm read it back before our
 // write landed). With versions the API server refuses such a write;
@@ -123,7 +134,7 @@ var errRenewedLate = errors.New("renewal answered after the lease could have exp
 // answer lost, costs one read; anything else (another holder, a changed
 // duration, a release, a new term) and the shard is lost. ok reports
 // whether it renewed.
-func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (got *coordinationv1.Lease, sent time.Duration, ok bool) {
+func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (got *coordinationv1.Lease, at time.Time, sent time.Duration, ok bool) {
 	cur, ours, err := e.readBack(ctx, decided)
 	var l *coordinationv1.Lease
 	write := func(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
@@ -143,7 +154,7 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels, Annotations: d.Annotations}, Spec: d.Spec}
 		write = e.store.Create
 	case !ours:
-		return nil, 0, false
+		return nil, time.Time{}, 0, false
 	default:
 		l = cur.DeepCopy()
 		for _, k := range []string{LabelGroup, LabelRole} {
@@ -157,11 +168,12 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 			}
 		}
 	}
-	now := microTime(e.cfg.Clock.Now())
+	at = e.cfg.Clock.Now()
+	now := microTime(at)
 	l.Spec.RenewTime = &now
 	sent = term.Elapsed()
 	got, err = write(ctx, l)
-	return got, sent, err == nil
+	return got, at, sent, err == nil
 }
 
 // readBack reads, on a refused write's goroutine, the Lease decided was

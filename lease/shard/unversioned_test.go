@@ -215,3 +215,172 @@ func TestUnversionedLateRenewalIsNotCampaignedOn(t *testing.T) {
 			"a took the Lease %s after its late renewal landed, before that renewal expired", at.Sub(landed))
 	}
 }
+
+// lateRenewal is a replica a alone on a fake clientset and a fake clock,
+// its renewal held after its read until the deadline watcher has given the
+// lease up, and the Lost's done not called yet: a's children are still
+// stopping.
+type lateRenewal struct {
+	t        *testing.T
+	client   *fake.Clientset
+	clk      *clocktesting.FakeClock
+	e        *Elector
+	gate     *gatedStore
+	gains    atomic.Int32
+	dones    chan func()
+	done     func() // the loss's
+	last     *coordinationv1.Lease
+	deadline time.Time
+}
+
+func newLateRenewal(t *testing.T) *lateRenewal {
+	r := &lateRenewal{t: t, client: fake.NewClientset(), clk: clocktesting.NewFakeClock(time.Now()), dones: make(chan func(), 4),
+		deadline: time.Now().Add(wait)}
+	j := newJournal()
+	e, err := New(Config{Client: r.client, Namespace: testNamespace, Name: testGroup, Identity: "a", SingleLease: true,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: r.clk,
+		Callbacks: Callbacks{
+			Acquired: func(i int) { j.start("a", i); r.gains.Add(1) },
+			Release:  func(i int, done func()) { j.stop("a", i); done() },
+			Lost: func(i int, _ string, done func()) {
+				j.stop("a", i)
+				r.dones <- done // called by the test: the children are still stopping
+			},
+		}})
+	require.NoError(t, err)
+	r.e, r.gate = e, newGatedStore(e.store)
+	e.store = r.gate
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); e.Run(ctx) }()
+	<-e.ticking
+	t.Cleanup(func() {
+		r.open()
+		cancel()
+		for {
+			select {
+			case <-stopped:
+				j.check(t)
+				return
+			case <-time.After(poll):
+				r.clk.Step(retryPeriod)
+			}
+		}
+	})
+	r.stepUntil("a acquires the Lease", func() bool { return r.gains.Load() == 1 })
+
+	// A renewal answered before the clock moves on; then the next one
+	// reads the Lease and is held before its write; only it: what a
+	// writes afterwards goes through.
+	r.renewal()
+	r.gate.hold.Store(true)
+	r.clk.Step(retryPeriod)
+	select {
+	case <-r.gate.entered:
+	case <-time.After(wait):
+		t.Fatal("a's renewal did not reach its write")
+	}
+	r.gate.hold.Store(false)
+
+	// The renew deadline passes, a quarter of a retry period at a time,
+	// each step seen by the deadline watcher before the next: it gives the
+	// lease up, and a's children begin to stop.
+	for r.done == nil {
+		require.False(t, time.Now().After(r.deadline), "the deadline watcher did not give the lease up")
+		checks := e.deadlineChecks.Load()
+		r.clk.Step(retryPeriod / 4)
+		require.Eventually(t, func() bool { return e.deadlineChecks.Load() > checks }, wait, poll)
+		select {
+		case r.done = <-r.dones:
+		default:
+		}
+	}
+	r.last = r.stored()
+	return r
+}
+
+// renewal moves the clock a retry period and waits until a's renewal then
+// has been answered (or a has lost the Lease).
+func (r *lateRenewal) renewal() {
+	r.t.Helper()
+	r.clk.Step(retryPeriod)
+	require.Eventually(r.t, func() bool {
+		r.e.mu.Lock()
+		at, held := r.e.renewed[0]
+		r.e.mu.Unlock()
+		return held && at.Equal(r.clk.Now()) || len(r.dones) > 0
+	}, wait, poll, "a's renewal was not answered")
+}
+
+func (r *lateRenewal) stored() *coordinationv1.Lease {
+	l, err := r.client.CoordinationV1().Leases(testNamespace).Get(context.Background(), testGroup, metav1.GetOptions{})
+	require.NoError(r.t, err)
+	return l
+}
+
+// open lets the held renewal land (once).
+func (r *lateRenewal) open() {
+	select {
+	case <-r.gate.open:
+	default:
+		close(r.gate.open)
+	}
+}
+
+// stepUntil moves the clock a fifth of a retry period at a time until cond.
+func (r *lateRenewal) stepUntil(what string, cond func() bool) {
+	r.t.Helper()
+	for !cond() {
+		require.False(r.t, time.Now().After(r.deadline), "timed out waiting until %s", what)
+		<-time.After(poll)
+		r.clk.Step(retryPeriod / 5)
+	}
+}
+
+// updates counts the Lease updates the fake clientset has taken.
+func (r *lateRenewal) updates() int {
+	n := 0
+	for _, a := range r.client.Actions() {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "leases" {
+			n++
+		}
+	}
+	return n
+}
+
+// provesTheHold checks that the last renewal before the held one still
+// proves the hold: no rival may have taken the Lease yet.
+func (r *lateRenewal) provesTheHold() {
+	r.t.Helper()
+	require.True(r.t, r.clk.Since(r.last.Spec.RenewTime.Time) < leaseDuration-r.e.cfg.clockSkewMargin()-retryPeriod/2,
+		"the test must land the renewal while the last renewal still proves the hold, with a margin: it was sent %s ago",
+		r.clk.Since(r.last.Spec.RenewTime.Time))
+}
+
+// a's renewal lands after the deadline watcher has given the lease up,
+// long before the Lease could have expired for anybody (the last
+// renewal's proof still stands), while a's children are still stopping.
+// No rival can have taken the Lease in that moment, so the write is a's
+// own, not one over a rival's: once its fence is done, a campaigns for the
+// Lease at once, as it does where the Lease has versions, rather than
+// waiting it out for a lease duration as anybody's (suspect). Before, the
+// renewal counted as late because the deadline watcher had ended its term,
+// and a took the Lease again 5.4s after its fence (a lease duration of
+// 4s), or a standby took it first.
+func TestUnversionedRenewalLandingAfterTheDeadlineIsCampaignedOnAtOnce(t *testing.T) {
+	r := newLateRenewal(t)
+	r.provesTheHold()
+
+	// The renewal lands, and its answer reaches the loop; then the fence
+	// is done. The clock stands still from here on.
+	r.open()
+	r.e.writes.Wait()
+	require.True(t, r.stored().Spec.RenewTime.After(r.last.Spec.RenewTime.Time), "the held renewal landed")
+	before := r.updates()
+	r.done()
+	require.Eventually(t, func() bool { return r.updates() > before }, wait, poll,
+		"a did not campaign for its own Lease, its fence done, without waiting for the clock")
+
+	// The campaign's read-back, confirmAfter later: a holds the Lease again.
+	r.stepUntil("a acquires the Lease again", func() bool { return r.gains.Load() == 2 })
+}
