@@ -228,6 +228,7 @@ type Elector struct {
 	held        map[int]*held
 	fencing     map[int]bool                  // lost, waiting for the Lost callback's done
 	campaigning map[int]bool                  // a campaign in flight
+	shardWrites map[int]int                   // renewals and releases in flight, per shard, held or not any more
 	tried       map[int]*coordinationv1.Lease // the version last campaigned on (nil: none), per shard
 	suspect     map[int]time.Time             // until when a Lease naming us is not campaigned for (suspectWrite)
 	// seenWhileWriting is, per shard with a write in flight, the versions of
@@ -311,7 +312,7 @@ func New(cfg Config) (*Elector, error) {
 		cfg.MaxCampaigns = DefaultMaxCampaigns
 	}
 	e := &Elector{cfg: cfg, events: make(chan any, 64), backlog: max(4096, 16*cfg.Shards), wake: make(chan struct{}, 1), pollNow: make(chan struct{}, 1), ticking: make(chan struct{}),
-		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{},
+		observed: map[string]*observed{}, held: map[int]*held{}, fencing: map[int]bool{}, campaigning: map[int]bool{}, shardWrites: map[int]int{},
 		seenWhileWriting: map[int][]*coordinationv1.Lease{},
 		tried:            map[int]*coordinationv1.Lease{}, suspect: map[int]time.Time{}, terms: map[int]*lease.Term{}, renewed: map[int]time.Time{}, early: map[int]bool{}, announcing: map[int]bool{},
 		abandon: make(chan struct{}), holders: map[int]string{}}

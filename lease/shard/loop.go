@@ -143,6 +143,11 @@ func (e *Elector) handle(ev any) {
 		e.gone(m.lease)
 	case *written:
 		e.tick.answered(m)
+		if m.kind == writeRenewal || m.kind == writeRelease {
+			if e.shardWrites[m.shard]--; e.shardWrites[m.shard] <= 0 {
+				delete(e.shardWrites, m.shard)
+			}
+		}
 		switch m.kind {
 		case writeCampaign:
 			e.campaigned(m)

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -299,17 +301,24 @@ func newLateRenewal(t *testing.T) *lateRenewal {
 	return r
 }
 
-// renewal moves the clock a retry period and waits until a's renewal then
-// has been answered (or a has lost the Lease).
+// renewal moves the clock a retry period at a time until a's renewal sent
+// then has been answered then (or a has lost the Lease): a renewal sent
+// at an earlier step and answered at this one does not count, nor does a
+// tick that sent none because that renewal was still in flight.
 func (r *lateRenewal) renewal() {
 	r.t.Helper()
-	r.clk.Step(retryPeriod)
-	require.Eventually(r.t, func() bool {
-		r.e.mu.Lock()
-		at, held := r.e.renewed[0]
-		r.e.mu.Unlock()
-		return held && at.Equal(r.clk.Now()) || len(r.dones) > 0
-	}, wait, poll, "a's renewal was not answered")
+	for {
+		r.clk.Step(retryPeriod)
+		require.Eventually(r.t, func() bool {
+			r.e.mu.Lock()
+			at, held := r.e.renewed[0]
+			r.e.mu.Unlock()
+			return held && at.Equal(r.clk.Now()) || len(r.dones) > 0
+		}, wait, poll, "a's renewal was not answered")
+		if len(r.dones) > 0 || r.stored().Spec.RenewTime.Equal(ptr.To(microTime(r.clk.Now()))) {
+			return
+		}
+	}
 }
 
 func (r *lateRenewal) stored() *coordinationv1.Lease {
@@ -383,4 +392,64 @@ func TestUnversionedRenewalLandingAfterTheDeadlineIsCampaignedOnAtOnce(t *testin
 
 	// The campaign's read-back, confirmAfter later: a holds the Lease again.
 	r.stepUntil("a acquires the Lease again", func() bool { return r.gains.Load() == 2 })
+}
+
+// a's fence is done while its renewal is still held, then the renewal
+// lands. On a store without versions nothing refuses it: a campaign sent
+// meanwhile would be written over by it, the renew time gone back, and a's
+// next renewal would find the Lease written by another and lose it again
+// (a campaign read back before the renewal lands would count). So a
+// campaigns only once that renewal has been answered: its write is the
+// first a makes after the loss. Before, a campaigned at once.
+func TestUnversionedRenewalLandingAfterTheFenceIsWaitedFor(t *testing.T) {
+	r := newLateRenewal(t)
+	lostAt := r.clk.Now()
+	r.done()
+	// A retry period, handled: a tick at which a would campaign, were it
+	// to (a campaign sent then leaves the tick uncounted until its
+	// read-back, which waits for the clock: the wait times out).
+	ticks := r.e.ticks.Load()
+	r.clk.Step(retryPeriod)
+	require.Eventually(t, func() bool { return r.e.ticks.Load() > ticks }, wait, poll,
+		"a's tick after its fence was not handled: a campaign of it waits for its read-back")
+	// And time for such a campaign's read-back (confirmAfter).
+	for range int(renewDeadline/3/(retryPeriod/5)) + 1 {
+		<-time.After(poll)
+		r.clk.Step(retryPeriod / 5)
+	}
+	r.provesTheHold()
+	r.open()
+	r.stepUntil("a acquires the Lease again", func() bool { return r.gains.Load() >= 2 })
+
+	// A few renewals, each answered before the next (or the Lease lost):
+	// none finds the Lease written by another.
+	for range 4 {
+		r.renewal()
+	}
+	// The held renewal is the last write a sent before its loss: no write
+	// sent after the loss (a campaign) may have reached the store first.
+	var renewTimes []time.Time // of a's updates, in the order the store took them
+	for _, a := range r.client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "leases" {
+			renewTimes = append(renewTimes, u.GetObject().(*coordinationv1.Lease).Spec.RenewTime.Time)
+		}
+	}
+	held := -1
+	for k, at := range renewTimes {
+		if at.Before(lostAt) && (held < 0 || at.After(renewTimes[held])) {
+			held = k
+		}
+	}
+	require.GreaterOrEqual(t, held, 0)
+	for _, at := range renewTimes[:held] {
+		assert.True(t, at.Before(lostAt), "a write a sent %s after its loss reached the store before its renewal held from before it",
+			at.Sub(lostAt))
+	}
+	select {
+	case done := <-r.dones:
+		done()
+		t.Error("a lost the Lease again, to its own renewal sent before its loss")
+	default:
+	}
+	assert.Equal(t, int32(2), r.gains.Load())
 }
