@@ -19,6 +19,115 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// heldLoop is one replica of a single lease on client-go's fake clientset
+// whose loop is held in its first Acquired until resume: a loop that has
+// fallen behind its watch (a starved goroutine under load), on purpose.
+type heldLoop struct {
+	t       *testing.T
+	client  *fake.Clientset
+	clock   *clocktesting.FakeClock
+	e       *Elector
+	resume  chan struct{}
+	resumed bool
+	lost    chan string // Lost's reasons
+}
+
+func newHeldLoop(t *testing.T, backlog int) *heldLoop { return newHeldLoopWith(t, backlog, nil) }
+
+// newHeldLoopWith starts the replica, with backlog if positive, on a fake
+// clientset prepare (if set) has been given first, and returns once its
+// loop is held in Acquired. Run ends with the test.
+func newHeldLoopWith(t *testing.T, backlog int, prepare func(*fake.Clientset)) *heldLoop {
+	h := &heldLoop{t: t, client: fake.NewClientset(), clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)),
+		resume: make(chan struct{}), lost: make(chan string, 1)}
+	if prepare != nil {
+		prepare(h.client)
+	}
+	acquired := make(chan struct{})
+	var first sync.Once
+	e, err := New(Config{Client: h.client, Namespace: testNamespace, Name: testGroup, Identity: "a", SingleLease: true,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: h.clock,
+		Callbacks: Callbacks{
+			// Taken again once b's expires, with the loop running again.
+			Acquired: func(int) { first.Do(func() { close(acquired) }); <-h.resume },
+			Release:  func(_ int, done func()) { done() },
+			Lost: func(_ int, reason string, done func()) {
+				select {
+				case h.lost <- reason:
+				default:
+				}
+				done()
+			},
+		}})
+	require.NoError(t, err)
+	if backlog > 0 {
+		e.backlog = backlog
+	}
+	h.e = e
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	t.Cleanup(func() {
+		h.release()
+		cancel()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+				h.clock.Step(retryPeriod) // a release that failed is retried each retry period
+			}
+		}
+	})
+	select {
+	case <-acquired:
+	case <-time.After(wait):
+		t.Fatal("the replica did not acquire the Lease")
+	}
+	return h
+}
+
+// release lets the loop run again.
+func (h *heldLoop) release() {
+	if !h.resumed {
+		h.resumed = true
+		close(h.resume)
+	}
+}
+
+// writeNoise updates another Lease of the namespace n times (the fakes'
+// watches are not filtered by selector), failing at a write that panics.
+func (h *heldLoop) writeNoise(n int) {
+	ctx := context.Background()
+	leases := h.client.CoordinationV1().Leases(testNamespace)
+	noise, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "noise", Namespace: testNamespace}}, metav1.CreateOptions{})
+	require.NoError(h.t, err)
+	write := func(k int) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("write %d of %d panicked in the fake clientset: %v", k, n, p)
+			}
+		}()
+		noise.Annotations = map[string]string{"n": strconv.Itoa(k)}
+		noise, err = leases.Update(ctx, noise, metav1.UpdateOptions{})
+		return err
+	}
+	for k := 1; k <= n; k++ {
+		require.NoError(h.t, write(k))
+	}
+}
+
+// giveToB writes b as the holder of the Lease a holds.
+func (h *heldLoop) giveToB() {
+	ctx := context.Background()
+	leases := h.client.CoordinationV1().Leases(testNamespace)
+	held, err := leases.Get(ctx, testGroup, metav1.GetOptions{})
+	require.NoError(h.t, err)
+	held.Spec.HolderIdentity = ptr.To("b")
+	_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
+	require.NoError(h.t, err)
+}
+
 // A loop that falls behind (a starved goroutine under load; here an
 // Acquired held on purpose) must not stop the watch from being read.
 // client-go's fake clientsets send each write to every watcher from the
@@ -29,60 +138,12 @@ import (
 // must return, and once the loop runs again it must be shown the last of
 // them: a rival's write over the Lease it holds, which it must lose.
 func TestAWatchIsReadWhileTheLoopIsBehind(t *testing.T) {
-	client := fake.NewClientset()
-	leases := client.CoordinationV1().Leases(testNamespace)
-	acquired, resume, lost := make(chan struct{}), make(chan struct{}), make(chan string, 1)
-	e, err := New(Config{Client: client, Namespace: testNamespace, Name: testGroup, Identity: "a", SingleLease: true,
-		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
-		Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)),
-		Callbacks: Callbacks{
-			Acquired: func(int) { close(acquired); <-resume },
-			Release:  func(_ int, done func()) { done() },
-			Lost:     func(_ int, reason string, done func()) { lost <- reason; done() },
-		}})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); e.Run(ctx) }()
-	resumed := false
-	defer func() {
-		if !resumed {
-			close(resume)
-		}
-		cancel()
-		<-done
-	}()
+	h := newHeldLoop(t, 0)
+	h.writeNoise(300)
+	h.giveToB()
+	h.release()
 	select {
-	case <-acquired: // the loop is held in Acquired until resume closes
-	case <-time.After(wait):
-		t.Fatal("the replica did not acquire the Lease")
-	}
-
-	const writes = 300
-	noise, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "noise", Namespace: testNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	write := func(n int) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("write %d of %d panicked in the fake clientset: %v", n, writes, p)
-			}
-		}()
-		noise.Annotations = map[string]string{"n": strconv.Itoa(n)}
-		noise, err = leases.Update(ctx, noise, metav1.UpdateOptions{})
-		return err
-	}
-	for n := 1; n <= writes; n++ {
-		require.NoError(t, write(n))
-	}
-	held, err := leases.Get(ctx, testGroup, metav1.GetOptions{})
-	require.NoError(t, err)
-	held.Spec.HolderIdentity = ptr.To("b")
-	_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	resumed = true
-	close(resume)
-	select {
-	case reason := <-lost:
+	case reason := <-h.lost:
 		require.Equal(t, `taken by "b"`, reason)
 	case <-time.After(wait):
 		t.Fatal("the replica did not lose the Lease the last write gave to b")
@@ -93,77 +154,17 @@ func TestAWatchIsReadWhileTheLoopIsBehind(t *testing.T) {
 // past its backlog the watch is dropped, as an API server drops a watcher
 // that does not keep up, and opened again after a list once the loop runs.
 func TestAWatchTooFarBehindIsDroppedAndOpenedAgain(t *testing.T) {
-	client := fake.NewClientset()
 	var watches atomic.Int32
-	client.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
-		watches.Add(1)
-		return false, nil, nil // the fake's own watch
+	h := newHeldLoopWith(t, 50, func(c *fake.Clientset) { // before the first watch
+		c.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+			watches.Add(1)
+			return false, nil, nil // the fake's own watch
+		})
 	})
-	leases := client.CoordinationV1().Leases(testNamespace)
-	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	acquired, resume, lost := make(chan struct{}), make(chan struct{}), make(chan string, 1)
-	var first sync.Once
-	e, err := New(Config{Client: client, Namespace: testNamespace, Name: testGroup, Identity: "a", SingleLease: true,
-		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk,
-		Callbacks: Callbacks{
-			Acquired: func(int) { first.Do(func() { close(acquired) }); <-resume }, // taken again once b's expires
-			Release:  func(_ int, done func()) { done() },
-			Lost: func(_ int, reason string, done func()) {
-				select {
-				case lost <- reason:
-				default:
-				}
-				done()
-			},
-		}})
-	require.NoError(t, err)
-	e.backlog = 50
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); e.Run(ctx) }()
-	resumed := false
-	defer func() {
-		if !resumed {
-			close(resume)
-		}
-		cancel()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(10 * time.Millisecond):
-				clk.Step(retryPeriod) // a release that failed is retried each retry period
-			}
-		}
-	}()
-	select {
-	case <-acquired:
-	case <-time.After(wait):
-		t.Fatal("the replica did not acquire the Lease")
-	}
 	require.EqualValues(t, 1, watches.Load())
-
-	noise, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "noise", Namespace: testNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	for n := 1; n <= 300; n++ {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					t.Fatalf("write %d panicked in the fake clientset: %v", n, p)
-				}
-			}()
-			noise.Annotations = map[string]string{"n": strconv.Itoa(n)}
-			noise, err = leases.Update(ctx, noise, metav1.UpdateOptions{})
-			require.NoError(t, err)
-		}()
-	}
-	held, err := leases.Get(ctx, testGroup, metav1.GetOptions{})
-	require.NoError(t, err)
-	held.Spec.HolderIdentity = ptr.To("b")
-	_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	resumed = true
-	close(resume)
+	h.writeNoise(300)
+	h.giveToB()
+	h.release()
 	// The dropped watch is opened again after the list a RetryPeriod later,
 	// which shows the Lease b holds: lost, whether by that or by the
 	// renewal the same step sends.
@@ -173,9 +174,9 @@ func TestAWatchTooFarBehindIsDroppedAndOpenedAgain(t *testing.T) {
 			t.Fatalf("lost %q, watches opened %d: the watch was not dropped and opened again", reason, watches.Load())
 		}
 		select {
-		case reason = <-lost:
+		case reason = <-h.lost:
 		case <-time.After(10 * time.Millisecond):
-			clk.Step(retryPeriod / 4)
+			h.clock.Step(retryPeriod / 4)
 		}
 	}
 }
