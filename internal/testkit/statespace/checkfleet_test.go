@@ -397,26 +397,10 @@ func TestFleetOfflineLate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := tc.sc
-			sc.Fleet = 1
-			r := newRunner(sc, Config{Slack: slack})
-			defer r.pauses.Stop()
-			r.fleet = newFleetState(r)
-			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
-			r.children[fleetPath("c0")] = newChild(fleetPath("c0"), "controller", r.journal, r.release)
-			tc.setup(r)
-			r.checkFleet()
-			r.checkObligations(time.Now())
-			var got []Invariant
-			for _, v := range append(slices.Clone(r.violations), r.excused...) { // a paused test process excuses it
-				got = append(got, v.Invariant)
-			}
-			switch {
-			case tc.want == "" && len(got) > 0:
-				t.Errorf("violations %v, want none: %v", got, r.violations)
-			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
-				t.Errorf("violations %v, want one %s", got, tc.want)
-			}
+			judgeMemberC0(t, tc.sc, slack, tc.setup, func(r *runner) {
+				r.checkFleet()
+				r.checkObligations(time.Now())
+			}, tc.want)
 		})
 	}
 }
@@ -595,26 +579,33 @@ func TestFleetOnlineWhileDown(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := tc.sc
-			sc.Fleet = 1
-			r := newRunner(sc, Config{Slack: slack})
-			defer r.pauses.Stop()
-			r.fleet = newFleetState(r)
-			r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
-			r.children[fleetPath("c0")] = newChild(fleetPath("c0"), "controller", r.journal, r.release)
-			tc.setup(r)
-			r.checkOnlineWhileDown()
-			var got []Invariant
-			for _, v := range append(slices.Clone(r.violations), r.excused...) { // a paused test process excuses it
-				got = append(got, v.Invariant)
-			}
-			switch {
-			case tc.want == "" && len(got) > 0:
-				t.Errorf("violations %v, want none: %v", got, r.violations)
-			case tc.want != "" && (len(got) != 1 || got[0] != tc.want):
-				t.Errorf("violations %v, want one %s", got, tc.want)
-			}
+			judgeMemberC0(t, tc.sc, slack, tc.setup, (*runner).checkOnlineWhileDown, tc.want)
 		})
+	}
+}
+
+// judgeMemberC0 judges, by check, a fleet of one member c0 (its server up,
+// its controller known) as setup leaves it: want is the one invariant it
+// must break, "" none.
+func judgeMemberC0(t *testing.T, sc Scenario, slack time.Duration, setup, check func(*runner), want Invariant) {
+	t.Helper()
+	sc.Fleet = 1
+	r := newRunner(sc, Config{Slack: slack})
+	defer r.pauses.Stop()
+	r.fleet = newFleetState(r)
+	r.fleet.servers["c0"], r.fleet.want["c0"] = &memberServer{}, 1
+	r.children[fleetPath("c0")] = newChild(fleetPath("c0"), "controller", r.journal, r.release)
+	setup(r)
+	check(r)
+	var got []Invariant
+	for _, v := range append(slices.Clone(r.violations), r.excused...) { // a paused test process excuses it
+		got = append(got, v.Invariant)
+	}
+	switch {
+	case want == "" && len(got) > 0:
+		t.Errorf("violations %v, want none: %v", got, r.violations)
+	case want != "" && (len(got) != 1 || got[0] != want):
+		t.Errorf("violations %v, want one %s", got, want)
 	}
 }
 
