@@ -78,7 +78,16 @@ func TestAttackFleetInShardedGroupFollowsMemberShard(t *testing.T) {
 	require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-0", "thief", elLeaseDuration))
 	elEventually(t, "on0 stopped", func() bool { return !running(on0) })
 	require.Error(t, fsWrite(c0.cluster), "a write of a cluster whose shard is not held")
-	require.True(t, running(on1))
+	if !running(on1) {
+		// Seen once (1 of 36 loaded, shuffled runs beside the whole fleet
+		// suite, load about 9), with nothing to say why: a loss of shard 1
+		// to a starved renewal, or the steal of shard 0 reaching on1. The
+		// events tell them apart.
+		for _, e := range log.all() {
+			t.Logf("event %v (shard %d)", e, e.Shard)
+		}
+	}
+	require.True(t, running(on1), "%s (shard 1) runs on while shard 0 is stolen", on1)
 	require.NoError(t, fsWrite(bl.of(on1)[0].cluster))
 	require.NoError(t, c0.cluster.Context().Err(), "the cluster's context outlasts the loss of its shard")
 
