@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,6 +151,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 		}()
 		<-release // ignores its context
 	})
+	aev := (&elEvents{}).subscribe(a)
 	elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return shardsHeld(a) == shards })
 	b := mk("b", nil)
 	select {
@@ -164,9 +166,12 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	default:
 	}
 	// b takes what a released, never the hung shard: watch for a lease
-	// duration and more.
+	// duration and more. Unless a lost it to the machine (a starved
+	// renewal, "not renewed"): a shard lost while its child's Shutdown
+	// hangs cannot be fenced (the process must exit, docs/architecture.md),
+	// and b takes it once it has expired.
 	elConsistently(t, fakeLeaseDuration+time.Second, "b never runs beside a's hung Shutdown", func() bool {
-		return noShardOverlap(t, activity)
+		return noShardOverlapUnless(t, activity, func(x, y elSpan) bool { return lostToTheMachine(aev, x, y) })
 	})
 	releaseOnce.Do(func() { close(release) })
 	select {
@@ -176,14 +181,49 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	}
 	require.ErrorIs(t, a.Err(), cm.ErrUnstopped, "Err changed once stopped: %v", a.Err())
 	elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return shardsHeld(b) == shards })
-	noShardOverlap(t, activity)
+	noShardOverlapUnless(t, activity, func(x, y elSpan) bool { return lostToTheMachine(aev, x, y) })
+}
+
+// lostToTheMachine reports whether, of two overlapping spans of one
+// sharded child ("ctl-<i>"), the one on a began after a had lost shard i
+// to a renewal the machine starved (isSetback's reasons), as its
+// ShardLost says.
+func lostToTheMachine(aev *elEvents, x, y elSpan) bool {
+	if y.replica == "a" {
+		x, y = y, x
+	}
+	var shard int
+	if _, err := fmt.Sscanf(x.child, "ctl-%d", &shard); err != nil || x.replica != "a" {
+		return false
+	}
+	aev.mu.Lock()
+	defer aev.mu.Unlock()
+	for _, ev := range aev.events {
+		if ev.Type == cm.ShardLost && ev.Shard == shard && ev.Err != nil && ev.Time.Before(y.from) &&
+			(strings.Contains(ev.Err.Error(), "not renewed for ") || strings.Contains(ev.Err.Error(), "renewal answered after the lease could have expired")) {
+			return true
+		}
+	}
+	return false
 }
 
 // noShardOverlap fails if one child ran on two replicas at once.
 func noShardOverlap(t *testing.T, a *elActivity) bool {
 	t.Helper()
+	return noShardOverlapUnless(t, a, func(elSpan, elSpan) bool { return false })
+}
+
+// noShardOverlapUnless is noShardOverlap, but an overlap excused says so
+// in the log and passes.
+func noShardOverlapUnless(t *testing.T, a *elActivity, excused func(x, y elSpan) bool) bool {
+	t.Helper()
 	ok := true
 	a.overlaps(func(x, y elSpan) bool { return x.child == y.child }, func(x, y elSpan, xEnd, yEnd time.Time) {
+		if excused(x, y) {
+			t.Logf("excused (the shard was lost to the machine first): %s/%s from %s overlaps %s/%s from %s (pause %s)",
+				x.replica, x.child, x.from.Format("05.000"), y.replica, y.child, y.from.Format("05.000"), a.pauses.Longest())
+			return
+		}
 		ok = false
 		t.Errorf("%s/%s active %s–%s overlaps %s/%s active %s–%s (pause %s)", x.replica, x.child, x.from.Format("05.000"),
 			xEnd.Format("05.000"), y.replica, y.child, y.from.Format("05.000"), yEnd.Format("05.000"), a.pauses.Longest())

@@ -210,7 +210,24 @@ func runFleetSharded(t *testing.T, ids []string, partition bool) {
 				return fmt.Sprintf("shards held: %v", held)
 			}
 		}
-		return spreadOK(reps, clusters, shards)
+		if why := spreadOK(reps, clusters, shards); why != "" {
+			return why
+		}
+		// Each replica's runner adds every member's group, each once its
+		// first probe has answered: on its own goroutine, perhaps after
+		// the clusters have started on their shards' holders.
+		for _, r := range reps {
+			st, err := r.mgr.Status(context.Background())
+			if err != nil {
+				return fmt.Sprintf("%s: Status: %v", r.id, err)
+			}
+			for _, c := range clusters {
+				if _, ok := st.Child("fleet/" + c); !ok {
+					return fmt.Sprintf("%s has no group for %s yet", r.id, c)
+				}
+			}
+		}
+		return ""
 	})
 
 	// A cluster's writes pass on the holder of its shard and are refused
