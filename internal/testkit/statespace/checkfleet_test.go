@@ -303,9 +303,7 @@ func TestFleetInvariants(t *testing.T) {
 func TestFleetOfflineLate(t *testing.T) {
 	const slack = time.Second
 	long := -10 * time.Second // long before now: past any bound
-	at := func(r *runner, d time.Duration, typ cm.EventType, child string) {
-		r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
-	}
+	at, shard := eventAt, shardEventAt
 	member := fleetName + "/c0"
 	// up: the member engaged, the manager Running and the fleet's runner
 	// started, all long ago; its API server down since ago.
@@ -319,10 +317,6 @@ func TestFleetOfflineLate(t *testing.T) {
 		r.fleet.servers["c0"].engaged.Store(true)
 		r.fleet.servers["c0"].down.Store(true)
 		r.fleet.servers["c0"].downAt.Store(time.Now().Add(ago).UnixNano())
-	}
-	shard := func(r *runner, d time.Duration, typ cm.EventType, n int) {
-		at(r, d, typ, "")
-		r.events[len(r.events)-1].Shard = n
 	}
 	elected := Scenario{Fleet: 1, Election: Reelect}
 	sharded := Scenario{Fleet: 1, Election: Reelect, Shards: 3}
@@ -448,9 +442,7 @@ func TestFleetMemberStoreWaitsForItsAPIServer(t *testing.T) {
 func TestFleetOnlineWhileDown(t *testing.T) {
 	const slack = time.Second
 	long := -10 * time.Second // long before now: past any bound
-	at := func(r *runner, d time.Duration, typ cm.EventType, child string) {
-		r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
-	}
+	at, shard := eventAt, shardEventAt
 	member := fleetName + "/c0"
 	running := func(r *runner, d time.Duration) {
 		at(r, d, cm.PhaseChanged, "")
@@ -478,10 +470,6 @@ func TestFleetOnlineWhileDown(t *testing.T) {
 	online := func(r *runner, d time.Duration) {
 		at(r, d, cm.ClusterOffline, member)
 		at(r, d, cm.ClusterOnline, member)
-	}
-	shard := func(r *runner, d time.Duration, typ cm.EventType, n int) {
-		at(r, d, typ, "")
-		r.events[len(r.events)-1].Shard = n
 	}
 	elected := Scenario{Fleet: 1, Election: Reelect}
 	sharded := Scenario{Fleet: 1, Election: Reelect, Shards: 3}
@@ -582,6 +570,18 @@ func TestFleetOnlineWhileDown(t *testing.T) {
 			judgeMemberC0(t, tc.sc, slack, tc.setup, (*runner).checkOnlineWhileDown, tc.want)
 		})
 	}
+}
+
+// eventAt records an event of typ on child, d from now, as the manager
+// would have published it.
+func eventAt(r *runner, d time.Duration, typ cm.EventType, child string) {
+	r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
+}
+
+// shardEventAt records an event of typ on shard n, d from now.
+func shardEventAt(r *runner, d time.Duration, typ cm.EventType, n int) {
+	eventAt(r, d, typ, "")
+	r.events[len(r.events)-1].Shard = n
 }
 
 // judgeMemberC0 judges, by check, a fleet of one member c0 (its server up,
