@@ -686,15 +686,7 @@ func TestElectionStolenLeaseOnFakeClientsets(t *testing.T) {
 			elEventually(t, "a or b leads again once the thief's lease has expired", func() bool {
 				return a.holds(t)+b.holds(t) == 1
 			})
-			report := t.Errorf
-			if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
-				report = t.Logf
-			}
-			activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
-				func(x, y elSpan, xEnd, yEnd time.Time) {
-					report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
-						xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
-				})
+			neverTwoHolders(t, activity)
 		})
 	}
 }
@@ -787,15 +779,7 @@ func editAndDeleteHeldLease(t *testing.T, backend string) (setback string) {
 		// Never two holders, in a run that proves nothing about edits too;
 		// as in TestElectionStolenLeaseOnFakeClientsets, a pause of the whole
 		// process stops the holder and delays the others alike.
-		report := t.Errorf
-		if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
-			report = t.Logf
-		}
-		activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
-			func(x, y elSpan, xEnd, yEnd time.Time) {
-				report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
-					xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
-			})
+		neverTwoHolders(t, activity)
 	}()
 	// step waits for cond, as elEventually; a run whose holder lost the
 	// lease, or that waited elWait, ends there: proving nothing if setbacks
@@ -874,4 +858,21 @@ func editAndDeleteHeldLease(t *testing.T, backend string) (setback string) {
 				xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
 		})
 	return ""
+}
+
+// neverTwoHolders fails on a child that ran on two replicas at once, and
+// only logs it when a pause of the whole process longer than half the
+// fence budget came meanwhile: it stops the holder and delays the others
+// alike.
+func neverTwoHolders(t *testing.T, activity *elActivity) {
+	t.Helper()
+	report := t.Errorf
+	if pause := activity.pauses.Longest(); pause > elFenceBudget/2 {
+		report = t.Logf
+	}
+	activity.overlaps(func(x, y elSpan) bool { return x.child == y.child },
+		func(x, y elSpan, xEnd, yEnd time.Time) {
+			report("%s ran on %s (%s–%s) and on %s (%s–%s) at once", x.child, x.replica, x.from.Format("05.000"),
+				xEnd.Format("05.000"), y.replica, y.from.Format("05.000"), yEnd.Format("05.000"))
+		})
 }
