@@ -163,7 +163,8 @@ func (e *Elector) campaign(i int) {
 		return
 	}
 	e.tried[i] = decided
-	now := microTime(e.cfg.Clock.Now())
+	at := e.cfg.Clock.Now()
+	now := microTime(at)
 	seconds := int32(e.cfg.LeaseDuration / time.Second)
 	w := &written{kind: writeCampaign, shard: i,
 		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
@@ -184,7 +185,7 @@ func (e *Elector) campaign(i int) {
 		l.Spec.LeaseTransitions, l.Spec.AcquireTime = &transitions, &now
 	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(e.cfg.Identity), &seconds, &now
-	w.at, w.sent = e.cfg.Clock.Now(), w.term.Elapsed()
+	w.at, w.sent = at, w.term.Elapsed()
 	e.goWrite(w, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		if decided == nil {
 			got, err := e.store.Create(ctx, l)
