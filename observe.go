@@ -13,12 +13,20 @@ import (
 // manager has stopped it flushes the Events. Called by start, once.
 func (m *BaseManager) observe() {
 	m.events.start()
-	seen := make(chan struct{})
+	var seen chan struct{} // closed once flushed: ShutdownAndWait waits for it
+	if m.events.flushes() {
+		seen = make(chan struct{})
+		m.mu.Lock()
+		m.flushed = seen
+		m.mu.Unlock()
+	}
 	var once sync.Once
 	finish := func() {
 		once.Do(func() {
 			m.events.stop()
-			close(seen)
+			if seen != nil {
+				close(seen)
+			}
 		})
 	}
 	cancel := m.Subscribe(func(e Event) {

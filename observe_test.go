@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +30,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	k8srecord "k8s.io/client-go/tools/record"
 
 	cm "github.com/actorkube/controllermanager"
@@ -178,6 +181,30 @@ func TestEventsOnTheAPIServer(t *testing.T) {
 				t.Errorf("want %d Events, have %d:\n%s", len(want), len(have), strings.Join(have, "\n"))
 			}
 		})
+	}
+}
+
+// The manager's own Events are written before ShutdownAndWait returns,
+// even when the API server takes longer to write them than the wait for
+// event subscribers (WithSubscriberDrainTimeout) allows: the host exits on
+// return, and the flush is what the Events of the end are written by. The
+// manager's own recorder is bounded by kubeevents.FlushTimeout instead.
+func TestEventsOfTheEndAreWrittenWhenTheAPIServerIsSlowerThanTheDrain(t *testing.T) {
+	client := fake.NewClientset()
+	const latency = time.Second // the write of "stopped leading"; the drain waits 50ms
+	var written atomic.Bool
+	client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && strings.Contains(e.Message, "stopped leading") {
+			time.Sleep(latency) // latency of the API server (not synchronisation)
+			written.Store(true) // the fake holds its lock for the call: a List would wait for it
+		}
+		return false, nil, nil
+	})
+	m := startMetricsManager(t, cm.NewContext(client), observeSpec(), nil, cm.WithIdentity("replica-a"),
+		cm.WithSubscriberDrainTimeout(50*time.Millisecond))
+	shutdown(t, m)
+	if !written.Load() {
+		t.Error("ShutdownAndWait returned while the Event of the Lease's release was still being written")
 	}
 }
 

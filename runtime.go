@@ -88,6 +88,10 @@ type BaseManager struct {
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added; nil once started
 	started bool  // Start has been called
+	// flushed is closed once the manager's own recorder has written the
+	// Events it had queued when the manager stopped (observe); nil when it
+	// has none to write, or before Start.
+	flushed chan struct{}
 	// fleets are the fleets added to the manager, at any depth (bindFleets):
 	// Status reads their clusters' states.
 	fleets []*Fleet
@@ -398,8 +402,11 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 //  3. once every Shutdown has returned, and only then, the lease is given up;
 //  4. the manager enters Stopped (Done is closed), its actors stop and the
 //     event subscribers receive the last events; ShutdownAndWait waits for
-//     them to take those for at most WithSubscriberDrainTimeout (default
-//     one second), so that a subscriber that blocks never holds it.
+//     the manager's own Kubernetes Events to be written (its recorder gives
+//     up on those not written within five seconds), then for
+//     the subscribers to take the last events for at most
+//     WithSubscriberDrainTimeout (default one second), so that a subscriber
+//     that blocks never holds it.
 //
 // Whether the shutdown overran is decided by one rule, the same on every
 // run: it overran when ctx ended before the last Shutdown returned. A
@@ -439,6 +446,19 @@ func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	case <-m.handle.Observed.Terminated():
 	case <-ctx.Done():
 		return
+	}
+	// The manager's own Kubernetes Events of the end are written before the
+	// host, which exits on return, is answered: the recorder bounds its
+	// flush itself (kubeevents.FlushTimeout), not by the subscribers' drain.
+	m.mu.Lock()
+	flushed := m.flushed
+	m.mu.Unlock()
+	if flushed != nil {
+		select {
+		case <-flushed:
+		case <-ctx.Done():
+			return
+		}
 	}
 	// The last events reach the subscribers, but a subscriber that blocks
 	// must not hold the host's shutdown: its wait is bounded.
