@@ -252,7 +252,11 @@ type barrier struct {
 	// skipStopped: for a start round, a child stopped while it started
 	// (its shard lost or handed over) is left out instead of failing it.
 	skipStopped bool
-	done        bool
+	// supervises: for a start round after the manager has run (its
+	// supervised), a child whose start call failed is left out too, and
+	// supervised like any failure (onChildStartFailed).
+	supervises bool
+	done       bool
 }
 
 // errInterrupted is the exported sentinel itself, so that the identity
@@ -326,8 +330,9 @@ func (b *barrier) pending() *barrier {
 
 // settleChild settles every barrier waiting on rec with err (a start
 // barrier settled by a stop gets errInterrupted instead when interrupted is
-// set).
-func settleChild(rec *childRecord, err error, interrupted bool) {
+// set). It reports whether a barrier that supervises took a failed start
+// as settled: the caller supervises rec.
+func settleChild(rec *childRecord, err error, interrupted bool) (supervise bool) {
 	errFor := func(b *barrier) error {
 		if interrupted && b.skipStopped {
 			return nil
@@ -335,11 +340,15 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 		if interrupted && b.failFast {
 			return errInterrupted
 		}
+		if err != nil && b.supervises && !b.done && b.owner.current(b) {
+			supervise = true // its round still waits for it (not abandoned by a stand-down)
+			return nil
+		}
 		return err
 	}
 	b := rec.wait
 	if b == nil {
-		return
+		return false
 	}
 	rec.wait = nil
 	var more []*barrier
@@ -351,6 +360,7 @@ func settleChild(rec *childRecord, err error, interrupted bool) {
 	for _, b := range more {
 		b.settle(errFor(b))
 	}
+	return supervise
 }
 
 // startAll starts recs in parallel with ctx (which carries the start
@@ -545,7 +555,11 @@ func (s *root) onChildStartFailed(m childactor.StartFailed) {
 	s.setState(rec, supervisor.StateFailed)
 	s.recordFailure(rec, m.Err)
 	if rec.waiting() {
-		settleChild(rec, m.Err, false) // the owner decides: fail the start, or supervise
+		// The owner decides: fail the start, or supervise; a supervised
+		// round's barrier leaves it to the decider, as if nobody waited.
+		if settleChild(rec, m.Err, false) {
+			s.supervise(rec, m.Err)
+		}
 		return
 	}
 	s.supervise(rec, m.Err)

@@ -114,11 +114,12 @@ func (lvl *level) storesUp() bool {
 
 // storeRecovered starts what waited for a store of lvl, a group's, that
 // has just recovered while Starting or Running: the controllers of the
-// group (at any depth) whose shard was acquired meanwhile (startUnowned).
+// group (at any depth) whose shard was acquired meanwhile, or that a
+// supervised start round left for it (toStart) (startUnowned).
 func (lvl *level) storeRecovered() {
 	s := lvl.s
 	// Starting and Running own no shutdown and no stand-down.
-	if p := s.state.phase(); lvl.parent == nil || !s.shards.on() || (p != supervisor.PhaseStarting && p != supervisor.PhaseRunning) {
+	if p := s.state.phase(); lvl.parent == nil || (p != supervisor.PhaseStarting && p != supervisor.PhaseRunning) {
 		return
 	}
 	s.startUnowned(lvl.appendHosted(nil))

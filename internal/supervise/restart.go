@@ -303,7 +303,8 @@ func (p *restartPlan) cancel() {
 // spent. A child that has started is supervised in every phase up to
 // shutdown (a standby's webhooks, a store that recovered while controllers
 // still start); a start call failing during Start fails the start instead
-// (its round owns the barrier), and during shutdown nothing restarts.
+// (its round owns the barrier; a round after a re-election supervises it:
+// startAttempt.supervised), and during shutdown nothing restarts.
 func (s *root) supervise(rec *childRecord, err error) {
 	if !s.supervising() || rec.stopRequested {
 		return

@@ -77,6 +77,13 @@ type startAttempt struct {
 	// stopped is the answer of a round its caller's context ended (fail),
 	// given by the shutdown that ends it in place of the shutdown's own.
 	stopped error
+	// supervised: the manager has run (a round after a re-election whose
+	// Start was answered): a child whose start call fails is supervised
+	// like any failure (barrier.supervises), and the round goes on
+	// without it, as a shard acquired while Running does (shardStart),
+	// instead of failing the manager. A round a Start still waits for
+	// fails it, as the first round does.
+	supervised bool
 }
 
 // The supervisor's own messages for starting.
@@ -232,7 +239,7 @@ func (a *startAttempt) step() {
 			a.bound()
 			s.obs.starting.Store(true)
 			s.become(startPhase{at: supervisor.PhaseRecovering, start: a}, "the lease is held")
-			if a.wait = s.startAll(a, a.storesAt(), a.bounded); a.wait != nil {
+			if a.wait = a.startStage(a.storesAt(), a.bounded); a.wait != nil {
 				return
 			}
 			if a.depth < s.reg.deepestStore() {
@@ -241,7 +248,7 @@ func (a *startAttempt) step() {
 			}
 		case startControllers:
 			s.become(startPhase{at: supervisor.PhaseStarting, start: a}, "stores recovered")
-			if a.wait = s.startAll(a, a.toStart(actors.KindController), a.bounded); a.wait != nil {
+			if a.wait = a.startStage(a.toStart(actors.KindController), a.bounded); a.wait != nil {
 				return
 			}
 		case startRunnables:
@@ -261,6 +268,16 @@ func (a *startAttempt) step() {
 		a.wait = nil
 		a.next()
 	}
+}
+
+// startStage starts recs, stores or controllers, for the round's stage; a
+// supervised round's barrier supervises a failed start (supervised).
+func (a *startAttempt) startStage(recs []*childRecord, ctx context.Context) *barrier {
+	b := a.s.startAll(a, recs, ctx)
+	if b != nil {
+		b.supervises = a.supervised
+	}
+	return b
 }
 
 // current reports whether the round still waits for b: it is the root's
@@ -371,7 +388,7 @@ var ErrStartAbandoned = errors.New("start ended by its caller's context")
 // waits for this one; the abandoned round is no longer the root's, so its
 // barriers drop their children's reports.
 func newReelectionRound(s *root, prev *startAttempt) *startAttempt {
-	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout}
+	a := &startAttempt{s: s, stage: startElecting, timeout: s.startTimeout, supervised: prev == nil || prev.supervised}
 	if prev != nil {
 		a.replyTo, a.ctx, a.cancel = prev.abandon()
 	} else {
@@ -417,11 +434,15 @@ func (a *startAttempt) end(err error) {
 // runnables outlive a lost lease), those whose shard this replica does
 // not hold, and those a decision in progress owns (a restart plan, a
 // group's request still to start them: owned), which start them in turn.
+// In a supervised round a group's controllers also wait for its stores
+// (storesUp): one whose recovery failed in this round is being restarted,
+// and they start once it has recovered (storeRecovered).
 func (a *startAttempt) toStart(kind actors.Kind) []*childRecord {
 	s := a.s
 	var recs []*childRecord
 	for _, rec := range s.reg.ofKind(kind) {
-		if !rec.stopRequested && !rec.state.Active() && !owned(rec) && s.leaseHeld(rec) {
+		if !rec.stopRequested && !rec.state.Active() && !owned(rec) && s.leaseHeld(rec) &&
+			(!a.supervised || kind != actors.KindController || rec.lvl.storesUp()) {
 			recs = append(recs, rec)
 		}
 	}

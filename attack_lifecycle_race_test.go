@@ -1,0 +1,197 @@
+package controllermanager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/internal/testkit/testchild"
+	"github.com/actorkube/controllermanager/lease/leasetest"
+)
+
+// raceChild is a controller that counts its live incarnations: one whose
+// Run is entered before the Shutdown of the one before has been called is a
+// second incarnation beside the first.
+type raceChild struct {
+	*testchild.Controller
+	live, overlaps atomic.Int32
+}
+
+func newRaceChild(name string, run func(n int) error) *raceChild {
+	c := &raceChild{}
+	c.Controller = testchild.NewController(name, testchild.Behavior{
+		Run: func(ctx context.Context, n int) error {
+			if c.live.Add(1) > 1 {
+				c.overlaps.Add(1)
+			}
+			return run(n)
+		},
+		Shutdown: func(context.Context, int) { c.live.Add(-1) },
+	})
+	return c
+}
+
+// Lifecycle calls from four goroutines race on one group and its children
+// (RestartChild, StopChild, StartChild of "g", "g/a", "g/b") while "g/a"
+// panics on every third Run and the group's AllForOne strategy restarts
+// both; with election on, the Lease is stolen twice in the middle of the
+// calls (Reelect: every child stops, and starts again once the thief's
+// Lease has expired). Every call answers, with nil or an error that names a
+// decision in progress or the lease; no child ever has two incarnations at
+// once; once the calls have ended a StartChild of each brings both back;
+// Restarts = runs-1; and after the shutdown nothing runs.
+func TestAttackLifecycleCallsRaceOnOnePathWhileItPanics(t *testing.T) {
+	t.Parallel()
+	t.Run("no election", func(t *testing.T) { t.Parallel(); lifecycleRace(t, false) })
+	t.Run("reelect, lease stolen twice", func(t *testing.T) { t.Parallel(); lifecycleRace(t, true) })
+}
+
+func lifecycleRace(t *testing.T, elected bool) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var rngMu sync.Mutex
+
+	a := newRaceChild("a", func(n int) error {
+		if n%3 == 0 {
+			panic(fmt.Sprintf("run %d", n))
+		}
+		return nil
+	})
+	b := newRaceChild("b", func(int) error { return nil })
+	sup := &cm.SupervisionSpec{MaxRestarts: 100000, InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}
+	var m *cm.ControllerManager
+	var srv *leasetest.Server
+	if elected {
+		srv = leasetest.NewServer()
+		var err error
+		m, err = cm.NewControllerManager(cm.NewContext(srv.Client("a")),
+			cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostReelect), Supervision: sup}, "", cm.WithIdentity("a"), elQuiet)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			m.ShutdownAndWait(ctx)
+		})
+	} else {
+		m = newManager(t, nil, sup)
+	}
+	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, MaxRestarts: 100000,
+		InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}, a, b))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*wait)
+	defer cancel()
+	require.NoError(t, m.Start(ctx, 0))
+
+	// A decision in progress, or one that overtook the call: each says what
+	// it was. Anything else (a timeout above all: a call that hangs) fails.
+	// With election on, a call may also meet the manager Electing
+	// (ErrNotRunning) or the Lease lost under its start (ErrShardNotHeld).
+	allowed := []error{cm.ErrBusy, cm.ErrAlreadyRunning, cm.ErrStartInterrupted, cm.ErrChildStopped}
+	if elected {
+		allowed = append(allowed, cm.ErrNotRunning, cm.ErrShardNotHeld)
+	}
+	paths := []string{"g", "g/a", "g/b"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*40)
+	var calls atomic.Int32
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				if elected && (calls.Add(1) == 40 || calls.Load() == 100) {
+					// The Lease is stolen for a moment among the calls: a
+					// thief's Lease of 300ms, which a's campaign waits out.
+					require.NoError(t, srv.Steal(elNamespace, elLeaseName, "thief", 300*time.Millisecond))
+				}
+				rngMu.Lock()
+				op, path := rng.IntN(3), paths[rng.IntN(len(paths))]
+				rngMu.Unlock()
+				callCtx, cancel := context.WithTimeout(ctx, wait)
+				var err error
+				var name string
+				switch op {
+				case 0:
+					name, err = "RestartChild", m.RestartChild(callCtx, path)
+				case 1:
+					name, err = "StopChild", m.StopChild(callCtx, path)
+				default:
+					name, err = "StartChild", m.StartChild(callCtx, path)
+				}
+				cancel()
+				if err == nil {
+					continue
+				}
+				// The answer of a restart whose start failed: g/a's own panic.
+				ok := strings.Contains(err.Error(), `controller "g/a": panic in Run: run `)
+				for _, e := range allowed {
+					ok = ok || errors.Is(err, e)
+				}
+				if !ok {
+					errs <- fmt.Errorf("%s(%q): %w", name, path, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// Both come back once the group and each child are started (a child
+	// stopped by hand in a running group stays stopped until a StartChild
+	// of its own; a call still busy with a restart the storm began is asked
+	// again).
+	running := func() bool {
+		st, err := m.Status(ctx)
+		require.NoError(t, err)
+		for _, p := range []string{"g/a", "g/b"} {
+			if c, _ := st.Child(p); c.State != cm.StateRunning {
+				return false
+			}
+		}
+		return true
+	}
+	settled := testchild.Eventually(wait, func() bool {
+		for _, p := range paths {
+			err := m.StartChild(ctx, p)
+			if errors.Is(err, cm.ErrStopped) {
+				t.Fatalf("the manager stopped: %v", m.Err())
+			}
+			require.True(t, err == nil || errors.Is(err, cm.ErrChildStopped) || errors.Is(err, cm.ErrAlreadyRunning) || errors.Is(err, cm.ErrBusy) ||
+				errors.Is(err, cm.ErrStartInterrupted) || errors.Is(err, cm.ErrNotRunning) || errors.Is(err, cm.ErrShardNotHeld) ||
+				strings.Contains(err.Error(), "panic in Run"), "StartChild(%q): %v", p, err)
+		}
+		return running()
+	})
+	if !settled {
+		st, _ := m.Status(ctx)
+		t.Fatalf("g/a and g/b not running after StartChild of each: %+v", st.Children)
+	}
+
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	for _, c := range []*raceChild{a, b} {
+		runs, _, _ := c.Counts()
+		cs, _ := st.Child("g/" + c.Name())
+		require.Equal(t, runs-1, cs.Restarts, "g/%s: Restarts = runs-1 (%+v)", c.Name(), cs)
+		require.Zero(t, c.overlaps.Load(), "g/%s: two incarnations at once", c.Name())
+	}
+
+	m.ShutdownAndWait(ctx)
+	require.NoError(t, ctx.Err(), "the shutdown overran")
+	for _, c := range []*raceChild{a, b} {
+		require.Zero(t, c.live.Load(), "g/%s: an incarnation without its Shutdown after the manager stopped", c.Name())
+		require.Zero(t, c.overlaps.Load(), "g/%s: two incarnations at once", c.Name())
+	}
+}
