@@ -45,17 +45,23 @@ func newRaceChild(name string, run func(n int) error) *raceChild {
 // panics on every third Run and the group's AllForOne strategy restarts
 // both; with election on, the Lease is stolen twice in the middle of the
 // calls (Reelect: every child stops, and starts again once the thief's
-// Lease has expired). Every call answers, with nil or an error that names a
+// Lease has expired); with two shards, the group is shard 0's of
+// AddShardedGroup and shard 0's Lease is stolen twice while shard 1's
+// group runs on. Every call answers, with nil or an error that names a
 // decision in progress or the lease; no child ever has two incarnations at
 // once; once the calls have ended a StartChild of each brings both back;
 // Restarts = runs-1; and after the shutdown nothing runs.
 func TestAttackLifecycleCallsRaceOnOnePathWhileItPanics(t *testing.T) {
 	t.Parallel()
-	t.Run("no election", func(t *testing.T) { t.Parallel(); lifecycleRace(t, false) })
-	t.Run("reelect, lease stolen twice", func(t *testing.T) { t.Parallel(); lifecycleRace(t, true) })
+	t.Run("no election", func(t *testing.T) { t.Parallel(); lifecycleRace(t, 0) })
+	t.Run("reelect, lease stolen twice", func(t *testing.T) { t.Parallel(); lifecycleRace(t, 1) })
+	t.Run("two shards, shard 0 stolen twice", func(t *testing.T) { t.Parallel(); lifecycleRace(t, 2) })
 }
 
-func lifecycleRace(t *testing.T, elected bool) {
+// lifecycleRace runs the attack with election off (shards 0), one Lease
+// (1) or two shards (2).
+func lifecycleRace(t *testing.T, shards int32) {
+	elected := shards > 0
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -74,8 +80,12 @@ func lifecycleRace(t *testing.T, elected bool) {
 	if elected {
 		srv = leasetest.NewServer()
 		var err error
+		spec := elSpec(cm.LeaseLostReelect)
+		if shards > 1 {
+			spec.Shards = shards
+		}
 		m, err = cm.NewControllerManager(cm.NewContext(srv.Client("a")),
-			cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostReelect), Supervision: sup}, "", cm.WithIdentity("a"), elQuiet)
+			cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: sup}, "", cm.WithIdentity("a"), elQuiet)
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -85,11 +95,31 @@ func lifecycleRace(t *testing.T, elected bool) {
 	} else {
 		m = newManager(t, nil, sup)
 	}
-	m.Add(cm.NewGroup("g", cm.SupervisionSpec{Strategy: cm.AllForOne, MaxRestarts: 100000,
-		InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}, a, b))
+	gspec := cm.SupervisionSpec{Strategy: cm.AllForOne, MaxRestarts: 100000,
+		InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}
+	g, lease := "g", elLeaseName
+	if shards > 1 {
+		g, lease = "g-0", elLeaseName+"-0"
+		other := newRaceChild("c", func(int) error { return nil })
+		m.AddShardedGroup("g", gspec, func(sh cm.Shard) []cm.Runnable {
+			if sh.Index == 0 {
+				return []cm.Runnable{a, b}
+			}
+			return []cm.Runnable{other}
+		})
+		defer func() {
+			require.Zero(t, other.overlaps.Load(), "g-1/c: two incarnations at once")
+		}()
+	} else {
+		m.Add(cm.NewGroup("g", gspec, a, b))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*wait)
 	defer cancel()
 	require.NoError(t, m.Start(ctx, 0))
+
+	if shards > 1 {
+		elEventually(t, "a holds shard 0", func() bool { return holdsShard(t, m, 0) })
+	}
 
 	// A decision in progress, or one that overtook the call: each says what
 	// it was. Anything else (a timeout above all: a call that hangs) fails.
@@ -99,9 +129,9 @@ func lifecycleRace(t *testing.T, elected bool) {
 	if elected {
 		allowed = append(allowed, cm.ErrNotRunning, cm.ErrShardNotHeld)
 	}
-	paths := []string{"g", "g/a", "g/b"}
+	paths := []string{g, g + "/a", g + "/b"}
 	var wg sync.WaitGroup
-	errs := make(chan error, 4*40)
+	errs := make(chan error, 4*40+2)
 	var calls atomic.Int32
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
@@ -111,7 +141,9 @@ func lifecycleRace(t *testing.T, elected bool) {
 				if elected && (calls.Add(1) == 40 || calls.Load() == 100) {
 					// The Lease is stolen for a moment among the calls: a
 					// thief's Lease of 300ms, which a's campaign waits out.
-					require.NoError(t, srv.Steal(elNamespace, elLeaseName, "thief", 300*time.Millisecond))
+					if err := srv.Steal(elNamespace, lease, "thief", 300*time.Millisecond); err != nil {
+						errs <- fmt.Errorf("steal: %w", err)
+					}
 				}
 				rngMu.Lock()
 				op, path := rng.IntN(3), paths[rng.IntN(len(paths))]
@@ -132,7 +164,7 @@ func lifecycleRace(t *testing.T, elected bool) {
 					continue
 				}
 				// The answer of a restart whose start failed: g/a's own panic.
-				ok := strings.Contains(err.Error(), `controller "g/a": panic in Run: run `)
+				ok := strings.Contains(err.Error(), `controller "`+g+`/a": panic in Run: run `)
 				for _, e := range allowed {
 					ok = ok || errors.Is(err, e)
 				}
@@ -155,7 +187,7 @@ func lifecycleRace(t *testing.T, elected bool) {
 	running := func() bool {
 		st, err := m.Status(ctx)
 		require.NoError(t, err)
-		for _, p := range []string{"g/a", "g/b"} {
+		for _, p := range []string{g + "/a", g + "/b"} {
 			if c, _ := st.Child(p); c.State != cm.StateRunning {
 				return false
 			}
@@ -176,22 +208,22 @@ func lifecycleRace(t *testing.T, elected bool) {
 	})
 	if !settled {
 		st, _ := m.Status(ctx)
-		t.Fatalf("g/a and g/b not running after StartChild of each: %+v", st.Children)
+		t.Fatalf("%s/a and %s/b not running after StartChild of each: %+v", g, g, st.Children)
 	}
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
 	for _, c := range []*raceChild{a, b} {
 		runs, _, _ := c.Counts()
-		cs, _ := st.Child("g/" + c.Name())
-		require.Equal(t, runs-1, cs.Restarts, "g/%s: Restarts = runs-1 (%+v)", c.Name(), cs)
-		require.Zero(t, c.overlaps.Load(), "g/%s: two incarnations at once", c.Name())
+		cs, _ := st.Child(g + "/" + c.Name())
+		require.Equal(t, runs-1, cs.Restarts, "%s/%s: Restarts = runs-1 (%+v)", g, c.Name(), cs)
+		require.Zero(t, c.overlaps.Load(), "%s/%s: two incarnations at once", g, c.Name())
 	}
 
 	m.ShutdownAndWait(ctx)
 	require.NoError(t, ctx.Err(), "the shutdown overran")
 	for _, c := range []*raceChild{a, b} {
-		require.Zero(t, c.live.Load(), "g/%s: an incarnation without its Shutdown after the manager stopped", c.Name())
-		require.Zero(t, c.overlaps.Load(), "g/%s: two incarnations at once", c.Name())
+		require.Zero(t, c.live.Load(), "%s/%s: an incarnation without its Shutdown after the manager stopped", g, c.Name())
+		require.Zero(t, c.overlaps.Load(), "%s/%s: two incarnations at once", g, c.Name())
 	}
 }
