@@ -152,11 +152,8 @@ func (e *Elector) campaign(i int) {
 		decided = o.lease
 	}
 	if decided != nil && decided.ResourceVersion == "" && e.shardWrites[i] > 0 {
-		// No versions (a fake clientset), and a renewal of an earlier
-		// hold not answered yet (one the deadline watcher gave up on):
-		// nothing would refuse it, and landing after our write it would
-		// put its older record back over it, which our next renewal
-		// would take for another's write. Its answer wakes the loop.
+		// No versions, and a write of an earlier hold not answered yet: rule
+		// 5 of "Read before write" in docs/leader-election.md. Its answer wakes the loop.
 		return
 	}
 	if v, ok := e.tried[i]; ok && sameVersion(v, decided) {
@@ -190,10 +187,8 @@ func (e *Elector) campaign(i int) {
 		if decided == nil {
 			got, err := e.store.Create(ctx, l)
 			if apierrors.IsAlreadyExists(err) {
-				// Created meanwhile, or there all along but out of our
-				// watch's sight (an edit dropped its group label): read
-				// it, so that campaigned judges it afresh (see) instead of
-				// creating it again at every tick.
+				// Created meanwhile, or out of our watch's sight: read it
+				// (rule 1 of "Read before write").
 				if cur, gerr := e.store.Get(ctx, l.Name); gerr == nil {
 					return cur, err
 				}
@@ -209,20 +204,14 @@ func (e *Elector) campaign(i int) {
 	})
 }
 
-// errUnconfirmed is a campaign's write, made where the Lease has no
-// versions, that confirm could not prove was the last: the Lease may name
-// this replica, but it is not held (see suspect).
+// errUnconfirmed is a campaign's write, where the Lease has no versions,
+// that confirm could not prove was the last: not held (suspectWrite).
 var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 
-// confirm closes, where the Lease has no versions (client-go's fake
-// clientsets: every update is taken), the window that update's read leaves
-// open: two replicas that read the same free or expired Lease both write
-// it, the later write wins, and both would hold. So a takeover counts only
-// once read back as the last write confirmAfter after it was answered, and
-// only if its read and write (took) together took less than that: a rival
-// whose write lands after our read-back must have read before ours landed,
-// so its own read and write took longer, and it does not count its write
-// either. A write that does not count is errUnconfirmed (suspectWrite).
+// confirm counts a takeover of a Lease without versions (a fake clientset)
+// only if its read and write took less than confirmAfter and a read-back
+// that long after its answer still shows it; else errUnconfirmed. Rule 5 of
+// "Read before write" in docs/leader-election.md argues why.
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
 	after := e.cfg.confirmAfter()
 	if took >= after {
@@ -243,11 +232,9 @@ func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took t
 	return got, nil
 }
 
-// suspectWrite notes got, a write of shard i's Lease naming this replica
-// that does not count (confirm, errRenewedLate): it may stand over a
-// rival's takeover, whose holder runs until its next renewal finds it. A
-// Lease that names this replica is not campaigned for until LeaseDuration
-// after the last such write was answered, as anybody's would be once seen.
+// suspectWrite notes got, our write of shard i's Lease that does not count
+// (confirm, errRenewedLate): a Lease naming us is not campaigned for until
+// LeaseDuration from now (rule 5 of "Read before write").
 func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 	e.suspect[i] = e.cfg.Clock.Now().Add(e.cfg.LeaseDuration)
 	if got != nil {
@@ -255,14 +242,9 @@ func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 	}
 }
 
-// confirmAfter is how long a takeover's read and write may take, where the
-// Lease has no versions, and how long after its answer it is read back
-// (confirm): a third of RenewDeadline, so that the three fit in a
-// campaign's deadline (goWrite), and at most a second (only a starved
-// process spends that between two calls to an in-memory fake), so that a
-// unit test does not wait five seconds per takeover. Every replica must use
-// the same: a rival's write is refused by comparing the time it took with
-// the time we waited.
+// confirmAfter is how long confirm lets a takeover's read and write take,
+// and waits to read it back: a third of RenewDeadline, at most a second, the
+// same on every replica (rule 5 of "Read before write").
 func (c Config) confirmAfter() time.Duration { return min(c.RenewDeadline/3, time.Second) }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has
@@ -275,17 +257,13 @@ func (e *Elector) campaigned(w *written) {
 		seen := len(e.seenWhileWriting[i]) > 0
 		delete(e.seenWhileWriting, i)
 		if errors.Is(w.err, errUnconfirmed) {
-			// Ours as the Lease now stands, perhaps over a holder that
-			// counted its own: it is left to expire as anybody's would
-			// (suspect), then campaigned for again.
 			e.cfg.Logger.Info("shard written but not confirmed: waiting for it to expire", "shard", i, "err", w.err)
 			e.suspectWrite(i, w.got)
 			return
 		}
 		if apierrors.IsNotFound(w.err) {
-			// The Lease it was to update from has been deleted since. It
-			// had expired by our clock (campaign), so its holder has given
-			// it up: it is created at the next reconcile.
+			// Deleted since; it had expired by our clock (its holder gave
+			// it up): it is created at the next reconcile.
 			delete(e.observed, e.leaseName(i))
 			delete(e.tried, i)
 			return
@@ -295,10 +273,7 @@ func (e *Elector) campaigned(w *written) {
 		}
 		if w.got != nil && !seen {
 			// The read that refused the write, unless the watch has shown
-			// a version since the campaign went out: the read and the
-			// watch race, and a read older than what the watch showed
-			// would stand for the Lease (a holder since gone, live until
-			// it expires), and the shard, free, would go unheld.
+			// newer since (rule 1 of "Read before write").
 			e.see(w.got)
 		}
 		return

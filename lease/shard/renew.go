@@ -49,14 +49,8 @@ func (e *Elector) renewAll() {
 				}
 			}
 			if err == nil && decided.ResourceVersion == "" && !e.cfg.Clock.Now().Before(proven) {
-				// No versions (a fake clientset): a rival may have taken
-				// the Lease once it expired, between our read and our
-				// write, and been written over. Not before the last
-				// renewal's proof has run out, whether or not the term
-				// has ended meanwhile: the deadline watcher ends it a
-				// renew deadline after the last renewal, long before any
-				// rival may take the Lease, and a write landed then is
-				// ours alone (campaigned for again once fenced).
+				// No versions, and the last renewal's proof has run out: a
+				// rival may have been written over (errRenewedLate).
 				return got, errRenewedLate
 			}
 			return got, err
@@ -115,25 +109,20 @@ func (e *Elector) renewedShard(w *written) {
 	e.loseOverdue()
 }
 
-// errRenewedLate is a renewal written where the Lease has no versions and
-// answered only once the last renewal before it could no longer prove the
-// hold (held.provenUntil, the term's clock; an end of the term, by the
-// deadline watcher or a loss, does not make it late): a rival that
-// took the expired Lease between the renewal's read and its write was
-// written over, and may count its takeover (confirm read it back before our
-// write landed). With versions the API server refuses such a write;
-// without, the shard is lost.
+// errRenewedLate is a renewal, where the Lease has no versions, answered
+// only once the renewal before it no longer proved the hold
+// (held.provenUntil; an end of the term does not make it late): it may have
+// written over a rival's takeover, so the shard is lost. See rule 5 of
+// "Read before write" in docs/leader-election.md.
 var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
 // renewAfterConflict handles a renewal refused with a conflict (or a
 // NotFound), on the renewal's goroutine, as client-go's elector does at its
-// next try: it reads the Lease back and, if it is still this replica's term
-// (readBack), renews from the version read; if it is gone, it creates it
-// again. So a write that touched only the Lease's metadata
-// (kubectl label, a GitOps tool's annotation) or that was our own, its
-// answer lost, costs one read; anything else (another holder, a changed
-// duration, a release, a new term) and the shard is lost. ok reports
-// whether it renewed.
+// next try: it reads the Lease back and renews from the version read if it
+// is still this replica's term (readBack: an edit of its metadata, or our
+// own write whose answer was lost), or creates it again if it is gone. ok
+// reports whether it renewed; if not, the shard is lost. See
+// docs/leader-election.md, "The elector and client-go's safety rules".
 func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv1.Lease, term *lease.Term) (got *coordinationv1.Lease, at time.Time, sent time.Duration, ok bool) {
 	cur, ours, err := e.readBack(ctx, decided)
 	var l *coordinationv1.Lease
@@ -142,14 +131,8 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		// Deleted (kubectl delete lease): created again in this term (its
-		// holder, acquire time and transitions), as client-go's elector
-		// does at its next try. It is safe: a standby that saw the deletion
-		// waits LeaseDuration from then before it creates the Lease itself
-		// (observed.gone), one that did not, LeaseDuration from the last
-		// renewal it saw; a create is atomic, and one that finds the Lease
-		// created already is refused (AlreadyExists). So deleting a held
-		// Lease costs no failover, as with client-go.
+		// Deleted (kubectl delete lease): created again in this term, as
+		// client-go does ("A deleted Lease" in docs/leader-election.md).
 		d := decided.DeepCopy()
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace, Labels: d.Labels, Annotations: d.Annotations}, Spec: d.Spec}
 		write = e.store.Create
@@ -279,10 +262,6 @@ func (e *Elector) wroteMember(w *written) {
 	}
 }
 
-// A shard leaves this replica handed over (Release: its children stop
-// first, then the Lease is released) or lost (lose: taken, or not renewed
-// for RenewDeadline; the term ends at once and Lost tells the user to fence).
-
 // release gives shard i's Lease up, now that nothing of it runs, unless a
 // write of it is in flight (its answer calls release again). On failure the
 // shard stays held, and renewAll retries at the next tick.
@@ -308,21 +287,16 @@ func (e *Elector) release(i int) {
 	})
 }
 
-// microTime is t as a Lease keeps it: a MicroTime's wire form has
-// microseconds. A store that keeps objects as given (a fake clientset)
-// keeps the nanoseconds of a record written with them until the object goes
-// through that form (a merge patch of its metadata, as kubectl annotate
-// sends): its renew time then reads back as gone back, and readBack takes
-// the Lease for written by another.
+// microTime is t as a Lease keeps it, in microseconds: a fake clientset
+// keeps nanoseconds until a merge patch (kubectl annotate) sends the object
+// through the wire form, and readBack would then see its renew time go back.
 func microTime(t time.Time) metav1.MicroTime {
 	return metav1.NewMicroTime(t.Truncate(time.Microsecond))
 }
 
-// released is l given up as client-go's LeaderElector gives a Lease up
-// (tryRelease): no holder, a lease duration of one second, renewed and
-// acquired now. A replica of either kind takes it at once (an empty holder
-// is free), and one of the previous release that has not seen the release
-// yet judges it expired one second after it does.
+// released is l given up as client-go's LeaderElector's tryRelease gives a
+// Lease up: no holder, a lease duration of one second, renewed and acquired
+// now ("Mixed versions during a rolling upgrade", docs/leader-election.md).
 func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	l = l.DeepCopy()
 	at := microTime(now)
