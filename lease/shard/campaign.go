@@ -162,9 +162,8 @@ func (e *Elector) campaign(i int) {
 	e.tried[i] = decided
 	at := e.cfg.Clock.Now()
 	now := microTime(at)
-	seconds := int32(e.cfg.LeaseDuration / time.Second)
-	w := &written{kind: writeCampaign, shard: i,
-		term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, time.Duration(seconds)*time.Second, e.cfg.clockSkewMargin())}
+	seconds := int32(e.cfg.LeaseDuration / time.Second) // whole seconds (validate)
+	w := &written{kind: writeCampaign, shard: i, term: lease.NewTerm(e.cfg.Clock, e.cfg.Namespace+"/"+name, e.cfg.LeaseDuration, e.cfg.clockSkewMargin())}
 	e.campaigning[i] = true
 	l := decided.DeepCopy()
 	if l == nil {
