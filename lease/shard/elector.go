@@ -191,11 +191,9 @@ const DefaultMaxCampaigns = 16
 // while it can, and hands them over when the assignment moves them. Build
 // it with New and run it with Run.
 //
-// Its loop (see the package documentation) and its files follow its
-// concerns: loop.go (with the deadline watcher), observe.go (the watch and
-// what it shows), assign.go (the rule, and decide: what to do with one
-// shard now), campaign.go, renew.go (renewals, hand-over and loss),
-// elector.go (the guards) and store.go (the Lease client, or Config.Lock).
+// Its files: loop.go (the loop, the deadline watcher), observe.go (the
+// watch), assign.go (the rule, decide), campaign.go, renew.go (renewals,
+// hand-over, loss), elector.go (the guards), store.go (the Lease client).
 type Elector struct {
 	cfg     Config
 	store   leaseStore    // where the Leases are read and written
@@ -204,17 +202,14 @@ type Elector struct {
 	wake    chan struct{} // 1-buffered: acks has grown
 	pollNow chan struct{} // 1-buffered: the watch has been silent, poll now (pollIfSilent)
 
-	mu      sync.Mutex
-	acks    []any // from the done functions and the writes, which must never block
-	status  []Status
-	moved   int                 // shards acquired from another holder, or given up, so far
-	terms   map[int]*lease.Term // the held shards' terms, for Guard
-	renewed map[int]time.Time   // the held shards' last renewals, for Check and the deadline watcher
-	early   map[int]bool        // shards the deadline watcher gave up, not yet seen by the loop: whether Lost's done was called
-	// announcing: a shard whose Acquired (and "became leader" Event) is
-	// being delivered; the deadline watcher waits for it, so that its Lost
-	// never comes first.
-	announcing map[int]bool
+	mu         sync.Mutex
+	acks       []any // from the done functions and the writes, which must never block
+	status     []Status
+	moved      int                           // shards acquired from another holder, or given up, so far
+	terms      map[int]*lease.Term           // the held shards' terms, for Guard
+	renewed    map[int]time.Time             // the held shards' last renewals, for Check and the deadline watcher
+	early      map[int]bool                  // shards the deadline watcher gave up, not yet seen by the loop: whether Lost's done was called
+	announcing map[int]bool                  // Acquired being delivered: the deadline watcher waits (checkDeadlines)
 	anyTerm    atomic.Pointer[[]*lease.Term] // terms' values, republished under mu, for CheckAny's lock-free read
 
 	abandon       chan struct{} // closed by Abandon
@@ -238,10 +233,8 @@ type Elector struct {
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
 	heard            bool // the watch showed something since the last tick
-	// synced is whether a list (or, for a lock, a read) has shown what is
-	// stored. Until then a campaign would create a Lease it has not looked
-	// for: should the held Lease be deleted while that Create is in flight,
-	// the Create would succeed beside a holder that still runs (campaign).
+	// synced: a list (or a lock's read) has shown what is stored; nothing is
+	// campaigned for before (rule 5 of "Read before write", docs/leader-election.md).
 	synced      bool
 	silentTicks int // ticks in a row with nothing from the watch (pollIfSilent)
 	stopping    bool
@@ -264,11 +257,9 @@ type Elector struct {
 }
 
 // observed is a Lease as last seen and the local time when its record was
-// first seen so: the local-observation clock that expiry is measured on.
-// gone marks a Lease seen deleted (a watch's Deleted, or missing from a
-// list), seenAt then being when: its holder may run until its renewals
-// find nothing (RenewDeadline at the latest), so its holder counts until
-// it expires from then, and a standby creates it again only after that.
+// first seen so (the local-observation clock). gone marks a tombstone, seen
+// deleted at seenAt: its holder counts until it expires from then ("A
+// deleted Lease" in docs/leader-election.md).
 type observed struct {
 	lease  *coordinationv1.Lease
 	seenAt time.Time

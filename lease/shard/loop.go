@@ -51,12 +51,9 @@ func (e *Elector) Run(ctx context.Context) {
 	close(e.ticking)
 	e.done = ctx.Done()
 	for {
-		// A stop comes before anything else that is ready (select picks at
-		// random, and the other cases send writes a stopping replica has no
-		// use for) and goes straight to the reconcile below: the select
-		// would wait for something else to wake the loop (the single lease
-		// has no member Lease write to follow the stop) and the held Lease
-		// would be handed back only at the next tick.
+		// A stop comes before anything else ready (select picks at random)
+		// and goes straight to the reconcile below, else the held Lease
+		// would wait for something else to wake the loop (the next tick).
 		if !e.stopping && e.stopRequested() {
 			e.beginStop()
 		} else {
@@ -176,10 +173,7 @@ func (e *Elector) handle(ev any) {
 
 // pollIfSilent, at each tick, asks the watch goroutine for a poll when the
 // watch has shown nothing (what it has queued included) for two retry
-// periods. A holder renews every retry period, so a live watch is never
-// that silent (one period is too short: a watch may lag its writes'
-// answers by a tick); a silent one must not leave expiry judged on a stale
-// read.
+// periods (rule 4 of "Read before write" in docs/leader-election.md).
 func (e *Elector) pollIfSilent() {
 	e.drainEvents()
 	if e.silentTicks++; e.heard {
@@ -265,16 +259,9 @@ func (e *Elector) noteShown(l *coordinationv1.Lease) {
 	}
 }
 
-// watchDeadlines gives up, every quarter of RetryPeriod until ctx ends, any
-// held shard not renewed for RenewDeadline, whatever the loop is doing: the
-// loop checks deadlines only when something wakes it, a retry period apart
-// at worst, and the watcher bounds a loss's lateness by a quarter of one,
-// within the fence budget. It ends the shard's term (its guards fail at
-// once) and calls Lost; the loop then drops the shard (absorbEarly) without
-// calling Lost again. It leaves alone a shard whose Acquired has not
-// returned yet (announcing): a RecordEvent or an Acquired that blocked past
-// the deadline would otherwise see its Lost first, and the user count the
-// shard held after its loss; its guards still fail by their term's clock.
+// watchDeadlines runs checkDeadlines every quarter of RetryPeriod until ctx
+// ends, whatever the loop is doing (rule 2 in docs/leader-election.md: a
+// loss is at most a quarter of a retry period late).
 func (e *Elector) watchDeadlines(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
 	defer t.Stop()
@@ -290,6 +277,11 @@ func (e *Elector) watchDeadlines(ctx context.Context) {
 	}
 }
 
+// checkDeadlines gives up every held shard not renewed for RenewDeadline:
+// it ends the shard's term and calls Lost; the loop then drops the shard
+// (absorbEarly) without calling Lost again. A shard still announcing is
+// left alone, so that its Lost never comes before its Acquired; its guards
+// still fail by their term's clock.
 func (e *Elector) checkDeadlines() {
 	now := e.cfg.Clock.Now()
 	var due []int

@@ -14,11 +14,9 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
-// see records l, with the local time when its record changed. An edit of
-// its metadata alone (a label, an annotation) is a new version to write
-// from, but no renewal: expiry still counts from the last change of the
-// record, as client-go's observedRawRecord has it, or edits made more
-// often than LeaseDuration would keep a dead holder's Lease alive for ever.
+// see records l, with the local time when its record changed: an edit of
+// its metadata alone is a new version to write from, but no renewal (the
+// local-observation clock, docs/leader-election.md).
 func (e *Elector) see(l *coordinationv1.Lease) {
 	switch o := e.observed[l.Name]; {
 	case o == nil || o.gone || !equality.Semantic.DeepEqual(o.lease.Spec, l.Spec):
@@ -131,10 +129,8 @@ func (e *Elector) replaySeen(i int, h *held) {
 }
 
 // sameVersion reports whether a and b are one version of a Lease (or both
-// none): the same resourceVersion and the same record. The record is
-// compared too, as client-go's observedRawRecord is, because client-go's
-// fake clientsets leave every resourceVersion empty: there the record alone
-// tells a renewal or a release from the version before it.
+// none): the same resourceVersion and the same record (rule 3 of "Read
+// before write" in docs/leader-election.md).
 func sameVersion(a, b *coordinationv1.Lease) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -251,11 +247,9 @@ func (e *Elector) publish() {
 }
 
 // watch lists and watches the group's Leases (the single lease: by name)
-// for the loop until ctx ends. After an error or a closed watch it waits
-// RetryPeriod and lists again (a list is the whole truth). A watch that
-// stays open and silent (a stuck watch cache, a proxy that buffers) is
-// polled when the loop asks (pollNow). A lock cannot be watched: it is
-// polled always.
+// for the loop until ctx ends, listing again RetryPeriod after an error or
+// a closed watch, and polling when the loop asks (pollNow; rule 4 of "Read
+// before write" in docs/leader-election.md). A lock is polled always.
 func (e *Elector) watch(ctx context.Context) {
 	if e.cfg.Lock != nil {
 		e.poll(ctx)
@@ -302,19 +296,15 @@ func (e *Elector) watch(ctx context.Context) {
 }
 
 // readWithin makes one of the watch goroutine's reads (a list, a poll, a
-// lock's read) within d: a read the API server never answers is given up
-// and tried again at the next retry, instead of leaving the replica blind
-// for ever and, before its first list, unable to campaign (synced).
+// lock's read) within d (rule 5 of "Read before write": no read waits for ever).
 func readWithin[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return call(ctx)
 }
 
-// openWatch opens a watch of leases within RenewDeadline, as a read is
-// (readWithin): a watch never opened would leave the loop without events,
-// or polls (forwardWatch serves them), for ever. Once open, it lasts until
-// ctx ends or stop is called.
+// openWatch opens a watch of leases within RenewDeadline, as readWithin
+// reads; once open, it lasts until ctx ends or stop is called.
 func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.LeaseInterface, opts metav1.ListOptions) (watch.Interface, context.CancelFunc, error) {
 	wctx, stop := context.WithCancel(ctx)
 	late := time.AfterFunc(e.cfg.RenewDeadline, stop)
@@ -330,19 +320,11 @@ func (e *Elector) openWatch(ctx context.Context, leases coordinationv1client.Lea
 	return w, stop, nil
 }
 
-// forwardWatch forwards w's events until it ends or ctx does, and polls
-// when the loop asks. It reads w whenever an event is ready, whether or not
-// the loop has taken the ones before: those wait here, in order, for the
-// loop. A watcher that stops reading is closed by the API server (and
-// client-go's fake clientsets panic, in the writer's goroutine, once 100
-// events wait), so a loop slowed down (a starved goroutine on a loaded
-// machine) must not slow the reads. A poll asked for while an event is
-// ready or waiting here is not made: the watch is behind, not silent.
-// Past e.backlog events waiting, the loop is held, not slow: the watch is
-// dropped with them, as an API server drops a watcher that does not keep
-// up, and watch lists again a RetryPeriod later (a list is the whole
-// truth), so that a loop held for good does not keep every Lease version
-// since.
+// forwardWatch forwards w's events until it ends or ctx does, reading w
+// whenever an event is ready and queueing, in order, those the loop has not
+// taken; past e.backlog it drops the watch (rule 6 of "Read before write"
+// in docs/leader-election.md). It polls when the loop asks, unless an event
+// is ready or queued: the watch is then behind, not silent.
 func (e *Elector) forwardWatch(ctx context.Context, w watch.Interface, poll func() bool) {
 	defer w.Stop()
 	var queue []any // read, not yet taken by the loop, oldest first

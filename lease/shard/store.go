@@ -31,15 +31,11 @@ type leaseStore interface {
 var leasesResource = schema.GroupResource{Group: coordinationv1.GroupName, Resource: "leases"}
 
 // update writes l over decided, the version of its Lease the loop decided
-// on, from a write's goroutine. It reads the Lease first (client-go's
+// on, from a write's goroutine. It reads first (client-go's
 // tryAcquireOrRenew) when read says so, and always where decided has no
-// resourceVersion: client-go's fake clientsets leave every one empty and
-// take any update, and there the read is all that keeps two holders apart
-// (the moment between the read and the write is confirm's, and
-// errRenewedLate's); a Lease that is no longer decided comes back with a
-// conflict, unwritten. Where decided has a version, the API server's
-// precondition on it is the check, made with the write: a renewal needs
-// no read.
+// resourceVersion (a fake clientset): a Lease no longer decided comes back
+// with a conflict, unwritten. Elsewhere the API server's precondition is
+// the check (rules 1, 2 and 5 of "Read before write", docs/leader-election.md).
 func (e *Elector) update(ctx context.Context, decided, l *coordinationv1.Lease, read bool) (*coordinationv1.Lease, error) {
 	if read || decided.ResourceVersion == "" {
 		cur, err := e.store.Get(ctx, decided.Name)
