@@ -16,39 +16,17 @@ import (
 // their order, so every replica that sees the same Leases computes the same
 // assignment.
 //
-// The rule, with R members and S shards:
-//
-//  1. Quotas. Members are ranked by how many shards they hold now, counting
-//     at most ⌈S/R⌉ (most first, ties by identity); the first S mod R of
-//     them may hold ⌈S/R⌉ shards, the others ⌊S/R⌋. That is balanced by
-//     construction. The cap keeps the ranking still while a rebalance is
-//     under way: a member giving up its excess one shard at a time does
-//     not fall behind another and swap quotas with it midway.
-//  2. Keep. Each member keeps the shards it holds, up to its quota; past
-//     it, it keeps those it scores highest (see 3) and gives up the rest.
-//  3. Fill. Every other shard (free, held by a non-member, or given up), in
-//     index order, goes to the member with room left under its quota that
-//     scores it highest, the score being the rendezvous hash FNV-1a 64 of
-//     identity, a zero byte and the shard index in decimal.
-//
-// Why the rule is sticky (a leave moves only the leaver's shards, a join
-// moves exactly ⌊S/R⌋, all to the joiner) where rendezvous hashing with
-// bounded load is not, and how TestAssignJoinsAndLeaves and
-// TestAssignRandomHistories check it: docs/leader-election.md, "Who holds
-// what: the rule".
+// The rule (quotas ranked by the shards held, keep up to the quota, fill by
+// rendezvous hash), and why it is sticky: docs/leader-election.md, "Who
+// holds what: the rule".
 func Assign(shards int, members, holders []string) []string {
 	return assign(shards, members, holders, nil)
 }
 
 // assign is Assign where acquired[i], when given, is when shard i's holder
-// acquired it (its Lease's AcquireTime, written by that holder's clock): a
-// member past its quota keeps the shards it has held longest, its highest
-// scores first among those acquired together. In a stable state no member
-// is past its quota and this changes nothing. It matters after a failover,
-// where replicas campaign side by side on views that lag each other's
-// writes: one that took more of the dead replica's shards than its quota
-// gives back one of those it has just taken, not one whose controllers
-// have run for long.
+// acquired it (its Lease's AcquireTime): a member past its quota keeps the
+// shards it has held longest, then its highest scores (the rule's step 2 in
+// docs/leader-election.md).
 func assign(shards int, members, holders []string, acquired []time.Time) []string {
 	out := make([]string, shards)
 	ms := slices.Compact(slices.Sorted(slices.Values(members)))

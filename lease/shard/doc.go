@@ -10,18 +10,14 @@
 // watch with one label selector sees them all; LabelRole says "shard" or
 // "member". A shard Lease's holder is the replica running that shard's
 // children. A member Lease (MemberLease) is held and renewed by its replica
-// for as long as it runs: the shard Leases' holders alone cannot show a
-// replica that holds no shard yet (one that just joined), which would then
-// never be given one.
+// for as long as it runs, so that a replica that holds no shard yet (one
+// that just joined) is seen, and given some.
 //
 // # Safety
 //
-// The Elector keeps client-go's rules: every write is an update carrying the
-// resourceVersion last read (optimistic concurrency: a replica that lost a
-// race gets 409 Conflict and writes nothing); a Lease held by another
-// replica is taken over only once LeaseDuration has passed on this replica's
-// clock since it last saw the Lease change (the local-observation clock:
-// the holder's renewTime and acquireTime are written, never trusted); a
+// The Elector keeps client-go's rules: optimistic writes carrying the
+// resourceVersion last read, takeover only LeaseDuration after this
+// replica last saw the Lease change (the local-observation clock), and a
 // holder that could not renew for RenewDeadline considers the shard lost.
 // See docs/leader-election.md, "Sharded leadership".
 //
@@ -29,10 +25,8 @@
 //
 // One goroutine owns the Elector's state and never waits on the API
 // server: each Lease write runs on a goroutine of its own, bounded by the
-// shard's renew deadline, and its answer comes back as a message, so a
-// slow API server costs a held shard only when it cannot answer one write
-// within RenewDeadline − RetryPeriod (docs/leader-election.md, "The bound:
-// how slow an API server a sharded replica survives"). What to hand back
-// and what to campaign for is decide's pure function of what the loop
-// observed and holds.
+// shard's renew deadline, and its answer comes back as a message
+// (docs/leader-election.md, "The bound: how slow an API server a sharded
+// replica survives"). What to hand back and what to campaign for is
+// decide's pure function of what the loop observed and holds.
 package shard
