@@ -240,19 +240,12 @@ type Elector struct {
 	stopping    bool
 	done        <-chan struct{} // Run's ctx.Done() until the loop takes the stop (then nil)
 
-	// For tests that step a fake clock: ticks counts the retry periods
-	// handled, each once the writes it sent have been answered (tick);
-	// ticking is closed once Run's ticker exists. shown is the highest
-	// numeric resourceVersion the watch or a list has shown, so that a test
-	// does not take a watch a loaded machine delays for a silent one.
-	// watchWaits counts the watch goroutine's waits to retry, and
-	// deadlineChecks the deadline watcher's passes (and one before the
-	// first), each once its timer exists, so that a clock step reaches it.
-	ticks          atomic.Int64
-	ticking        chan struct{}
-	shown          atomic.Int64
-	watchWaits     atomic.Int64
-	deadlineChecks atomic.Int64
+	// For tests that step a fake clock (the two last count once their timer exists: a step reaches it).
+	ticks          atomic.Int64  // retry periods handled, each once the writes it sent were answered (tick)
+	ticking        chan struct{} // closed once Run's ticker exists
+	shown          atomic.Int64  // the highest numeric resourceVersion shown: a delayed watch is not a silent one
+	watchWaits     atomic.Int64  // the watch goroutine's waits to retry
+	deadlineChecks atomic.Int64  // the deadline watcher's passes, and one before the first
 	tick           tickState
 }
 
