@@ -128,10 +128,9 @@ func campaignsWithin(qps float64, period time.Duration, held int) int {
 }
 
 // campaign tries to acquire shard i, once per version of its Lease seen:
-// created if it does not exist, else updated from the version we saw if it
-// is free or expired, once a fresh read has shown that version still stored
-// (update): what the watch showed may be stale. A conflict means someone
-// else wrote first; the read, or the watch, brings their version.
+// created if it does not exist, else updated from the version we saw once
+// a fresh read shows it still stored (rule 1 of "Read before write",
+// docs/leader-election.md).
 func (e *Elector) campaign(i int) {
 	if !e.synced {
 		return // nothing listed yet: a Lease not seen is not a Lease that does not exist
@@ -152,8 +151,8 @@ func (e *Elector) campaign(i int) {
 		decided = o.lease
 	}
 	if decided != nil && decided.ResourceVersion == "" && e.shardWrites[i] > 0 {
-		// No versions, and a write of an earlier hold not answered yet: rule
-		// 5 of "Read before write" in docs/leader-election.md. Its answer wakes the loop.
+		// No versions, and a write of an earlier hold not answered yet (rule 5
+		// of "Read before write", no versions, in docs/leader-election.md). Its answer wakes the loop.
 		return
 	}
 	if v, ok := e.tried[i]; ok && sameVersion(v, decided) {
@@ -210,7 +209,7 @@ var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 // confirm counts a takeover of a Lease without versions (a fake clientset)
 // only if its read and write took less than confirmAfter and a read-back
 // that long after its answer still shows it; else errUnconfirmed. Rule 5 of
-// "Read before write" in docs/leader-election.md argues why.
+// "Read before write" (no versions) in docs/leader-election.md argues why.
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
 	after := e.cfg.confirmAfter()
 	if took >= after {
@@ -233,7 +232,7 @@ func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took t
 
 // suspectWrite notes got, our write of shard i's Lease that does not count
 // (confirm, errRenewedLate): a Lease naming us is not campaigned for until
-// LeaseDuration from now (rule 5 of "Read before write").
+// LeaseDuration from now (rule 5 of "Read before write", no versions).
 func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 	e.suspect[i] = e.cfg.Clock.Now().Add(e.cfg.LeaseDuration)
 	if got != nil {
@@ -243,7 +242,7 @@ func (e *Elector) suspectWrite(i int, got *coordinationv1.Lease) {
 
 // confirmAfter is how long confirm lets a takeover's read and write take,
 // and waits to read it back: a third of RenewDeadline, at most a second, the
-// same on every replica (rule 5 of "Read before write").
+// same on every replica (rule 5 of "Read before write", no versions).
 func (c Config) confirmAfter() time.Duration { return min(c.RenewDeadline/3, time.Second) }
 
 // campaigned takes a campaign's answer. A shard won by a replica that has

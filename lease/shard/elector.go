@@ -233,8 +233,8 @@ type Elector struct {
 	member           *coordinationv1.Lease
 	memberWriting    bool // a write of the member Lease in flight
 	heard            bool // the watch showed something since the last tick
-	// synced: a list (or a lock's read) has shown what is stored; nothing is
-	// campaigned for before (rule 5 of "Read before write", docs/leader-election.md).
+	// synced: a list (or a lock's read) has shown what is stored ("Read before write":
+	// nothing is campaigned for before the first list, in docs/leader-election.md).
 	synced      bool
 	silentTicks int // ticks in a row with nothing from the watch (pollIfSilent)
 	stopping    bool

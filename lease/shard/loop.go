@@ -126,9 +126,8 @@ func (e *Elector) handle(ev any) {
 		e.synced = true
 		for k := range m.leases {
 			e.noteShown(&m.leases[k])
-			// A poll leaves a Lease this replica holds or is writing to its
-			// writes' answers and to the watch, whose order a poll would
-			// break: the list may come before a late event it is newer than.
+			// A poll leaves what we hold or write to the writes' answers and
+			// the watch (rule 4 of "Read before write").
 			if !m.poll || !e.judgedByWrites(&m.leases[k]) {
 				e.see(&m.leases[k])
 			}
@@ -260,8 +259,8 @@ func (e *Elector) noteShown(l *coordinationv1.Lease) {
 }
 
 // watchDeadlines runs checkDeadlines every quarter of RetryPeriod until ctx
-// ends, whatever the loop is doing (rule 2 in docs/leader-election.md: a
-// loss is at most a quarter of a retry period late).
+// ends, whatever the loop is doing: a loss is at most a quarter of a retry
+// period late (rule 2 of "The safety model" in docs/leader-election.md).
 func (e *Elector) watchDeadlines(ctx context.Context) {
 	t := e.cfg.Clock.NewTicker(max(e.cfg.RetryPeriod/4, time.Millisecond))
 	defer t.Stop()

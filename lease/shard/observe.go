@@ -296,7 +296,7 @@ func (e *Elector) watch(ctx context.Context) {
 }
 
 // readWithin makes one of the watch goroutine's reads (a list, a poll, a
-// lock's read) within d (rule 5 of "Read before write": no read waits for ever).
+// lock's read) within d ("Read before write": no read waits for ever).
 func readWithin[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

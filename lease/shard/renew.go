@@ -69,9 +69,7 @@ func (e *Elector) renewedShard(w *written) {
 			e.lose(i, "renewal answered after the lease could have expired, on a store without versions")
 		}
 		if late {
-			// Our write stands, perhaps over a rival's takeover, whether
-			// or not the shard was lost meanwhile: campaigned for again
-			// only once it has expired, as anybody's would be.
+			// Our write stands, perhaps over a rival's, lost meanwhile or not.
 			e.suspectWrite(i, w.got)
 		}
 		return // or lost meanwhile (the watch, or the deadline)
@@ -113,7 +111,7 @@ func (e *Elector) renewedShard(w *written) {
 // only once the renewal before it no longer proved the hold
 // (held.provenUntil; an end of the term does not make it late): it may have
 // written over a rival's takeover, so the shard is lost. See rule 5 of
-// "Read before write" in docs/leader-election.md.
+// "Read before write" (no versions) in docs/leader-election.md.
 var errRenewedLate = errors.New("renewal answered after the lease could have expired")
 
 // renewAfterConflict handles a renewal refused with a conflict (or a

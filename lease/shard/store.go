@@ -35,7 +35,8 @@ var leasesResource = schema.GroupResource{Group: coordinationv1.GroupName, Resou
 // tryAcquireOrRenew) when read says so, and always where decided has no
 // resourceVersion (a fake clientset): a Lease no longer decided comes back
 // with a conflict, unwritten. Elsewhere the API server's precondition is
-// the check (rules 1, 2 and 5 of "Read before write", docs/leader-election.md).
+// the check (rules 1, 2 and, without versions, 5 of "Read before write" in
+// docs/leader-election.md).
 func (e *Elector) update(ctx context.Context, decided, l *coordinationv1.Lease, read bool) (*coordinationv1.Lease, error) {
 	if read || decided.ResourceVersion == "" {
 		cur, err := e.store.Get(ctx, decided.Name)
