@@ -52,8 +52,9 @@ func (e *Elector) Run(ctx context.Context) {
 	e.done = ctx.Done()
 	for {
 		// A stop comes before anything else ready (select picks at random)
-		// and goes straight to the reconcile below, else the held Lease
-		// would wait for something else to wake the loop (the next tick).
+		// and goes straight to the reconcile below: else nothing might wake
+		// the loop (the single lease has no member Lease write to follow the
+		// stop) and the held Lease would be handed back only at the next tick.
 		if !e.stopping && e.stopRequested() {
 			e.beginStop()
 		} else {
