@@ -71,19 +71,13 @@ type Config struct {
 
 	// SingleLease makes the group one Lease, the single lease of a manager
 	// that is not sharded, seen as shard 0: named exactly Name, with no
-	// labels (selected by name, as client-go's LeaseLock writes none), no
-	// member Lease and no assignment (every replica campaigns whenever it
-	// is free or expired). Its record and rules are client-go's, so that a
-	// replica running client-go's LeaderElector and one running this
-	// Elector never hold it at once (a rolling upgrade; see
-	// docs/leader-election.md, "One election path"). Shards must be 0 or 1
-	// (0 means 1). Default false.
+	// labels, no member Lease and no assignment, and client-go's record and
+	// rules (docs/leader-election.md, "One election path"). Shards must be 0
+	// or 1 (0 means 1). Default false.
 	SingleLease bool
 	// Lock, in single-lease mode only, is a client-go lock to read and write
-	// the Lease through instead of Client (which may then be nil). A lock
-	// cannot be watched: the Elector reads it every RetryPeriod (as
-	// client-go's LeaderElector does), and checks with a Get before each
-	// write that the record is still the one it decided on. Identity
+	// the Lease through instead of Client (which may then be nil): read every
+	// RetryPeriod and before each write ("One election path"). Identity
 	// defaults to Lock.Identity(). Default nil: Client, and a watch.
 	Lock resourcelock.Interface
 	// RecordEvent, in single-lease mode, is called with client-go's words
