@@ -49,16 +49,22 @@ func (j *journal) index(line string) int {
 // Run is likeliest to fail. Before, the round failed the manager ("cannot
 // start controllers"), while the same failure in a shard acquired while
 // Running was restarted. A group's controllers still start after its
-// stores: one whose Recover failed in the round is restarted first.
+// stores: one whose Recover failed in the round is restarted first. The
+// start timeout ends a slow start call of such a round as it ends a
+// restart's: the call fails, and is supervised.
 func TestElectionReelectRoundSupervisesAFailedStart(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		// fails says which call fails in the round after the re-election.
-		store bool
+		name  string
+		store bool // the group's store's Recover fails, not the controller's Run
+		// slow: the Run waits for its context, which the start timeout
+		// ends (a Run waiting for a cache that an API server in trouble
+		// does not fill).
+		slow bool
 	}{
 		{name: "controller's Run"},
 		{name: "group store's Recover", store: true},
+		{name: "controller's Run past the start timeout", slow: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,7 +79,12 @@ func TestElectionReelectRoundSupervisesAFailedStart(t *testing.T) {
 				defer cancel()
 				m.ShutdownAndWait(ctx)
 			})
-			c := testchild.NewController("c", testchild.Behavior{Run: func(_ context.Context, n int) error {
+			c := testchild.NewController("c", testchild.Behavior{Run: func(ctx context.Context, n int) error {
+				if tc.slow && n == 2 {
+					<-ctx.Done()
+					j.add("c run %d failed", n)
+					return ctx.Err()
+				}
 				if !tc.store && n == 2 {
 					j.add("c run %d failed", n)
 					return errors.New("informer did not sync")
@@ -92,7 +103,7 @@ func TestElectionReelectRoundSupervisesAFailedStart(t *testing.T) {
 			m.Add(cm.NewGroup("g", cm.SupervisionSpec{}, cm.StoreChild(s), c))
 			ctx, cancel := context.WithTimeout(context.Background(), elWait)
 			defer cancel()
-			require.NoError(t, m.Start(ctx, 0))
+			require.NoError(t, m.Start(ctx, time.Second))
 
 			// The Lease is stolen for a moment: a fences everything, and
 			// campaigns again once the thief's Lease has expired.

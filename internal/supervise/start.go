@@ -353,10 +353,16 @@ func (ignoreReports) settled(*barrier, error) {}
 // ends Stopped, Err nil (see fail), so that the outcome does not depend on
 // whether ShutdownAndWait, the cancellation or a child's reaction to it
 // reaches the supervisor first.
+//
+// A supervised round's start timeout ends its start calls, as it ends a
+// restart's: each one still running is cancelled by its context (bounded)
+// and, failed, supervised; the round goes on without it, and the manager
+// does not fail on it.
 func (a *startAttempt) expired(err error) {
-	if a == a.s.state.round() {
-		a.fail(err)
+	if a != a.s.state.round() || (a.supervised && errors.Is(err, context.DeadlineExceeded)) {
+		return
 	}
+	a.fail(err)
 }
 
 // fail ends round a, the root's, which failed: the caller gets err, and
