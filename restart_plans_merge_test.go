@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
-
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease/leasetest"
@@ -55,9 +55,23 @@ func TestAGroupRestartIsCountedOncePerRunWhenPlansMerge(t *testing.T) {
 // the elector campaigned again, and a replica shutting down won the lease
 // back (LeaderElected, Leader true) while a webhook's Shutdown still ran,
 // keeping the other replicas out.
+//
+// The lease is 8s here, so that its fence timeout (several seconds) cannot
+// pass, on a loaded machine, between the fencing seen and the shutdown
+// taken: with elSpec's 720ms it did once, in a loaded run of the whole
+// package, and the manager ended Failed before the shutdown came.
 func TestAShutdownDuringAStandDownDoesNotCampaignAgain(t *testing.T) {
 	srv, log := leasetest.NewServer(), &seamLog{}
-	m := seamManager(t, srv, 0)
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.LeaseDuration, spec.RenewDeadline = metav1.Duration{Duration: 8 * time.Second}, metav1.Duration{Duration: 2 * time.Second}
+	m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")), cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()},
+		"", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		m.ShutdownAndWait(ctx)
+	})
 	rec := record(m)
 	w, c := newSeamChild(log, "", "w"), newSeamChild(log, "", "c")
 	m.Add(seamWebhook{w}, seamController{c})

