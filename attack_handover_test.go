@@ -199,12 +199,19 @@ func lostToTheMachine(aev *elEvents, x, y elSpan) bool {
 	aev.mu.Lock()
 	defer aev.mu.Unlock()
 	for _, ev := range aev.events {
-		if ev.Type == cm.ShardLost && ev.Shard == shard && ev.Err != nil && ev.Time.Before(y.from) &&
-			(strings.Contains(ev.Err.Error(), "not renewed for ") || strings.Contains(ev.Err.Error(), "renewal answered after the lease could have expired")) {
+		if ev.Type == cm.ShardLost && ev.Shard == shard && ev.Time.Before(y.from) && lostToTheMachineErr(ev.Err) {
 			return true
 		}
 	}
 	return false
+}
+
+// lostToTheMachineErr reports whether err, a ShardLost's, gives the
+// machine's reason (isSetback's): a renewal not answered within the renew
+// deadline, or answered after the term could prove the hold.
+func lostToTheMachineErr(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "not renewed for ") ||
+		strings.Contains(err.Error(), "renewal answered after the lease could have expired"))
 }
 
 // noShardOverlap fails if one child ran on two replicas at once.
