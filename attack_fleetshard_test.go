@@ -78,17 +78,48 @@ func TestAttackFleetInShardedGroupFollowsMemberShard(t *testing.T) {
 	require.NoError(t, srv.Steal(elNamespace, elLeaseName+"-0", "thief", elLeaseDuration))
 	elEventually(t, "on0 stopped", func() bool { return !running(on0) })
 	require.Error(t, fsWrite(c0.cluster), "a write of a cluster whose shard is not held")
-	if !running(on1) {
-		// Seen once (1 of 36 loaded, shuffled runs beside the whole fleet
-		// suite, load about 9), with nothing to say why: a loss of shard 1
-		// to a starved renewal, or the steal of shard 0 reaching on1. The
-		// events tell them apart.
+	// on1 runs on, its writes passing, unless the machine took shard 1
+	// meanwhile: at load (a race build beside busy loops, load 9 to 12) a
+	// renewal may go unanswered for the renew deadline, and the elector
+	// gives the shard up ("not renewed for"), as it must; with shard 0
+	// gone too the replica stands down. Seen in loaded runs: on1 stopped,
+	// or running still but its write refused (the guard fails with the
+	// term, before the controller is stopped). Shard 1 comes back, and on1
+	// with it. Any other stop of on1 means the steal of shard 0 reached it.
+	on1OK := func() error {
+		if !running(on1) {
+			return fmt.Errorf("%s (shard 1) stopped while shard 0 is stolen", on1)
+		}
+		return fsWrite(bl.of(on1)[0].cluster)
+	}
+	if err := on1OK(); err != nil {
+		// The guard fails before ShardLost reaches a subscriber: wait for
+		// it, then log every event either way.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		lost, ok := fsShardLost(log.all(), 1)
+		deadline := time.After(elWait)
+		for waiting := true; !ok && waiting; {
+			select {
+			case <-tick.C:
+				lost, ok = fsShardLost(log.all(), 1)
+			case <-deadline:
+				waiting = false
+			}
+		}
 		for _, e := range log.all() {
 			t.Logf("event %v (shard %d)", e, e.Shard)
 		}
+		require.True(t, ok, "%v, and shard 1 not lost: the steal of shard 0 reached it", err)
+		require.True(t, lostToTheMachineErr(lost.Err), "%v: shard 1 lost, but not to the machine: %v", err, lost.Err)
+		t.Logf("excused (%v): shard 1 was lost to the machine: %v", err, lost.Err)
+		pollUntil(t, 3*elWait, func() string {
+			if err := on1OK(); err != nil {
+				return fmt.Sprintf("%s runs again, writing, once shard 1 is back: %v", on1, err)
+			}
+			return ""
+		})
 	}
-	require.True(t, running(on1), "%s (shard 1) runs on while shard 0 is stolen", on1)
-	require.NoError(t, fsWrite(bl.of(on1)[0].cluster))
 	require.NoError(t, c0.cluster.Context().Err(), "the cluster's context outlasts the loss of its shard")
 
 	// The thief's Lease expires: a takes shard 0 again and on0 runs again
@@ -102,6 +133,16 @@ func TestAttackFleetInShardedGroupFollowsMemberShard(t *testing.T) {
 	for _, c := range []string{on0, on1} {
 		fsOrder(t, log.all(), "g-1/fleet/"+c)
 	}
+}
+
+// fsShardLost is the first ShardLost of shard among events.
+func fsShardLost(events []cm.Event, shard int) (cm.Event, bool) {
+	for _, e := range events {
+		if e.Type == cm.ShardLost && e.Shard == shard {
+			return e, true
+		}
+	}
+	return cm.Event{}, false
 }
 
 // fsWrite creates a ConfigMap through c's Client: nil when its guard let
