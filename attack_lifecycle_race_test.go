@@ -31,6 +31,38 @@ type raceChild struct {
 	live, overlaps atomic.Int32
 }
 
+// raceStore is a store that counts its live incarnations as raceChild
+// does, its Recover failing on every fourth call.
+type raceStore struct {
+	mu             sync.Mutex
+	recovers       int
+	live, overlaps atomic.Int32
+}
+
+func (s *raceStore) Name() string { return "s" }
+
+func (s *raceStore) Recover(context.Context) error {
+	if s.live.Add(1) > 1 {
+		s.overlaps.Add(1)
+	}
+	s.mu.Lock()
+	s.recovers++
+	n := s.recovers
+	s.mu.Unlock()
+	if n%4 == 0 {
+		return fmt.Errorf("list %d failed", n)
+	}
+	return nil
+}
+
+func (s *raceStore) Shutdown(context.Context) { s.live.Add(-1) }
+
+func (s *raceStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recovers
+}
+
 func newRaceChild(name string, run func(n int) error) *raceChild {
 	c := &raceChild{}
 	c.Controller = testchild.NewController(name, testchild.Behavior{
@@ -46,9 +78,10 @@ func newRaceChild(name string, run func(n int) error) *raceChild {
 }
 
 // Lifecycle calls from four goroutines race on one group and its children
-// (RestartChild, StopChild, StartChild of "g", "g/a", "g/b") while "g/a"
-// panics on every third Run and the group's AllForOne strategy restarts
-// both; with election on, the Lease is stolen twice in the middle of the
+// (RestartChild, StopChild, StartChild of "g", "g/a", "g/b", "g/s") while
+// "g/a" panics on every third Run, the group's store "g/s" fails every
+// fourth Recover, and the group's AllForOne strategy restarts all three,
+// store first; with election on, the Lease is stolen twice in the middle of the
 // calls (Reelect: every child stops, and starts again once the thief's
 // Lease has expired); with two shards, the group is shard 0's of
 // AddShardedGroup and shard 0's Lease is stolen twice while shard 1's
@@ -82,6 +115,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 		return nil
 	})
 	b := newRaceChild("b", func(int) error { return nil })
+	store := &raceStore{} // g's store, recovered first at every start of the group
 	sup := &cm.SupervisionSpec{MaxRestarts: 100000, InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}
 	var m *cm.ControllerManager
 	var steal func(lease string) error
@@ -134,7 +168,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 		other := newRaceChild("c", func(int) error { return nil })
 		m.AddShardedGroup("g", gspec, func(sh cm.Shard) []cm.Runnable {
 			if sh.Index == 0 {
-				return []cm.Runnable{a, b}
+				return []cm.Runnable{cm.StoreChild(store), a, b}
 			}
 			return []cm.Runnable{other}
 		})
@@ -142,7 +176,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 			require.Zero(t, other.overlaps.Load(), "g-1/c: two incarnations at once")
 		}()
 	} else {
-		m.Add(cm.NewGroup("g", gspec, a, b))
+		m.Add(cm.NewGroup("g", gspec, cm.StoreChild(store), a, b))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*wait)
 	defer cancel()
@@ -160,7 +194,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 	if elected {
 		allowed = append(allowed, cm.ErrNotRunning, cm.ErrShardNotHeld)
 	}
-	paths := []string{g, g + "/a", g + "/b"}
+	paths := []string{g, g + "/a", g + "/b", g + "/s"}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*40+2)
 	var calls atomic.Int32
@@ -195,7 +229,9 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 					continue
 				}
 				// The answer of a restart whose start failed: g/a's own panic.
-				ok := strings.Contains(err.Error(), `controller "`+g+`/a": panic in Run: run `)
+				ok := strings.Contains(err.Error(), `controller "`+g+`/a": panic in Run: run `) ||
+					strings.Contains(err.Error(), `store "`+g+`/s": `) // its Recover's failure, the answer of the start
+
 				for _, e := range allowed {
 					ok = ok || errors.Is(err, e)
 				}
@@ -218,7 +254,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 	running := func() bool {
 		st, err := m.Status(ctx)
 		require.NoError(t, err)
-		for _, p := range []string{g + "/a", g + "/b"} {
+		for _, p := range []string{g + "/a", g + "/b", g + "/s"} {
 			if c, _ := st.Child(p); c.State != cm.StateRunning {
 				return false
 			}
@@ -237,7 +273,7 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 			}
 			require.True(t, err == nil || errors.Is(err, cm.ErrChildStopped) || errors.Is(err, cm.ErrAlreadyRunning) || errors.Is(err, cm.ErrBusy) ||
 				errors.Is(err, cm.ErrStartInterrupted) || errors.Is(err, cm.ErrNotRunning) || errors.Is(err, cm.ErrShardNotHeld) ||
-				strings.Contains(err.Error(), "panic in Run"), "StartChild(%q): %v", p, err)
+				strings.Contains(err.Error(), "panic in Run") || strings.Contains(err.Error(), "failed"), "StartChild(%q): %v", p, err)
 		}
 		return running()
 	})
@@ -255,6 +291,9 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 		require.Equal(t, runs-1, cs.Restarts, "%s/%s: Restarts = runs-1 (%+v)", g, c.Name(), cs)
 		require.Zero(t, c.overlaps.Load(), "%s/%s: two incarnations at once", g, c.Name())
 	}
+	ss, _ := st.Child(g + "/s")
+	require.Equal(t, store.count()-1, ss.Restarts, "%s/s: Restarts = recovers-1 (%+v)", g, ss)
+	require.Zero(t, store.overlaps.Load(), "%s/s: two incarnations at once", g)
 
 	m.ShutdownAndWait(ctx)
 	require.NoError(t, ctx.Err(), "the shutdown overran")
@@ -262,4 +301,6 @@ func lifecycleRace(t *testing.T, shards int32, onFake bool) {
 		require.Zero(t, c.live.Load(), "%s/%s: an incarnation without its Shutdown after the manager stopped", g, c.Name())
 		require.Zero(t, c.overlaps.Load(), "%s/%s: two incarnations at once", g, c.Name())
 	}
+	require.Zero(t, store.live.Load(), "%s/s: an incarnation without its Shutdown after the manager stopped", g)
+	require.Zero(t, store.overlaps.Load(), "%s/s: two incarnations at once", g)
 }
