@@ -3,8 +3,6 @@ package controllermanager_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,33 +12,6 @@ import (
 	"github.com/actorkube/controllermanager/internal/testkit/testchild"
 	"github.com/actorkube/controllermanager/lease/leasetest"
 )
-
-// journal is the order in which the children's calls happened.
-type journal struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (j *journal) add(format string, args ...any) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.lines = append(j.lines, fmt.Sprintf(format, args...))
-}
-
-func (j *journal) all() []string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]string(nil), j.lines...)
-}
-
-func (j *journal) index(line string) int {
-	for i, l := range j.all() {
-		if l == line {
-			return i
-		}
-	}
-	return -1
-}
 
 // With Reelect, a child whose start call fails in the start round after a
 // re-election is a failure of that child, supervised as at any other time
@@ -68,7 +39,7 @@ func TestElectionReelectRoundSupervisesAFailedStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var j journal
+			j := &seamLog{} // the order the children's calls happened in
 			srv := leasetest.NewServer()
 			sup := &cm.SupervisionSpec{InitialBackoff: gDuration(time.Millisecond), MaxBackoff: gDuration(2 * time.Millisecond)}
 			m, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
@@ -134,11 +105,11 @@ func TestElectionReelectRoundSupervisesAFailedStart(t *testing.T) {
 			require.Equal(t, 1, cs.Failures+ss.Failures, "one failure: %+v %+v", cs, ss)
 			if tc.store {
 				// Stores first: c runs again only after s has recovered.
-				require.Less(t, j.index("s recover 3"), j.index("c run 2"), "%v", j.all())
-				require.Equal(t, 3, recovers, "%v", j.all())
-				require.Equal(t, 2, runs, "%v", j.all())
+				require.Less(t, j.index("s recover 3"), j.index("c run 2"), "%v", j.snapshot())
+				require.Equal(t, 3, recovers, "%v", j.snapshot())
+				require.Equal(t, 2, runs, "%v", j.snapshot())
 			} else {
-				require.Equal(t, 3, runs, "%v", j.all())
+				require.Equal(t, 3, runs, "%v", j.snapshot())
 			}
 		})
 	}

@@ -418,17 +418,26 @@ func elEventuallyWithin(t *testing.T, wait time.Duration, what string, cond func
 // elConsistently fails if cond stops holding within d.
 func elConsistently(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if _, lapsed := lapse(d, cond); lapsed {
+		t.Fatalf("no longer true: %s", what)
+	}
+}
+
+// lapse polls cond every 5ms for d, and reports how long after the start
+// it first no longer held, if it did.
+func lapse(d time.Duration, cond func() bool) (after time.Duration, lapsed bool) {
+	start := time.Now()
 	deadline := time.After(d)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if !cond() {
-			t.Fatalf("no longer true: %s", what)
+			return time.Since(start), true
 		}
 		select {
 		case <-tick.C:
 		case <-deadline:
-			return
+			return 0, false
 		}
 	}
 }

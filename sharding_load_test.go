@@ -114,20 +114,8 @@ func assertKept(t *testing.T, activity *elActivity, srv *leasetest.Server, r *lo
 // did in a loaded run of the whole package).
 func keptFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	start := time.Now()
-	deadline := time.After(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if !cond() {
-			t.Logf("no longer true after %s: %s", time.Since(start).Round(time.Millisecond), what)
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-deadline:
-			return
-		}
+	if after, lapsed := lapse(d, cond); lapsed {
+		t.Logf("no longer true after %s: %s", after.Round(time.Millisecond), what)
 	}
 }
 
