@@ -364,8 +364,14 @@ func TestEscalationOverAHungShutdownFails(t *testing.T) {
 	assert.False(t, other.workerRunning(), "the other controller was shut down")
 	// The lease is not given up (the stuck child may still run), and not renewed either.
 	assert.Equal(t, "a", srv.Holder(elNamespace, elLeaseName))
-	writes := len(srv.History())
-	elConsistently(t, 3*elRetryPeriod, "no more renewals", func() bool { return len(srv.History()) == writes })
+	// A renewal sent before the end may still land after it on a loaded
+	// machine (it failed a CI run beside busy loops): what must hold is
+	// that the writes stop, three retry periods without one.
+	elEventually(t, "no more renewals", func() bool {
+		writes := len(srv.History())
+		_, lapsed := lapse(3*elRetryPeriod, func() bool { return len(srv.History()) == writes })
+		return !lapsed
+	})
 }
 
 // Defect 5: a subscriber that blocks made ShutdownAndWait(Background) hang
