@@ -89,6 +89,13 @@ func TestEnvLogsAndProbesAsControllerRuntime(t *testing.T) {
 			}
 			logged := out.String()
 			for _, line := range lines {
+				if host == "controller-runtime" && line == lines[0] {
+					// controller-runtime logs it from a goroutine that
+					// its Start does not wait for (engageStopProcedure),
+					// so on a busy machine Start returns before it is
+					// written. Ours logs it before it stops anything.
+					continue
+				}
 				assert.Contains(t, logged, line)
 			}
 			if host == "ctrlruntime" {
