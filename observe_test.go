@@ -28,6 +28,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +40,7 @@ import (
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/health"
 	"github.com/actorkube/controllermanager/internal/kubeevents"
+	"github.com/actorkube/controllermanager/supervisor"
 )
 
 // Kubernetes Events, the panics metric, leader_election_master_status and
@@ -512,4 +515,19 @@ func TestWebhookServerServesLivez(t *testing.T) {
 			t.Errorf("GET %s: want 200 %q, have %d %q", path, want, res.StatusCode, body)
 		}
 	}
+}
+
+// A Start after ShutdownAndWait (the manager stopped before it started)
+// answers that the manager stopped, and starts nothing for it: not the
+// Events recorder, whose goroutines would otherwise wait five seconds for
+// a terminal event that came before it subscribed.
+func TestStartAfterShutdownStartsNoRecorder(t *testing.T) {
+	m, err := cm.NewControllerManager(cm.NewContext(fake.NewClientset()), observeSpec(), "",
+		cm.WithIdentity("replica-a"), cm.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	m.ShutdownAndWait(context.Background())
+	before := goleak.IgnoreCurrent()
+	err = m.Start(context.Background(), 0)
+	require.ErrorIs(t, err, supervisor.ErrStopped)
+	goleak.VerifyNone(t, before)
 }

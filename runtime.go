@@ -243,6 +243,11 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 	added := m.added
 	m.added = nil // the supervisor's records hold them from now on: not kept twice
 	m.mu.Unlock()
+	if _, stopped := m.handle.Observed.Final(); stopped {
+		// Stopped before Start (ShutdownAndWait first): the answer is
+		// known, and nothing (the Events recorder) is started for it.
+		return startError(ctx, supervisor.ErrStopped)
+	}
 	m.observe()
 
 	msg := supervise.StartManager{Ctx: ctx, StartTimeout: startTimeout}
