@@ -82,6 +82,12 @@ var (
 	// It is also wrapped when the Fleet is in this manager's tree already
 	// (at another path, or twice in one add): a Fleet runs once.
 	ErrFleetInUse = errors.New("controllermanager: fleet added to another manager")
+	// ErrClusterOffline is wrapped by the error of a StartChild or
+	// RestartChild (or a Request of either) of an Offline member cluster's
+	// group, or of anything in it: its API server does not answer, so its
+	// stores could not recover. The fleet starts the group itself once the
+	// cluster answers its probes for SuccessThreshold.
+	ErrClusterOffline = errors.New("controllermanager: cluster offline")
 )
 
 // FleetSpec configures a fleet; its zero value works, each zero field
@@ -474,6 +480,38 @@ func collectFleets(vals []any, out *[]*Fleet) {
 			collectFleets(children, out)
 		}
 	}
+}
+
+// refuseOffline refuses a StartChild or RestartChild of an Offline member
+// cluster's group or of anything in it (ErrClusterOffline). Let through,
+// its stores' Recover would wait on an API server that does not answer
+// until the start timeout, and the fleet would then stop the group again.
+func (m *BaseManager) refuseOffline(msg any) error {
+	var name string
+	switch x := msg.(type) {
+	case supervisor.StartChild:
+		name = x.Name
+	case supervisor.RestartChild:
+		name = x.Name
+	default:
+		return nil
+	}
+	m.mu.Lock()
+	fleets := slices.Clone(m.fleets)
+	m.mu.Unlock()
+	for _, f := range fleets {
+		f.mu.Lock()
+		var st ClusterStatus
+		if mb := f.memberOfLocked(name); mb != nil {
+			st = mb.status
+		}
+		f.mu.Unlock()
+		if st.State == ClusterStateOffline {
+			return fmt.Errorf("%s: cluster %q is Offline (%v); its fleet starts it once it answers: %w",
+				supervise.Describe(msg), st.Name, st.Err, ErrClusterOffline)
+		}
+	}
+	return nil
 }
 
 // fleetStatus marks, in st, every member cluster's group of the manager's

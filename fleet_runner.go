@@ -388,7 +388,7 @@ func (f *Fleet) removedFromTree() {
 			ctx := context.Background()
 			if g, err := f.groupIn(ctx, path); err == nil && g != groupAbsent {
 				for _, mb := range members {
-					if _, err := host.Request(ctx, supervisor.RemoveChild{Name: mb.path}); err != nil && !errors.Is(err, supervisor.ErrUnknownChild) {
+					if _, err := host.request(ctx, supervisor.RemoveChild{Name: mb.path}); err != nil && !errors.Is(err, supervisor.ErrUnknownChild) {
 						f.logger().Warn("the fleet's runner was removed: cannot remove a member's group", "child", mb.path, "err", err)
 					}
 				}
@@ -671,7 +671,7 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 	if host == nil {
 		return errors.New("fleet: not added to a manager")
 	}
-	_, err := host.Request(ctx, msg)
+	_, err := host.request(ctx, msg)
 	return err
 }
 

@@ -481,6 +481,15 @@ func TestFleetOutageIsContainedWithHysteresis(t *testing.T) {
 	st, _ := fleet.Cluster("b")
 	require.Equal(t, cm.ClusterStateOffline, st.State)
 	require.Error(t, st.Err)
+	// Its group, or anything in it, is not started by hand while Offline:
+	// its stores would wait on an API server that does not answer.
+	ctx := context.Background()
+	for _, err := range []error{mgr.StartChild(ctx, "fleet/b"), mgr.RestartChild(ctx, "fleet/b/ctrl"),
+		func() error { _, err := mgr.Request(ctx, supervisor.StartChild{Name: "fleet/b/ctrl"}); return err }()} {
+		require.ErrorIs(t, err, cm.ErrClusterOffline)
+		require.ErrorContains(t, err, `cluster "b" is Offline`)
+	}
+	require.Equal(t, int32(1), ctrl.runs.Load(), "nothing started by the refused calls")
 
 	// The others run on, and the pod's probes pass.
 	cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")

@@ -543,6 +543,16 @@ func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
 	}
+	if err := m.refuseOffline(msg); err != nil {
+		return nil, err
+	}
+	return m.request(ctx, msg)
+}
+
+// request is Request past the caller's checks: a fleet's own loop sends
+// its lifecycle messages here, since it starts an Offline member's group
+// on the verdict that the cluster answers, before it says Online.
+func (m *BaseManager) request(ctx context.Context, msg any) (any, error) {
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil
