@@ -110,12 +110,14 @@ func (r *runner) checkStoppedRan() {
 						break
 					}
 				}
-				if m := fleetMember(path); m != "" && (r.fleet.builtBetween(m, st.answered, in.From) || r.backOnline(m, st.answered, in.From) || r.cameBack(m, st.answered, in.From, false)) {
+				if m := fleetMember(path); m != "" && (r.fleet.builtBetween(m, st.answered, in.From) || r.backOnline(m, st.answered, in.From) ||
+					r.cameBack(m, st.answered, in.From, false) || r.runnerStarted(st.answered, in.From)) {
 					// A member's subtree built anew (its controllers are new
 					// children), or its group started by the fleet as the
 					// member came back Online (or back from an outage, not
-					// yet said Online): the group is the fleet's
-					// (docs/fleet.md).
+					// yet said Online), or by the loops of a runner started
+					// again, which read the tree afresh: the group is the
+					// fleet's (docs/fleet.md).
 					allowed = true
 				}
 				if allowed {

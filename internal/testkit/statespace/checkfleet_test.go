@@ -134,6 +134,16 @@ func TestFleetInvariants(t *testing.T) {
 			start(r, 1)
 			event(r, cm.ClusterOnline)
 		}, StoppedRan},
+		{"its group stopped on request, then started by the loops of its fleet's runner started again", func(r *runner) {
+			stopped(r)
+			failedThenRestarted(r, fleetName+"/"+cm.FleetProviderChild)
+			start(r, 1)
+		}, ""},
+		{"its group stopped on request after its fleet's runner started again, then started", func(r *runner) {
+			failedThenRestarted(r, fleetName+"/"+cm.FleetProviderChild)
+			stopped(r)
+			start(r, 1)
+		}, StoppedRan},
 		{"its group stopped on request, then Online with no Offline", func(r *runner) {
 			stopped(r)
 			event(r, cm.ClusterOnline)

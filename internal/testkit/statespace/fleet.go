@@ -565,6 +565,20 @@ func (f *fleetState) builtBetween(member string, from, to time.Time) bool {
 	return slices.ContainsFunc(f.builds[member], func(b build) bool { return b.at.After(from) && b.at.Before(to) })
 }
 
+// runnerStarted reports whether the fleet's runner (its child
+// FleetProviderChild) was started again after from and before to: a
+// restart of it (its own failure, a sibling's under its level's strategy,
+// a RestartChild above it) starts a loop for every member, which reads the
+// tree afresh and starts a group it finds stopped while the member is
+// Online ("a StopChild of the group lasts until the loop next moves it").
+// ChildRestarted is published as the runner's start is sent, before any
+// loop of it runs. r.mu is held.
+func (r *runner) runnerStarted(from, to time.Time) bool {
+	return slices.ContainsFunc(r.events, func(e cm.Event) bool {
+		return e.Type == cm.ChildRestarted && e.Child == fleetName+"/"+cm.FleetProviderChild && e.Time.After(from) && e.Time.Before(to)
+	})
+}
+
 // backOnline reports whether member came back Online from Offline (the
 // fleet's StartChild of its group), or first Online on a new config (the
 // fleet's add of its subtree, in flight when a stop came), after from, in
