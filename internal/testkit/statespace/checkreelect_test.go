@@ -1,6 +1,8 @@
 package statespace
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	cm "github.com/actorkube/controllermanager"
@@ -38,6 +40,28 @@ func TestUnelected(t *testing.T) {
 			why := r.unelected(tc.st)
 			if (why != "") != tc.short {
 				t.Errorf("unelected = %q, want short %v", why, tc.short)
+			}
+		})
+	}
+}
+
+// endsReelect allows a Reelect manager that stopped by itself only the ends
+// Reelect allows: an escalation, or a fencing that did not complete.
+func TestEndsReelect(t *testing.T) {
+	cases := []struct {
+		name    string
+		err     error
+		allowed bool
+	}{
+		{"an escalation", fmt.Errorf("manager: %w", &cm.EscalationError{Child: "c", Err: errors.New("spent")}), true},
+		{"a fencing that did not complete", fmt.Errorf(`shard 0 (Lease l): %w; not fenced: controller "c" did not return from Shutdown within 720ms`, cm.ErrLeaseLost), true},
+		{"a failed start after a re-election", errors.New(`cannot start controllers: controller "g/a": panic in Run`), false},
+		{"no error", nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := endsReelect(tc.err); got != tc.allowed {
+				t.Errorf("endsReelect(%v) = %v, want %v", tc.err, got, tc.allowed)
 			}
 		})
 	}

@@ -89,7 +89,15 @@ func (r *runner) checkReelected(ctx context.Context) {
 	for {
 		select {
 		case <-r.m.Done():
-			return // it stopped: how is the other invariants' to judge
+			// It stopped by itself: only an escalation, or a fencing that
+			// did not complete in time, ends a Reelect manager nobody
+			// asked to stop. How it stopped is the other invariants' to
+			// judge.
+			if err := r.m.Err(); !endsReelect(err) {
+				r.violate(Violation{Invariant: NotReelected, Time: time.Now(),
+					Detail: fmt.Sprintf("the manager ended by itself with neither an escalation nor an incomplete fencing: %v", err)})
+			}
+			return
 		default:
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -111,6 +119,15 @@ func (r *runner) checkReelected(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// endsReelect reports whether err, a Reelect manager's Err once it has
+// stopped by itself, is one of the ends Reelect allows: an escalation (a
+// budget spent, a hung Shutdown), or a lost lease whose fencing did not
+// complete within the fence timeout (the process must exit).
+func endsReelect(err error) bool {
+	var esc *cm.EscalationError
+	return errors.As(err, &esc) || errors.Is(err, cm.ErrLeaseLost)
 }
 
 // unelected says how st falls short of Running with every shard held, or "".

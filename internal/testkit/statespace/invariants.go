@@ -171,7 +171,11 @@ const (
 	// Lease expired), a manager that was started, neither asked to stop
 	// nor stopped, did not come back to Running holding every shard (the
 	// single lease) within its bound: the lease free, nothing kept it from
-	// taking it. The one replica of a sequence is the only candidate.
+	// taking it. The one replica of a sequence is the only candidate. A
+	// manager that stopped by itself is excused only for an escalation
+	// (EscalationError) or a fencing that did not complete in time
+	// (ErrLeaseLost): any other end breaks it (a failed start after a
+	// re-election, which the decider supervises, above all).
 	NotReelected Invariant = "not-reelected"
 )
 
