@@ -489,6 +489,9 @@ func TestFleetOutageIsContainedWithHysteresis(t *testing.T) {
 		require.ErrorIs(t, err, cm.ErrClusterOffline)
 		require.ErrorContains(t, err, `cluster "b" is Offline`)
 	}
+	mgr.Send(supervisor.StartChild{Name: "fleet/b"}) // not sent: the Status asked after it finds b stopped
+	cs, _ = fleetChild(t, mgr, "fleet/b")
+	require.Equal(t, supervisor.StateStopped, cs.State, "a StartChild sent without an answer is refused too")
 	require.Equal(t, int32(1), ctrl.runs.Load(), "nothing started by the refused calls")
 
 	// The others run on, and the pod's probes pass.

@@ -523,8 +523,14 @@ func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
 // Send sends a lifecycle message (package supervisor) to the root
 // supervisor, without waiting for its answer; RestartChild, StopChild and
 // StartChild are the typed calls that wait. An AddChild that brings a
-// Fleet of another manager (ErrFleetInUse) is not sent, and is logged.
+// Fleet of another manager (ErrFleetInUse), and a StartChild or
+// RestartChild of an Offline member cluster's group (ErrClusterOffline),
+// are not sent, and are logged.
 func (m *BaseManager) Send(msg any) {
+	if err := m.refuseOffline(msg); err != nil {
+		m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
+		return
+	}
 	if add, ok := msg.(supervisor.AddChild); ok {
 		if err := m.bindFleets([]any{add.Runnable}); err != nil {
 			m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
@@ -538,7 +544,9 @@ func (m *BaseManager) Send(msg any) {
 // answer or for ctx, whichever is first. After the manager has stopped,
 // GetStatus answers the final Status and other messages
 // supervisor.ErrStopped. A ctx that has ended already returns an error
-// wrapping ctx's error, and nothing is sent: the message does not act.
+// wrapping ctx's error, and nothing is sent: the message does not act; so
+// does a StartChild or RestartChild of an Offline member cluster's group
+// of a Fleet, or of anything in it, with ErrClusterOffline.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
@@ -624,7 +632,8 @@ func (m *BaseManager) RemoveChild(ctx context.Context, name string) error {
 // A name the manager does not know returns an error matching
 // errors.Is(err, ErrUnknownChild); a child already being started, stopped
 // or restarted, ErrBusy; a plain runnable, ErrNothingToStart; a manager
-// that is not running, ErrNotRunning or ErrStopped.
+// that is not running, ErrNotRunning or ErrStopped; an Offline member
+// cluster's group of a Fleet, or anything in it, ErrClusterOffline.
 //
 // A ctx that has ended already returns an error wrapping ctx's error, and
 // nothing is restarted. The new incarnation never starts before the old
@@ -670,8 +679,9 @@ func (m *BaseManager) StopChild(ctx context.Context, name string) error {
 // know returns an error matching errors.Is(err, ErrUnknownChild); a child
 // being started, stopped or restarted, ErrBusy; a child that runs already,
 // ErrAlreadyRunning; a manager that is not running, ErrNotRunning or
-// ErrStopped. A ctx that has ended already returns an error wrapping ctx's
-// error, and nothing is started; when ctx ends before the start call
+// ErrStopped; an Offline member cluster's group of a Fleet, or anything in
+// it, ErrClusterOffline. A ctx that has ended already returns an error
+// wrapping ctx's error, and nothing is started; when ctx ends before the start call
 // returns, StartChild returns that error and the start goes on.
 //
 // name is the child's name; once groups exist it is a path, "group/child".
