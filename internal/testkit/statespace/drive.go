@@ -117,6 +117,11 @@ func (r *runner) apply(ctx context.Context, st Step) {
 		go func() {
 			defer r.background.Done()
 			err := r.m.Start(startCtx, r.sc.StartTimeout)
+			if err == nil {
+				r.mu.Lock()
+				r.startedOK = true
+				r.mu.Unlock()
+			}
 			r.logf("Start returned %v", err)
 			r.startDone <- err
 		}()

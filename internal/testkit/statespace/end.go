@@ -91,9 +91,13 @@ func (r *runner) checkReelected(ctx context.Context) {
 		case <-r.m.Done():
 			// It stopped by itself: only an escalation, or a fencing that
 			// did not complete in time, ends a Reelect manager nobody
-			// asked to stop. How it stopped is the other invariants' to
+			// asked to stop, once its Start has returned nil (a Start
+			// that failed is what ended it, and it said so). How it stopped is the other invariants' to
 			// judge.
-			if err := r.m.Err(); !endsReelect(err) {
+			r.mu.Lock()
+			startedOK := r.startedOK
+			r.mu.Unlock()
+			if err := r.m.Err(); startedOK && !endsReelect(err) {
 				r.violate(Violation{Invariant: NotReelected, Time: time.Now(),
 					Detail: fmt.Sprintf("the manager ended by itself with neither an escalation nor an incomplete fencing: %v", err)})
 			}

@@ -123,13 +123,15 @@ type runner struct {
 	// faulted: a partition, Steal or slow-API step has been taken; guarded
 	// by mu.
 	faulted bool
-	// started: a Start step was taken; stealUntil: when the last Steal's
-	// Lease expires, by its own duration. Guarded by mu.
-	started    bool
-	stealUntil time.Time
-	m          *cm.ControllerManager
-	pauses     *pausewatch.Watch
-	fleet      *fleetState // a fleet sequence's (WithFleet), or nil
+	// started: a Start step was taken; startedOK: its Start returned nil
+	// (not-reelected judges an end by itself only of a manager that
+	// started); stealUntil: when the last Steal's Lease expires, by its
+	// own duration. Guarded by mu.
+	started, startedOK bool
+	stealUntil         time.Time
+	m                  *cm.ControllerManager
+	pauses             *pausewatch.Watch
+	fleet              *fleetState // a fleet sequence's (WithFleet), or nil
 
 	startCancel context.CancelFunc
 	startDone   chan error
