@@ -83,7 +83,7 @@ var (
 	// (at another path, or twice in one add): a Fleet runs once.
 	ErrFleetInUse = errors.New("controllermanager: fleet added to another manager")
 	// ErrClusterOffline is wrapped by the error of a StartChild or
-	// RestartChild (or a Request of either) of an Offline member cluster's
+	// RestartChild (or a Request or Send of either) of an Offline member cluster's
 	// group, or of anything in it: its API server does not answer, so its
 	// stores could not recover. The fleet starts the group itself once the
 	// cluster answers its probes for SuccessThreshold.

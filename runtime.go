@@ -527,15 +527,13 @@ func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
 // RestartChild of an Offline member cluster's group (ErrClusterOffline),
 // are not sent, and are logged.
 func (m *BaseManager) Send(msg any) {
-	if err := m.refuseOffline(msg); err != nil {
+	err := m.refuseOffline(msg)
+	if add, ok := msg.(supervisor.AddChild); ok && err == nil {
+		err = m.bindFleets([]any{add.Runnable})
+	}
+	if err != nil {
 		m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
 		return
-	}
-	if add, ok := msg.(supervisor.AddChild); ok {
-		if err := m.bindFleets([]any{add.Runnable}); err != nil {
-			m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
-			return
-		}
 	}
 	m.handle.System.Root.Send(m.handle.PID, msg)
 }
@@ -681,8 +679,8 @@ func (m *BaseManager) StopChild(ctx context.Context, name string) error {
 // ErrAlreadyRunning; a manager that is not running, ErrNotRunning or
 // ErrStopped; an Offline member cluster's group of a Fleet, or anything in
 // it, ErrClusterOffline. A ctx that has ended already returns an error
-// wrapping ctx's error, and nothing is started; when ctx ends before the start call
-// returns, StartChild returns that error and the start goes on.
+// wrapping ctx's error, and nothing is started; when ctx ends before the
+// start call returns, StartChild returns that error and the start goes on.
 //
 // name is the child's name; once groups exist it is a path, "group/child".
 func (m *BaseManager) StartChild(ctx context.Context, name string) error {

@@ -89,11 +89,11 @@ func (r *runner) checkReelected(ctx context.Context) {
 	for {
 		select {
 		case <-r.m.Done():
-			// It stopped by itself: only an escalation, or a fencing that
-			// did not complete in time, ends a Reelect manager nobody
-			// asked to stop, once its Start has returned nil (a Start
-			// that failed is what ended it, and it said so). How it stopped is the other invariants' to
-			// judge.
+			// It stopped by itself: once its Start has returned nil (a
+			// Start that failed ended it, and said so), only an
+			// escalation, or a fencing that did not complete in time,
+			// ends a Reelect manager nobody asked to stop. The rest of
+			// how it stopped is the other invariants' to judge.
 			r.mu.Lock()
 			startedOK := r.startedOK
 			r.mu.Unlock()
