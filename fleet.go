@@ -74,7 +74,10 @@ var (
 	ErrDuplicateCluster = errors.New("controllermanager: duplicate cluster")
 	// ErrClusterDisengaged is wrapped by the error a Cluster's Config
 	// refuses writes with once its Context has ended: the cluster was
-	// disengaged, its config replaced, or the manager stopped.
+	// disengaged, its config replaced, or the manager stopped. It is
+	// wrapped too by the error of a StartChild or RestartChild of a member
+	// cluster's group built for a config replaced since, or for a cluster
+	// disengaged, or of anything in it: the fleet removes that group.
 	ErrClusterDisengaged = errors.New("controllermanager: cluster disengaged")
 	// ErrFleetInUse is wrapped by the error of an Add, AddChild or Start
 	// that brings a Fleet added to another manager already: a Fleet runs
@@ -83,10 +86,11 @@ var (
 	// (at another path, or twice in one add): a Fleet runs once.
 	ErrFleetInUse = errors.New("controllermanager: fleet added to another manager")
 	// ErrClusterOffline is wrapped by the error of a StartChild or
-	// RestartChild (or a Request or Send of either) of an Offline member cluster's
-	// group, or of anything in it: its API server does not answer, so its
-	// stores could not recover. The fleet starts the group itself once the
-	// cluster answers its probes for SuccessThreshold.
+	// RestartChild (sent in any way) of an Offline member cluster's group,
+	// or of anything in it: its API server does not answer, so its stores
+	// could not recover. The fleet starts the group itself once the cluster
+	// answers its probes for SuccessThreshold. A StartChild or RestartChild
+	// of a group above leaves the member's group as it is.
 	ErrClusterOffline = errors.New("controllermanager: cluster offline")
 )
 
@@ -480,38 +484,6 @@ func collectFleets(vals []any, out *[]*Fleet) {
 			collectFleets(children, out)
 		}
 	}
-}
-
-// refuseOffline refuses a StartChild or RestartChild of an Offline member
-// cluster's group or of anything in it (ErrClusterOffline). Let through,
-// its stores' Recover would wait on an API server that does not answer
-// until the start timeout, and the fleet would then stop the group again.
-func (m *BaseManager) refuseOffline(msg any) error {
-	var name string
-	switch x := msg.(type) {
-	case supervisor.StartChild:
-		name = x.Name
-	case supervisor.RestartChild:
-		name = x.Name
-	default:
-		return nil
-	}
-	m.mu.Lock()
-	fleets := slices.Clone(m.fleets)
-	m.mu.Unlock()
-	for _, f := range fleets {
-		f.mu.Lock()
-		var st ClusterStatus
-		if mb := f.memberOfLocked(name); mb != nil {
-			st = mb.status
-		}
-		f.mu.Unlock()
-		if st.State == ClusterStateOffline {
-			return fmt.Errorf("%s: cluster %q is Offline (%v); its fleet starts it once it answers: %w",
-				supervise.Describe(msg), st.Name, st.Err, ErrClusterOffline)
-		}
-	}
-	return nil
 }
 
 // fleetStatus marks, in st, every member cluster's group of the manager's

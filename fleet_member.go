@@ -73,14 +73,19 @@ type member struct {
 	// regroup: the group was moved by someone else than the loop, and
 	// the loop reads the tree for it: the fleet was removed and added again
 	// (removedFromTree), the group removed by hand, or started while the
-	// member is Offline (a restart of the fleet or of a group above it), a
-	// move the loop never makes (subtreeMoved).
+	// member is Offline (a restart plan of the fleet or of a group above
+	// it that took the group before the loop stopped it: a start by hand
+	// is refused, memberAdmission), a move the loop never makes
+	// (subtreeMoved).
 	regroup bool
-	// adding: the loop waits for its group's AddChild (awaitStart). The
-	// group's admission (memberAdmission) refuses the add once the loop
-	// has given up on it (Offline, disengaged or rotated meanwhile), so an
-	// add the supervisor has not taken yet is never taken after.
-	adding bool
+	// awaiting: the loop waits for its group's AddChild or StartChild
+	// (awaitStart). The group's admission (memberAdmission) refuses the
+	// add once the loop has given up on it (Offline, disengaged or rotated
+	// meanwhile), so an add the supervisor has not taken yet is never taken
+	// after; and it refuses a start by hand while the member is Offline,
+	// unless it is the loop's own, made on the verdict that the cluster
+	// answers before it says Online.
+	awaiting bool
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -446,11 +451,9 @@ func (mb *member) addGroup(ctx context.Context) {
 // Otherwise it returns msg's answer.
 func (mb *member) awaitStart(ctx context.Context, msg any) (abandoned bool, err error) {
 	f := mb.f
-	if _, add := msg.(supervisor.AddChild); add {
-		f.mu.Lock()
-		mb.adding = true
-		f.mu.Unlock()
-	}
+	f.mu.Lock()
+	mb.awaiting = true
+	f.mu.Unlock()
 	reqCtx, cancelReq := context.WithCancel(ctx)
 	defer cancelReq()
 	answer := make(chan error, 1)
@@ -458,7 +461,7 @@ func (mb *member) awaitStart(ctx context.Context, msg any) (abandoned bool, err 
 	woken := false
 	defer func() {
 		f.mu.Lock()
-		mb.adding = false
+		mb.awaiting = false
 		f.mu.Unlock()
 		if woken {
 			mb.wake() // what woke it is looked at by the next step
@@ -496,7 +499,7 @@ func (mb *member) awaitStart(ctx context.Context, msg any) (abandoned bool, err 
 func (mb *member) abandonStart(ctx context.Context, cancelReq context.CancelFunc, answer <-chan error, stale bool) {
 	f := mb.f
 	f.mu.Lock()
-	mb.adding = false
+	mb.awaiting = false
 	f.mu.Unlock()
 	mb.group = groupUnknown // the add may have been taken: the stop or removal asks
 	if stale {
@@ -532,24 +535,44 @@ var errConfigReplaced = errors.New("its config was replaced, or it was disengage
 // longer the fleet's member of its name: the fleet removed meanwhile
 // disengaged it, and added again at the same path, its group would take
 // a stale add of a subtree running on an ended Cluster, which the next
-// member of the name would adopt (ErrDuplicateChild). It never blocks.
+// member of the name would adopt (ErrDuplicateChild). As the supervisor
+// takes a StartChild or RestartChild (TreeStarting) of the group, of
+// anything in it or of a group above it, it refuses while the member is
+// Offline, unless the start is the loop's own (awaiting): the group's
+// stores would wait on an API server that does not answer. A request
+// naming the group or something in it is answered ErrClusterOffline; one
+// naming a group above leaves the member's group as it is. It refuses
+// too, with ErrClusterDisengaged, a start by hand of a group built for a
+// config replaced since or a cluster disengaged: the loop removes that
+// subtree, whose Cluster refuses writes, and never starts it. It never
+// blocks.
 type memberAdmission struct {
 	mb  *member
 	gen uint64
 }
 
 func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
-	if ev != supervise.TreeAdding {
+	if ev != supervise.TreeAdding && ev != supervise.TreeStarting {
 		return nil
 	}
 	f := a.mb.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	mb := a.mb
-	if mb.gone || mb.gen != a.gen || mb.applied != a.gen || f.members[mb.name] != mb {
+	stale := mb.gone || mb.gen != a.gen || mb.applied != a.gen || f.members[mb.name] != mb
+	if ev == supervise.TreeStarting {
+		switch {
+		case stale:
+			return fmt.Errorf("cluster %q at %q: built for a config replaced since, or disengaged; its fleet removes it: %w", mb.name, path, ErrClusterDisengaged)
+		case mb.status.State == ClusterStateOffline && !mb.awaiting:
+			return fmt.Errorf("cluster %q is Offline (%v); its fleet starts it once it answers: %w", mb.name, mb.status.Err, ErrClusterOffline)
+		}
+		return nil
+	}
+	if stale {
 		return fmt.Errorf("cluster %q at %q: %w", mb.name, path, errConfigReplaced)
 	}
-	if !mb.adding {
+	if !mb.awaiting {
 		return fmt.Errorf("cluster %q at %q: %w", mb.name, path, errAddAbandoned)
 	}
 	return nil

@@ -122,17 +122,23 @@ func TestFleetSecretPutBackClearsItsProblem(t *testing.T) {
 }
 
 // A member Offline, its group stopped by its loop; the whole fleet is
-// restarted (RestartChild), or stopped and started, which starts what it
-// stopped, the member's group too. Before, the loop still believed its
-// group stopped, and the member's controllers ran against an API server
-// that fails its probes, while Clusters said Offline. The loop now reads
-// the tree for a start it never made, and stops the group again.
+// restarted (RestartChild), or stopped and started. The start leaves the
+// member's group as it was, stopped: its admission refuses a start by hand
+// while the member is Offline (TreeStarting). Before stop 62 the start
+// started the member's controllers against an API server that fails its
+// probes, while Clusters said Offline, and the loop, reading the tree for
+// a start it never made, stopped the group again; before stop 56 they ran
+// on.
 func TestFleetRestartedWhileAMemberIsOfflineKeepsItStopped(t *testing.T) {
 	for _, how := range []string{"restart", "stop-start"} {
 		t.Run(how, func(t *testing.T) {
-			clk, a, _, _, fleet, mgr, log := oneMemberOnline(t)
+			clk, a, _, bl, fleet, mgr, log := oneMemberOnline(t)
 			a.set(memberFailing)
 			log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+			log.waitUntil(t, clk, fleetPeriod, func() bool {
+				cs, ok := fleetChild(t, mgr, "fleet/a")
+				return ok && cs.State == supervisor.StateStopped
+			})
 			ctx := context.Background()
 			if how == "restart" {
 				require.NoError(t, mgr.RestartChild(ctx, "fleet"))
@@ -140,15 +146,18 @@ func TestFleetRestartedWhileAMemberIsOfflineKeepsItStopped(t *testing.T) {
 				require.NoError(t, mgr.StopChild(ctx, "fleet"))
 				require.NoError(t, mgr.StartChild(ctx, "fleet"))
 			}
-			// The fleet's restart started the member's controller again.
-			log.waitForNth(t, 2, is(cm.ChildStarted, "fleet/a/ctrl"))
-			log.waitUntil(t, clk, fleetPeriod, func() bool {
-				cs, ok := fleetChild(t, mgr, "fleet/a")
-				return ok && cs.State == supervisor.StateStopped
-			})
+			// The fleet's runner started again; the Offline member's group
+			// was left as it was, stopped: answered once every start call
+			// has returned, so nothing of it started meanwhile. (Before,
+			// the member's controller ran again against the dead API
+			// server, and the fleet then stopped it.)
+			log.waitForNth(t, 2, is(cm.ChildStarted, "fleet/provider"))
+			require.Equal(t, int32(1), bl.of("a")[0].runs.Load(), "the Offline member's controller was not started")
+			cs, _ := fleetChild(t, mgr, "fleet/a")
+			assert.Equal(t, supervisor.StateStopped, cs.State)
 			st, _ := fleet.Cluster("a")
 			assert.Equal(t, cm.ClusterStateOffline, st.State)
-			cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
+			cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")
 			assert.Equal(t, supervisor.StateStopped, cs.State)
 
 			// Back: it runs again.

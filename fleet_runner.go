@@ -388,7 +388,7 @@ func (f *Fleet) removedFromTree() {
 			ctx := context.Background()
 			if g, err := f.groupIn(ctx, path); err == nil && g != groupAbsent {
 				for _, mb := range members {
-					if _, err := host.request(ctx, supervisor.RemoveChild{Name: mb.path}); err != nil && !errors.Is(err, supervisor.ErrUnknownChild) {
+					if _, err := host.Request(ctx, supervisor.RemoveChild{Name: mb.path}); err != nil && !errors.Is(err, supervisor.ErrUnknownChild) {
 						f.logger().Warn("the fleet's runner was removed: cannot remove a member's group", "child", mb.path, "err", err)
 					}
 				}
@@ -479,9 +479,10 @@ func (f *Fleet) phaseChanged() {
 // A move its loop never makes has the loop read the tree for its group
 // (regroup): the group removed while the member stays engaged (by hand:
 // it is added again), or a child of it started while the member is
-// Offline (a restart of the fleet, or of a group above it, which starts
-// what it stopped: it is stopped again). The loop's own removals (a
-// rotation) cost it one read of the tree.
+// Offline (a restart plan of the fleet, or of a group above it, that took
+// the group before the loop stopped it: it is stopped again; a start by
+// hand is refused, memberAdmission). The loop's own removals (a rotation)
+// cost it one read of the tree.
 func (f *Fleet) subtreeMoved(path string, typ EventType) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -671,7 +672,7 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 	if host == nil {
 		return errors.New("fleet: not added to a manager")
 	}
-	_, err := host.request(ctx, msg)
+	_, err := host.Request(ctx, msg)
 	return err
 }
 

@@ -523,17 +523,17 @@ func (m *BaseManager) Subscribe(fn func(Event)) (cancel func()) {
 // Send sends a lifecycle message (package supervisor) to the root
 // supervisor, without waiting for its answer; RestartChild, StopChild and
 // StartChild are the typed calls that wait. An AddChild that brings a
-// Fleet of another manager (ErrFleetInUse), and a StartChild or
-// RestartChild of an Offline member cluster's group (ErrClusterOffline),
-// are not sent, and are logged.
+// Fleet of another manager (ErrFleetInUse) is not sent, and is logged. A
+// message the supervisor refuses (a StartChild or RestartChild of an
+// Offline member cluster's group, ErrClusterOffline, among others) does
+// not act, and the supervisor logs the refusal, since nobody waits for
+// its answer.
 func (m *BaseManager) Send(msg any) {
-	err := m.refuseOffline(msg)
-	if add, ok := msg.(supervisor.AddChild); ok && err == nil {
-		err = m.bindFleets([]any{add.Runnable})
-	}
-	if err != nil {
-		m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
-		return
+	if add, ok := msg.(supervisor.AddChild); ok {
+		if err := m.bindFleets([]any{add.Runnable}); err != nil {
+			m.opts.logger.Error("a lifecycle message was not sent", "msg", supervise.Describe(msg), "err", err)
+			return
+		}
 	}
 	m.handle.System.Root.Send(m.handle.PID, msg)
 }
@@ -542,23 +542,13 @@ func (m *BaseManager) Send(msg any) {
 // answer or for ctx, whichever is first. After the manager has stopped,
 // GetStatus answers the final Status and other messages
 // supervisor.ErrStopped. A ctx that has ended already returns an error
-// wrapping ctx's error, and nothing is sent: the message does not act; so
-// does a StartChild or RestartChild of an Offline member cluster's group
-// of a Fleet, or of anything in it, with ErrClusterOffline.
+// wrapping ctx's error, and nothing is sent: the message does not act. The
+// supervisor refuses a StartChild or RestartChild of an Offline member
+// cluster's group of a Fleet, or of anything in it, with ErrClusterOffline.
 func (m *BaseManager) Request(ctx context.Context, msg any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", supervise.Describe(msg), err)
 	}
-	if err := m.refuseOffline(msg); err != nil {
-		return nil, err
-	}
-	return m.request(ctx, msg)
-}
-
-// request is Request past the caller's checks: a fleet's own loop sends
-// its lifecycle messages here, since it starts an Offline member's group
-// on the verdict that the cluster answers, before it says Online.
-func (m *BaseManager) request(ctx context.Context, msg any) (any, error) {
 	if _, ok := msg.(supervisor.GetStatus); ok {
 		if final, stopped := m.handle.Observed.Final(); stopped {
 			return final, nil

@@ -678,10 +678,15 @@ func (s *root) publish(t supervisor.EventType, rec *childRecord, err error) {
 		Phase: s.state.phase(), Restarts: rec.restarts(), Err: err})
 }
 
-// respond answers a request; a nil requester (a plain Send) gets nothing.
+// respond answers a request; a nil requester (a plain Send) gets nothing,
+// and a refusal is logged.
 func (s *root) respond(to *actor.PID, value any, err error) {
-	if to != nil {
+	switch {
+	case to != nil:
 		s.ctx.Send(to, supervisor.Reply{Value: value, Err: err})
+	case err != nil:
+		// Sent without waiting for the answer (Send): nobody else hears it.
+		s.cfg.Logger.Warn("a lifecycle message was refused", "err", err)
 	}
 }
 
@@ -700,11 +705,18 @@ func (s *root) lifecycleRecord(what, act, name string) (*childRecord, error) {
 		return nil, fmt.Errorf("%s: %w", act, err) // err names the child
 	}
 	if act != "stop" && act != "removal" {
+		// A start by hand that a TreeHook at or above rec refuses (a
+		// fleet's Offline member cluster) is answered with its refusal.
 		// Inside a stopped group nothing starts but the group.
 		var stopped *childRecord // the outermost stopped group above rec
-		for g := rec.parent(); g != nil; g = g.parent() {
-			if g.stopRequested {
-				stopped = g
+		for x := rec; x != nil; x = x.parent() {
+			if h, ok := x.spec.Impl.(TreeHook); ok {
+				if refused := h.InTree(TreeStarting, x.spec.Name); refused != nil {
+					return nil, fmt.Errorf("%s: %w", what, refused)
+				}
+			}
+			if x != rec && x.stopRequested {
+				stopped = x
 			}
 		}
 		if stopped != nil {

@@ -62,7 +62,7 @@ func (r *stopRequest) begin() {
 		why = supervisor.ErrChildRemoved
 	}
 	s.requests.interrupt(rec, why)
-	rec.node().setStopped(true, s.clock.now())
+	rec.node().setStopped(true, s.clock.now(), nil)
 	s.quiesce(func(x *childRecord) bool { return inside(x, rec) })
 	recs := hosted(rec)
 	for _, x := range recs {
@@ -131,22 +131,31 @@ const (
 	// every child stopped, before Done closes; said to each child in the
 	// tree.
 	TreeManagerStopped
+	// TreeStarting: a StartChild or RestartChild is to start the child, or
+	// something under it, by hand. An error refuses: the request is
+	// answered with it if it names the child or a child under it (the
+	// child itself is asked, and every group above it); else the child is
+	// left as it is, with everything under it, and the rest is started.
+	// Never said of a start the tree makes itself (a start round, a restart
+	// plan).
+	TreeStarting
 )
 
-var treeEventNames = [...]string{"adding", "refused", "removed", "manager stopped"}
+var treeEventNames = [...]string{"adding", "refused", "removed", "manager stopped", "starting"}
 
 func (e TreeEvent) String() string { return treeEventNames[e] }
 
 // Facade plumbing: TreeHook is a child (its Spec.Impl, or a group's
 // GroupDecl.Hook) that the tree tells, in the mailbox, what became of it:
 // whether an add brought it in or was refused, that it left, that the
-// manager stopped. What the child knows of its place is decided where the
+// manager stopped, that a start by hand is to start it. What the child knows of its place is decided where the
 // tree is, in the order the tree changes, not guessed by whoever sent a
 // message (which may never learn the answer). A fleet's group is one (a
 // fleet runs once in its manager's tree), its runner (its members go with
 // it, or with the manager), and a fleet's member cluster's group (an add
-// of a config replaced meanwhile, or of a Cluster dropped, is refused).
-// InTree must not block; its error counts for TreeAdding only.
+// of a config replaced meanwhile, or of a Cluster dropped, is refused, and
+// so is a start by hand while the cluster is Offline). InTree must not
+// block; its error counts for TreeAdding and TreeStarting only.
 type TreeHook interface {
 	InTree(ev TreeEvent, path string) error
 }

@@ -35,8 +35,10 @@ type node interface {
 	// groups under it: a group's (a leaf's are its probes').
 	appendHealth(out []actors.HealthStatus) []actors.HealthStatus
 	// setStopped marks it, and everything under it, stopped by StopChild
-	// or RemoveChild (or no longer: a start on request), at now.
-	setStopped(stopped bool, now time.Time)
+	// or RemoveChild (or no longer: a start on request), at now. within,
+	// when not nil, prunes: a child under it that within rejects is left
+	// as it is, with everything under it.
+	setStopped(stopped bool, now time.Time, within func(*childRecord) bool)
 	// stopEnded is a StopChild or RemoveChild of it having stopped every
 	// hosted child under it: a group says so itself (a hosted child's own
 	// stop has said it).
@@ -79,10 +81,12 @@ func (l leaf) state() supervisor.ChildState                                 { re
 func (l leaf) health() (bool, string)                                       { return l.rec.healthy, l.rec.message() }
 func (l leaf) describe(*supervisor.ChildStatus, time.Time)                  {}
 func (l leaf) appendHealth(out []actors.HealthStatus) []actors.HealthStatus { return out }
-func (l leaf) setStopped(stopped bool, _ time.Time)                         { l.rec.stopRequested = stopped }
-func (l leaf) stopEnded()                                                   {}
-func (l leaf) restarted()                                                   {}
-func (l leaf) restartWhole(out []*childRecord) []*childRecord               { return append(out, l.rec) }
+func (l leaf) setStopped(stopped bool, _ time.Time, _ func(*childRecord) bool) {
+	l.rec.stopRequested = stopped
+}
+func (l leaf) stopEnded()                                     {}
+func (l leaf) restarted()                                     {}
+func (l leaf) restartWhole(out []*childRecord) []*childRecord { return append(out, l.rec) }
 
 func (l leaf) drop() {
 	s := l.rec.lvl.s
@@ -128,14 +132,16 @@ func (lvl *level) appendHealth(out []actors.HealthStatus) []actors.HealthStatus 
 	return lvl.appendGroupsHealth(append(out, st))
 }
 
-func (lvl *level) setStopped(stopped bool, now time.Time) {
+func (lvl *level) setStopped(stopped bool, now time.Time, within func(*childRecord) bool) {
 	lvl.group.stopRequested = stopped
 	lvl.touched = now // its state is Stopping or Stopped from now, or no longer (since)
 	if !stopped {
 		lvl.exhausted = false
 	}
 	for _, c := range lvl.children {
-		c.node().setStopped(stopped, now)
+		if within == nil || within(c) {
+			c.node().setStopped(stopped, now, within)
+		}
 	}
 }
 

@@ -651,11 +651,40 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	if rec.stopRequested || op == "StartChild" {
 		resetBudgets(rec) // a group starts over (a hosted child has nothing under it)
 	}
-	rec.node().setStopped(false, s.clock.now())
-	r.recs = rec.node().appendStartOrder(nil, s.startable)
+	hs := handStart{s: s}
+	rec.node().setStopped(false, s.clock.now(), hs.asked)
+	r.recs = rec.node().appendStartOrder(nil, hs.keep)
 	r.queue()
 	r.step()
 }
+
+// handStart is what the TreeHooks under the child a StartChild or
+// RestartChild names answer to its start (TreeStarting), each asked once:
+// a child whose hook refuses (a fleet's Offline member cluster's group) is
+// left as it is, with everything under it, neither stopped nor started.
+type handStart struct {
+	s    *root
+	left map[*childRecord]bool
+}
+
+// asked reports whether the start goes into c: its hook, if any, lets it.
+func (h *handStart) asked(c *childRecord) bool {
+	refused, known := h.left[c]
+	if !known {
+		if hook := hookOf(c.spec); hook != nil {
+			refused = hook.InTree(TreeStarting, c.spec.Name) != nil
+		}
+		if h.left == nil {
+			h.left = map[*childRecord]bool{}
+		}
+		h.left[c] = refused
+	}
+	return !refused
+}
+
+// keep is the start's pruning (appendStartOrder): what a start of the tree
+// starts (startable) that its hook lets it start.
+func (h *handStart) keep(c *childRecord) bool { return h.asked(c) && h.s.startable(c) }
 
 // queue marks the children a request is to start one after another (a
 // group's; a hosted child's one) as busy until their turn: a lifecycle

@@ -1,0 +1,196 @@
+package controllermanager_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/supervisor"
+)
+
+// Starts by hand racing a member's outages and their ends: StartChild of
+// the member's group, of its controller and of the fleet, sent again and
+// again, and a RestartChild of the fleet at each flip, while the member
+// goes Offline and Online five times. The member group's admission answers them in the
+// supervisor's mailbox, under the fleet's lock, while the member's loop
+// takes that lock to say Offline or to start the group itself: every call
+// is answered (none hangs: each has 20s), each answer is one a caller can
+// act on, and the fleet follows the cluster each time. Then, Offline at
+// rest, no start by hand runs the member's controller: the group's start
+// and the controller's are refused with ErrClusterOffline, and a restart
+// or start of the fleet leaves the group stopped.
+func TestAttackFleetStartsByHandRaceAnOutage(t *testing.T) {
+	clk, a, _, bl, fleet, mgr, log := oneMemberOnline(t)
+	runs := func() (n int32) {
+		for _, c := range bl.of("a") {
+			n += c.runs.Load()
+		}
+		return n
+	}
+	stateIs := func(cluster cm.ClusterState, group supervisor.ChildState) func() bool {
+		return func() bool {
+			st, _ := fleet.Cluster("a")
+			cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+			return st.State == cluster && ok && cs.State == group
+		}
+	}
+
+	calls := []func(context.Context) error{
+		func(ctx context.Context) error { return mgr.StartChild(ctx, "fleet/a") },
+		func(ctx context.Context) error { return mgr.StartChild(ctx, "fleet/a/ctrl") },
+		func(ctx context.Context) error { return mgr.StartChild(ctx, "fleet") },
+	}
+	// What a start by hand may be answered while the fleet moves the
+	// member's group: started; refused, Offline; running already; busy (a
+	// start or stop of it in flight); cut short by the loop's stop.
+	answers := []error{cm.ErrClusterOffline, supervisor.ErrAlreadyRunning, supervisor.ErrBusy, supervisor.ErrChildStopped}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad []error
+	var mu sync.Mutex
+	var offline atomic.Int32
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err := calls[i%len(calls)](ctx)
+			cancel()
+			if err == nil || slicesContainsIs(err, answers) {
+				if errors.Is(err, cm.ErrClusterOffline) {
+					offline.Add(1)
+				}
+				continue
+			}
+			mu.Lock()
+			bad = append(bad, err)
+			mu.Unlock()
+			return
+		}
+	})
+	// A restart of the fleet restarts its runner, whose new loops probe
+	// afresh: one a flip, not in the loop above, or the member would never
+	// stay probed long enough to move.
+	restart := func() {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := mgr.RestartChild(ctx, "fleet"); err != nil && !slicesContainsIs(err, answers) {
+				mu.Lock()
+				bad = append(bad, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for range 5 {
+		a.set(memberFailing)
+		restart()
+		log.waitUntil(t, clk, fleetPeriod, stateIs(cm.ClusterStateOffline, supervisor.StateStopped))
+		a.set(memberOK)
+		restart()
+		log.waitUntil(t, clk, fleetPeriod, stateIs(cm.ClusterStateOnline, supervisor.StateRunning))
+	}
+	close(stop)
+	wg.Wait()
+	require.Empty(t, bad, "a start by hand answered with an error no caller expects (or not within 20s)")
+	t.Logf("starts by hand refused as Offline during the flips: %d", offline.Load())
+
+	a.set(memberFailing)
+	log.waitUntil(t, clk, fleetPeriod, stateIs(cm.ClusterStateOffline, supervisor.StateStopped))
+	before := runs()
+	ctx := context.Background()
+	for range 3 {
+		require.ErrorIs(t, mgr.StartChild(ctx, "fleet/a"), cm.ErrClusterOffline)
+		require.ErrorIs(t, mgr.StartChild(ctx, "fleet/a/ctrl"), cm.ErrClusterOffline)
+		require.NoError(t, mgr.RestartChild(ctx, "fleet"))
+		require.NoError(t, mgr.StopChild(ctx, "fleet"))
+		require.NoError(t, mgr.StartChild(ctx, "fleet"))
+	}
+	require.Equal(t, before, runs(), "a start by hand ran the Offline member's controller")
+	cs, _ := fleetChild(t, mgr, "fleet/a")
+	require.Equal(t, supervisor.StateStopped, cs.State)
+
+	a.set(memberOK)
+	log.waitUntil(t, clk, fleetPeriod, stateIs(cm.ClusterStateOnline, supervisor.StateRunning))
+}
+
+func slicesContainsIs(err error, targets []error) bool {
+	for _, target := range targets {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// heldAtShutdown is a member's controller whose Shutdown, in the first
+// build only, says it was entered and waits until released.
+type heldAtShutdown struct {
+	entered, release chan struct{} // nil: returns at once
+}
+
+func (c *heldAtShutdown) Name() string              { return "ctrl" }
+func (c *heldAtShutdown) Run(context.Context) error { return nil }
+func (c *heldAtShutdown) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "ctrl", Healthy: true}
+}
+func (c *heldAtShutdown) Shutdown(ctx context.Context) {
+	if c.entered == nil {
+		return
+	}
+	close(c.entered)
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	}
+}
+
+// A member's group built for a config replaced since is still in the tree
+// while its loop removes it (its controller's Shutdown holds the removal):
+// a start by hand of it, or of its controller, is refused with
+// ErrClusterDisengaged, since the loop never starts it and its Cluster
+// refuses writes. Then the new config's subtree runs.
+func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	first := &heldAtShutdown{entered: make(chan struct{}), release: make(chan struct{})}
+	var builds atomic.Int32
+	fleet := cm.NewFleet("fleet", prov, func(cm.Cluster) []cm.Runnable {
+		if builds.Add(1) == 1 {
+			return []cm.Runnable{first}
+		}
+		return []cm.Runnable{&heldAtShutdown{}}
+	}, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	rotated := a.config()
+	rotated.BearerToken = "token-2"
+	require.NoError(t, prov.Engage(t, "a", rotated))
+	awaitRecv(t, first.entered, "the old controller's Shutdown")
+	ctx := context.Background()
+	for _, err := range []error{mgr.StartChild(ctx, "fleet/a"), mgr.RestartChild(ctx, "fleet/a/ctrl")} {
+		require.ErrorIs(t, err, cm.ErrClusterDisengaged)
+		require.ErrorContains(t, err, "built for a config replaced since")
+	}
+	close(first.release)
+	log.waitForNth(t, 2, is(cm.ClusterOnline, "fleet/a"))
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		return ok && cs.State == supervisor.StateRunning
+	})
+	require.EqualValues(t, 2, builds.Load())
+}
