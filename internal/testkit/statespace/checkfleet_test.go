@@ -95,12 +95,27 @@ func TestFleetInvariants(t *testing.T) {
 			r.journal.add(path, "controller", ShutdownExit, 1, nil)
 			event(r, cm.ClusterOffline)
 		}, ""},
-		{"started while down by a StartChild of its group", func(r *runner) {
+		{"started while down by a StartChild of its group sent before ClusterOffline", func(r *runner) {
+			down(r)
+			ask(r, DoStartChild, fleetName+"/c0")
+			event(r, cm.ClusterOffline)
+			start(r, 1)
+		}, ""},
+		// The group's admission refuses a start by hand once the member is
+		// Offline (TreeStarting): sent after ClusterOffline, it excuses
+		// nothing.
+		{"started while down after a StartChild of its group sent after ClusterOffline", func(r *runner) {
 			down(r)
 			event(r, cm.ClusterOffline)
 			ask(r, DoStartChild, fleetName+"/c0")
 			start(r, 1)
-		}, ""},
+		}, OfflineRan},
+		{"started while down after a RestartChild of the fleet sent after ClusterOffline", func(r *runner) {
+			down(r)
+			event(r, cm.ClusterOffline)
+			ask(r, DoRestart, fleetName)
+			start(r, 1)
+		}, OfflineRan},
 		{"Offline while up: no outage of ours", func(r *runner) { event(r, cm.ClusterOffline); later(time.Now()); start(r, 1) }, ""},
 		{"its group stopped on request, then started", func(r *runner) { stopped(r); later(time.Now()); start(r, 1) }, StoppedRan},
 		{"its group stopped on request, then Offline and Online again", func(r *runner) {
@@ -254,12 +269,18 @@ func TestFleetInvariants(t *testing.T) {
 			later(time.Now())
 			recoverStore(r, 1)
 		}, OfflineRan},
-		{"its store recovered while down by a RestartChild of the fleet", func(r *runner) {
+		{"its store recovered while down by a RestartChild of the fleet sent before ClusterOffline", func(r *runner) {
+			down(r)
+			ask(r, DoRestart, fleetName)
+			event(r, cm.ClusterOffline)
+			recoverStore(r, 1)
+		}, ""},
+		{"its store recovered while down after a RestartChild of the fleet sent after ClusterOffline", func(r *runner) {
 			down(r)
 			event(r, cm.ClusterOffline)
 			ask(r, DoRestart, fleetName)
 			recoverStore(r, 1)
-		}, ""},
+		}, OfflineRan},
 		{"its store running at its ClusterOffline", func(r *runner) { recoverStore(r, 1); event(r, cm.ClusterOffline) }, MemberRunning},
 		{"its store still in its Recover at its ClusterDisengaged", func(r *runner) {
 			r.journal.add(fleetStorePath("c0"), "store", StartEnter, 1, nil)

@@ -753,7 +753,9 @@ func (r *runner) checkFleet() {
 			}
 			// OfflineRan: while a member's API server is down, once the fleet
 			// has said Offline, nothing of it starts but what a lifecycle
-			// request of it (or above it) starts, which the fleet stops again.
+			// request of it (or above it) sent before then starts, which the
+			// fleet stops again: one sent after is refused by the group's
+			// admission (TreeStarting; docs/fleet.md).
 			since, isDown := down[member]
 			if !isDown {
 				continue
@@ -774,13 +776,13 @@ func (r *runner) checkFleet() {
 					continue
 				}
 				asked := slices.ContainsFunc(reqs, func(q lifecycleReq) bool {
-					return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) && q.at.Before(in.From)
+					return (q.do == DoStartChild || q.do == DoRestart) && within(path, q.path) && q.at.Before(in.From) && q.at.Before(offline)
 				})
 				if asked {
 					continue
 				}
 				r.violateOnce(fmt.Sprintf("offlineran/%s/%d", path, in.Inc), Violation{Invariant: OfflineRan, Child: path, Time: in.From,
-					Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
+					Detail: fmt.Sprintf("incarnation %d started at %s while %s's API server was down (since %s) and the fleet had said ClusterOffline at %s, with no StartChild or RestartChild of it or above it sent before that", in.Inc, stamp(in.From), member, stamp(since), stamp(offline))}, false)
 			}
 		}
 	}

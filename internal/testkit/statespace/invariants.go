@@ -99,7 +99,9 @@ const (
 	DisengagedRan Invariant = "disengaged-ran"
 	// OfflineRan (fleets): a member's controller or store started while
 	// its API server was down and after the fleet had said ClusterOffline,
-	// with no StartChild or RestartChild of it or above it sent.
+	// with no StartChild or RestartChild of it or above it sent before the
+	// ClusterOffline (one sent after is refused, or leaves the group as it
+	// is).
 	OfflineRan Invariant = "offline-ran"
 	// OfflineLate (fleets): a member's API server stayed down for longer
 	// than FailureThreshold, a probe period and its timeout, the StopChild
