@@ -600,9 +600,12 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 		mb.group = groupAbsent
 	case ctx.Err() != nil:
 		mb.group = groupUnknown
-	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped):
+	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped),
+		errors.Is(err, ErrClusterDisengaged), errors.Is(err, ErrClusterOffline):
 		// Tried again at the next phase or probe, or as soon as a child of
 		// its subtree starts or stops (Fleet.subtreeMoved): a busy group.
+		// A start the group's admission refused (engaged again since the
+		// loop looked: the next step removes the group) left it as it was.
 	default:
 		if next == groupRunning { // its start failed: supervised like any failure
 			mb.group = next
