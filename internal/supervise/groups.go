@@ -308,9 +308,18 @@ func (lvl *level) contain(err error) bool {
 
 // resetBudgets gives every child under g a fresh budget and backoff: the
 // group starts over, as an OTP supervisor restarted by its parent does.
-func resetBudgets(g *childRecord) {
+// What is under a child that left holds (a start by hand left it as it
+// is: handStart) keeps its own.
+func resetBudgets(g *childRecord, left map[*childRecord]bool) {
 	for _, r := range subtree(g) {
-		if r != g && r.x != nil {
+		if r == g || r.x == nil {
+			continue
+		}
+		kept := false
+		for x := r; x != g && !kept; x = x.parent() {
+			kept = left[x]
+		}
+		if !kept {
 			r.x.budget, r.x.backoffStep = nil, 0
 		}
 	}

@@ -163,7 +163,7 @@ func (lvl *level) restartWhole(out []*childRecord) []*childRecord {
 		lvl.restarted()
 	}
 	g.markStarted(&s.clock)
-	resetBudgets(g)
+	resetBudgets(g, nil)
 	return append(out, leaves...)
 }
 

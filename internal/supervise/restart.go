@@ -648,12 +648,13 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 		return
 	}
 	r := s.requests.open(s, rec, op, replyTo)
-	if rec.stopRequested || op == "StartChild" {
-		resetBudgets(rec) // a group starts over (a hosted child has nothing under it)
-	}
+	reset := rec.stopRequested || op == "StartChild"
 	hs := handStart{s: s}
 	rec.node().setStopped(false, s.clock.now(), hs.asked)
 	r.recs = rec.node().appendStartOrder(nil, hs.keep)
+	if reset {
+		resetBudgets(rec, hs.left) // a group starts over (a hosted child has nothing under it)
+	}
 	r.queue()
 	r.step()
 }
@@ -661,10 +662,11 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 // handStart is what the TreeHooks under the child a StartChild or
 // RestartChild names answer to its start (TreeStarting), each asked once:
 // a child whose hook refuses (a fleet's Offline member cluster's group) is
-// left as it is, with everything under it, neither stopped nor started.
+// left as it is, with everything under it, neither stopped nor started,
+// its budgets kept.
 type handStart struct {
 	s    *root
-	left map[*childRecord]bool
+	left map[*childRecord]bool // asked: true if refused
 }
 
 // asked reports whether the start goes into c: its hook, if any, lets it.
