@@ -194,3 +194,50 @@ func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
 	})
 	require.EqualValues(t, 2, builds.Load())
 }
+
+// The loop's verdict that a member does not answer comes before its
+// status says Offline: the status changes once the loop has stopped the
+// group. A start by hand taken between the two used to pass the
+// admission, which read the status only, and run the group on, unseen by
+// the loop, for the whole outage (found by a review with a delay injected
+// after the stop). The admission now reads the verdict too: here the
+// stop is held in the controller's Shutdown, the status still Online, and
+// a start by hand of the group or of its controller is refused with
+// ErrClusterOffline, where it used to be answered ErrBusy.
+func TestFleetStartByHandBetweenVerdictAndOfflineIsRefused(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	first := &heldAtShutdown{entered: make(chan struct{}), release: make(chan struct{})}
+	var builds atomic.Int32
+	fleet := cm.NewFleet("fleet", prov, func(cm.Cluster) []cm.Runnable {
+		builds.Add(1)
+		return []cm.Runnable{first}
+	}, fleetSpec())
+	mgr, log := fleetManager(t, clk, fleet)
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+
+	a.set(memberFailing)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		select {
+		case <-first.entered:
+			return true
+		default:
+			return false
+		}
+	})
+	st, _ := fleet.Cluster("a")
+	require.Equal(t, cm.ClusterStateOnline, st.State, "said Offline only once the group has stopped")
+	ctx := context.Background()
+	for _, name := range []string{"fleet/a", "fleet/a/ctrl"} {
+		err := mgr.StartChild(ctx, name)
+		require.ErrorIs(t, err, cm.ErrClusterOffline, name)
+		require.ErrorContains(t, err, `cluster "a" does not answer`)
+	}
+	close(first.release)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
+	require.Equal(t, supervisor.StateStopped, cs.State)
+	require.EqualValues(t, 1, builds.Load(), "built once: no rotation, no re-add")
+}

@@ -75,8 +75,8 @@ type member struct {
 	// (removedFromTree), the group removed by hand, or started while the
 	// member is Offline (a restart plan of the fleet or of a group above
 	// it that took the group before the loop stopped it: a start by hand
-	// is refused, memberAdmission), a move the loop never makes
-	// (subtreeMoved).
+	// is refused from the loop's verdict on, memberAdmission), a move the
+	// loop never makes (subtreeMoved).
 	regroup bool
 	// awaiting: the loop waits for its group's AddChild or StartChild
 	// (awaitStart). The group's admission (memberAdmission) refuses the
@@ -86,6 +86,13 @@ type member struct {
 	// unless it is the loop's own, made on the verdict that the cluster
 	// answers before it says Online.
 	awaiting bool
+	// failing is the loop's verdict that the cluster does not answer (its
+	// probes failed for FailureThreshold, or its first one failed), with
+	// why, mirrored from online and cause at each probe for the admission:
+	// the status says Offline only once the group has stopped, and a start
+	// by hand taken between the two would run the group on, unseen by the
+	// loop. Nil while it answers.
+	failing error
 
 	// Owned by the loop.
 	applied        uint64 // the gen cluster was built from; 0: none
@@ -538,8 +545,10 @@ var errConfigReplaced = errors.New("its config was replaced, or it was disengage
 // member of the name would adopt (ErrDuplicateChild). As the supervisor
 // takes a StartChild or RestartChild (TreeStarting) of the group, of
 // anything in it or of a group above it, it refuses while the member is
-// Offline, unless the start is the loop's own (awaiting): the group's
-// stores would wait on an API server that does not answer. A request
+// Offline, or once the loop's verdict is that it does not answer (failing:
+// the status says Offline only once the group has stopped), unless the
+// start is the loop's own (awaiting): the group's stores would wait on an
+// API server that does not answer. A request
 // naming the group or something in it is answered ErrClusterOffline; one
 // naming a group above leaves the member's group as it is. It refuses
 // too, with ErrClusterDisengaged, a start by hand of a group built for a
@@ -564,8 +573,11 @@ func (a memberAdmission) InTree(ev supervise.TreeEvent, path string) error {
 		switch {
 		case stale:
 			return fmt.Errorf("cluster %q at %q: built for a config replaced since, or disengaged; its fleet removes it: %w", mb.name, path, ErrClusterDisengaged)
-		case mb.status.State == ClusterStateOffline && !mb.awaiting:
+		case mb.awaiting:
+		case mb.status.State == ClusterStateOffline:
 			return fmt.Errorf("cluster %q is Offline (%v); its fleet starts it once it answers: %w", mb.name, mb.status.Err, ErrClusterOffline)
+		case mb.failing != nil:
+			return fmt.Errorf("cluster %q does not answer (%v): its fleet is taking it Offline, and starts it once it answers: %w", mb.name, mb.failing, ErrClusterOffline)
 		}
 		return nil
 	}
@@ -673,6 +685,18 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 	f.mu.Lock()
 	mb.status.LastProbe, mb.status.ProbeErr = now, err
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		switch {
+		case mb.online:
+			mb.failing = nil
+		case mb.cause != nil:
+			mb.failing = mb.cause
+		default:
+			mb.failing = errors.New("its probes have not passed for SuccessThreshold")
+		}
+		f.mu.Unlock()
+	}()
 	switch {
 	case first:
 		mb.online, mb.cause = err == nil, err
