@@ -241,3 +241,39 @@ func TestFleetStartByHandBetweenVerdictAndOfflineIsRefused(t *testing.T) {
 	require.Equal(t, supervisor.StateStopped, cs.State)
 	require.EqualValues(t, 1, builds.Load(), "built once: no rotation, no re-add")
 }
+
+// A start by hand of a group above an Offline member's group leaves that
+// group as it is, its budget included: the restarts its children spent
+// before the outage still count once it is back. Before be73075 the start
+// reset them, since the budgets were reset before the pruning (this test
+// fails with the pruning left out of resetBudgets: Spent 0).
+func TestFleetStartOfAGroupAboveKeepsAnOfflineMembersBudget(t *testing.T) {
+	clk, a, _, bl, fleet, mgr, log := oneMemberOnline(t)
+	ctx := context.Background()
+	ctrl := bl.of("a")[0]
+	ctrl.fail.Store(true)
+	require.Error(t, mgr.RestartChild(ctx, "fleet/a/ctrl"), "its start fails")
+	ctrl.fail.Store(false)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		return ok && cs.State == supervisor.StateRunning && cs.Restarts >= 2
+	})
+	group, _ := fleetChild(t, mgr, "fleet/a")
+	require.NotNil(t, group.Group)
+	spent := group.Group.Spent
+	require.Positive(t, spent, "the failed start's restart counts against the member group's budget")
+
+	a.set(memberFailing)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		st, _ := fleet.Cluster("a")
+		cs, ok := fleetChild(t, mgr, "fleet/a")
+		return st.State == cm.ClusterStateOffline && ok && cs.State == supervisor.StateStopped
+	})
+	// A StartChild gives what it starts a fresh budget (a RestartChild of a
+	// running group does not).
+	require.NoError(t, mgr.StopChild(ctx, "fleet"))
+	require.NoError(t, mgr.StartChild(ctx, "fleet"))
+	group, _ = fleetChild(t, mgr, "fleet/a")
+	require.Equal(t, supervisor.StateStopped, group.State)
+	require.Equal(t, spent, group.Group.Spent, "the member group's budget, left as it was")
+}
