@@ -156,17 +156,16 @@ func (c *heldAtShutdown) Shutdown(ctx context.Context) {
 	}
 }
 
-// A member's group built for a config replaced since is still in the tree
-// while its loop removes it (its controller's Shutdown holds the removal):
-// a start by hand of it, or of its controller, is refused with
-// ErrClusterDisengaged, since the loop never starts it and its Cluster
-// refuses writes. Then the new config's subtree runs.
-func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
+// heldFleetOnline starts a fleet of one member, a, Online, whose first
+// build's controller holds its Shutdown until first.release is closed
+// (later builds' return at once); builds counts the builds.
+func heldFleetOnline(t *testing.T) (*clocktesting.FakeClock, *fakeMember, *handProvider, *heldAtShutdown, *atomic.Int32, *cm.Fleet, *cm.ControllerManager, *eventLog) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	a := newFakeMember(t, memberOK)
 	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
 	first := &heldAtShutdown{entered: make(chan struct{}), release: make(chan struct{})}
-	var builds atomic.Int32
+	builds := new(atomic.Int32)
 	fleet := cm.NewFleet("fleet", prov, func(cm.Cluster) []cm.Runnable {
 		if builds.Add(1) == 1 {
 			return []cm.Runnable{first}
@@ -176,6 +175,16 @@ func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
 	mgr, log := fleetManager(t, clk, fleet)
 	startFleet(t, mgr)
 	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	return clk, a, prov, first, builds, fleet, mgr, log
+}
+
+// A member's group built for a config replaced since is still in the tree
+// while its loop removes it (its controller's Shutdown holds the removal):
+// a start by hand of it, or of its controller, is refused with
+// ErrClusterDisengaged, since the loop never starts it and its Cluster
+// refuses writes. Then the new config's subtree runs.
+func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
+	clk, a, prov, first, builds, _, mgr, log := heldFleetOnline(t)
 
 	rotated := a.config()
 	rotated.BearerToken = "token-2"
@@ -205,18 +214,7 @@ func TestFleetStartByHandOfAReplacedSubtreeIsRefused(t *testing.T) {
 // a start by hand of the group or of its controller is refused with
 // ErrClusterOffline, where it used to be answered ErrBusy.
 func TestFleetStartByHandBetweenVerdictAndOfflineIsRefused(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a := newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
-	first := &heldAtShutdown{entered: make(chan struct{}), release: make(chan struct{})}
-	var builds atomic.Int32
-	fleet := cm.NewFleet("fleet", prov, func(cm.Cluster) []cm.Runnable {
-		builds.Add(1)
-		return []cm.Runnable{first}
-	}, fleetSpec())
-	mgr, log := fleetManager(t, clk, fleet)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	clk, a, _, first, builds, fleet, mgr, log := heldFleetOnline(t)
 
 	a.set(memberFailing)
 	log.waitUntil(t, clk, fleetPeriod, func() bool {

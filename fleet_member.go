@@ -548,9 +548,9 @@ var errConfigReplaced = errors.New("its config was replaced, or it was disengage
 // Offline, or once the loop's verdict is that it does not answer (failing:
 // the status says Offline only once the group has stopped), unless the
 // start is the loop's own (awaiting): the group's stores would wait on an
-// API server that does not answer. A request
-// naming the group or something in it is answered ErrClusterOffline; one
-// naming a group above leaves the member's group as it is. It refuses
+// API server that does not answer. A request naming the group or something
+// in it is answered ErrClusterOffline; one naming a group above leaves the
+// member's group as it is. It refuses
 // too, with ErrClusterDisengaged, a start by hand of a group built for a
 // config replaced since or a cluster disengaged: the loop removes that
 // subtree, whose Cluster refuses writes, and never starts it. It never

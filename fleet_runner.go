@@ -481,8 +481,8 @@ func (f *Fleet) phaseChanged() {
 // it is added again), or a child of it started while the member is
 // Offline (a restart plan of the fleet, or of a group above it, that took
 // the group before the loop stopped it: it is stopped again; a start by
-// hand is refused from the loop's verdict on, memberAdmission). The loop's own removals (a rotation)
-// cost it one read of the tree.
+// hand is refused from the loop's verdict on, memberAdmission). The loop's
+// own removals (a rotation) cost it one read of the tree.
 func (f *Fleet) subtreeMoved(path string, typ EventType) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -148,9 +148,10 @@ func (e TreeEvent) String() string { return treeEventNames[e] }
 // Facade plumbing: TreeHook is a child (its Spec.Impl, or a group's
 // GroupDecl.Hook) that the tree tells, in the mailbox, what became of it:
 // whether an add brought it in or was refused, that it left, that the
-// manager stopped, that a start by hand is to start it. What the child knows of its place is decided where the
-// tree is, in the order the tree changes, not guessed by whoever sent a
-// message (which may never learn the answer). A fleet's group is one (a
+// manager stopped, that a start by hand is to start it. What the child
+// knows of its place is decided where the tree is, in the order the tree
+// changes, not guessed by whoever sent a message (which may never learn
+// the answer). A fleet's group is one (a
 // fleet runs once in its manager's tree), its runner (its members go with
 // it, or with the manager), and a fleet's member cluster's group (an add
 // of a config replaced meanwhile, or of a Cluster dropped, is refused, and
