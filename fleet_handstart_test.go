@@ -138,6 +138,7 @@ func slicesContainsIs(err error, targets []error) bool {
 // build only, says it was entered and waits until released.
 type heldAtShutdown struct {
 	entered, release chan struct{} // nil: returns at once
+	once             sync.Once     // entered is closed once
 }
 
 func (c *heldAtShutdown) Name() string              { return "ctrl" }
@@ -149,7 +150,7 @@ func (c *heldAtShutdown) Shutdown(ctx context.Context) {
 	if c.entered == nil {
 		return
 	}
-	close(c.entered)
+	c.once.Do(func() { close(c.entered) })
 	select {
 	case <-c.release:
 	case <-ctx.Done():
@@ -274,4 +275,45 @@ func TestFleetStartOfAGroupAboveKeepsAnOfflineMembersBudget(t *testing.T) {
 	group, _ = fleetChild(t, mgr, "fleet/a")
 	require.Equal(t, supervisor.StateStopped, group.State)
 	require.Equal(t, spent, group.Group.Spent, "the member group's budget, left as it was")
+}
+
+// A RestartChild of the fleet taken between a member's verdict and its
+// Offline status (its controller's Shutdown held, so the group is still
+// stopping): the start by hand leaves the member's group as it is, and so
+// its stopping child is not the request's business. It used to answer
+// ErrBusy for the whole of that Shutdown, however long; now the fleet's
+// runner restarts, and the member's stop goes on under the loop, which
+// then sees the cluster Offline and, once it answers again, Online.
+func TestFleetRestartBesideAStoppingOfflineMemberLeavesItAlone(t *testing.T) {
+	clk, a, _, first, builds, fleet, mgr, log := heldFleetOnline(t)
+
+	a.set(memberFailing)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		select {
+		case <-first.entered:
+			return true
+		default:
+			return false
+		}
+	})
+	cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
+	require.Equal(t, supervisor.StateStopping, cs.State)
+	require.NoError(t, mgr.RestartChild(context.Background(), "fleet"))
+	log.waitForNth(t, 2, is(cm.ChildStarted, "fleet/provider"))
+	cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")
+	require.Equal(t, supervisor.StateStopping, cs.State, "left as it was")
+
+	close(first.release)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")
+	require.Equal(t, supervisor.StateStopped, cs.State)
+	require.Equal(t, 1, log.count(is(cm.ChildStarted, "fleet/a/ctrl")), "not started by the restart")
+
+	a.set(memberOK)
+	log.waitUntil(t, clk, fleetPeriod, func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		st, _ := fleet.Cluster("a")
+		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
+	})
+	require.EqualValues(t, 1, builds.Load(), "started again in place: no rotation, no re-add")
 }

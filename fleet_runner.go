@@ -677,18 +677,24 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 }
 
 // groupIn reads where the group at path stands in the manager's tree now:
-// absent, stopped (Stopped, or Stopping: it is on its way), or running
-// (anything else: a group whose children this replica does not run, a
-// shard of another's, counts as running, as the loop counts it once it
-// has added it).
+// absent; unknown while it is Stopping, for no longer than its
+// ShutdownTimeout (a stop under way: the loop's own, whose answer a
+// restart of the runner lost, or one by hand; the group's ChildStopped
+// wakes the loop to read it again, so that Offline is said only once the
+// group has stopped); stopped (Stopped, or Stopping for longer: a
+// Shutdown that overran its bound, not waited for); or running (anything
+// else: a group whose children this replica does not run, a shard of
+// another's, counts as running, as the loop counts it once it has added
+// it).
 func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 	cs, ok, err := f.childIn(ctx, path)
-	if err != nil {
-		return groupUnknown, err
-	}
 	switch {
+	case err != nil:
+		return groupUnknown, err
 	case !ok:
 		return groupAbsent, nil
+	case f.stoppingInBound(cs):
+		return groupUnknown, nil
 	case cs.State == supervisor.StateStopped || cs.State == supervisor.StateStopping:
 		return groupStopped, nil
 	}
@@ -696,14 +702,20 @@ func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 }
 
 // groupStopping reports whether the group at path is Stopping, for no
-// longer than its ShutdownTimeout: a stop that takes longer waits for a
-// Shutdown that overran its bound (it stays Stopping until that returns).
+// longer than its ShutdownTimeout (stoppingInBound).
 func (f *Fleet) groupStopping(ctx context.Context, path string) (bool, error) {
 	cs, ok, err := f.childIn(ctx, path)
-	if err != nil || !ok || cs.State != supervisor.StateStopping {
+	if err != nil || !ok {
 		return false, err
 	}
-	return cs.Group == nil || f.clock().Since(cs.Since) < cs.Group.ShutdownTimeout, nil
+	return f.stoppingInBound(cs), nil
+}
+
+// stoppingInBound reports whether cs, a member's group, is Stopping for
+// no longer than its ShutdownTimeout: a stop that takes longer waits for a
+// Shutdown that overran its bound (it stays Stopping until that returns).
+func (f *Fleet) stoppingInBound(cs supervisor.ChildStatus) bool {
+	return cs.State == supervisor.StateStopping && (cs.Group == nil || f.clock().Since(cs.Since) < cs.Group.ShutdownTimeout)
 }
 
 // childIn is the status of the child at path in the manager's tree, and

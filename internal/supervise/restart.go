@@ -541,16 +541,25 @@ func (s *root) onRestartChild(m supervisor.RestartChild, replyTo *actor.PID) {
 
 func (s *root) onStartChild(m supervisor.StartChild, replyTo *actor.PID) {
 	rec, err := s.lifecycleRecord(fmt.Sprintf("start of child %q", m.Name), "start", m.Name)
-	if err == nil && rec.node().state() == supervisor.StateRunning && !busy(rec) {
+	if err == nil && rec.node().state() == supervisor.StateRunning && !busy(rec, nil) {
 		err = fmt.Errorf("StartChild %q: %w", m.Name, supervisor.ErrAlreadyRunning)
 	}
 	s.restartOnRequest(rec, err, "StartChild", replyTo)
 }
 
 // busy reports whether a decision is in progress on rec (on any child of
-// a group).
-func busy(rec *childRecord) bool {
+// a group) in what within lets in (nil: everything under rec): a start by
+// hand leaves a child its hook refuses as it is, with everything under it
+// (handStart), so what runs there, stopping or starting, is not its
+// business.
+func busy(rec *childRecord, within func(*childRecord) bool) bool {
+next:
 	for _, r := range hosted(rec) {
+		for a := r; within != nil && a != rec; a = a.parent() {
+			if !within(a) {
+				continue next
+			}
+		}
 		if owned(r) || r.state == supervisor.StateStarting || r.state == supervisor.StateStopping {
 			return true
 		}
@@ -637,7 +646,8 @@ func (q *requestSet) open(s *root, rec *childRecord, op string, replyTo *actor.P
 // restartOnRequest is RestartChild and StartChild once their own checks
 // (err) have passed.
 func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo *actor.PID) {
-	if err == nil && busy(rec) {
+	hs := handStart{s: s}
+	if err == nil && busy(rec, hs.asked) {
 		err = fmt.Errorf("%s %q: %w (%s)", op, rec.spec.Name, supervisor.ErrBusy, rec.node().state())
 	}
 	if err == nil && !s.leaseHeld(rec) {
@@ -649,7 +659,6 @@ func (s *root) restartOnRequest(rec *childRecord, err error, op string, replyTo 
 	}
 	r := s.requests.open(s, rec, op, replyTo)
 	reset := rec.stopRequested || op == "StartChild"
-	hs := handStart{s: s}
 	rec.node().setStopped(false, s.clock.now(), hs.asked)
 	r.recs = rec.node().appendStartOrder(nil, hs.keep)
 	if reset {
