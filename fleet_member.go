@@ -28,10 +28,11 @@ import (
 type groupState int
 
 const (
-	groupAbsent  groupState = iota // not in the tree
-	groupRunning                   // added or started
-	groupStopped                   // stopped by the loop (Offline)
-	groupUnknown                   // a request's answer was lost (its context ended): ask the tree
+	groupAbsent   groupState = iota // not in the tree
+	groupRunning                    // added or started
+	groupStopped                    // stopped by the loop (Offline)
+	groupUnknown                    // a request's answer was lost (its context ended), or it was cut short: ask the tree
+	groupStarting                   // found Starting in the tree (a start whose answer was lost): read again at each step
 )
 
 // member is one member cluster of a fleet. Its loop (run), one at a time,
@@ -106,6 +107,7 @@ type member struct {
 	failingSince   time.Time        // first failed probe while Online; zero while answering
 	answeringSince time.Time        // first answered probe while Offline; zero while failing
 	tick           <-chan time.Time // the loop's probe ticks, also probed on while an add waits
+	offlineCause   error            // a stop the loop sent on its Offline verdict, not yet said
 }
 
 func newMember(f *Fleet, name string) *member {
@@ -234,6 +236,7 @@ func (mb *member) forget() {
 	mb.applied = 0
 	mb.announced = ""
 	mb.pending = nil
+	mb.offlineCause = nil
 	if mb.group != groupAbsent {
 		mb.group = groupUnknown
 	}
@@ -327,12 +330,15 @@ func (mb *member) reconcile(ctx context.Context) {
 		mb.group = groupUnknown
 	}
 	mb.f.mu.Unlock()
-	if mb.group == groupUnknown {
+	if mb.group == groupUnknown || mb.group == groupStarting {
 		g, err := mb.f.groupIn(ctx, mb.path)
 		if err != nil {
 			return
 		}
 		mb.group = g
+		if g != groupAbsent {
+			mb.pending = nil // in the tree: what was pending was added
+		}
 	}
 	mb.f.recheckStopped(ctx)
 	if !mb.settleStop(ctx) {
@@ -345,12 +351,19 @@ func (mb *member) reconcile(ctx context.Context) {
 		mb.announce(ClusterStateFailed, err)
 		return
 	}
+	if mb.offlineCause != nil && mb.group == groupStopped && !mb.stale() {
+		// Its stop on the Offline verdict has ended, its answer lost (a
+		// restart of the runner) and the cluster answering again since:
+		// the outage is said before the group starts again.
+		mb.announce(ClusterStateOffline, mb.offlineCause)
+	}
 	switch {
 	case mb.online && mb.group == groupAbsent:
 		mb.addGroup(ctx)
 	case mb.online && mb.group == groupStopped:
 		mb.lifecycle(ctx, supervisor.StartChild{Name: mb.path}, groupRunning)
-	case !mb.online && mb.group == groupRunning:
+	case !mb.online && (mb.group == groupRunning || mb.group == groupStarting):
+		mb.offlineCause = mb.cause
 		mb.lifecycle(ctx, supervisor.StopChild{Name: mb.path}, groupStopped)
 	}
 	switch {
@@ -360,7 +373,7 @@ func (mb *member) reconcile(ctx context.Context) {
 		// config no longer wanted; the next step applies the new one.
 	case mb.online && mb.group == groupRunning:
 		mb.announce(ClusterStateOnline, nil)
-	case !mb.online && mb.group != groupRunning && mb.group != groupUnknown:
+	case !mb.online && mb.group != groupRunning && mb.group != groupUnknown && mb.group != groupStarting:
 		mb.announce(ClusterStateOffline, mb.cause)
 	}
 }
@@ -423,6 +436,11 @@ func (mb *member) addGroup(ctx context.Context) {
 		// down. Built and added again, as a group removed once running
 		// is (subtreeMoved).
 		mb.group, mb.pending = groupAbsent, nil
+	case errors.Is(err, supervisor.ErrChildStopped):
+		// Cut short by a stop of the group or of a group above it (a
+		// StopChild of the fleet): in the tree, not running. The tree says
+		// where it stands.
+		mb.group, mb.pending = groupUnknown, nil
 	case errors.Is(err, supervisor.ErrDuplicateChild):
 		// In the tree already: an AddChild whose answer an earlier loop
 		// lost. StartChild says whether it runs.
@@ -610,7 +628,9 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 		mb.group = next
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, supervisor.ErrChildStopped), errors.Is(err, supervisor.ErrChildRemoved):
+		// Lost, or cut short by a stop or removal of the group or of a
+		// group above it: the tree says where it stands.
 		mb.group = groupUnknown
 	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped),
 		errors.Is(err, ErrClusterDisengaged), errors.Is(err, ErrClusterOffline):
@@ -731,6 +751,7 @@ func (mb *member) probe(ctx context.Context, first bool) bool {
 // announce publishes where the cluster stands, once per change: its
 // status, an event, its metric.
 func (mb *member) announce(state ClusterState, err error) {
+	mb.offlineCause = nil // said, or no longer to be said
 	if mb.announced == state {
 		return
 	}

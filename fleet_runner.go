@@ -682,10 +682,12 @@ func (f *Fleet) request(ctx context.Context, msg any) error {
 // restart of the runner lost, or one by hand; the group's ChildStopped
 // wakes the loop to read it again, so that Offline is said only once the
 // group has stopped); stopped (Stopped, or Stopping for longer: a
-// Shutdown that overran its bound, not waited for); or running (anything
-// else: a group whose children this replica does not run, a shard of
-// another's, counts as running, as the loop counts it once it has added
-// it).
+// Shutdown that overran its bound, not waited for); starting (a start
+// under way, whose answer a restart of the runner lost: Online is said
+// only once it runs, and its ChildStarted wakes the loop); or running
+// (anything else: a group whose children this replica does not run, a
+// shard of another's, counts as running, as the loop counts it once it has
+// added it).
 func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 	cs, ok, err := f.childIn(ctx, path)
 	switch {
@@ -697,6 +699,8 @@ func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 		return groupUnknown, nil
 	case cs.State == supervisor.StateStopped || cs.State == supervisor.StateStopping:
 		return groupStopped, nil
+	case cs.State == supervisor.StateStarting:
+		return groupStarting, nil
 	}
 	return groupRunning, nil
 }
