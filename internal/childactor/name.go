@@ -82,8 +82,7 @@ func resolveNameNow(v any) (name string, err error) {
 }
 
 // NameOf calls v's Name method here, when it has one, turning a panic into
-// a *PanicError: for a getter that is called where a goroutine per value
-// would cost more than it guards against. A value without one has no name.
+// a *PanicError. A value without one has no name.
 func NameOf(v any) (name string, err error) {
 	n, ok := v.(actors.Namer)
 	if !ok {
@@ -91,6 +90,61 @@ func NameOf(v any) (name string, err error) {
 	}
 	err = callNamed(v, "Name", func() { name = n.Name() })
 	return name, err
+}
+
+// NamesOf names vals, each of which has a Name method, off the caller's
+// goroutine and within timeout, so that a Name that blocks cannot hang the
+// caller (a Start, which has not looked at its context yet). Name is a
+// getter: the calls run one after another in one goroutine, where a
+// goroutine each would cost a Start of many children a fifth more. When
+// the deadline passes, the call in progress is reported as not returned
+// and the values after it are named as ResolveNames names, each in a
+// goroutine of its own, within timeout again. names[i] and errs[i] answer
+// vals[i].
+func NamesOf(vals []any, timeout time.Duration) (names []string, errs []error) {
+	n := len(vals)
+	names, errs = make([]string, n), make([]error, n)
+	if n == 0 {
+		return names, errs
+	}
+	var mu sync.Mutex
+	next, abandoned := 0, false // next: the index being named
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i, v := range vals {
+			name, err := NameOf(v)
+			if err != nil {
+				err = fmt.Errorf("cannot name %T: %w", v, err)
+			}
+			mu.Lock()
+			if abandoned {
+				mu.Unlock()
+				return
+			}
+			names[i], errs[i], next = name, err, i+1
+			mu.Unlock()
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return names, errs
+	case <-timer.C:
+	}
+	mu.Lock()
+	abandoned = true
+	stuck := next
+	mu.Unlock()
+	if stuck == n {
+		return names, errs // the last returned as the deadline passed
+	}
+	errs[stuck] = fmt.Errorf("cannot name %T: Name did not return within %s", vals[stuck], timeout)
+	restNames, restErrs := ResolveNames(vals[stuck+1:], timeout)
+	copy(names[stuck+1:], restNames)
+	copy(errs[stuck+1:], restErrs)
+	return names, errs
 }
 
 // callNamed runs fn under recover, formatting the child's type only when

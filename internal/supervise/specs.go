@@ -12,15 +12,17 @@ import (
 
 // Facade plumbing: Specs classifies and names what was added to a manager
 // in mode, in order, and validates the result, reporting every problem at
-// once (StartManager's Children and Err). A controller without a Name
-// method is named by GetHealth().Name, each call bounded by nameTimeout
-// (the manager's HealthTimeout).
+// once (StartManager's Children and Err). A value with a Name method is
+// named by it, a controller without one by GetHealth().Name, off the
+// caller's goroutine and bounded by nameTimeout (the manager's
+// HealthTimeout): childactor.NamesOf, childactor.ResolveNames.
 //
 // An actors.Spec among added is taken as given (a controller the facade
 // named and pinned itself); an Invalid is reported as that child's problem.
 func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec, error) {
 	specs := make([]childactor.Spec, len(added))
 	errs := make([]error, len(added))
+	var byName []int                     // values with a Name method
 	var byHealth []int                   // controllers named by GetHealth().Name
 	parent := make([]string, len(added)) // the group an InGroup or a GroupDecl is in
 	added = slices.Clone(added)
@@ -52,25 +54,36 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 			continue
 		}
 		specs[i] = spec
-		if _, hasName := v.(actors.Namer); hasName || spec.Kind != actors.KindController {
-			// Name() is a getter: call it here, panics recovered.
-			specs[i].Name, errs[i] = childactor.NameOf(v)
-			if errs[i] == nil && specs[i].Name == "" && spec.Kind == actors.KindRunnable {
-				specs[i].Name = fmt.Sprintf("runnable-%d", i)
-			}
+		switch _, hasName := v.(actors.Namer); {
+		case hasName:
+			byName = append(byName, i)
+		case spec.Kind == actors.KindController:
+			// A controller's name is GetHealth().Name: user code that may
+			// block on I/O, each call in a goroutine of its own.
+			byHealth = append(byHealth, i)
+		case spec.Kind == actors.KindRunnable:
+			specs[i].Name = fmt.Sprintf("runnable-%d", i) // nothing to call
+		}
+	}
+	// Name() is user code too, a getter that should not block but may:
+	// named off this goroutine, within nameTimeout, as AddChild names.
+	for _, by := range []struct {
+		at    []int
+		names func([]any, time.Duration) ([]string, []error)
+	}{{byName, childactor.NamesOf}, {byHealth, childactor.ResolveNames}} {
+		if len(by.at) == 0 {
 			continue
 		}
-		// A controller's name is GetHealth().Name: user code that may hang.
-		byHealth = append(byHealth, i)
-	}
-	if len(byHealth) > 0 {
-		vals := make([]any, len(byHealth))
-		for j, i := range byHealth {
+		vals := make([]any, len(by.at))
+		for j, i := range by.at {
 			vals[j] = added[i]
 		}
-		names, nerrs := childactor.ResolveNames(vals, nameTimeout)
-		for j, i := range byHealth {
+		names, nerrs := by.names(vals, nameTimeout)
+		for j, i := range by.at {
 			specs[i].Name, errs[i] = names[j], nerrs[j]
+			if errs[i] == nil && specs[i].Name == "" && specs[i].Kind == actors.KindRunnable {
+				specs[i].Name = fmt.Sprintf("runnable-%d", i)
+			}
 		}
 	}
 	for i := range specs {
