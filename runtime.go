@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,13 @@ type BaseManager struct {
 	// unstopped is set when a ShutdownAndWait gave up before every child
 	// had returned from Shutdown; Err reports it.
 	unstopped atomic.Pointer[UnstoppedError]
+	// waits are the ShutdownAndWait calls in flight, each with its
+	// context and watch: Err, and a ShutdownAndWait that saw the manager
+	// stop, judge every one whose context has ended, as its own caller
+	// does or is about to, so that no reader sees the manager stopped
+	// before the verdict of a caller that overran is in.
+	waitsMu sync.Mutex
+	waits   []*shutdownWait
 
 	mu      sync.Mutex
 	added   []any // runnables and stores, in the order they were added; nil once started
@@ -428,7 +436,9 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 // child whose Shutdown had not even been called yet, because ctx ended
 // before the manager had handed out the Stops, is named too, with an empty
 // Call), in the log, as a ChildUnstopped event each, and in Err, which
-// returns it from the moment ShutdownAndWait returns. The same report is
+// returns it from the moment ctx has ended (see Err); a ShutdownAndWait
+// of another caller that sees the manager stop returns after that report
+// too. The same report is
 // made when the manager stopped but ctx ended on the way, with a Shutdown
 // that returned after it. Done is not closed
 // then: the manager goes on waiting for those Shutdown calls; it keeps the
@@ -438,20 +448,25 @@ func (m *BaseManager) IsStarted() bool { return m.handle.Observed.Started() }
 func (m *BaseManager) ShutdownAndWait(ctx context.Context) {
 	watched, watch, disarm := watchShutdown(ctx)
 	defer disarm()
+	w := m.addWait(ctx, watch)
+	defer m.dropWait(w)
 	if _, err := m.ask(watched, supervisor.ShutdownManager{Ctx: watched}); err != nil && !errors.Is(err, supervisor.ErrStopped) {
-		m.reportUnstopped(watch, err)
+		w.once.Do(func() { m.reportUnstopped(watch, err) })
 		return
 	} else if ctx.Err() != nil {
 		// Stopped, but ctx ended on the way: whether a Shutdown returned
 		// after it is decided by the same rule, not by which of the two
 		// this goroutine happened to see first.
-		m.reportUnstopped(watch, ctx.Err())
+		w.once.Do(func() { m.reportUnstopped(watch, ctx.Err()) })
 	}
 	select {
 	case <-m.handle.Observed.Terminated():
 	case <-ctx.Done():
 		return
 	}
+	// Another caller's context may have ended before the last Shutdown
+	// returned: its verdict is this caller's answer too.
+	m.judgeEndedWaits()
 	// The manager's own Kubernetes Events of the end are written before the
 	// host, which exits on return, is answered: the recorder bounds its
 	// flush itself (kubeevents.FlushTimeout), not by the subscribers' drain.
@@ -494,13 +509,19 @@ func (m *BaseManager) Done() <-chan struct{} { return m.handle.Observed.Done() }
 // ShutdownAndWait whose context ended before the last Shutdown returned
 // has overrun, whether that Shutdown was still running when ShutdownAndWait
 // returned or returned just after the context ended (as one that honours
-// its context does): from the moment it returns, on every run and whether
-// or not Done is closed yet, Err reports those children, and goes on
-// reporting them once they have stopped: an *UnstoppedError (errors.Is
-// ErrUnstopped; joined to the cause, if any). It is nil after a
+// its context does): from the moment the context has ended, on every run
+// and whether or not Done is closed yet or that ShutdownAndWait has
+// returned yet, Err reports those children (it makes the verdict itself if
+// that caller has not yet), and goes on reporting them once they have
+// stopped: an *UnstoppedError (errors.Is ErrUnstopped; joined to the
+// cause, if any). So every reader reads one answer: a host reading Err at
+// Done, another ShutdownAndWait, Serve. It is nil after a
 // ShutdownAndWait whose context ended once every child had returned from
 // Shutdown (only the lease's release was left).
 func (m *BaseManager) Err() error {
+	// A ShutdownAndWait whose context ended before the last Shutdown
+	// returned has overrun, whether or not its caller has reported yet.
+	m.judgeEndedWaits()
 	err := m.handle.Observed.Err()
 	if u := m.unstopped.Load(); u != nil {
 		if err == nil {
@@ -745,3 +766,48 @@ func (m *WebhookManager) Add(runnables ...Runnable) { m.BaseManager.Add(runnable
 // Start runs the pre-flight, then every webhook's Start in parallel; once
 // all have started the manager is ready, starting and started together.
 func (m *WebhookManager) Start(ctx context.Context) error { return m.start(ctx, 0) }
+
+// shutdownWait is one ShutdownAndWait in flight: its context and watch;
+// once makes its verdict (reportUnstopped), whichever caller gets there
+// first, and the others wait for it.
+type shutdownWait struct {
+	ctx   context.Context
+	watch *childactor.ShutdownWatch
+	once  sync.Once
+}
+
+func (m *BaseManager) addWait(ctx context.Context, watch *childactor.ShutdownWatch) *shutdownWait {
+	w := &shutdownWait{ctx: ctx, watch: watch}
+	m.waitsMu.Lock()
+	m.waits = append(m.waits, w)
+	m.waitsMu.Unlock()
+	return w
+}
+
+// dropWait: w's caller returns, having made its verdict if it had one to
+// make (a context that ended once every Shutdown had returned has none:
+// nobody judges it after).
+func (m *BaseManager) dropWait(w *shutdownWait) {
+	w.once.Do(func() {})
+	m.waitsMu.Lock()
+	m.waits = slices.DeleteFunc(m.waits, func(x *shutdownWait) bool { return x == w })
+	m.waitsMu.Unlock()
+}
+
+// judgeEndedWaits makes, once each, the verdict of every ShutdownAndWait
+// in flight whose context has ended: the one its own caller makes, or is
+// making (then this waits for it).
+func (m *BaseManager) judgeEndedWaits() {
+	m.waitsMu.Lock()
+	if len(m.waits) == 0 {
+		m.waitsMu.Unlock()
+		return
+	}
+	waits := slices.Clone(m.waits)
+	m.waitsMu.Unlock()
+	for _, w := range waits {
+		if err := w.ctx.Err(); err != nil {
+			w.once.Do(func() { m.reportUnstopped(w.watch, err) })
+		}
+	}
+}
