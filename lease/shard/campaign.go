@@ -195,6 +195,13 @@ func (e *Elector) campaign(i int) {
 		}
 		read := e.cfg.Clock.Now()
 		got, err := e.update(ctx, decided, l, true)
+		if err != nil && decided.ResourceVersion == "" && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			// No versions, and an answer that does not say the write was
+			// refused (a 500, a timeout): it may have landed, perhaps over a
+			// rival's confirmed takeover. As unconfirmed: a Lease naming us
+			// is not campaigned for until a lease duration from now.
+			return got, fmt.Errorf("%w: its write was answered %w, and may have landed", errUnconfirmed, err)
+		}
 		if err != nil || decided.ResourceVersion != "" {
 			return got, err
 		}

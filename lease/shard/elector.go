@@ -251,6 +251,13 @@ type observed struct {
 	lease  *coordinationv1.Lease
 	seenAt time.Time
 	gone   bool
+	// staleOver, where the Lease has no versions, is the holder of the
+	// record before this one, when this one's transitions went back: a
+	// write that landed late over that holder's term (a release or a
+	// renewal held in the network). That holder counts until staleFor
+	// from seenAt, as if this record had been its renewal.
+	staleOver string
+	staleFor  time.Duration
 }
 
 // held is a shard Lease this replica holds.

@@ -20,7 +20,15 @@ import (
 func (e *Elector) see(l *coordinationv1.Lease) {
 	switch o := e.observed[l.Name]; {
 	case o == nil || o.gone || !equality.Semantic.DeepEqual(o.lease.Spec, l.Spec):
-		e.observed[l.Name] = &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
+		n := &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
+		if o != nil && !o.gone && l.ResourceVersion == "" && transitionsOf(l) < transitionsOf(o.lease) {
+			if prev := holderOf(o.lease); prev != "" {
+				n.staleOver, n.staleFor = prev, durationOf(o.lease, e.cfg.LeaseDuration)
+			} else if o.staleOver != "" {
+				n.staleOver, n.staleFor = o.staleOver, o.staleFor
+			}
+		}
+		e.observed[l.Name] = n
 	case o.lease.ResourceVersion != l.ResourceVersion:
 		o.lease = l.DeepCopy()
 	}
@@ -189,7 +197,24 @@ func (e *Elector) expired(o *observed) bool {
 // heldElsewhere reports whether o names a holder other than this replica
 // that counts: it has not expired.
 func (e *Elector) heldElsewhere(o *observed) bool {
+	if o != nil && o.staleOver != "" && o.staleOver != e.cfg.Identity && e.cfg.Clock.Now().Before(o.seenAt.Add(o.staleFor)) {
+		return true // a late write over another's term: that holder counts
+	}
 	return o != nil && holderOf(o.lease) != "" && holderOf(o.lease) != e.cfg.Identity && !e.expired(o)
+}
+
+func transitionsOf(l *coordinationv1.Lease) int32 {
+	if l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return *l.Spec.LeaseTransitions
+}
+
+func durationOf(l *coordinationv1.Lease, d time.Duration) time.Duration {
+	if s := l.Spec.LeaseDurationSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	return d
 }
 
 // assignment computes the rule over what this replica sees. A stopping

@@ -48,9 +48,12 @@ func (e *Elector) renewAll() {
 					got, err, w.at, w.sent = again, nil, at, sent
 				}
 			}
-			if err == nil && decided.ResourceVersion == "" && !e.cfg.Clock.Now().Before(proven) {
+			mayHaveLanded := err == nil || !apierrors.IsConflict(err) && !apierrors.IsNotFound(err)
+			if mayHaveLanded && decided.ResourceVersion == "" && !e.cfg.Clock.Now().Before(proven) {
 				// No versions, and the last renewal's proof has run out: a
-				// rival may have been written over (errRenewedLate).
+				// rival may have been written over (errRenewedLate). An error
+				// other than a refusal (a 500, a timeout) may hide a write
+				// that landed: as late as a success.
 				return got, errRenewedLate
 			}
 			return got, err
