@@ -436,11 +436,6 @@ func (mb *member) addGroup(ctx context.Context) {
 		// down. Built and added again, as a group removed once running
 		// is (subtreeMoved).
 		mb.group, mb.pending = groupAbsent, nil
-	case errors.Is(err, supervisor.ErrChildStopped):
-		// Cut short by a stop of the group or of a group above it (a
-		// StopChild of the fleet): in the tree, not running. The tree says
-		// where it stands.
-		mb.group, mb.pending = groupUnknown, nil
 	case errors.Is(err, supervisor.ErrDuplicateChild):
 		// In the tree already: an AddChild whose answer an earlier loop
 		// lost. StartChild says whether it runs.
@@ -626,11 +621,17 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 	switch {
 	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning):
 		mb.group = next
+	case errors.Is(err, supervisor.ErrChildStopped):
+		// A start cut short by a StopChild of the group or of a group
+		// above it: as a start followed by that stop, which lasts until
+		// the loop next moves the group (docs/fleet.md), and not a failed
+		// start. (A stop of the fleet stops its runner too.)
+		mb.group = next
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent
-	case ctx.Err() != nil, errors.Is(err, supervisor.ErrChildStopped), errors.Is(err, supervisor.ErrChildRemoved):
-		// Lost, or cut short by a stop or removal of the group or of a
-		// group above it: the tree says where it stands.
+	case ctx.Err() != nil, errors.Is(err, supervisor.ErrChildRemoved):
+		// Lost, or cut short by a removal of the group or of a group
+		// above it: the tree says where it stands.
 		mb.group = groupUnknown
 	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped),
 		errors.Is(err, ErrClusterDisengaged), errors.Is(err, ErrClusterOffline):
