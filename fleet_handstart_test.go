@@ -218,14 +218,7 @@ func TestFleetStartByHandBetweenVerdictAndOfflineIsRefused(t *testing.T) {
 	clk, a, _, first, builds, fleet, mgr, log := heldFleetOnline(t)
 
 	a.set(memberFailing)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-first.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	log.waitUntil(t, clk, fleetPeriod, closedYet(first.entered))
 	st, _ := fleet.Cluster("a")
 	require.Equal(t, cm.ClusterStateOnline, st.State, "said Offline only once the group has stopped")
 	ctx := context.Background()
@@ -288,14 +281,7 @@ func TestFleetRestartBesideAStoppingOfflineMemberLeavesItAlone(t *testing.T) {
 	clk, a, _, first, builds, fleet, mgr, log := heldFleetOnline(t)
 
 	a.set(memberFailing)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-first.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	log.waitUntil(t, clk, fleetPeriod, closedYet(first.entered))
 	cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
 	require.Equal(t, supervisor.StateStopping, cs.State)
 	require.NoError(t, mgr.RestartChild(context.Background(), "fleet"))
@@ -310,10 +296,6 @@ func TestFleetRestartBesideAStoppingOfflineMemberLeavesItAlone(t *testing.T) {
 	require.Equal(t, 1, log.count(is(cm.ChildStarted, "fleet/a/ctrl")), "not started by the restart")
 
 	a.set(memberOK)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
 	require.EqualValues(t, 1, builds.Load(), "started again in place: no rotation, no re-add")
 }

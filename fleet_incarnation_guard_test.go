@@ -12,7 +12,6 @@ import (
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease"
-	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -61,24 +60,12 @@ func (c *clientsCtrl) GetHealth() cm.HealthStatus {
 func TestFleetClusterConfigScopedToAnIncarnationRefusesItsWorkerAfterAReelection(t *testing.T) {
 	a := newFakeMember(t, memberOK)
 	ctrl := &clientsCtrl{}
-	client := leasetest.NewServer().Client("a")
-	m, err := cm.NewControllerManager(cm.NewContext(client),
-		cm.ControllerManagerConfigSpec{LeaderElection: elSpec(cm.LeaseLostReelect), Supervision: gFast()}, "", cm.WithIdentity("a"), elQuiet)
-	require.NoError(t, err)
-	m.Add(cm.NewFleet("fleet", newHandProvider(map[string]*rest.Config{"a": a.config()}), func(c cm.Cluster) []cm.Runnable {
+	f := &electedFleet{}
+	f.start(t, cm.LeaseLostReelect, 1, a, nil, func(c cm.Cluster) []cm.Runnable {
 		ctrl.cluster = c
 		return []cm.Runnable{ctrl}
-	}, fleetSpec()))
-	log := subscribe(t, m)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), elWait)
-		defer cancel()
-		m.ShutdownAndWait(ctx)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), elWait)
-	defer cancel()
-	require.NoError(t, m.Start(ctx, 0))
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	m, client := f.m, f.client
 	runs := func() int {
 		ctrl.mu.Lock()
 		defer ctrl.mu.Unlock()

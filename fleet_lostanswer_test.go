@@ -77,6 +77,28 @@ func heldRecoverFleet(t *testing.T, holdAt int32) (*clocktesting.FakeClock, *fak
 	return clk, a, prov, store, ctrls, &mu, fleet, mgr, log
 }
 
+// backFromAnOutage takes a, Online, through an outage and back, and waits
+// until the loop's start of its group again has entered the store's
+// second Recover (heldRecoverFleet(t, 2) holds it).
+func backFromAnOutage(t *testing.T, clk *clocktesting.FakeClock, a *fakeMember, store *heldRecoverStore, log *eventLog) {
+	t.Helper()
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	a.set(memberFailing)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
+	a.set(memberOK)
+	log.waitUntil(t, clk, fleetPeriod, closedYet(store.entered))
+}
+
+// requireBuiltOnce fails unless a was built once and its controller has
+// run runs times.
+func requireBuiltOnce(t *testing.T, mu *sync.Mutex, ctrls *[]*clusterCtrl, runs int32, msg ...any) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, *ctrls, 1, "built again")
+	require.EqualValues(t, runs, (*ctrls)[0].runs.Load(), msg...)
+}
+
 // settleProbes steps the clock until the member has answered n more
 // probes: time for the new loop to read the tree and act on it.
 func settleProbes(t *testing.T, clk *clocktesting.FakeClock, log *eventLog, m *fakeMember, n int32) {
@@ -113,15 +135,8 @@ func TestFleetRunnerRestartDuringAddSaysOnlineOnlyOnceRunning(t *testing.T) {
 	onlineAgreesWithTree(t, fleet, mgr, log)
 
 	close(store.release)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, *ctrls, 1)
-	require.EqualValues(t, 1, (*ctrls)[0].runs.Load())
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
+	requireBuiltOnce(t, mu, ctrls, 1)
 }
 
 // The same on the group's start again: the member comes back from an
@@ -130,18 +145,7 @@ func TestFleetRunnerRestartDuringAddSaysOnlineOnlyOnceRunning(t *testing.T) {
 // is still starting.
 func TestFleetRunnerRestartDuringStartAgainSaysOnlineOnlyOnceRunning(t *testing.T) {
 	clk, a, _, store, ctrls, mu, fleet, mgr, log := heldRecoverFleet(t, 2)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	a.set(memberFailing)
-	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
-	a.set(memberOK)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-store.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	backFromAnOutage(t, clk, a, store, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, mgr.RestartChild(ctx, "fleet/provider"))
@@ -150,15 +154,8 @@ func TestFleetRunnerRestartDuringStartAgainSaysOnlineOnlyOnceRunning(t *testing.
 	onlineAgreesWithTree(t, fleet, mgr, log)
 
 	close(store.release)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, *ctrls, 1)
-	require.EqualValues(t, 2, (*ctrls)[0].runs.Load())
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
+	requireBuiltOnce(t, mu, ctrls, 2)
 }
 
 // restartRunner restarts the fleet's runner the way how says, and waits
@@ -255,11 +252,7 @@ func removedByHandAfterAdd(t *testing.T, restart bool) {
 		restartRunner(t, mgr, log, "provider")
 	}
 	close(store.release)
-	running := func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	}
+	running := aRunsOnline(t, fleet, mgr)
 	log.waitUntil(t, clk, fleetPeriod, running)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -287,15 +280,8 @@ func TestFleetStoppedDuringAddRunsOnceStartedAgain(t *testing.T) {
 	require.NoError(t, mgr.StopChild(ctx, "fleet"))
 	require.NoError(t, mgr.StartChild(ctx, "fleet"))
 	close(store.release)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, *ctrls, 1)
-	require.EqualValues(t, 1, (*ctrls)[0].runs.Load())
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
+	requireBuiltOnce(t, mu, ctrls, 1)
 }
 
 // failOnDemand is a provider that engages its clusters, then fails (its
@@ -354,14 +340,7 @@ func TestFleetRunnerRestartDuringOfflineStopSaysOfflineOnceStopped(t *testing.T)
 			clk, a, prov, first, builds, fleet, mgr, log := heldFleetOnline(t)
 			noReengage(prov)
 			a.set(memberFailing)
-			log.waitUntil(t, clk, fleetPeriod, func() bool {
-				select {
-				case <-first.entered:
-					return true
-				default:
-					return false
-				}
-			})
+			log.waitUntil(t, clk, fleetPeriod, closedYet(first.entered))
 			restartRunner(t, mgr, log, how)
 			settleProbes(t, clk, log, a, 3)
 			cs, _ := fleetChild(t, mgr, "fleet/a/ctrl")
@@ -374,11 +353,7 @@ func TestFleetRunnerRestartDuringOfflineStopSaysOfflineOnceStopped(t *testing.T)
 			cs, _ = fleetChild(t, mgr, "fleet/a/ctrl")
 			require.Equal(t, supervisor.StateStopped, cs.State)
 			a.set(memberOK)
-			log.waitUntil(t, clk, fleetPeriod, func() bool {
-				cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-				st, _ := fleet.Cluster("a")
-				return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-			})
+			log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
 			require.EqualValues(t, 1, builds.Load())
 		})
 	}
@@ -398,14 +373,7 @@ func offlineStopThenBack(t *testing.T, restart bool) {
 	clk, a, prov, first, _, fleet, mgr, log := heldFleetOnline(t)
 	noReengage(prov)
 	a.set(memberFailing)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-first.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	log.waitUntil(t, clk, fleetPeriod, closedYet(first.entered))
 	if restart {
 		restartRunner(t, mgr, log, "provider")
 	}
@@ -415,11 +383,7 @@ func offlineStopThenBack(t *testing.T, restart bool) {
 	}
 	close(first.release)
 	log.waitForNthStepping(t, clk, 2, is(cm.ChildStarted, "fleet/a/ctrl"))
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
 	var seq []string
 	for _, e := range log.all() {
 		if e.Child == "fleet/a" || e.Child == "fleet/a/ctrl" {
@@ -435,31 +399,13 @@ func offlineStopThenBack(t *testing.T, restart bool) {
 // runner's loop is stopped. A StartChild of the fleet runs the group again.
 func TestFleetStoppedDuringStartAgainRunsOnceStartedAgain(t *testing.T) {
 	clk, a, _, store, ctrls, mu, fleet, mgr, log := heldRecoverFleet(t, 2)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	a.set(memberFailing)
-	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
-	a.set(memberOK)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-store.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	backFromAnOutage(t, clk, a, store, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, mgr.StopChild(ctx, "fleet"))
 	require.NoError(t, mgr.StartChild(ctx, "fleet"))
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, *ctrls, 1)
-	require.EqualValues(t, 2, (*ctrls)[0].runs.Load())
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
+	requireBuiltOnce(t, mu, ctrls, 2)
 }
 
 // A StopChild of the member's group by hand while the loop's StartChild
@@ -469,18 +415,7 @@ func TestFleetStoppedDuringStartAgainRunsOnceStartedAgain(t *testing.T) {
 // controller does not run; the store's Recover was cut short.
 func TestFleetGroupStoppedByHandDuringStartAgainStaysStopped(t *testing.T) {
 	clk, a, _, store, ctrls, mu, _, mgr, log := heldRecoverFleet(t, 2)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	a.set(memberFailing)
-	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/a"))
-	a.set(memberOK)
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		select {
-		case <-store.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	backFromAnOutage(t, clk, a, store, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, mgr.StopChild(ctx, "fleet/a"))
@@ -488,8 +423,5 @@ func TestFleetGroupStoppedByHandDuringStartAgainStaysStopped(t *testing.T) {
 	settleProbes(t, clk, log, a, 3)
 	g, _ := fleetChild(t, mgr, "fleet/a")
 	require.Equal(t, supervisor.StateStopped, g.State)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, *ctrls, 1)
-	require.EqualValues(t, 1, (*ctrls)[0].runs.Load(), "started again after the StopChild")
+	requireBuiltOnce(t, mu, ctrls, 1, "started again after the StopChild")
 }

@@ -373,7 +373,7 @@ func (mb *member) reconcile(ctx context.Context) {
 		// config no longer wanted; the next step applies the new one.
 	case mb.online && mb.group == groupRunning:
 		mb.announce(ClusterStateOnline, nil)
-	case !mb.online && mb.group != groupRunning && mb.group != groupUnknown && mb.group != groupStarting:
+	case !mb.online && (mb.group == groupStopped || mb.group == groupAbsent):
 		mb.announce(ClusterStateOffline, mb.cause)
 	}
 }
@@ -619,13 +619,11 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 		err = mb.f.request(ctx, msg)
 	}
 	switch {
-	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning):
-		mb.group = next
-	case errors.Is(err, supervisor.ErrChildStopped):
-		// A start cut short by a StopChild of the group or of a group
-		// above it: as a start followed by that stop, which lasts until
-		// the loop next moves the group (docs/fleet.md), and not a failed
-		// start. (A stop of the fleet stops its runner too.)
+	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning), errors.Is(err, supervisor.ErrChildStopped):
+		// ErrChildStopped: a start cut short by a StopChild of the group
+		// or of a group above it, as a start followed by that stop, which
+		// lasts until the loop next moves the group (docs/fleet.md), not a
+		// failed start. (A stop of the fleet stops its runner too.)
 		mb.group = next
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent

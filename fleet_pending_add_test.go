@@ -309,11 +309,7 @@ func TestFleetMemberGroupRemovedByHandDuringItsAddIsAddedAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, mgr.RemoveChild(ctx, "fleet/a"))
-	log.waitUntil(t, clk, fleetPeriod, func() bool {
-		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-		st, _ := fleet.Cluster("a")
-		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-	})
+	log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
 	// Built again: the removed group's children were shut down. (A
 	// re-add that meets the removal still under way, the interrupted add
 	// answered as the stop began, is refused as a duplicate: that build

@@ -129,12 +129,26 @@ type electedFleet struct {
 func startElectedFleet(t *testing.T, onLost cm.LeaseLostAction, shards int32, a *fakeMember, prov cm.ClusterProvider) *electedFleet {
 	t.Helper()
 	f := &electedFleet{}
-	build := func(c cm.Cluster) []cm.Runnable {
+	f.start(t, onLost, shards, a, prov, func(c cm.Cluster) []cm.Runnable {
 		f.mu.Lock()
 		f.clusters = append(f.clusters, c)
 		f.mu.Unlock()
 		return []cm.Runnable{&ctxCtrl{cluster: c, stale: &f.stale, runs: &f.runs}}
-	}
+	})
+	pollUntil(t, elWait, func() string {
+		if f.runs.Load() == 0 {
+			return "not run"
+		}
+		return ""
+	})
+	return f
+}
+
+// start starts f's manager, elected on a leasetest server, with a fleet
+// whose clusters build makes the children of, and waits until a is
+// Online. The test's cleanup shuts it down.
+func (f *electedFleet) start(t *testing.T, onLost cm.LeaseLostAction, shards int32, a *fakeMember, prov cm.ClusterProvider, build func(cm.Cluster) []cm.Runnable) {
+	t.Helper()
 	f.client = leasetest.NewServer().Client("a")
 	spec := elSpec(onLost)
 	if shards > 1 {
@@ -157,13 +171,6 @@ func startElectedFleet(t *testing.T, onLost cm.LeaseLostAction, shards int32, a 
 	defer cancel()
 	require.NoError(t, m.Start(ctx, 0))
 	f.log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	pollUntil(t, elWait, func() string {
-		if f.runs.Load() == 0 {
-			return "not run"
-		}
-		return ""
-	})
-	return f
 }
 
 // reelect cuts the manager off the API server until it stands down, then

@@ -162,11 +162,7 @@ func TestFleetRestartedWhileAMemberIsOfflineKeepsItStopped(t *testing.T) {
 
 			// Back: it runs again.
 			a.set(memberOK)
-			log.waitUntil(t, clk, fleetPeriod, func() bool {
-				cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
-				st, _ := fleet.Cluster("a")
-				return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
-			})
+			log.waitUntil(t, clk, fleetPeriod, aRunsOnline(t, fleet, mgr))
 		})
 	}
 }

@@ -742,6 +742,29 @@ func awaitRecv(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// aRunsOnline is a condition for waitUntil: fleet/a's controller is
+// Running and the fleet says a is Online.
+func aRunsOnline(t *testing.T, fleet *cm.Fleet, mgr *cm.ControllerManager) func() bool {
+	return func() bool {
+		cs, ok := fleetChild(t, mgr, "fleet/a/ctrl")
+		st, _ := fleet.Cluster("a")
+		return ok && cs.State == supervisor.StateRunning && st.State == cm.ClusterStateOnline
+	}
+}
+
+// closedYet is a condition for waitUntil: ch has been closed (an entered
+// signal).
+func closedYet(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
 // blockingProvider engages nothing and blocks until ctx ends.
 type blockingProvider struct{ started, unblocked chan struct{} }
 

@@ -67,25 +67,24 @@ func Specs(mode Mode, added []any, nameTimeout time.Duration) ([]childactor.Spec
 	}
 	// Name() is user code too, a getter that should not block but may:
 	// named off this goroutine, within nameTimeout, as AddChild names.
-	for _, by := range []struct {
-		at    []int
-		names func([]any, time.Duration) ([]string, []error)
-	}{{byName, childactor.NamesOf}, {byHealth, childactor.ResolveNames}} {
-		if len(by.at) == 0 {
-			continue
+	resolve := func(at []int, names func([]any, time.Duration) ([]string, []error)) {
+		if len(at) == 0 {
+			return
 		}
-		vals := make([]any, len(by.at))
-		for j, i := range by.at {
+		vals := make([]any, len(at))
+		for j, i := range at {
 			vals[j] = added[i]
 		}
-		names, nerrs := by.names(vals, nameTimeout)
-		for j, i := range by.at {
-			specs[i].Name, errs[i] = names[j], nerrs[j]
+		got, nerrs := names(vals, nameTimeout)
+		for j, i := range at {
+			specs[i].Name, errs[i] = got[j], nerrs[j]
 			if errs[i] == nil && specs[i].Name == "" && specs[i].Kind == actors.KindRunnable {
 				specs[i].Name = fmt.Sprintf("runnable-%d", i)
 			}
 		}
 	}
+	resolve(byName, childactor.NamesOf)
+	resolve(byHealth, childactor.ResolveNames)
 	for i := range specs {
 		if errs[i] != nil {
 			continue

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
 )
 
 // see records l, with the local time when its record changed: an edit of
@@ -21,7 +22,7 @@ func (e *Elector) see(l *coordinationv1.Lease) {
 	switch o := e.observed[l.Name]; {
 	case o == nil || o.gone || !equality.Semantic.DeepEqual(o.lease.Spec, l.Spec):
 		n := &observed{lease: l.DeepCopy(), seenAt: e.cfg.Clock.Now()}
-		if o != nil && !o.gone && l.ResourceVersion == "" && transitionsOf(l) < transitionsOf(o.lease) {
+		if o != nil && !o.gone && l.ResourceVersion == "" && ptr.Deref(l.Spec.LeaseTransitions, 0) < ptr.Deref(o.lease.Spec.LeaseTransitions, 0) {
 			if prev := holderOf(o.lease); prev != "" {
 				n.staleOver, n.staleFor = prev, durationOf(o.lease, e.cfg.LeaseDuration)
 			} else if o.staleOver != "" {
@@ -187,11 +188,7 @@ func holderOf(l *coordinationv1.Lease) string {
 // expired reports whether o's holder has had LeaseDuration, on our clock
 // since we saw the Lease change, to renew it, and has not.
 func (e *Elector) expired(o *observed) bool {
-	d := e.cfg.LeaseDuration
-	if s := o.lease.Spec.LeaseDurationSeconds; s != nil {
-		d = time.Duration(*s) * time.Second
-	}
-	return !e.cfg.Clock.Now().Before(o.seenAt.Add(d))
+	return !e.cfg.Clock.Now().Before(o.seenAt.Add(durationOf(o.lease, e.cfg.LeaseDuration)))
 }
 
 // heldElsewhere reports whether o names a holder other than this replica
@@ -203,13 +200,7 @@ func (e *Elector) heldElsewhere(o *observed) bool {
 	return o != nil && holderOf(o.lease) != "" && holderOf(o.lease) != e.cfg.Identity && !e.expired(o)
 }
 
-func transitionsOf(l *coordinationv1.Lease) int32 {
-	if l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return *l.Spec.LeaseTransitions
-}
-
+// durationOf is l's recorded lease duration, d when it records none.
 func durationOf(l *coordinationv1.Lease, d time.Duration) time.Duration {
 	if s := l.Spec.LeaseDurationSeconds; s != nil {
 		return time.Duration(*s) * time.Second
