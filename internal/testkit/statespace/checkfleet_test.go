@@ -423,7 +423,7 @@ func TestFleetOfflineLate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			judgeMemberC0(t, tc.sc, slack, tc.setup, func(r *runner) {
-				r.checkFleet()
+				r.checkOfflineLate()
 				r.checkObligations(time.Now())
 			}, tc.want)
 		})
@@ -609,6 +609,14 @@ func eventAt(r *runner, d time.Duration, typ cm.EventType, child string) {
 	r.events = append(r.events, cm.Event{Type: typ, Child: child, Time: time.Now().Add(d)})
 }
 
+// started journals a start call of path, d from now, that returned nil
+// at once: an incarnation running since.
+func started(r *runner, path string, d time.Duration) {
+	inc := len(r.journal.Of(path)) + 1
+	r.journal.addAt(path, "controller", StartEnter, inc, nil, time.Now().Add(d))
+	r.journal.addAt(path, "controller", StartExit, inc, nil, time.Now().Add(d))
+}
+
 // shardEventAt records an event of typ on shard n, d from now.
 func shardEventAt(r *runner, d time.Duration, typ cm.EventType, n int) {
 	eventAt(r, d, typ, "")
@@ -674,5 +682,132 @@ func TestFleetFlap(t *testing.T) {
 	}
 	if flapped == 0 {
 		t.Errorf("no fleet of 60 seeds flaps")
+	}
+}
+
+// OnlineEarly fails on a ClusterOnline said while the member's controller
+// was not running, with nothing since the fleet's previous word on it
+// that may have left it so, and only on that.
+func TestFleetOnlineEarly(t *testing.T) {
+	const slack = time.Second
+	long := -10 * time.Second // long before now
+	at, shard := eventAt, shardEventAt
+	member, path := fleetName+"/c0", fleetPath("c0")
+	// engaged: the member engaged (the fleet's previous word) long ago,
+	// the manager Running and the fleet's runner started before.
+	engaged := func(r *runner) {
+		at(r, 3*long, cm.PhaseChanged, "")
+		r.events[len(r.events)-1].Phase = cm.PhaseRunning
+		r.phase = cm.PhaseRunning
+		at(r, 3*long, cm.ChildStarted, fleetName+"/provider")
+		at(r, 2*long, cm.ClusterEngaged, member)
+	}
+	entered := func(r *runner, d time.Duration) {
+		r.journal.addAt(path, "controller", StartEnter, len(r.journal.Of(path))+1, nil, time.Now().Add(d))
+	}
+	exited := func(r *runner, d time.Duration, err error) {
+		incs := r.journal.Of(path)
+		r.journal.addAt(path, "controller", StartExit, incs[len(incs)-1].Inc, err, time.Now().Add(d))
+	}
+	shutDown := func(r *runner, d time.Duration) {
+		inc := r.journal.Of(path)[len(r.journal.Of(path))-1].Inc
+		r.journal.addAt(path, "controller", ShutdownEnter, inc, nil, time.Now().Add(d))
+		r.journal.addAt(path, "controller", ShutdownExit, inc, nil, time.Now().Add(d))
+	}
+	asked := func(r *runner, do Action, target string, sent, answered time.Duration) {
+		r.reqs = append(r.reqs, lifecycleReq{do: do, path: target, at: time.Now().Add(sent), answered: time.Now().Add(answered)})
+	}
+	sharded := Scenario{Fleet: 1, Election: Reelect, Shards: 3}
+	mine := sharded.shardOf(path)
+	cases := []struct {
+		name  string
+		sc    Scenario
+		setup func(r *runner)
+		want  Invariant // "" for none
+	}{
+		{"running", Scenario{}, func(r *runner) { engaged(r); started(r, path, long); at(r, 0, cm.ClusterOnline, member) }, ""},
+		{"never started", Scenario{}, func(r *runner) { engaged(r); at(r, 0, cm.ClusterOnline, member) }, OnlineEarly},
+		{"still in its start call", Scenario{}, func(r *runner) { engaged(r); entered(r, long); at(r, 0, cm.ClusterOnline, member) }, OnlineEarly},
+		{"its start returned after", Scenario{}, func(r *runner) {
+			engaged(r)
+			entered(r, long)
+			at(r, long/2, cm.ClusterOnline, member)
+			exited(r, 0, nil)
+		}, OnlineEarly},
+		{"shut down before", Scenario{}, func(r *runner) {
+			engaged(r)
+			started(r, path, long)
+			shutDown(r, long/2)
+			at(r, 0, cm.ClusterOnline, member)
+		}, OnlineEarly},
+		{"shut down after", Scenario{}, func(r *runner) {
+			engaged(r)
+			started(r, path, long)
+			at(r, long/2, cm.ClusterOnline, member)
+			shutDown(r, 0)
+		}, ""},
+		{"its start failed since the previous word", Scenario{}, func(r *runner) {
+			engaged(r)
+			entered(r, long)
+			exited(r, long, errors.New("boom"))
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+		{"its start failed before the previous word", Scenario{}, func(r *runner) {
+			engaged(r)
+			entered(r, 3*long)
+			exited(r, 3*long, errors.New("boom"))
+			at(r, 0, cm.ClusterOnline, member)
+		}, OnlineEarly},
+		{"a StopChild of its group since", Scenario{}, func(r *runner) {
+			engaged(r)
+			started(r, path, long)
+			asked(r, DoStop, member, long/2, long/2)
+			shutDown(r, long/2)
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+		{"a StopChild of its group answered before the previous word", Scenario{}, func(r *runner) {
+			asked(r, DoStop, member, 4*long, 4*long)
+			engaged(r)
+			at(r, 0, cm.ClusterOnline, member)
+		}, OnlineEarly},
+		{"a StopChild of another member since", Scenario{}, func(r *runner) {
+			engaged(r)
+			asked(r, DoStop, fleetName+"/c1", long, long)
+			at(r, 0, cm.ClusterOnline, member)
+		}, OnlineEarly},
+		{"a failure of it since", Scenario{}, func(r *runner) {
+			engaged(r)
+			started(r, path, long)
+			at(r, long/2, cm.ChildFailed, path)
+			shutDown(r, long/2)
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+		{"its shard held, never started", sharded, func(r *runner) {
+			shard(r, 4*long, cm.ShardAcquired, mine)
+			engaged(r)
+			at(r, 0, cm.ClusterOnline, member)
+		}, OnlineEarly},
+		{"its shard not held", sharded, func(r *runner) {
+			shard(r, 4*long, cm.ShardAcquired, (mine+1)%3)
+			engaged(r)
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+		{"its shard acquired since", sharded, func(r *runner) {
+			engaged(r)
+			shard(r, long, cm.ShardAcquired, mine)
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+		{"events dropped", Scenario{}, func(r *runner) {
+			engaged(r)
+			at(r, long, cm.EventsDropped, "")
+			at(r, 0, cm.ClusterOnline, member)
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			judgeMemberC0(t, tc.sc, slack, tc.setup, func(r *runner) {
+				r.checkOnlineEarly(map[string][]string{"c0": {path}})
+			}, tc.want)
+		})
 	}
 }

@@ -33,7 +33,7 @@ import (
 // stop of each incarnation); the books are kept by a member whose group
 // was never built again. The fleet's own promises are checked too
 // (docs/fleet.md): FleetContextOverlap, DisengagedRan, OfflineRan,
-// OfflineLate, OnlineWhileDown, ClusterWritePassed, ClusterNotEnded.
+// OfflineLate, OnlineWhileDown, OnlineEarly, ClusterWritePassed, ClusterNotEnded.
 const (
 	fleetName             = "fleet"
 	fleetCtrl             = "fctrl"
@@ -208,6 +208,10 @@ type fleetState struct {
 	// them.
 	onlineSeen       map[string]bool
 	onlineDownJudged int
+	// The ClusterOnline events OnlineEarly has judged, and how many; r.mu
+	// guards them.
+	earlySeen   map[string]bool
+	earlyJudged int
 }
 
 // build is one call of the fleet's build for a member.
@@ -329,7 +333,7 @@ func (f *fleetState) config(member string, gen int) *rest.Config {
 func newFleetState(r *runner) *fleetState {
 	return &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
 		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
-		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}, onlineSeen: map[string]bool{}}
+		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}, onlineSeen: map[string]bool{}, earlySeen: map[string]bool{}}
 }
 
 // addFleet adds the fleet to the manager, every member to be engaged.
@@ -695,6 +699,7 @@ func (r *runner) checkFleet() {
 	f.mu.Unlock()
 	r.checkOfflineLate()
 	r.checkOnlineWhileDown()
+	r.checkOnlineEarly(memberPaths)
 	for member := range f.servers {
 		// Its controller, and its store (Scenario.FleetStore): every
 		// rule below holds for the group's children alike, as the
@@ -1014,6 +1019,107 @@ func (r *runner) checkOnlineWhileDown() {
 		}
 		r.violateOnce(key, v, false)
 	}
+}
+
+// checkOnlineEarly: every ClusterOnline the fleet said is judged once
+// (OnlineEarly): each of the member's children (paths, by member) must
+// then be running, an incarnation started (its start call returned nil)
+// and not ended, unless something since the fleet's previous word on the
+// member may have left it not running. r.mu is not held.
+func (r *runner) checkOnlineEarly(paths map[string][]string) {
+	incs := map[string][]Incarnation{}
+	for _, ps := range paths {
+		for _, p := range ps {
+			incs[p] = r.journal.Of(p) // j.mu before r.mu: the journal reports under its lock
+		}
+	}
+	f := r.fleet
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.ContainsFunc(r.events, func(e cm.Event) bool { return e.Type == cm.EventsDropped }) {
+		return // the fleet's previous word may be among those dropped
+	}
+	for i, e := range r.events {
+		member, _ := strings.CutPrefix(e.Child, fleetName+"/")
+		if e.Type != cm.ClusterOnline || f.servers[member] == nil {
+			continue
+		}
+		key := fmt.Sprintf("onlineearly/%s/%d", member, e.Time.UnixNano())
+		if f.earlySeen[key] {
+			continue
+		}
+		f.earlySeen[key] = true
+		var prev time.Time // the fleet's previous word on the member
+		for _, p := range r.events[:i] {
+			if p.Child == e.Child && strings.HasPrefix(string(p.Type), "Cluster") && p.Time.After(prev) {
+				prev = p.Time
+			}
+		}
+		if _, held, _ := r.fleetCouldAct(member, prev, e.Time, false); !held {
+			// Under sharded leadership a replica that does not hold the
+			// member's shard says it Online when it answers, its
+			// controllers running elsewhere (docs/fleet.md, The runner).
+			continue
+		}
+		f.earlyJudged++
+		for _, path := range paths[member] {
+			if why := r.notRunningAt(path, incs[path], prev, e.Time); why != "" {
+				v := Violation{Invariant: OnlineEarly, Child: path, Time: e.Time,
+					Detail: fmt.Sprintf("the fleet said ClusterOnline of %s at %s while %s %s, with no lifecycle call of it or above it, failure or change of leadership since the fleet's previous word on it at %s", member, stamp(e.Time), path, why, stamp(prev))}
+				if r.pauses.Longest() > r.cfg.Slack/2 {
+					r.excuseOnce(key+"/"+path, v)
+					continue
+				}
+				r.violateOnce(key+"/"+path, v, false)
+			}
+		}
+	}
+}
+
+// notRunningAt says how path (its incarnations incs) was not running at
+// at, when nothing since prev excuses it; "" when it ran or is excused.
+// r.mu is held.
+func (r *runner) notRunningAt(path string, incs []Incarnation, prev, at time.Time) string {
+	why := "had never started"
+	for _, in := range incs {
+		switch {
+		case !in.From.Before(at):
+			continue
+		case in.From.After(prev) && !in.StartOpen && !in.StartedOK:
+			return "" // its start failed: supervised from then on
+		case in.StartOpen || in.StartEnd.After(at):
+			why = fmt.Sprintf("was still in its start call (incarnation %d, entered %s)", in.Inc, stamp(in.From))
+		case !in.StartedOK:
+			why = fmt.Sprintf("had failed its start (incarnation %d, at %s)", in.Inc, stamp(in.StartEnd))
+		case in.ShutdownOut && !in.ShutdownEnd.After(at):
+			why = fmt.Sprintf("had been shut down (incarnation %d, at %s)", in.Inc, stamp(in.ShutdownEnd))
+		default:
+			why = ""
+		}
+	}
+	if why == "" {
+		return ""
+	}
+	up := ancestry(path)
+	for _, q := range r.reqs {
+		if q.at.Before(at) && slices.Contains(up, q.path) && (q.at.After(prev) || q.answered.IsZero() || q.answered.After(prev)) {
+			return ""
+		}
+	}
+	for _, e := range r.events {
+		if e.Time.Before(prev) || e.Time.After(at) {
+			continue
+		}
+		switch e.Type {
+		case cm.LeaderElected, cm.LeaderLost, cm.ShardAcquired, cm.ShardLost, cm.ShardReleased:
+			return ""
+		case cm.ChildFailed:
+			if slices.Contains(up, e.Child) {
+				return ""
+			}
+		}
+	}
+	return why
 }
 
 // memberStory is what the fleet said of member and what its children

@@ -125,6 +125,20 @@ const (
 	// paused for longer than half the slack. The member's status turns
 	// Online with that event; one that stays Online is OfflineLate's.
 	OnlineWhileDown Invariant = "online-while-down"
+	// OnlineEarly (fleets): the fleet said a member ClusterOnline while
+	// one of its children (its controller, its store) was not running: no
+	// incarnation of it whose start call had returned nil before the event
+	// and whose Shutdown had not returned by then ("ClusterOnline: a member
+	// cluster answers its probes and its subtree runs"). Excused by what
+	// may leave a child of a running group not running, since the fleet's
+	// previous word on the member: a StopChild, RemoveChild, RestartChild or
+	// StartChild of it or above it sent (or answered) since; a failure of it
+	// or of a group above it, or a start of it that failed (supervised from
+	// then on); a change of leadership. Not judged where the member's
+	// shard (the lease) is not held: such a replica says Online when the
+	// member answers, its controllers running elsewhere (docs/fleet.md).
+	// Excused too when the process paused for longer than half the slack.
+	OnlineEarly Invariant = "online-early"
 	// MemberRunning (fleets): an incarnation of a member's controller or
 	// store (a Recover still waiting for its API server too) had not ended
 	// when the fleet said the member Offline or Disengaged (which it says

@@ -91,10 +91,15 @@ func NewJournal(report func(Violation)) *Journal {
 }
 
 func (j *Journal) add(child, kind string, op Op, inc int, err error) {
+	j.addAt(child, kind, op, inc, err, time.Now())
+}
+
+// addAt is add of an entry stamped at: a test's history.
+func (j *Journal) addAt(child, kind string, op Op, inc int, err error, at time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.seq++
-	e := Entry{Seq: j.seq, Time: time.Now(), Child: child, Kind: kind, Op: op, Inc: inc}
+	e := Entry{Seq: j.seq, Time: at, Child: child, Kind: kind, Op: op, Inc: inc}
 	if err != nil {
 		e.Err = err.Error()
 	}

@@ -41,11 +41,12 @@ type Result struct {
 	// once the manager had stopped; FleetOnlineDown how many ClusterOnline
 	// events came while the member's API server was down (OnlineWhileDown
 	// judged each one); FleetOutages how many outages of a
-	// member found before the fleet said them OfflineLate judged.
-	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages, FleetOnlineDown int
-	Took                                                                                     time.Duration
-	MaxPause                                                                                 time.Duration
-	Log                                                                                      []string // what each step did, and the manager's events
+	// member found before the fleet said them OfflineLate judged;
+	// FleetOnline how many ClusterOnline events OnlineEarly judged.
+	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages, FleetOnlineDown, FleetOnline int
+	Took                                                                                                  time.Duration
+	MaxPause                                                                                              time.Duration
+	Log                                                                                                   []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.
