@@ -120,7 +120,7 @@ func generateSequence(seed uint64) ss.Scenario {
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
 	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated, groupProbes, groupProbed int
-	var fleets, builds, offline, disengaged, ended, outages, onlineDown, online int
+	var fleets, builds, offline, disengaged, ended, outages, onlineDown, online, restarted int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
@@ -153,6 +153,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 			outages += res.FleetOutages
 			onlineDown += res.FleetOnlineDown
 			online += res.FleetOnline
+			restarted += res.FleetRestarted
 		}
 		skipped += res.Skipped
 		excused += len(res.Excused)
@@ -195,7 +196,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 	}
 	t.Logf("%d sequences had a restart's Shutdown outlive ShutdownTimeout: %d contained by a group that stops on its own, %d escalated the manager", hungIn, contained, escalated)
 	if fleets > 0 {
-		t.Logf("%d sequences ran a fleet: %d subtrees built, %d members Offline while down and %d disengaged judged, %d outages judged for how soon the fleet said them Offline, %d ClusterOnline said while the member was down judged for how old its verdict was, %d ClusterOnline judged for a subtree running, %d Clusters found ended at the end", fleets, builds, offline, disengaged, outages, onlineDown, online, ended)
+		t.Logf("%d sequences ran a fleet: %d subtrees built, %d members Offline while down and %d disengaged judged, %d outages judged for how soon the fleet said them Offline, %d ClusterOnline said while the member was down judged for how old its verdict was, %d ClusterOnline judged for a subtree running, %d stops of a member's group followed by a start judged for a ClusterOffline between, %d Clusters found ended at the end", fleets, builds, offline, disengaged, outages, onlineDown, online, restarted, ended)
 	}
 	t.Logf("%d sequences judged %d children made unhealthy at the health timing of their own group", groupProbed, groupProbes)
 	failed := 0

@@ -811,3 +811,65 @@ func TestFleetOnlineEarly(t *testing.T) {
 		})
 	}
 }
+
+// OutageUnsaid fails on a member's group stopped and started again with
+// no ClusterOffline between and nothing else that stops a group, and only
+// on that.
+func TestFleetOutageUnsaid(t *testing.T) {
+	long := -10 * time.Second
+	at := eventAt
+	member := fleetName + "/c0"
+	engaged := func(r *runner) {
+		at(r, 4*long, cm.ClusterEngaged, member)
+		at(r, 4*long, cm.ClusterOnline, member)
+	}
+	cases := []struct {
+		name  string
+		setup func(r *runner)
+		want  Invariant
+	}{
+		{"stopped, said Offline, started", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildStopped, member)
+			at(r, 3*long, cm.ClusterOffline, member)
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, ""},
+		{"stopped, started, never said", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildStopped, member)
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, OutageUnsaid},
+		{"stopped, not started again", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildStopped, member)
+		}, ""},
+		{"stopped by hand, started", func(r *runner) {
+			engaged(r)
+			r.reqs = append(r.reqs, lifecycleReq{do: DoStop, path: member, at: time.Now().Add(3 * long), answered: time.Now().Add(3 * long)})
+			at(r, 3*long, cm.ChildStopped, member)
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, ""},
+		{"stopped by a restart of the fleet, started", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildRestarted, fleetName)
+			at(r, 3*long, cm.ChildStopped, member)
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, ""},
+		{"stopped, removed, started", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildStopped, member)
+			at(r, 3*long, cm.ChildRemoved, member)
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, ""},
+		{"a controller of it stopped, started", func(r *runner) {
+			engaged(r)
+			at(r, 3*long, cm.ChildStopped, fleetPath("c0"))
+			at(r, 2*long, cm.ChildStarted, fleetPath("c0"))
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			judgeMemberC0(t, Scenario{}, time.Second, tc.setup, (*runner).checkOutageSaid, tc.want)
+		})
+	}
+}

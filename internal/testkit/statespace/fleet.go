@@ -33,7 +33,7 @@ import (
 // stop of each incarnation); the books are kept by a member whose group
 // was never built again. The fleet's own promises are checked too
 // (docs/fleet.md): FleetContextOverlap, DisengagedRan, OfflineRan,
-// OfflineLate, OnlineWhileDown, OnlineEarly, ClusterWritePassed, ClusterNotEnded.
+// OfflineLate, OnlineWhileDown, OnlineEarly, OutageUnsaid, ClusterWritePassed, ClusterNotEnded.
 const (
 	fleetName             = "fleet"
 	fleetCtrl             = "fctrl"
@@ -212,6 +212,10 @@ type fleetState struct {
 	// guards them.
 	earlySeen   map[string]bool
 	earlyJudged int
+	// The stops of a member's group followed by a start of it that
+	// OutageUnsaid has judged, and how many; r.mu guards them.
+	outageSeen   map[string]bool
+	outageJudged int
 }
 
 // build is one call of the fleet's build for a member.
@@ -333,7 +337,7 @@ func (f *fleetState) config(member string, gen int) *rest.Config {
 func newFleetState(r *runner) *fleetState {
 	return &fleetState{r: r, servers: map[string]*memberServer{}, fail: make(chan struct{}),
 		want: map[string]int{}, engaged: map[string]bool{}, builds: map[string][]build{},
-		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}, onlineSeen: map[string]bool{}, earlySeen: map[string]bool{}}
+		downSince: map[string]time.Time{}, judged: map[string]bool{}, lateSeen: map[string]bool{}, onlineSeen: map[string]bool{}, earlySeen: map[string]bool{}, outageSeen: map[string]bool{}}
 }
 
 // addFleet adds the fleet to the manager, every member to be engaged.
@@ -700,6 +704,7 @@ func (r *runner) checkFleet() {
 	r.checkOfflineLate()
 	r.checkOnlineWhileDown()
 	r.checkOnlineEarly(memberPaths)
+	r.checkOutageSaid()
 	for member := range f.servers {
 		// Its controller, and its store (Scenario.FleetStore): every
 		// rule below holds for the group's children alike, as the
@@ -1074,6 +1079,76 @@ func (r *runner) checkOnlineEarly(paths map[string][]string) {
 			}
 		}
 	}
+}
+
+// checkOutageSaid: every stop of a member's group followed by a start of
+// it is judged (OutageUnsaid): the fleet's stops of a group are its
+// Offline verdicts, said before it starts the group again. r.mu is not
+// held.
+func (r *runner) checkOutageSaid() {
+	f := r.fleet
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.ContainsFunc(r.events, func(e cm.Event) bool { return e.Type == cm.EventsDropped }) {
+		return
+	}
+	for i, e := range r.events {
+		member, _ := strings.CutPrefix(e.Child, fleetName+"/")
+		if e.Type != cm.ChildStopped || f.servers[member] == nil {
+			continue
+		}
+		group := e.Child
+		var prev time.Time // the fleet's previous word on the member
+		for _, p := range r.events[:i] {
+			if p.Child == group && strings.HasPrefix(string(p.Type), "Cluster") && p.Time.After(prev) {
+				prev = p.Time
+			}
+		}
+		said, started := false, time.Time{}
+		for _, n := range r.events[i+1:] {
+			switch {
+			case n.Child == group && strings.HasPrefix(string(n.Type), "Cluster"),
+				n.Child == group && (n.Type == cm.ChildRemoved || n.Type == cm.ChildFailed),
+				n.Type == cm.PhaseChanged, n.Type == cm.LeaderElected, n.Type == cm.LeaderLost,
+				n.Type == cm.ShardAcquired, n.Type == cm.ShardLost, n.Type == cm.ShardReleased:
+				said = true
+			case within(n.Child, group) && (n.Type == cm.ChildStarted || n.Type == cm.ChildRestarted):
+				started = n.Time
+			}
+			if !started.IsZero() {
+				break
+			}
+		}
+		if started.IsZero() {
+			continue
+		}
+		key := fmt.Sprintf("outageunsaid/%s/%d", member, e.Time.UnixNano())
+		if !f.outageSeen[key] {
+			f.outageSeen[key] = true
+			f.outageJudged++
+		}
+		up := ancestry(group)
+		if said || r.groupAskedAround(group, prev, started) || slices.ContainsFunc(r.events, func(p cm.Event) bool {
+			// A failure of it, or a restart of a group above it (its
+			// strategy: a sibling's failure), since the previous word.
+			return !p.Time.Before(prev) && !p.Time.After(started) &&
+				((p.Child == group && p.Type == cm.ChildFailed) || (p.Type == cm.ChildRestarted && p.Child != group && slices.Contains(up, p.Child)))
+		}) {
+			continue
+		}
+		r.violateOnce(key, Violation{Invariant: OutageUnsaid, Child: group, Time: e.Time,
+			Detail: fmt.Sprintf("its group stopped at %s and started again at %s with no ClusterOffline between, no lifecycle call of it or above it since the fleet's previous word on it at %s, no removal, failure, engage, change of leadership or of phase", stamp(e.Time), stamp(started), stamp(prev))}, false)
+	}
+}
+
+// groupAskedAround reports whether a lifecycle call of group or above it
+// was sent before until and after since, or not answered by then. r.mu is
+// held.
+func (r *runner) groupAskedAround(group string, since, until time.Time) bool {
+	up := ancestry(group)
+	return slices.ContainsFunc(r.reqs, func(q lifecycleReq) bool {
+		return q.at.Before(until) && slices.Contains(up, q.path) && (q.at.After(since) || q.answered.IsZero() || q.answered.After(since))
+	})
 }
 
 // notRunningAt says how path (its incarnations incs) was not running at

@@ -139,6 +139,19 @@ const (
 	// member answers, its controllers running elsewhere (docs/fleet.md).
 	// Excused too when the process paused for longer than half the slack.
 	OnlineEarly Invariant = "online-early"
+	// OutageUnsaid (fleets): a member's group stopped (its ChildStopped)
+	// and started again (a ChildStarted or ChildRestarted of it or of
+	// anything in it) with no ClusterOffline of the member between: the
+	// fleet stops a member's group on its Offline verdict and says so
+	// once the stop has been answered, before it starts it again
+	// (docs/fleet.md). Excused by what else stops or starts a group: a
+	// lifecycle call of it or above it sent since the fleet's previous word
+	// on the member before the stop (or not yet answered then), its
+	// removal (a rotation, a disengage), a failure of it (OnExhausted Stop:
+	// said Failed, as a ClusterOffline) or a restart of a group above it
+	// (its strategy) since that word, a new engage or a disengage between,
+	// a change of leadership or of phase between.
+	OutageUnsaid Invariant = "outage-unsaid"
 	// MemberRunning (fleets): an incarnation of a member's controller or
 	// store (a Recover still waiting for its API server too) had not ended
 	// when the fleet said the member Offline or Disengaged (which it says

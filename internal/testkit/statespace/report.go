@@ -42,11 +42,13 @@ type Result struct {
 	// events came while the member's API server was down (OnlineWhileDown
 	// judged each one); FleetOutages how many outages of a
 	// member found before the fleet said them OfflineLate judged;
-	// FleetOnline how many ClusterOnline events OnlineEarly judged.
-	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages, FleetOnlineDown, FleetOnline int
-	Took                                                                                                  time.Duration
-	MaxPause                                                                                              time.Duration
-	Log                                                                                                   []string // what each step did, and the manager's events
+	// FleetOnline how many ClusterOnline events OnlineEarly judged;
+	// FleetRestarted how many stops of a member's group followed by a start
+	// of it OutageUnsaid judged.
+	FleetBuilds, FleetOffline, FleetDisengaged, ClustersEnded, FleetOutages, FleetOnlineDown, FleetOnline, FleetRestarted int
+	Took                                                                                                                  time.Duration
+	MaxPause                                                                                                              time.Duration
+	Log                                                                                                                   []string // what each step did, and the manager's events
 }
 
 // Failed reports whether the sequence broke an invariant.

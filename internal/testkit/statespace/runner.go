@@ -97,7 +97,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 		res.FleetOffline, res.FleetDisengaged, res.ClustersEnded = f.offlineJudged, f.disengagedJudged, f.endedJudged
 		f.mu.Unlock()
 		r.mu.Lock()
-		res.FleetOutages, res.FleetOnlineDown, res.FleetOnline = f.lateJudged, f.onlineDownJudged, f.earlyJudged
+		res.FleetOutages, res.FleetOnlineDown, res.FleetOnline, res.FleetRestarted = f.lateJudged, f.onlineDownJudged, f.earlyJudged, f.outageJudged
 		r.mu.Unlock()
 	}
 	return res
