@@ -2,16 +2,19 @@ package controllermanager_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	cm "github.com/actorkube/controllermanager"
+	"github.com/actorkube/controllermanager/lease/leasetest"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -424,4 +427,121 @@ func TestFleetGroupStoppedByHandDuringStartAgainStaysStopped(t *testing.T) {
 	g, _ := fleetChild(t, mgr, "fleet/a")
 	require.Equal(t, supervisor.StateStopped, g.State)
 	requireBuiltOnce(t, mu, ctrls, 1, "started again after the StopChild")
+}
+
+// heldFromStore is a member's store whose Recover number holdFrom and every
+// one after it wait until release is closed (or their context ends).
+type heldFromStore struct {
+	holdFrom int32
+	recovers atomic.Int32
+	entered  chan struct{} // gets one value per held Recover entered
+	release  chan struct{}
+}
+
+func (s *heldFromStore) Name() string { return "cache" }
+func (s *heldFromStore) Recover(ctx context.Context) error {
+	if s.recovers.Add(1) < s.holdFrom {
+		return nil
+	}
+	s.entered <- struct{}{}
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (s *heldFromStore) Shutdown(context.Context) {}
+func (s *heldFromStore) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "cache", Healthy: true}
+}
+
+// failingSibling is a controller whose failure the test reports.
+type failingSibling struct {
+	mu     sync.Mutex
+	report func(error)
+}
+
+func (c *failingSibling) Name() string { return "boom" }
+func (c *failingSibling) Run(ctx context.Context) error {
+	report, _ := cm.FailureReporter(ctx)
+	c.mu.Lock()
+	c.report = report
+	c.mu.Unlock()
+	return nil
+}
+func (c *failingSibling) Shutdown(context.Context) {}
+func (c *failingSibling) GetHealth() cm.HealthStatus {
+	return cm.HealthStatus{Name: "boom", Healthy: true}
+}
+func (c *failingSibling) fail() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.report(errors.New("boom"))
+}
+
+// The fleet restarted by its parent's strategy (AllForOne: a sibling
+// failed) while the loop's start of a member back from an outage waits on
+// its store's Recover: the loop's answer is lost with the runner, and the
+// fleet's restart starts the member's children again, one after another.
+// Under sharding the runner is a store, started before the member's: the
+// new loop reads the member's group while its store recovers and its
+// controller waits its turn (BackingOff). That group is starting, not
+// running: ClusterOnline must wait until its controller runs.
+func TestFleetRestartedByItsParentSaysOnlineOnlyOnceRunning(t *testing.T) {
+	a := newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config()})
+	store := &heldFromStore{holdFrom: 2, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	t.Cleanup(func() { close(store.release) })
+	var mu sync.Mutex
+	var ctrls []*clusterCtrl
+	fleet := cm.NewFleet("fleet", prov, func(c cm.Cluster) []cm.Runnable {
+		mu.Lock()
+		defer mu.Unlock()
+		ctrl := &clusterCtrl{cluster: c}
+		ctrls = append(ctrls, ctrl)
+		return []cm.Runnable{cm.StoreChild(store), ctrl}
+	}, cm.FleetSpec{
+		ProbePeriod:      metav1.Duration{Duration: 200 * time.Millisecond},
+		ProbeTimeout:     metav1.Duration{Duration: 200 * time.Millisecond}, // a probe that times out under load costs a flap, never a wrong verdict
+		FailureThreshold: metav1.Duration{Duration: 400 * time.Millisecond},
+		SuccessThreshold: metav1.Duration{Duration: 200 * time.Millisecond},
+	})
+	sibling := &failingSibling{}
+	srv := leasetest.NewServer()
+	spec := elSpec(cm.LeaseLostReelect)
+	spec.Shards = 2
+	sup := gFast()
+	sup.Strategy = cm.AllForOne
+	mgr, err := cm.NewControllerManager(cm.NewContext(srv.Client("a")),
+		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: sup}, "", cm.WithIdentity("a"), elQuiet)
+	require.NoError(t, err)
+	mgr.Add(sibling, fleet)
+	log := subscribe(t, mgr)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), elWait)
+		defer cancel()
+		mgr.ShutdownAndWait(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), elWait)
+	defer cancel()
+	require.NoError(t, mgr.Start(ctx, 0))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	log.waitUntil(t, nil, 0, aRunsOnline(t, fleet, mgr))
+
+	a.set(memberFailing)
+	log.waitFor(t, nil, 0, is(cm.ClusterOffline, "fleet/a"))
+	a.set(memberOK)
+	awaitRecv(t, store.entered, "the store's Recover in the loop's start of the member again")
+
+	runners := log.count(is(cm.ChildStarted, "fleet/provider"))
+	sibling.fail()
+	log.waitForNth(t, runners+1, is(cm.ChildStarted, "fleet/provider"))
+	awaitRecv(t, store.entered, "the store's Recover in the fleet's restart")
+	target := a.probes.Load() + 4 // the new loop reads the tree at once, and at each probe
+	log.waitUntil(t, nil, 0, func() bool { return a.probes.Load() >= target })
+	onlineAgreesWithTree(t, fleet, mgr, log)
+
+	store.release <- struct{}{} // one Recover: the fleet's restart's
+	log.waitUntil(t, nil, 0, aRunsOnline(t, fleet, mgr))
 }

@@ -436,6 +436,11 @@ func (mb *member) addGroup(ctx context.Context) {
 		// down. Built and added again, as a group removed once running
 		// is (subtreeMoved).
 		mb.group, mb.pending = groupAbsent, nil
+	case errors.Is(err, supervisor.ErrStartInterrupted) && !errors.Is(err, supervisor.ErrChildStopped):
+		// Added, its start cut short by a restart that a group above
+		// decided (a sibling's failure, a group restarted whole), which
+		// starts it again: the tree says when it runs.
+		mb.group, mb.pending = groupUnknown, nil
 	case errors.Is(err, supervisor.ErrDuplicateChild):
 		// In the tree already: an AddChild whose answer an earlier loop
 		// lost. StartChild says whether it runs.
@@ -627,9 +632,11 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 		mb.group = next
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent
-	case ctx.Err() != nil, errors.Is(err, supervisor.ErrChildRemoved):
+	case ctx.Err() != nil, errors.Is(err, supervisor.ErrChildRemoved), errors.Is(err, supervisor.ErrStartInterrupted):
 		// Lost, or cut short by a removal of the group or of a group
-		// above it: the tree says where it stands.
+		// above it, or by a restart of it that a group decided (a
+		// sibling's failure, a group above restarted whole), which starts
+		// it again: the tree says where it stands.
 		mb.group = groupUnknown
 	case isWaitForPhase(err), errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrStopped),
 		errors.Is(err, ErrClusterDisengaged), errors.Is(err, ErrClusterOffline):

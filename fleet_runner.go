@@ -699,7 +699,11 @@ func (f *Fleet) groupIn(ctx context.Context, path string) (groupState, error) {
 		return groupUnknown, nil
 	case cs.State == supervisor.StateStopped || cs.State == supervisor.StateStopping:
 		return groupStopped, nil
-	case cs.State == supervisor.StateStarting:
+	case cs.State == supervisor.StateStarting, cs.State == supervisor.StateBackingOff:
+		// BackingOff: a restart of it (by its strategy, or by a group
+		// above it) has stopped its children and starts them again one
+		// after another, those not yet started waiting their turn. It
+		// runs once they have started: the loop reads it again then.
 		return groupStarting, nil
 	}
 	return groupRunning, nil

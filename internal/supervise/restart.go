@@ -625,6 +625,12 @@ type childRequest struct {
 	// failed is the first start call of a group's child that failed: the
 	// answer, once the rest have been started.
 	failed error
+	// replanned: a restart plan (a sibling's failure, a group above
+	// restarted whole) took a group's child this request was starting, or
+	// had still to start, and starts it in its turn: the answer says so
+	// (errRestartedByPlan), as for one child; the group runs once the plan
+	// is done, not now.
+	replanned bool
 }
 
 // requestSet is the lifecycle requests in flight (RestartChild,
@@ -741,6 +747,8 @@ func (r *childRequest) step() {
 					err = fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, r.failed)
 				case r.lost:
 					err = fmt.Errorf("%s %q: %w meanwhile: what it had still to start starts once it is acquired", r.op, rec.spec.Name, supervisor.ErrShardNotHeld)
+				case r.replanned:
+					err = fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, errRestartedByPlan)
 				}
 				r.answer(err)
 				return
@@ -770,6 +778,7 @@ func (r *childRequest) step() {
 				// asked for alone is started here, and the plan skips it:
 				// its answer is that start's.)
 				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
+				r.replanned = r.replanned || (rec.sub != nil && next.inPlan())
 				continue
 			default:
 				r.wait = s.startIncarnation(r, next)
@@ -842,6 +851,7 @@ func (r *childRequest) settled(b *barrier, err error) {
 	// otherwise stay stopped with nothing to start them.
 	if err == errInterrupted {
 		r.lost = r.lost || !r.s.leaseHeld(child)
+		r.replanned = r.replanned || child.inPlan()
 	} else {
 		if r.failed == nil {
 			r.failed = err
