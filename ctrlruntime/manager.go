@@ -51,9 +51,10 @@ const (
 //   - on every replica, from Start until Start returns: the shared cache
 //     (started before the election, so a standby is warm), the metrics
 //     server, the health probe server, the webhook server (once
-//     GetWebhookServer has been called) and every runnable or controller
-//     whose NeedLeaderElection is false, the last two as supervised
-//     children restarted on failure;
+//     GetWebhookServer has been called; as the other two servers, not a
+//     supervised child: its failure stops the manager) and every runnable
+//     or controller whose NeedLeaderElection is false, the last two as
+//     supervised children restarted on failure;
 //   - only while elected, fenced: controllers built with
 //     NewControllerManagedBy (each restarted alone on failure, RestartChild
 //     rebuilds it), controllers built with controller-runtime's own builder
@@ -93,6 +94,7 @@ type Manager struct {
 	reporters   []syncReporter  // hosted controllers, for readiness
 	elected     chan struct{}
 	electedOnce sync.Once
+	servers     *runningServers // the servers of Start, once started
 }
 
 var _ manager.Manager = (*Manager)(nil)
@@ -318,12 +320,20 @@ func (m *Manager) GetControllerOptions() config.Controller { return m.options.Co
 func (m *Manager) GetConverterRegistry() conversion.Registry { return m.converters }
 
 // GetWebhookServer is options.WebhookServer (default: webhook.NewServer
-// with its defaults). Once called, the server runs on every replica from
-// Start, a supervised child named "webhook-server", restarted on failure.
+// with its defaults). Once called, the server runs on every replica, as
+// under controller-runtime: from Start, before the caches sync (a
+// conversion webhook it serves may be what lets them sync), or at once
+// when first called after Start. It is not a supervised child: as the
+// metrics and probe servers, its failure stops the manager.
 func (m *Manager) GetWebhookServer() webhook.Server {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.webhookUsed && m.servers != nil {
+		// Under m.mu: Start stops the servers only after clearing
+		// m.servers under it.
+		m.servers.startWebhooks(m)
+	}
 	m.webhookUsed = true
-	m.mu.Unlock()
 	return m.webhookServer
 }
 

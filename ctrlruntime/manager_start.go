@@ -23,11 +23,13 @@ import (
 // Start runs the manager until ctx ends or the supervision tree stops by
 // itself (an escalation, a lost lease), and returns why: nil when ctx
 // ended and everything stopped. In order:
-//  1. the metrics server and the health probe server start, on every
-//     replica (a standby answers its probes);
+//  1. the metrics server, the health probe server and the webhook server
+//     (once GetWebhookServer has been called) start, on every replica (a
+//     standby answers its probes, and serves the conversion webhooks the
+//     caches need to sync); a failure of one of them stops the manager;
 //  2. the supervision tree starts (controllermanager.ControllerManager's
-//     Serve): the shared cache and its warm informers, then the webhook
-//     server and the runnables that need no election, then the election;
+//     Serve): the shared cache and its warm informers, then the runnables
+//     that need no election, then the election;
 //     once elected, Elected is closed and the controllers run;
 //  3. when ctx ends, the tree shuts down (bounded by
 //     GracefulShutdownTimeout, default 30s) and gives the Lease up;
@@ -45,10 +47,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	pending := m.pending
 	m.pending = nil
-	if m.webhookUsed {
-		hosted, _ := NewRunnable(m.uniqueNameLocked("webhook-server"), func() (manager.Runnable, error) { return m.webhookServer, nil })
-		pending = append([]cm.Runnable{onEveryReplica(hosted)}, pending...)
-	}
 	m.mu.Unlock()
 
 	// Whatever started the cache (the tree's pre-flight), nothing else
@@ -77,6 +75,17 @@ func (m *Manager) Start(ctx context.Context) error {
 	servers, err := m.startServers()
 	if err != nil {
 		return fmt.Errorf("ctrlruntime: Manager.Start: %w", err)
+	}
+	// The webhook server starts before the tree's pre-flight syncs the
+	// caches, as under controller-runtime (a conversion webhook it serves
+	// is what lets a multi-version CRD's informer sync); used first after
+	// Start, it starts then (GetWebhookServer).
+	m.mu.Lock()
+	m.servers = servers
+	webhooks := m.webhookUsed
+	m.mu.Unlock()
+	if webhooks {
+		servers.startWebhooks(m)
 	}
 	stopServers := sync.OnceFunc(servers.stop)
 	defer stopServers()
@@ -113,7 +122,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	<-stopping
 	m.logger.Info("Stopping and waiting for caches")
 	stopCache()
-	// The webhook server is a child of the tree: it has stopped with it.
+	m.mu.Lock()
+	m.servers = nil // a GetWebhookServer from now on starts nothing
+	m.mu.Unlock()
+	// The webhook server stops with the other servers, as the last
+	// HTTP server, after the runnables and the caches.
 	m.logger.Info("Stopping and waiting for webhooks")
 	m.logger.Info("Stopping and waiting for HTTP servers")
 	stopServers()
@@ -138,9 +151,10 @@ func (m *Manager) uniqueNameLocked(base string) string {
 	return base
 }
 
-// runningServers are the metrics and probe servers of one Start.
+// runningServers are the metrics, probe and webhook servers of one Start.
 type runningServers struct {
 	failed chan error // one server's failure, buffered for every server
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -149,7 +163,7 @@ type runningServers struct {
 // that fails later sends its error on failed.
 func (m *Manager) startServers() (*runningServers, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &runningServers{failed: make(chan error, 2), cancel: cancel}
+	s := &runningServers{failed: make(chan error, 3), ctx: ctx, cancel: cancel}
 	if addr := m.options.HealthProbeBindAddress; addr != "" && addr != "0" {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -178,6 +192,16 @@ func (m *Manager) startServers() (*runningServers, error) {
 		})
 	}
 	return s, nil
+}
+
+// startWebhooks starts the webhook server, once per Start (m.webhookUsed);
+// its failure is sent on failed.
+func (s *runningServers) startWebhooks(m *Manager) {
+	s.wg.Go(func() {
+		if err := m.webhookServer.Start(ctrllog.IntoContext(s.ctx, m.logger)); err != nil {
+			s.failed <- fmt.Errorf("webhook server: %w", err)
+		}
+	})
 }
 
 func (s *runningServers) stop() {
