@@ -66,6 +66,34 @@ type TypedController[request comparable] struct {
 	mu   sync.Mutex
 	cur  *incarnation[request]
 	runs int
+	// busy are the keys a reconcile of any incarnation runs: a reconcile
+	// deaf to its context outlives its incarnation's Shutdown, and the
+	// next incarnation must not reconcile its key at once with it.
+	busy busyKeys[request]
+}
+
+type busyKeys[request comparable] struct {
+	mu   sync.Mutex
+	keys map[request]struct{}
+}
+
+func (b *busyKeys[request]) enter(req request) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.keys[req]; ok {
+		return false
+	}
+	if b.keys == nil {
+		b.keys = map[request]struct{}{}
+	}
+	b.keys[req] = struct{}{}
+	return true
+}
+
+func (b *busyKeys[request]) leave(req request) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.keys, req)
 }
 
 var (
@@ -143,6 +171,7 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 	// The controller-runtime controller recovers the panic sup passes on:
 	// it counts and logs it as it does for any controller.
 	sup.repanic = true
+	sup.busy = &c.busy
 	ctrl, err := c.buildController(icache, sup)
 	if err != nil {
 		return fmt.Errorf("ctrlruntime: reconciler %q: %w", c.name, err)

@@ -67,6 +67,9 @@ type supervised[request comparable] struct {
 	// with its stack and retries the request; false: the panic is returned
 	// as a *ReconcilePanicError.
 	repanic bool
+	// busy, when set, keeps two incarnations from reconciling one key at
+	// once.
+	busy *busyKeys[request]
 
 	mu       sync.Mutex
 	nextID   uint64
@@ -91,6 +94,13 @@ func newSupervised[request comparable](name string, inner reconcile.TypedReconci
 // Reconcile calls the user's reconciler; a panic becomes an error (the
 // request is retried with backoff), and past the threshold a failure report.
 func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res reconcile.Result, err error) {
+	if s.busy != nil {
+		if !s.busy.enter(req) {
+			// An earlier incarnation's reconcile of req has not returned.
+			return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
+		}
+		defer s.busy.leave(req)
+	}
 	s.mu.Lock()
 	id := s.nextID
 	s.nextID++
