@@ -114,9 +114,15 @@ func (r *Runnable) start(ctx context.Context, inner manager.Runnable) (err error
 	return nil
 }
 
-// Shutdown cancels the runnable's context and waits for its Start to
-// return, or for ctx to end.
-func (r *Runnable) Shutdown(ctx context.Context) {
+// Shutdown cancels the runnable's context and returns once its Start has
+// returned, whenever that is: ctx's end does not cut it short, since a
+// Shutdown that returned with Start still running would let the tree start
+// the next incarnation beside it, or give the Lease up while it runs. The
+// supervision tree bounds the wait itself (SupervisionSpec.ShutdownTimeout):
+// a restart it decides escalates, a shutdown names the runnable in its
+// *UnstoppedError and keeps the Lease, and RestartChild waits (the child
+// stays Stopping).
+func (r *Runnable) Shutdown(_ context.Context) {
 	r.mu.Lock()
 	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
@@ -124,10 +130,7 @@ func (r *Runnable) Shutdown(ctx context.Context) {
 		return
 	}
 	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	<-done
 }
 
 // GetHealth is healthy while Start runs, and after it returned nil;
