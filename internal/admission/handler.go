@@ -258,6 +258,7 @@ func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route s
 
 	var res childactor.AdmissionResult
 	gone := route.Gone
+	terminated := h.host.Terminated()
 wait:
 	for {
 		select {
@@ -270,7 +271,15 @@ wait:
 			writeReview(w, review, denial(review.Request, http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
 				fmt.Sprintf("webhook %q did not answer within %s", route.Name, answerBy)))
 			return
-		case <-h.host.Terminated():
+		case <-terminated:
+			// A call its actor has not taken never will be: 503 at once.
+			// One it took runs (its goroutine outlives the actors, and a
+			// ShutdownAndWait waits for it), and is answered as it says,
+			// or at the request's deadline.
+			if !call.Abandon() {
+				terminated = nil
+				continue
+			}
 			writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
 			return
 		case <-gone:

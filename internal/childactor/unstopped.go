@@ -116,6 +116,10 @@ func WithShutdownWatch(ctx context.Context, w *ShutdownWatch) context.Context {
 	return context.WithValue(ctx, watchKey{}, w)
 }
 
+// judges reports whether w judges its calls against a context: whether it
+// is a ShutdownAndWait's (NewShutdownWatchUntil).
+func (w *ShutdownWatch) judges() bool { return w != nil && w.ctx != nil }
+
 // ShutdownWatchFrom returns the watch ctx carries, or nil.
 func ShutdownWatchFrom(ctx context.Context) *ShutdownWatch { return watchOf(ctx) }
 

@@ -93,6 +93,11 @@ type admissionState struct {
 // admissionRuns counts the failed Handle calls in a row of one incarnation.
 type admissionRuns struct {
 	failures atomic.Int64
+	// calls counts the incarnation's Handle calls whose request is still
+	// live: a ShutdownAndWait waits for them (within its context) before
+	// the webhook's Shutdown, so that it does not return, nor Shutdown
+	// run, while a Handle whose answer is still awaited runs (runShutdown).
+	calls sync.WaitGroup
 }
 
 // admit answers m with a refusal, or starts the goroutine that serves it.
@@ -119,6 +124,7 @@ func (c *child) admit(m *AdmissionCall) {
 		a.gen, a.runs = c.gen, &admissionRuns{}
 	}
 	gen, runs := c.gen, a.runs
+	runs.calls.Add(1)
 	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
 }
 
@@ -140,6 +146,13 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// The call stops holding a stop once it returns or its request ends
+	// (its answer is then no longer awaited), whichever is first.
+	var doneOnce sync.Once
+	done := func() { doneOnce.Do(runs.calls.Done) }
+	defer done()
+	releaseDone := context.AfterFunc(ctx, done)
+	defer releaseDone()
 
 	if err := a.ready.wait(ctx, gen, m.Policy.ReadyTimeout, func() (ready bool, err error) {
 		err = Call(actors.KindWebhook, name, "Ready", func() error { ready = wh.Ready(); return nil })
