@@ -178,9 +178,11 @@ type admissionError struct {
 func (h *admissionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := h.host.Phase(); {
 	case p == supervisor.PhaseIdle:
+		w.Header().Set("Retry-After", "1")
 		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager not started"})
 		return
 	case p.Ended():
+		w.Header().Set("Retry-After", "1")
 		writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
 		return
 	}
@@ -280,6 +282,7 @@ wait:
 				terminated = nil
 				continue
 			}
+			w.Header().Set("Retry-After", "1")
 			writeAdmissionError(w, admissionError{http.StatusServiceUnavailable, "manager stopped"})
 			return
 		case <-gone:
