@@ -43,7 +43,8 @@ type controlAnswer struct {
 // token from a peer that is not loopback, 400 for a missing or unknown
 // action, a missing child name or a malformed path ("g//x", "g/"), 404 for
 // an unknown child (with the names of its would-be siblings), 409
-// when the child is busy or the manager not running, 504 when the
+// when the child is busy, already running or has nothing to start, or the
+// manager is not running, 504 when the
 // supervisor does not answer within controlTimeout, 500 when the start call
 // failed.
 func (h *View) serveControl(w http.ResponseWriter, r *http.Request) {
@@ -183,7 +184,8 @@ func controlCode(err error) int {
 	switch {
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		return http.StatusNotFound
-	case errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, supervisor.ErrStopped):
+	case errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, supervisor.ErrStopped),
+		errors.Is(err, supervisor.ErrAlreadyRunning), errors.Is(err, supervisor.ErrNothingToStart):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

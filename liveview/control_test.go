@@ -77,7 +77,7 @@ func TestControls(t *testing.T) {
 		{"unknown action", action("explode", "boom"), good, 400, "use restart, stop or start"},
 		{"no child", action("restart", ""), good, 400, "the child field is empty"},
 		{"unknown child", action("restart", "nobody"), good, 404, "unknown child"},
-		{"start a running child", action("start", "boom"), good, 500, "already running"},
+		{"start a running child", action("start", "boom"), good, 409, "already running"},
 	}
 	for _, r := range refused {
 		res := post(t, srv, r.form, r.header)
