@@ -494,9 +494,12 @@ func requestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(raw)
 	if err != nil {
-		// A bare number is seconds, as in timeoutSeconds.
+		// A bare number is seconds, as in timeoutSeconds. One too large
+		// for an int is still a number: Atoi then returns the int of
+		// largest magnitude and its sign, so that it is capped at the
+		// longest timeout (or refused as too short) like any other.
 		n, nerr := strconv.Atoi(raw)
-		if nerr != nil {
+		if nerr != nil && !errors.Is(nerr, strconv.ErrRange) {
 			return 0, fmt.Errorf("invalid ?timeout=%q: not a duration", raw)
 		}
 		d = time.Duration(min(n, int(maxTimeout/time.Second)+1)) * time.Second // no overflow: clamped below
