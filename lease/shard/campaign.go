@@ -39,7 +39,7 @@ type written struct {
 	// shard over from.
 	term     *lease.Term
 	sent     time.Duration
-	at       time.Time // a campaign's or a renewal's send time on Config.Clock (held.provenUntil)
+	at       time.Time // a campaign's or a renewal's send time on Config.Clock (held.renewedAt, held.provenUntil)
 	previous string
 	tick     int64 // the retry period that sent it, for tests; 0 if none
 }
@@ -194,6 +194,7 @@ func (e *Elector) campaign(i int) {
 			return got, err
 		}
 		read := e.cfg.Clock.Now()
+		w.at = read // the Update may land from here on: its deadline and proof count from it
 		got, err := e.update(ctx, decided, l, true)
 		if err != nil && decided.ResourceVersion == "" && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			// No versions, and an answer that does not say the write was
@@ -284,7 +285,10 @@ func (e *Elector) campaigned(w *written) {
 		return
 	}
 	w.term.Renewed(w.sent)
-	h := &held{lease: w.got, renewedAt: e.cfg.Clock.Now(), term: w.term, provenUntil: e.cfg.provenUntil(w.at)}
+	// The renew deadline counts from the write's send time, as the term
+	// does: it may have landed then, and a standby that saw it takes over
+	// a lease duration after that, whenever our answer came.
+	h := &held{lease: w.got, renewedAt: w.at, term: w.term, provenUntil: e.cfg.provenUntil(w.at)}
 	e.held[i] = h
 	e.replaySeen(i, h)
 	if e.held[i] != h {

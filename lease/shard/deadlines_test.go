@@ -105,3 +105,55 @@ func TestALostNeverComesBeforeItsAcquired(t *testing.T) {
 	e.checkDeadlines() // the watcher's next tick: the deadline has passed
 	require.Equal(t, []string{"acquired", "lost"}, order)
 }
+
+// A write answered late counts from when it was sent, not from its
+// answer: it may have landed as it was sent, and a standby that saw it
+// takes the shard over a lease duration after that, however late our
+// answer came. Before, renewedAt was the answer's time: a renewal (or a
+// campaign) answered D after it landed, then a cut, kept the shard D past
+// its renew deadline, and with D > LeaseDuration − RenewDeadline (a
+// renewal's own timeout allows up to RenewDeadline) two replicas ran the
+// shard's controllers at once (a review's TestRevSlowRenewalAnswerOverlaps,
+// 7 of 7 at 3s/2s/250ms with a 1.6s answer).
+func TestAWriteAnsweredLateCountsFromItsSendTime(t *testing.T) {
+	const late = renewDeadline - retryPeriod // well within a renewal's timeout
+	for name, kind := range map[string]writeKind{"renewal": writeRenewal, "campaign": writeCampaign} {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+			var lost []int
+			e, err := New(Config{Client: leasetest.NewServer().Client("a"), Namespace: testNamespace, Name: testGroup, Identity: "a",
+				Shards: 1, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod, Clock: clk,
+				Callbacks: Callbacks{Lost: func(i int, _ string, _ func()) { lost = append(lost, i) }}})
+			require.NoError(t, err)
+			term := lease.NewTerm(clk, ShardLease(testGroup, 0), leaseDuration, time.Second)
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: ShardLease(testGroup, 0), ResourceVersion: "7"}}
+			sent := clk.Now()
+			w := &written{kind: kind, shard: 0, got: l, term: term, at: sent, sent: term.Elapsed()}
+			if kind == writeRenewal {
+				h := &held{lease: l, renewedAt: sent.Add(-retryPeriod), term: term, writing: true}
+				e.held[0], w.h = h, h
+				e.mu.Lock()
+				e.terms[0], e.renewed[0] = term, h.renewedAt
+				e.publishTerms()
+				e.mu.Unlock()
+			} else {
+				e.campaigning[0] = true
+			}
+
+			clk.Step(late) // the write landed as it was sent; its answer comes now
+			if kind == writeRenewal {
+				e.renewedShard(w)
+			} else {
+				e.campaigned(w)
+			}
+			require.NotNil(t, e.held[0])
+			require.Empty(t, lost)
+
+			// Cut off: nothing more is renewed. RenewDeadline after the send,
+			// the shard is lost, not RenewDeadline after the answer.
+			clk.SetTime(sent.Add(renewDeadline + time.Millisecond))
+			e.checkDeadlines()
+			require.Equal(t, []int{0}, lost, "not lost %s after the write was sent (answered %s after it)", renewDeadline, late)
+		})
+	}
+}

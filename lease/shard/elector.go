@@ -263,7 +263,7 @@ type observed struct {
 // held is a shard Lease this replica holds.
 type held struct {
 	lease     *coordinationv1.Lease // as last written by us
-	renewedAt time.Time             // local time of the last successful write
+	renewedAt time.Time             // local time the last successful write was sent: the renew deadline counts from it
 	// provenUntil is when the last successful write stops proving the
 	// hold by its send time (Config.provenUntil), as the term counts it;
 	// unlike the term, an end of the hold does not move it.

@@ -80,7 +80,9 @@ func (e *Elector) renewedShard(w *written) {
 	h.writing = false
 	switch {
 	case w.err == nil:
-		h.lease, h.renewedAt, h.confirmed, h.unsure = w.got, e.cfg.Clock.Now(), false, false
+		// From the send time, not the answer's: the write may have landed
+		// then (rule 2 of "Read before write").
+		h.lease, h.renewedAt, h.confirmed, h.unsure = w.got, w.at, false, false
 		h.term.Renewed(w.sent)
 		if p := e.cfg.provenUntil(w.at); p.After(h.provenUntil) {
 			h.provenUntil = p
