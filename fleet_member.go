@@ -11,6 +11,7 @@ import (
 	"path"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -300,8 +301,7 @@ func (mb *member) stoppedItself() error {
 // already, and probes it once: a cluster that does not answer starts
 // Offline.
 func (mb *member) apply(ctx context.Context, cfg *rest.Config, gen uint64) {
-	mb.forget()
-	mb.group = groupAbsent
+	mb.forget() // its group absent, or (a removal past its bound) unknown: read from the tree
 	mb.applied = gen
 	mb.failed, mb.cause, mb.online = nil, nil, false
 	mb.failingSince, mb.answeringSince = time.Time{}, time.Time{}
@@ -397,6 +397,22 @@ func (mb *member) addGroup(ctx context.Context) {
 		return // AddChild would be refused: wait for the phase
 	}
 	if mb.pending == nil { // built once per config, whatever the retries
+		// Nothing is built while a group is at the path: the removal of
+		// the member's previous one (rotated, or disengaged and engaged
+		// again), taken but held past its bound by a start whose store's
+		// Recover ignores its context. Its admission refuses any start of
+		// it; the loop reads the tree again (its ChildRemoved wakes it)
+		// and builds once the path is free, so the member never runs
+		// twice.
+		g, err := f.groupIn(ctx, mb.path)
+		if err != nil {
+			mb.group = groupUnknown
+			return
+		}
+		if g != groupAbsent {
+			mb.group = g
+			return
+		}
 		children, err := buildCluster(f.build, mb.cluster)
 		if err != nil {
 			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
@@ -621,9 +637,15 @@ func (mb *member) lifecycle(ctx context.Context, msg any, next groupState) {
 			return
 		}
 	} else {
-		err = mb.f.request(ctx, msg)
+		err = mb.f.boundedRequest(ctx, mb.path, msg)
 	}
 	switch {
+	case errors.Is(err, errAnswerOverran):
+		// Taken, perhaps, but not answered within its bound: a start of
+		// the group whose store's Recover ignores its context holds the
+		// stop. The tree says where the group stands (Stopping past its
+		// ShutdownTimeout reads as stopped), and the loop probes on.
+		mb.group = groupUnknown
 	case err == nil, errors.Is(err, supervisor.ErrAlreadyRunning), errors.Is(err, supervisor.ErrChildStopped):
 		// ErrChildStopped: a start cut short by a StopChild of the group
 		// or of a group above it, as a start followed by that stop, which
@@ -673,12 +695,34 @@ func (mb *member) removeGroup(ctx context.Context) bool {
 	if mb.group == groupAbsent {
 		return true
 	}
-	err := mb.f.request(ctx, supervisor.RemoveChild{Name: mb.path})
+	f := mb.f
+	err := f.boundedRequest(ctx, mb.path, supervisor.RemoveChild{Name: mb.path})
 	switch {
 	case err == nil, errors.Is(err, supervisor.ErrUnknownChild):
 		mb.group = groupAbsent
 		mb.removed()
 		return true
+	case errors.Is(err, errAnswerOverran):
+		// Taken, but not answered within its bound: a start of the group
+		// whose store's Recover ignores its context holds the removal
+		// (the group Stopping until it returns). The Cluster is fenced
+		// already and the group's admission refuses any start of it
+		// (stale), so it never runs again: once the tree shows it
+		// Stopping past its ShutdownTimeout the member lets it go, as
+		// out. Its group state stays unknown, and nothing is built beside
+		// it: addGroup waits until the path is free, for a rotation's new
+		// config or a new member of the same name.
+		mb.group = groupUnknown
+		cs, ok, xerr := f.childIn(ctx, mb.path)
+		switch {
+		case xerr != nil:
+		case !ok:
+			mb.group = groupAbsent
+			mb.removed()
+			return true
+		case cs.State == supervisor.StateStopping && !f.stoppingInBound(cs):
+			return true
+		}
 	case ctx.Err() != nil:
 		mb.group = groupUnknown
 	}
@@ -924,4 +968,39 @@ func (f *Fleet) clockLocked() supervise.Clock {
 		return clock.RealClock{}
 	}
 	return host.opts.clockOrReal()
+}
+
+// errAnswerOverran: a StopChild or RemoveChild of a member's group was not
+// answered within its bound (boundedRequest).
+var errAnswerOverran = errors.New("not answered within the group's ShutdownTimeout and a probe period")
+
+// boundedRequest sends msg, a StopChild or RemoveChild of the member's
+// group at path, and waits for its answer no longer than the group's
+// ShutdownTimeout plus a probe period, on the manager's clock: a start of
+// the group whose store's Recover ignores its context holds the answer
+// for as long as the Recover runs, and the loop would neither probe nor
+// follow its provider meanwhile. Past the bound it returns an error that
+// wraps errAnswerOverran, and the loop reads the tree (a group Stopping
+// past its ShutdownTimeout counts as stopped: stoppingInBound).
+func (f *Fleet) boundedRequest(ctx context.Context, path string, msg any) error {
+	bound := f.spec.Supervision.ShutdownTimeout.Duration
+	if cs, ok, err := f.childIn(ctx, path); err == nil && ok && cs.Group != nil && cs.Group.ShutdownTimeout > 0 {
+		bound = cs.Group.ShutdownTimeout
+	}
+	if bound <= 0 {
+		return f.request(ctx, msg)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var overran atomic.Bool
+	t := f.clock().AfterFunc(bound+f.spec.ProbePeriod.Duration, func() {
+		overran.Store(true)
+		cancel()
+	})
+	defer t.Stop()
+	err := f.request(rctx, msg)
+	if err != nil && ctx.Err() == nil && overran.Load() {
+		return fmt.Errorf("%w: %w", errAnswerOverran, err)
+	}
+	return err
 }
