@@ -121,7 +121,14 @@ func (r *fleetRunner) Run(ctx context.Context) error {
 			f.startLoop(inc, mb)
 		}
 		f.mu.Unlock()
-		err := runProvider(context.WithValue(inc.ctx, problemKey{}, f), f.provider, f.engage, f.disengage)
+		// engage and disengage are this incarnation's: once it has ended
+		// (Shutdown: the fleet removed, stopped or restarted) they refuse,
+		// so that a provider's goroutine that outlives its Run (a leaked
+		// watch) engages nothing into the fleet added or started again,
+		// whose Run engages what it knows.
+		engage := func(name string, cfg *rest.Config) error { return f.engage(inc, name, cfg) }
+		disengage := func(name string) { f.disengage(inc, name) }
+		err := runProvider(context.WithValue(inc.ctx, problemKey{}, f), f.provider, engage, disengage)
 		if inc.ctx.Err() != nil || err == nil {
 			return // asked to stop, or done engaging: the clusters stay
 		}
@@ -249,10 +256,12 @@ func (r *fleetRunner) GetHealth() HealthStatus {
 	return HealthStatus{Name: FleetProviderChild, Healthy: true, Message: msg}
 }
 
-// engage is the provider's engage: it validates, records the desired
-// config and wakes (or starts) the cluster's loop. It never blocks on the
-// cluster.
-func (f *Fleet) engage(name string, cfg *rest.Config) error {
+// engage is the provider's engage, handed to the Run of incarnation inc:
+// it validates, records the desired config and wakes (or starts) the
+// cluster's loop. It never blocks on the cluster. Once inc has ended
+// (f.inc is no longer inc: read under f.mu, as Shutdown clears it) it
+// refuses, and changes nothing.
+func (f *Fleet) engage(inc *fleetIncarnation, name string, cfg *rest.Config) error {
 	if err := validClusterName(name); err != nil {
 		return fmt.Errorf("fleet %q: engage: %w", f.name, err)
 	}
@@ -261,6 +270,11 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	}
 	key := configKey(cfg)
 	mb, known := f.lockMember(name)
+	if f.inc != inc {
+		f.mu.Unlock()
+		mb.events.Unlock()
+		return fmt.Errorf("fleet %q: engage %q: %w", f.name, name, errRunEnded)
+	}
 	if known != nil && !mb.gone && mb.key == key {
 		// Already this config (checked under both locks: equal engages
 		// that race change the cluster once). A problem reported since
@@ -288,6 +302,10 @@ func (f *Fleet) engage(name string, cfg *rest.Config) error {
 	mb.wake()
 	return nil
 }
+
+// errRunEnded refuses an engage by a provider whose Run has been asked to
+// return (its incarnation ended).
+var errRunEnded = errors.New("the cluster provider's Run was asked to return: its engage and disengage are no longer the fleet's")
 
 // lockMember returns the member of name (known) or a new one not yet in
 // members, with mb.events and f.mu held: after any member of the name that
@@ -333,11 +351,15 @@ func (f *Fleet) lockMember(name string) (mb *member, known *member) {
 	}
 }
 
-// disengage is the provider's disengage: the cluster's loop removes its
-// subtree.
-func (f *Fleet) disengage(name string) {
+// disengage is the provider's disengage, handed to the Run of incarnation
+// inc: the cluster's loop removes its subtree. Once inc has ended it does
+// nothing.
+func (f *Fleet) disengage(inc *fleetIncarnation, name string) {
 	f.mu.Lock()
 	mb := f.members[name]
+	if f.inc != inc {
+		mb = nil
+	}
 	if mb != nil {
 		mb.gone = true
 	}
