@@ -269,11 +269,15 @@ type Fleet struct {
 	// ClusterDisengaged (their events held); an engage of the name waits
 	// for it, so that its ClusterEngaged comes after.
 	leaving map[string]*member
-	inc     *fleetIncarnation // the runner's running incarnation, or nil
-	last    *fleetIncarnation // the latest incarnation, running or shut down
-	phase   chan struct{}     // closed and replaced at every PhaseChanged
-	recheck bool              // events were dropped: a loop reads the tree (recheckStopped)
-	events  uint64            // events that told a member whether its group stopped itself (noted)
+	// lingering: member paths whose group's removal overran its bound
+	// (removeGroup) and may still be in the tree, Stopping: nothing is
+	// built there until it has gone (addGroup). Guarded by mu.
+	lingering map[string]bool
+	inc       *fleetIncarnation // the runner's running incarnation, or nil
+	last      *fleetIncarnation // the latest incarnation, running or shut down
+	phase     chan struct{}     // closed and replaced at every PhaseChanged
+	recheck   bool              // events were dropped: a loop reads the tree (recheckStopped)
+	events    uint64            // events that told a member whether its group stopped itself (noted)
 	// placed: the fleet's group is in host's tree, as the supervisor
 	// told it in its mailbox (fleetPlacement): from the add's acceptance
 	// (TreeAdding) until it leaves (TreeRemoved), or until the add is
@@ -318,7 +322,7 @@ func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runna
 	if build == nil {
 		errs = append(errs, errors.New("fleet: build is nil"))
 	}
-	f := &Fleet{name: name, provider: provider, build: build, spec: spec, members: map[string]*member{}, leaving: map[string]*member{}, phase: make(chan struct{})}
+	f := &Fleet{name: name, provider: provider, build: build, spec: spec, members: map[string]*member{}, leaving: map[string]*member{}, lingering: map[string]bool{}, phase: make(chan struct{})}
 	if err := errors.Join(errs...); err != nil {
 		f.err = fmt.Errorf("fleet %q: %w", name, err)
 	}

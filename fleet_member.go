@@ -404,14 +404,22 @@ func (mb *member) addGroup(ctx context.Context) {
 		// it; the loop reads the tree again (its ChildRemoved wakes it)
 		// and builds once the path is free, so the member never runs
 		// twice.
-		g, err := f.groupIn(ctx, mb.path)
-		if err != nil {
-			mb.group = groupUnknown
-			return
-		}
-		if g != groupAbsent {
-			mb.group = g
-			return
+		f.mu.Lock()
+		lingering := f.lingering[mb.path]
+		f.mu.Unlock()
+		if lingering {
+			g, err := f.groupIn(ctx, mb.path)
+			if err != nil {
+				mb.group = groupUnknown
+				return
+			}
+			if g != groupAbsent {
+				mb.group = g
+				return
+			}
+			f.mu.Lock()
+			delete(f.lingering, mb.path)
+			f.mu.Unlock()
 		}
 		children, err := buildCluster(f.build, mb.cluster)
 		if err != nil {
@@ -721,6 +729,9 @@ func (mb *member) removeGroup(ctx context.Context) bool {
 			mb.removed()
 			return true
 		case cs.State == supervisor.StateStopping && !f.stoppingInBound(cs):
+			f.mu.Lock()
+			f.lingering[mb.path] = true // addGroup builds nothing there until it has gone
+			f.mu.Unlock()
 			return true
 		}
 	case ctx.Err() != nil:
@@ -983,9 +994,14 @@ var errAnswerOverran = errors.New("not answered within the group's ShutdownTimeo
 // wraps errAnswerOverran, and the loop reads the tree (a group Stopping
 // past its ShutdownTimeout counts as stopped: stoppingInBound).
 func (f *Fleet) boundedRequest(ctx context.Context, path string, msg any) error {
-	bound := f.spec.Supervision.ShutdownTimeout.Duration
-	if cs, ok, err := f.childIn(ctx, path); err == nil && ok && cs.Group != nil && cs.Group.ShutdownTimeout > 0 {
-		bound = cs.Group.ShutdownTimeout
+	// The fleet's own ShutdownTimeout, else the manager's: a group above
+	// the fleet may set another, and then the loop only reads the tree
+	// sooner or later (stoppingInBound reads the group's own).
+	f.mu.Lock()
+	bound, host := f.spec.Supervision.ShutdownTimeout.Duration, f.host
+	f.mu.Unlock()
+	if bound <= 0 && host != nil {
+		bound = host.timing.ShutdownTimeout
 	}
 	if bound <= 0 {
 		return f.request(ctx, msg)
