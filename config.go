@@ -147,6 +147,12 @@ const (
 	DefaultRetryPeriod   = defaults.RetryPeriod
 )
 
+// minFenceBudget is the least LeaseDuration − RenewDeadline − RetryPeriod
+// a spec may leave: a fence timeout of 320ms, each Shutdown given 240ms.
+// The tightest timing in the repository, ctrlruntime's failover figure
+// (2s/1.5s/100ms), leaves exactly this.
+const minFenceBudget = 400 * time.Millisecond
+
 // maxLeaseDuration is the longest duration a Lease can hold: an int32 of
 // seconds.
 const maxLeaseDuration = math.MaxInt32 * time.Second
@@ -291,6 +297,13 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	case c.leaseDuration <= c.renewDeadline+c.retryPeriod:
 		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: %s leaves no time to fence a lost lease: it must be greater than leaderElection.renewDeadline + leaderElection.retryPeriod (%s)",
 			c.leaseDuration, c.renewDeadline+c.retryPeriod))
+	case c.leaseDuration-c.renewDeadline-c.retryPeriod < minFenceBudget:
+		// The fence timeout is four fifths of the budget and each
+		// Shutdown's context ends at three quarters of that: below
+		// minFenceBudget a controller that takes a few milliseconds to
+		// stop fails the fencing, and the manager exits, Reelect or not.
+		errs = append(errs, fmt.Errorf("leaderElection.leaseDuration: %s leaves a fence budget (leaseDuration − renewDeadline − retryPeriod) of %s, less than %s: a lost lease would give the controllers %s to stop",
+			c.leaseDuration, c.leaseDuration-c.renewDeadline-c.retryPeriod, minFenceBudget, (c.leaseDuration-c.renewDeadline-c.retryPeriod)*4/5*3/4))
 	}
 	if c.renewDeadline <= time.Duration(1.2*float64(c.retryPeriod)) {
 		errs = append(errs, fmt.Errorf("leaderElection.renewDeadline: %s must be greater than 1.2 × leaderElection.retryPeriod %s", c.renewDeadline, c.retryPeriod))
