@@ -103,15 +103,16 @@ type FleetSpec struct {
 	// Its ShutdownTimeout bounds the Shutdown calls of the member's
 	// restarts and of the stops of its children, and its HealthInterval,
 	// HealthTimeout and UnhealthyThreshold are how the member's
-	// controllers are probed (see NewGroup).
+	// controllers are probed (see NewGroup). It is validated as
+	// NewGroup's is, at Start.
 	Supervision SupervisionSpec `json:"supervision,omitempty"`
 	// ProbePeriod is how often each member's API server is probed (GET
 	// /readyz). Default 10s.
 	ProbePeriod metav1.Duration `json:"probePeriod,omitempty"`
 	// ProbeTimeout bounds one probe. Default 5s, or ProbePeriod if shorter;
-	// it may not exceed ProbePeriod. It is measured on the real clock (it
-	// bounds real I/O), the period and thresholds on the manager's
-	// (WithClock).
+	// it may not exceed ProbePeriod, and is at least 50ms. It is measured
+	// on the real clock (it bounds real I/O), the period and thresholds on
+	// the manager's (WithClock).
 	ProbeTimeout metav1.Duration `json:"probeTimeout,omitempty"`
 	// FailureThreshold: an Online member whose probes fail for this long
 	// goes Offline, its subtree stopped. Default 30s (Karmada's
@@ -130,6 +131,9 @@ const (
 	DefaultFleetFailureThreshold = 30 * time.Second
 	DefaultFleetSuccessThreshold = 30 * time.Second
 )
+
+// minFleetProbeTimeout is the least ProbeTimeout a FleetSpec may set.
+const minFleetProbeTimeout = 50 * time.Millisecond
 
 // withDefaults fills spec's zero fields and validates it; every problem is
 // reported at once.
@@ -159,8 +163,18 @@ func (spec FleetSpec) withDefaults() (FleetSpec, error) {
 	case spec.ProbeTimeout.Duration > spec.ProbePeriod.Duration:
 		errs = append(errs, fmt.Errorf("fleet: probeTimeout (%s) must not exceed probePeriod (%s)", spec.ProbeTimeout.Duration, spec.ProbePeriod.Duration))
 	}
+	if spec.ProbeTimeout.Duration > 0 && spec.ProbeTimeout.Duration < minFleetProbeTimeout {
+		// Shorter than an API server's round trip: every probe fails and
+		// every member stays Offline.
+		errs = append(errs, fmt.Errorf("fleet: probeTimeout (%s; defaults to probePeriod when that is shorter than 5s) must be at least %s", spec.ProbeTimeout.Duration, minFleetProbeTimeout))
+	}
 	if spec.Supervision.OnExhausted == "" {
 		spec.Supervision.OnExhausted = ExhaustedStop
+	}
+	// Each member's group is NewGroup(…, spec.Supervision, …): refuse here,
+	// at Start, what every member's AddChild would refuse later.
+	if err := (&Group{name: "member", spec: spec.Supervision}).decl("", "member").Err; err != nil {
+		errs = append(errs, errors.Unwrap(err))
 	}
 	return spec, errors.Join(errs...)
 }
