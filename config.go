@@ -93,7 +93,8 @@ type SupervisionSpec struct {
 	// without failing for its backoff to start over. Default 1m.
 	RestartWindow metav1.Duration `json:"restartWindow,omitempty"`
 	// InitialBackoff is the wait before the first restart, doubling with each
-	// failure, with jitter. Default 100ms.
+	// failure, with jitter. Default 100ms. It may not exceed MaxBackoff
+	// (in a group, either one its own or inherited).
 	InitialBackoff metav1.Duration `json:"initialBackoff,omitempty"`
 	// MaxBackoff caps the backoff. Default 30s.
 	MaxBackoff metav1.Duration `json:"maxBackoff,omitempty"`

@@ -159,6 +159,8 @@ func (g *Group) decl(parent, path string) supervise.GroupDecl {
 	}
 	if spec.InitialBackoff.Duration < 0 || spec.MaxBackoff.Duration < 0 {
 		errs = append(errs, errors.New("supervision: initialBackoff and maxBackoff must not be negative"))
+	} else if spec.MaxBackoff.Duration > 0 && spec.InitialBackoff.Duration > spec.MaxBackoff.Duration {
+		errs = append(errs, fmt.Errorf("supervision.initialBackoff: %s exceeds supervision.maxBackoff %s", spec.InitialBackoff.Duration, spec.MaxBackoff.Duration))
 	}
 	switch spec.OnExhausted {
 	case "", ExhaustedEscalate:

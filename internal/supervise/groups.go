@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/actorkube/controllermanager/actors"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/supervisor"
 )
 
@@ -349,4 +350,37 @@ func backoffFor(rec *childRecord, ran time.Duration, window, initial, maxBackoff
 	}
 	x.backoffStep++
 	return d - time.Duration(float64(d)*0.2*jitter)
+}
+
+// checkBackoffs refuses a group whose InitialBackoff, its own or
+// inherited, exceeds its MaxBackoff, its own or inherited (the level would
+// silently wait MaxBackoff): specs is what a Start or an AddChild brings,
+// groups before their children.
+func (s *root) checkBackoffs(specs []childactor.Spec) error {
+	type pair struct{ initial, max time.Duration }
+	eff := map[string]pair{}
+	lookup := func(path string) pair {
+		if p, ok := eff[path]; ok {
+			return p
+		}
+		lvl := s.tree
+		if g := s.reg.groupNamed(path); g != nil {
+			lvl = g
+		}
+		return pair{lvl.initialBackoff, lvl.maxBackoff}
+	}
+	for _, spec := range specs {
+		d, ok := spec.Impl.(*GroupDecl)
+		if !spec.Kind.IsGroup() || !ok {
+			continue
+		}
+		p := lookup(spec.Group)
+		mine := pair{cmp.Or(d.InitialBackoff, p.initial), cmp.Or(d.MaxBackoff, p.max)}
+		if mine.initial > mine.max {
+			return fmt.Errorf("%s %q: supervision.initialBackoff %s (its own or inherited) exceeds supervision.maxBackoff %s (its own or inherited)",
+				spec.Kind, spec.Name, mine.initial, mine.max)
+		}
+		eff[spec.Name] = mine
+	}
+	return nil
 }

@@ -313,6 +313,9 @@ func (s *root) onChildNamed(m childNamed) {
 			}
 		}
 		if err == nil {
+			err = s.checkBackoffs(paths)
+		}
+		if err == nil {
 			err = admit(paths) // last: a child told it is added is added
 		}
 	}

@@ -122,6 +122,9 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		err = validateSpecs(m.Children, nil)
 	}
 	if err == nil {
+		err = s.checkBackoffs(m.Children)
+	}
+	if err == nil {
 		err = s.shards.validate(m.Children)
 	}
 	if err == nil {
