@@ -332,6 +332,8 @@ func NewFleet(name string, provider ClusterProvider, build func(Cluster) []Runna
 	}
 	if provider == nil {
 		errs = append(errs, errors.New("fleet: provider is nil"))
+	} else if p, ok := provider.(*secretClusters); ok && p.client == nil {
+		errs = append(errs, errors.New("fleet: provider: KubeconfigSecrets: nil client"))
 	}
 	if build == nil {
 		errs = append(errs, errors.New("fleet: build is nil"))

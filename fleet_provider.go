@@ -80,7 +80,8 @@ const (
 // engaged, as a rotation); when the last duplicate goes, the problem is
 // over. A watch that ends is opened again from a
 // fresh list; a list or watch that fails is the provider's failure
-// (supervised: the runner restarts it with backoff).
+// (supervised: the runner restarts it with backoff). A nil client makes
+// the fleet's Start fail, naming "<name>/provider".
 func KubeconfigSecrets(client kubernetes.Interface, namespace string, selector labels.Selector) ClusterProvider {
 	if selector == nil {
 		selector = labels.Everything()
