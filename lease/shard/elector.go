@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -50,7 +51,8 @@ type Config struct {
 	// LeaseDuration may be taken over; a holder that could not renew for
 	// RenewDeadline gives the shard up as lost; every RetryPeriod the held
 	// Leases are renewed and expired ones campaigned for. LeaseDuration >
-	// RenewDeadline > RetryPeriod > 0, and LeaseDuration whole seconds.
+	// RenewDeadline > RetryPeriod > 0, and LeaseDuration whole seconds, at
+	// most 2^31−1 s (what a Lease records).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Clock is the clock of the election's timers (ticks, retries, the
 	// deadline watcher, each term's end) and of the local-observation
@@ -140,6 +142,8 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("shard: renew deadline %s must exceed the retry period %s", c.RenewDeadline, c.RetryPeriod))
 	case c.LeaseDuration <= c.RenewDeadline:
 		errs = append(errs, fmt.Errorf("shard: lease duration %s must exceed the renew deadline %s", c.LeaseDuration, c.RenewDeadline))
+	case c.LeaseDuration > math.MaxInt32*time.Second:
+		errs = append(errs, fmt.Errorf("shard: lease duration %s exceeds what a Lease records (an int32 of seconds)", c.LeaseDuration))
 	case c.LeaseDuration%time.Second != 0:
 		errs = append(errs, fmt.Errorf("shard: lease duration %s is not whole seconds", c.LeaseDuration))
 	case c.fenceBudget() <= 0:
