@@ -82,10 +82,16 @@ type pinned struct {
 // owns every key.
 //
 // Like Add, it has no effect after Start and cannot fail: build panicking or
-// returning nil makes Start fail with an error naming the child.
+// returning nil makes Start fail with an error naming the child, and a name
+// that is not a valid child name (empty, blank, with a "/") makes it fail
+// with an error wrapping ErrInvalidName.
 func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller) {
 	n := m.shardCount()
 	vals := make([]any, n)
+	if err := supervise.CheckName(name, actors.KindController, ""); err != nil {
+		m.add([]any{supervise.Invalid{Err: fmt.Errorf("AddSharded: %w", err)}})
+		return
+	}
 	for i := range n {
 		child := fmt.Sprintf("%s-%d", name, i)
 		c, err := buildShard(build, Shard{Index: i, Count: n})
@@ -112,10 +118,15 @@ func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller
 // With a single lease or election off, S is 1: one group "<name>-0".
 //
 // Like AddSharded it has no effect after Start and cannot fail: build
-// panicking or returning no children makes Start fail naming the group.
+// panicking or returning no children makes Start fail naming the group,
+// and an invalid name makes it fail with an error wrapping ErrInvalidName.
 func (m *ControllerManager) AddShardedGroup(name string, spec SupervisionSpec, build func(Shard) []Runnable) {
 	n := m.shardCount()
 	vals := make([]any, n)
+	if err := supervise.CheckName(name, actors.KindGroup, ""); err != nil {
+		m.add([]any{supervise.Invalid{Err: fmt.Errorf("AddShardedGroup: %w", err)}})
+		return
+	}
 	for i := range n {
 		group := fmt.Sprintf("%s-%d", name, i)
 		children, err := buildShardGroup(build, Shard{Index: i, Count: n})
