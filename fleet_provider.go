@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 )
 
 // StaticClusters is a ClusterProvider of a fixed set of member clusters:
@@ -79,7 +82,10 @@ const (
 // goes while a duplicate remains, the duplicate takes over (its config
 // engaged, as a rotation); when the last duplicate goes, the problem is
 // over. A watch that ends is opened again from a
-// fresh list; a list or watch that fails is the provider's failure
+// fresh list; each watch ends after 5 to 10 minutes (its TimeoutSeconds,
+// random as client-go's reflector's, on the manager's clock should the
+// server not end it), so that one open but silent cannot hide a deleted
+// Secret for longer. A list or watch that fails is the provider's failure
 // (supervised: the runner restarts it with backoff). A nil client makes
 // the fleet's Start fail, naming "<name>/provider".
 func KubeconfigSecrets(client kubernetes.Interface, namespace string, selector labels.Selector) ClusterProvider {
@@ -178,6 +184,7 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 	}
 	secrets := p.client.CoreV1().Secrets(p.namespace)
 	opts := metav1.ListOptions{LabelSelector: p.selector.String()}
+	clk := providerClock(ctx)
 	for ctx.Err() == nil {
 		list, err := secrets.List(ctx, opts)
 		if err != nil {
@@ -196,24 +203,56 @@ func (p *secretClusters) Run(ctx context.Context, engage func(string, *rest.Conf
 				gone(name)
 			}
 		}
-		w, err := secrets.Watch(ctx, metav1.ListOptions{LabelSelector: p.selector.String(), ResourceVersion: list.ResourceVersion})
+		// The timer is set before the watch is opened, so that it runs
+		// from before the watch can miss anything.
+		timeout := secretWatchTimeout()
+		expired := clk.NewTimer(timeout)
+		secs := int64(timeout / time.Second)
+		w, err := secrets.Watch(ctx, metav1.ListOptions{LabelSelector: p.selector.String(), ResourceVersion: list.ResourceVersion, TimeoutSeconds: &secs})
 		if err != nil {
+			expired.Stop()
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("KubeconfigSecrets: watch secrets in %q: %w", p.namespace, err)
 		}
-		p.watch(ctx, w, handle, gone)
+		p.watch(ctx, w, expired.C(), handle, gone)
+		expired.Stop()
 	}
 	return nil
 }
 
-// watch handles w's events until it ends or ctx does.
-func (p *secretClusters) watch(ctx context.Context, w watch.Interface, handle func(*corev1.Secret), gone func(string)) {
+// minSecretWatchTimeout is the least time a watch of the Secrets stays
+// open before they are listed again; client-go's reflector's minWatchTimeout.
+const minSecretWatchTimeout = 5 * time.Minute
+
+// secretWatchTimeout is one watch's TimeoutSeconds: random in [5m, 10m),
+// as client-go's reflector picks it, so that the replicas' relists spread
+// out. A watch that is open but silent (a connection a proxy or load
+// balancer dropped without closing it) misses every change, a deleted
+// Secret included; its end brings a fresh list, which does not.
+func secretWatchTimeout() time.Duration {
+	return (minSecretWatchTimeout + rand.N(minSecretWatchTimeout)).Truncate(time.Second)
+}
+
+// providerClock is the clock of the fleet whose provider's Run received
+// ctx (the manager's, WithClock), else the real one.
+func providerClock(ctx context.Context) clock.Clock {
+	if f, _ := ctx.Value(problemKey{}).(*Fleet); f != nil {
+		return f.clock()
+	}
+	return clock.RealClock{}
+}
+
+// watch handles w's events until it ends, expired fires (the watch's
+// TimeoutSeconds, should the server not end it) or ctx ends.
+func (p *secretClusters) watch(ctx context.Context, w watch.Interface, expired <-chan time.Time, handle func(*corev1.Secret), gone func(string)) {
 	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-expired:
 			return
 		case ev, ok := <-w.ResultChan():
 			if !ok {
