@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/actorkube/controllermanager/internal/defaults"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/supervisor"
 )
@@ -124,12 +125,12 @@ type FleetSpec struct {
 	SuccessThreshold metav1.Duration `json:"successThreshold,omitempty"`
 }
 
-// The FleetSpec defaults.
+// The FleetSpec defaults (internal/defaults, listed in docs/defaults.md).
 const (
-	DefaultFleetProbePeriod      = 10 * time.Second
-	DefaultFleetProbeTimeout     = 5 * time.Second
-	DefaultFleetFailureThreshold = 30 * time.Second
-	DefaultFleetSuccessThreshold = 30 * time.Second
+	DefaultFleetProbePeriod      = defaults.FleetProbePeriod
+	DefaultFleetProbeTimeout     = defaults.FleetProbeTimeout
+	DefaultFleetFailureThreshold = defaults.FleetFailureThreshold
+	DefaultFleetSuccessThreshold = defaults.FleetSuccessThreshold
 )
 
 // minFleetProbeTimeout is the least ProbeTimeout a FleetSpec may set.

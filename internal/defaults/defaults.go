@@ -120,6 +120,42 @@ const (
 	WatchdogGrace = 20 * time.Second
 )
 
+// Sharded election: lease/shard.Config.
+const (
+	// MaxCampaigns is shard.DefaultMaxCampaigns, Config.MaxCampaigns's
+	// default: at most 16 campaigns (each one Lease write) in flight at
+	// once, enough to take a crashed peer's shards in one or two round
+	// trips, few enough that a burst of campaigns cannot crowd the renewals
+	// out of the Lease client; never more than the client's rate limiter
+	// lets through in a retry period beside the renewals.
+	MaxCampaigns = 16
+)
+
+// Fleets: controllermanager.FleetSpec.
+const (
+	// FleetProbePeriod is controllermanager.DefaultFleetProbePeriod,
+	// FleetSpec.ProbePeriod's default: each member cluster's API server is
+	// probed (GET /readyz) every 10s, the kubelet's default probe period.
+	FleetProbePeriod = 10 * time.Second
+	// FleetProbeTimeout is controllermanager.DefaultFleetProbeTimeout,
+	// FleetSpec.ProbeTimeout's default: one probe may take 5s (or
+	// ProbePeriod, when that is shorter), half the default period, so that
+	// a probe has ended before the next is due.
+	FleetProbeTimeout = 5 * time.Second
+	// FleetFailureThreshold is controllermanager.DefaultFleetFailureThreshold,
+	// FleetSpec.FailureThreshold's default: a member whose probes fail for
+	// 30s (three default periods) goes Offline and its subtree is stopped,
+	// Karmada's cluster-failure-threshold, so that one or two failed probes
+	// stop nothing.
+	FleetFailureThreshold = 30 * time.Second
+	// FleetSuccessThreshold is controllermanager.DefaultFleetSuccessThreshold,
+	// FleetSpec.SuccessThreshold's default: an Offline member whose probes
+	// succeed for 30s goes Online and its subtree is started again,
+	// Karmada's cluster-success-threshold, so that a flapping cluster's
+	// controllers are not restarted at every good probe.
+	FleetSuccessThreshold = 30 * time.Second
+)
+
 // Health probes: package health.
 const (
 	// ProbeTimeout is health.DefaultTimeout: how long a check of

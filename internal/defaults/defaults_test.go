@@ -133,6 +133,11 @@ func TestRenderValues(t *testing.T) {
 		"| `OnLeaseLost` | `\"Exit\"` |",
 		"| `ProbeTimeout` | 1s |",
 		"| `LogLevel` | WARN |",
+		"| `MaxCampaigns` | 16 |",
+		"| `FleetProbePeriod` | 10s |",
+		"| `FleetProbeTimeout` | 5s |",
+		"| `FleetFailureThreshold` | 30s |",
+		"| `FleetSuccessThreshold` | 30s |",
 	} {
 		if !strings.Contains(have, want) {
 			t.Errorf("the rendered list has no %q", want)
