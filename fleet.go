@@ -213,7 +213,10 @@ type Cluster interface {
 // cluster holds nothing up. engage returns an error only for input it
 // refuses (a name that is not a valid path segment, ErrInvalidClusterName;
 // a nil config); an engage with a config equal to the one engaged does
-// nothing. Both may be called from any goroutine until Run returns.
+// nothing. Both may be called from any goroutine until Run's ctx ends;
+// after that engage returns an error and disengage does nothing: a
+// goroutine that outlives its Run never engages into the fleet's next
+// Run (the fleet restarted, or removed and added again).
 //
 // A Run that returns an error or panics before ctx ends is a failure of
 // the child "<fleet>/provider", supervised like any other: it is restarted
