@@ -148,11 +148,15 @@ func (r *fleetRunner) Shutdown(ctx context.Context) {
 	inc := f.inc
 	f.inc = nil
 	host := f.host
+	if inc != nil {
+		// With f.inc: the engage of a Run whose ctx is live is never
+		// refused (engage reads f.inc under f.mu).
+		inc.cancel()
+	}
 	f.mu.Unlock()
 	if inc == nil {
 		return
 	}
-	inc.cancel()
 	inc.unsub()
 	// Only the manager's shutdown ends the clusters: a stand-down (a lease
 	// or the last shard lost, re-electing) keeps them, as their groups stay

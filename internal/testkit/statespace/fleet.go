@@ -190,6 +190,7 @@ type fleetState struct {
 	mu        sync.Mutex
 	engage    func(string, *rest.Config) error // the running provider's, or nil
 	disengage func(string)
+	runCtx    context.Context // the running provider's Run's: its engage refuses once it has ended
 	fail      chan struct{}        // closed by DoFailProvider: the running Run fails
 	want      map[string]int       // the members to engage, each with its config's generation
 	engaged   map[string]bool      // what the provider engaged and has not disengaged
@@ -435,10 +436,10 @@ type fleetProvider struct{ f *fleetState }
 func (p fleetProvider) Run(ctx context.Context, engage func(string, *rest.Config) error, disengage func(string)) error {
 	f := p.f
 	f.mu.Lock()
-	f.engage, f.disengage = engage, disengage
+	f.engage, f.disengage, f.runCtx = engage, disengage, ctx
 	fail := f.fail
 	for name, gen := range f.want {
-		if err := engage(name, f.config(name, gen)); err != nil {
+		if err := engage(name, f.config(name, gen)); err != nil && ctx.Err() == nil { // refused once Run's ctx has ended
 			f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
 		}
 		f.setEngaged(name, true)
@@ -452,7 +453,7 @@ func (p fleetProvider) Run(ctx context.Context, engage func(string, *rest.Config
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
-		f.engage, f.disengage = nil, nil
+		f.engage, f.disengage, f.runCtx = nil, nil, nil
 		f.mu.Unlock()
 	}()
 	select {
@@ -479,16 +480,24 @@ func (f *fleetState) apply(st Step) bool {
 		}
 		f.want[name] = gen
 		if f.engage != nil {
-			if err := f.engage(name, f.config(name, gen)); err != nil {
+			err := f.engage(name, f.config(name, gen))
+			switch {
+			case err != nil && f.runCtx.Err() != nil:
+				// Refused: the Run has been asked to return. The next Run
+				// engages what is wanted.
+			case err != nil:
 				f.r.violate(Violation{Invariant: DoneWrong, Child: fleetName + "/" + name, Detail: "engage refused a valid member: " + err.Error()})
+			default:
+				f.setEngaged(name, true)
 			}
-			f.setEngaged(name, true)
 		}
 	case DoDisengage:
 		delete(f.want, name)
 		if f.disengage != nil && f.engaged[name] {
 			f.disengage(name)
-			f.setEngaged(name, false)
+			if f.runCtx.Err() == nil { // else perhaps ignored: the next Run disengages it
+				f.setEngaged(name, false)
+			}
 		}
 	case DoClusterDown:
 		if now := time.Now(); f.servers[name].setDown(now) {
