@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime/debug"
+	"strings"
 
 	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/childactor"
@@ -88,7 +89,8 @@ type pinned struct {
 func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller) {
 	n := m.shardCount()
 	vals := make([]any, n)
-	if err := supervise.CheckName(name, actors.KindController, ""); err != nil {
+	if strings.TrimSpace(name) == "" { // the shards' own names ("-0") would pass; any other invalid name is named by its shards'
+		err := supervise.CheckName(name, actors.KindController, "")
 		m.add([]any{supervise.Invalid{Err: fmt.Errorf("AddSharded: %w", err)}})
 		return
 	}
@@ -123,7 +125,8 @@ func (m *ControllerManager) AddSharded(name string, build func(Shard) Controller
 func (m *ControllerManager) AddShardedGroup(name string, spec SupervisionSpec, build func(Shard) []Runnable) {
 	n := m.shardCount()
 	vals := make([]any, n)
-	if err := supervise.CheckName(name, actors.KindGroup, ""); err != nil {
+	if strings.TrimSpace(name) == "" { // the shards' own names ("-0") would pass; any other invalid name is named by its shards'
+		err := supervise.CheckName(name, actors.KindGroup, "")
 		m.add([]any{supervise.Invalid{Err: fmt.Errorf("AddShardedGroup: %w", err)}})
 		return
 	}
