@@ -263,7 +263,11 @@ func (e *Elector) campaigned(w *written) {
 		seen := len(e.seenWhileWriting[i]) > 0
 		delete(e.seenWhileWriting, i)
 		if errors.Is(w.err, errUnconfirmed) {
-			e.cfg.Logger.Info("shard written but not confirmed: waiting for it to expire", "shard", i, "err", w.err)
+			// Warn: on a store without versions (a fake clientset) that
+			// answers each call in half the confirm window or more, no
+			// takeover is ever confirmed, and nobody leads (rule 5).
+			e.cfg.Logger.Warn("shard written but not confirmed: waiting for it to expire", "shard", i, "err", w.err,
+				"confirmWindow", e.cfg.confirmAfter())
 			e.suspectWrite(i, w.got)
 			return
 		}
