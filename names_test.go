@@ -231,3 +231,15 @@ func TestANameWithAControlCharacterIsRefused(t *testing.T) {
 	require.Len(t, st.Children, 1, "nothing added: %+v", st.Children)
 	require.Len(t, st.Children[0].Children, 1, "nothing added to g: %+v", st.Children[0].Children)
 }
+
+// Two children of one name given to Add fail Start with an error that
+// errors.Is matches as ErrDuplicateChild, as AddChild's does (a review in
+// stop 64: Start's did not wrap it).
+func TestStartRefusesDuplicateNamesAsErrDuplicateChild(t *testing.T) {
+	m := newManager(t, nil, nil)
+	ctrl := func(name string) *testchild.Controller { return testchild.NewController(name, testchild.Behavior{}) }
+	m.Add(ctrl("a"), ctrl("b"), ctrl("a"))
+	err := m.Start(gCtx(t), 0)
+	require.ErrorIs(t, err, cm.ErrDuplicateChild)
+	assert.Contains(t, err.Error(), `#0 and #2 are both named "a"`)
+}

@@ -487,7 +487,7 @@ func validateSpecs(specs []childactor.Spec, namingErrs []error) error {
 			continue
 		}
 		if j, dup := seen[spec.Name]; dup {
-			errs = append(errs, fmt.Errorf("children #%d and #%d are both named %q", j, i, spec.Name))
+			errs = append(errs, fmt.Errorf("children #%d and #%d are both named %q (%w)", j, i, spec.Name, supervisor.ErrDuplicateChild))
 			continue
 		}
 		seen[spec.Name] = i
