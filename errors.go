@@ -62,9 +62,10 @@ var (
 	// because its child (or a group above it) was removed meanwhile: it
 	// never runs again.
 	ErrChildRemoved = supervisor.ErrChildRemoved
-	// ErrShutdown is wrapped by the error Start returns when the manager was
-	// shut down before it had started, and by a RestartChild or StartChild
-	// that a shutdown interrupted.
+	// ErrShutdown is wrapped by the error Start returns when a shutdown
+	// (ShutdownAndWait) began while that Start was still under way, and by
+	// a RestartChild or StartChild that a shutdown interrupted. A
+	// ShutdownAndWait before any Start answers ErrStopped instead.
 	ErrShutdown = supervisor.ErrShutdown
 	// ErrStartTwice: Start was called on a manager that had started already.
 	ErrStartTwice = supervisor.ErrStartTwice

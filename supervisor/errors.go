@@ -22,8 +22,9 @@ var (
 	// ErrUnhealthy is wrapped by the failure of a child found unhealthy or
 	// silent by UnhealthyThreshold health probes in a row.
 	ErrUnhealthy = errors.New("supervisor: unhealthy")
-	// ErrShutdown is wrapped by the error Start returns when the manager was
-	// shut down before it had started.
+	// ErrShutdown is wrapped by the error Start returns when a shutdown
+	// (ShutdownAndWait) began while that Start was still under way. A
+	// ShutdownAndWait before any Start answers ErrStopped instead.
 	ErrShutdown = errors.New("supervisor: shut down during start")
 	// ErrUnknownMessage: a request of a type the supervisor does not handle.
 	ErrUnknownMessage = errors.New("supervisor: unknown message")
