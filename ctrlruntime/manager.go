@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,6 +93,9 @@ type Manager struct {
 	names       map[string]int  // child names in use, for unique runnable names
 	added       map[string]bool // the names of the children added before Start
 	reporters   []syncReporter  // hosted controllers, for readiness
+	late        []cm.Runnable   // added after Start, before the tree ran: see addChild
+	lateKick    chan struct{}   // wakes addLate (buffer 1)
+	lateEnded   bool            // addLate has ended: Add goes to the tree only
 	elected     chan struct{}
 	electedOnce sync.Once
 	servers     *runningServers // the servers of Start, once started
@@ -220,7 +224,7 @@ func newManager(config *rest.Config, options manager.Options, supervision *cm.Su
 		metricsServer: metricsSrv, webhookServer: webhookSrv, converters: conversion.NewRegistry(),
 		shutdownTimeout: shutdown,
 		healthz:         map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{},
-		names: map[string]int{}, elected: make(chan struct{}),
+		names: map[string]int{}, elected: make(chan struct{}), lateKick: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -404,7 +408,22 @@ func (m *Manager) AddMetricsServerExtraHandler(path string, handler http.Handler
 //   - any other manager.Runnable: restarted on failure by calling its
 //     Start again.
 //
-// Added after Start, it starts at once.
+// Added after Start, it is added to the running tree at once, and Add
+// returns once it has started. Added after Start while the tree does not
+// run yet (its pre-flight, a standby waiting for the Lease, the leader
+// still starting its controllers just after Elected is closed), Add does
+// not fail: it returns nil and the runnable is kept, then added once the
+// tree runs, after those kept before it, in the order added (JobSet and
+// Kueue set up their controllers after Start, once cert-controller's
+// certificates are ready, and exit on an error). A difference from
+// controller-runtime: a runnable added after Start on a standby runs only
+// once this replica is elected, even if its NeedLeaderElection is false
+// (controller-runtime starts it at once); add such runnables before Start
+// to have them run on a standby. A kept runnable that the tree then
+// refuses (its name taken, its start failing) stops the manager: Start
+// returns that error, which Add could not. Kept runnables that have not
+// run when the manager stops are dropped, never started; after Start has
+// returned, Add fails.
 func (m *Manager) Add(r manager.Runnable) error {
 	child, err := m.childFor(r)
 	if err != nil {
@@ -454,36 +473,189 @@ func (m *Manager) uniqueName(base string) string {
 }
 
 // addChild adds child to the tree: before Start, with the others; after,
-// at once.
+// at once, or, while the tree refuses children for its phase (not Running
+// yet), once it runs, after those kept before it (see Add). The child's
+// name (before Running) and readiness reporter are recorded once, when it
+// is accepted, and forgotten when it is not added after all.
 func (m *Manager) addChild(child cm.Runnable) error {
 	m.mu.Lock()
-	if n, ok := child.(interface{ Name() string }); ok && !m.started {
-		// Refused here, as controller-runtime refuses a second controller
-		// of a name (the same builder completed twice, two reconcilers of
-		// one kind without Named), rather than by a Start that fails on
-		// two children of one name. After Start the tree refuses it.
-		if m.added[n.Name()] {
-			m.mu.Unlock()
-			return fmt.Errorf("ctrlruntime: Add: controller with name %s already exists. Controller names must be unique: name one with Named", n.Name())
-		}
-		if m.added == nil {
-			m.added = map[string]bool{}
-		}
-		m.added[n.Name()] = true
-	}
-	if r, ok := child.(syncReporter); ok {
-		m.reporters = append(m.reporters, r)
-	}
 	if !m.started {
-		m.pending = append(m.pending, child)
+		err := m.recordLocked(child)
+		if err == nil {
+			m.pending = append(m.pending, child)
+		}
 		m.mu.Unlock()
-		return nil
+		return err
+	}
+	if len(m.late) > 0 && !m.lateEnded {
+		// Behind the children kept before it, in the order added.
+		err := m.keepLateLocked(child)
+		m.mu.Unlock()
+		return err
 	}
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultCacheSyncTimeout)
 	defer cancel()
-	if err := m.ctrl.AddChild(ctx, child); err != nil {
+	err := m.ctrl.AddChild(ctx, child)
+	if err == nil {
+		m.mu.Lock()
+		m.addReporterLocked(child)
+		m.mu.Unlock()
+		return nil
+	}
+	if !m.notRunningYet(ctx, err) {
 		return fmt.Errorf("ctrlruntime: Add: %w", err)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lateEnded {
+		return fmt.Errorf("ctrlruntime: Add: %w", err)
+	}
+	return m.keepLateLocked(child)
+}
+
+// childName is the name child gives itself, if any.
+func childName(child cm.Runnable) (string, bool) {
+	if n, ok := child.(interface{ Name() string }); ok {
+		return n.Name(), true
+	}
+	return "", false
+}
+
+// recordLocked refuses a child whose name one added before Running has,
+// as controller-runtime refuses a second controller of a name (the same
+// builder completed twice, two reconcilers of one kind without Named),
+// rather than have a Start, or the tree once running, fail on two children
+// of one name; else it records the name and the readiness reporter. Once
+// the tree runs, the tree refuses a name itself.
+func (m *Manager) recordLocked(child cm.Runnable) error {
+	if name, ok := childName(child); ok {
+		if m.added[name] {
+			return fmt.Errorf("ctrlruntime: Add: controller with name %s already exists. Controller names must be unique: name one with Named", name)
+		}
+		if m.added == nil {
+			m.added = map[string]bool{}
+		}
+		m.added[name] = true
+	}
+	m.addReporterLocked(child)
 	return nil
+}
+
+// forgetLocked undoes recordLocked, for a child not added after all.
+func (m *Manager) forgetLocked(child cm.Runnable) {
+	if name, ok := childName(child); ok {
+		delete(m.added, name)
+	}
+	if r, ok := child.(syncReporter); ok {
+		m.reporters = slices.DeleteFunc(m.reporters, func(x syncReporter) bool { return x == r })
+	}
+}
+
+func (m *Manager) addReporterLocked(child cm.Runnable) {
+	if r, ok := child.(syncReporter); ok {
+		m.reporters = append(m.reporters, r)
+	}
+}
+
+// keepLateLocked keeps child, added after Start, for the tree once it
+// runs: Start's addLate adds it.
+func (m *Manager) keepLateLocked(child cm.Runnable) error {
+	if err := m.recordLocked(child); err != nil {
+		return err
+	}
+	m.late = append(m.late, child)
+	m.kickLate()
+	return nil
+}
+
+// kickLate wakes addLate: a child was kept, or the tree entered Running.
+func (m *Manager) kickLate() {
+	select {
+	case m.lateKick <- struct{}{}:
+	default:
+	}
+}
+
+// notRunningYet reports whether err, the tree's refusal of an AddChild, is
+// for its phase only: not Running yet (Idle, Initializing, Electing,
+// Recovering, Starting), or Running by now. A manager shutting down or
+// stopped refuses for good.
+func (m *Manager) notRunningYet(ctx context.Context, err error) bool {
+	if !errors.Is(err, cm.ErrNotRunning) {
+		return false
+	}
+	st, serr := m.ctrl.Status(ctx)
+	if serr != nil {
+		return false
+	}
+	switch st.Phase {
+	case cm.PhaseIdle, cm.PhaseInitializing, cm.PhaseElecting, cm.PhaseRecovering, cm.PhaseStarting, cm.PhaseRunning:
+		return true
+	}
+	return false
+}
+
+// addLate adds the children kept by Add after Start, in order, whenever
+// the tree runs (kicked by a PhaseChanged to Running and by each child
+// kept), until ctx ends or the tree stops; a child the tree refuses for
+// another reason than its phase stops the manager with stop, as the error
+// Add could not return. It then ends the keeping (endLate).
+func (m *Manager) addLate(ctx context.Context, stop context.CancelCauseFunc) {
+	defer m.endLate()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.ctrl.Done():
+			return
+		case <-m.lateKick:
+		}
+		for {
+			m.mu.Lock()
+			if len(m.late) == 0 {
+				m.mu.Unlock()
+				break
+			}
+			// Kept at the head until added: an Add meanwhile is kept
+			// behind it, not added before it.
+			child := m.late[0]
+			m.mu.Unlock()
+			actx, cancel := context.WithTimeout(ctx, DefaultCacheSyncTimeout)
+			err := m.ctrl.AddChild(actx, child)
+			wait := err != nil && m.notRunningYet(actx, err)
+			cancel()
+			if wait {
+				break // until the tree enters Running
+			}
+			m.mu.Lock()
+			m.late = m.late[1:]
+			if err != nil {
+				m.forgetLocked(child)
+			}
+			m.mu.Unlock()
+			if err != nil {
+				if ctx.Err() == nil {
+					name, _ := childName(child)
+					stop(fmt.Errorf("ctrlruntime: Add after Start of %q: %w", name, err))
+				}
+				return
+			}
+		}
+	}
+}
+
+// endLate ends the keeping of children added after Start: from now on Add
+// goes to the tree, which refuses it; the children kept and not added are
+// dropped (never started, nothing to stop).
+func (m *Manager) endLate() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lateEnded = true
+	for _, child := range m.late {
+		m.forgetLocked(child)
+		name, _ := childName(child)
+		m.logger.Info("a runnable added after Start was not started: the manager stopped before it ran", "name", name)
+	}
+	m.late = nil
 }

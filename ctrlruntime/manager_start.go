@@ -48,6 +48,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	pending := m.pending
 	m.pending = nil
 	m.mu.Unlock()
+	// Whatever ends Start, the children kept by an Add after it are
+	// dropped and a later Add goes to the tree (which refuses it).
+	defer m.endLate()
 
 	// Whatever started the cache (the tree's pre-flight), nothing else
 	// stops it.
@@ -65,9 +68,15 @@ func (m *Manager) Start(ctx context.Context) error {
 	defer unshare()
 
 	m.ctrl.Add(pending...)
-	unsubscribe := m.ctrl.Subscribe(func(cm.Event) {
+	unsubscribe := m.ctrl.Subscribe(func(e cm.Event) {
 		if m.ctrl.IsStarting() || m.ctrl.IsStarted() {
 			m.electedOnce.Do(func() { close(m.elected) })
+		}
+		// The children added after Start and kept until the tree runs
+		// (Add): a PhaseChanged to Running, or events this subscriber
+		// missed, wake addLate.
+		if e.Type == cm.PhaseChanged && e.Phase == cm.PhaseRunning || e.Type == cm.EventsDropped {
+			m.kickLate()
 		}
 	})
 	defer unsubscribe()
@@ -114,11 +123,17 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.logger.Info("Stopping and waiting for non leader election runnables")
 		m.logger.Info("Stopping and waiting for leader election runnables")
 	}()
+	lateDone := make(chan struct{})
+	go func() {
+		defer close(lateDone)
+		m.addLate(serveCtx, cancel)
+	}()
 	err = m.ctrl.Serve(serveCtx, 0, m.shutdownTimeout)
 	if cause := context.Cause(serveCtx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		err = errors.Join(err, cause) // a server failed: Serve saw a stop
+		err = errors.Join(err, cause) // a server failed, or the tree refused a child Add kept: Serve saw a stop
 	}
 	cancel(nil)
+	<-lateDone
 	<-stopping
 	m.logger.Info("Stopping and waiting for caches")
 	stopCache()
