@@ -190,7 +190,7 @@ type fleetState struct {
 	mu        sync.Mutex
 	engage    func(string, *rest.Config) error // the running provider's, or nil
 	disengage func(string)
-	runCtx    context.Context // the running provider's Run's: its engage refuses once it has ended
+	runCtx    context.Context      // the running provider's Run's: its engage refuses once it has ended
 	fail      chan struct{}        // closed by DoFailProvider: the running Run fails
 	want      map[string]int       // the members to engage, each with its config's generation
 	engaged   map[string]bool      // what the provider engaged and has not disengaged
@@ -1063,12 +1063,7 @@ func (r *runner) checkOnlineEarly(paths map[string][]string) {
 			continue
 		}
 		f.earlySeen[key] = true
-		var prev time.Time // the fleet's previous word on the member
-		for _, p := range r.events[:i] {
-			if p.Child == e.Child && strings.HasPrefix(string(p.Type), "Cluster") && p.Time.After(prev) {
-				prev = p.Time
-			}
-		}
+		prev := lastWord(r.events[:i], e.Child) // the fleet's previous word on the member
 		if _, held, _ := r.fleetCouldAct(member, prev, e.Time, false); !held {
 			// Under sharded leadership a replica that does not hold the
 			// member's shard says it Online when it answers, its
@@ -1107,12 +1102,7 @@ func (r *runner) checkOutageSaid() {
 			continue
 		}
 		group := e.Child
-		var prev time.Time // the fleet's previous word on the member
-		for _, p := range r.events[:i] {
-			if p.Child == group && strings.HasPrefix(string(p.Type), "Cluster") && p.Time.After(prev) {
-				prev = p.Time
-			}
-		}
+		prev := lastWord(r.events[:i], group) // the fleet's previous word on the member
 		said, started := false, time.Time{}
 		for _, n := range r.events[i+1:] {
 			switch {
@@ -1150,9 +1140,21 @@ func (r *runner) checkOutageSaid() {
 	}
 }
 
-// groupAskedAround reports whether a lifecycle call of group or above it
-// was sent before until and after since, or not answered by then. r.mu is
-// held.
+// lastWord is when the fleet last said something (a Cluster* event) of
+// the member whose subtree is child, in events; zero if never.
+func lastWord(events []cm.Event, child string) time.Time {
+	var at time.Time
+	for _, e := range events {
+		if e.Child == child && strings.HasPrefix(string(e.Type), "Cluster") && e.Time.After(at) {
+			at = e.Time
+		}
+	}
+	return at
+}
+
+// groupAskedAround reports whether a lifecycle call of group (a member's
+// group or a child in it) or above it was sent before until and after
+// since, or not answered by then. r.mu is held.
 func (r *runner) groupAskedAround(group string, since, until time.Time) bool {
 	up := ancestry(group)
 	return slices.ContainsFunc(r.reqs, func(q lifecycleReq) bool {
@@ -1184,12 +1186,10 @@ func (r *runner) notRunningAt(path string, incs []Incarnation, prev, at time.Tim
 	if why == "" {
 		return ""
 	}
-	up := ancestry(path)
-	for _, q := range r.reqs {
-		if q.at.Before(at) && slices.Contains(up, q.path) && (q.at.After(prev) || q.answered.IsZero() || q.answered.After(prev)) {
-			return ""
-		}
+	if r.groupAskedAround(path, prev, at) {
+		return ""
 	}
+	up := ancestry(path)
 	for _, e := range r.events {
 		if e.Time.Before(prev) || e.Time.After(at) {
 			continue
