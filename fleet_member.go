@@ -52,6 +52,10 @@ type member struct {
 	// of want until its ClusterEngaged is out, the loop around each event
 	// it publishes (announce, ClusterDisengaged).
 	events sync.Mutex
+	// left is closed once the member, leaving, has published its
+	// ClusterDisengaged (Fleet.left): what an engage of its name waits on.
+	// Made by Fleet.leave; f.mu.
+	left chan struct{}
 
 	// Guarded by f.mu: what the provider wants, and the status.
 	want   *rest.Config

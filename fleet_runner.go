@@ -323,9 +323,12 @@ func (f *Fleet) lockMember(name string) (mb *member, known *member) {
 	for {
 		f.mu.Lock()
 		if lv := f.leaving[name]; lv != nil {
+			// Wait on the channel, not on lv.events: a member removed
+			// with its runner (removedFromTree) leaves for as long as
+			// its group's removal takes, without holding its events.
+			left := lv.left
 			f.mu.Unlock()
-			lv.events.Lock()
-			lv.events.Unlock()
+			<-left
 			continue
 		}
 		known = f.members[name]
@@ -469,13 +472,16 @@ func (f *Fleet) leave(mb *member) {
 	if f.members[mb.name] == mb {
 		delete(f.members, mb.name)
 	}
-	f.leaving[mb.name] = mb
+	if f.leaving[mb.name] != mb {
+		f.leaving[mb.name], mb.left = mb, make(chan struct{})
+	}
 }
 
 // left: mb's ClusterDisengaged is published. f.mu is held.
 func (f *Fleet) left(mb *member) {
 	if f.leaving[mb.name] == mb {
 		delete(f.leaving, mb.name)
+		close(mb.left)
 	}
 }
 
