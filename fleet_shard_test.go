@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	cm "github.com/actorkube/controllermanager"
@@ -30,7 +31,7 @@ type fleetReplica struct {
 // newFleetReplica is replica id of a fleet over the members cfgs, on
 // client's API server with spec, its controllers reporting to act; not
 // started, shut down at the test's end.
-func newFleetReplica(t *testing.T, client *leasetest.Client, spec *cm.LeaderElectionSpec, id string, cfgs map[string]*rest.Config, act *activity) *fleetReplica {
+func newFleetReplica(t *testing.T, client kubernetes.Interface, spec *cm.LeaderElectionSpec, id string, cfgs map[string]*rest.Config, act *activity) *fleetReplica {
 	t.Helper()
 	m, err := cm.NewControllerManager(cm.NewContext(client),
 		cm.ControllerManagerConfigSpec{LeaderElection: spec, Supervision: gFast()}, "", cm.WithIdentity(id), elQuiet)
