@@ -92,7 +92,7 @@ var (
 	// could not recover. The fleet starts the group itself once the cluster
 	// answers its probes for SuccessThreshold. A StartChild or RestartChild
 	// of a group above leaves the member's group as it is.
-	ErrClusterOffline = errors.New("controllermanager: cluster offline")
+	ErrClusterOffline = supervisor.ErrClusterOffline
 )
 
 // FleetSpec configures a fleet; its zero value works, each zero field

@@ -184,8 +184,15 @@ func controlCode(err error) int {
 	switch {
 	case errors.Is(err, supervisor.ErrUnknownChild):
 		return http.StatusNotFound
+	case errors.Is(err, supervisor.ErrInvalidName):
+		return http.StatusBadRequest
 	case errors.Is(err, supervisor.ErrBusy), errors.Is(err, supervisor.ErrNotRunning), errors.Is(err, supervisor.ErrStopped),
-		errors.Is(err, supervisor.ErrAlreadyRunning), errors.Is(err, supervisor.ErrNothingToStart):
+		errors.Is(err, supervisor.ErrAlreadyRunning), errors.Is(err, supervisor.ErrNothingToStart),
+		errors.Is(err, supervisor.ErrClusterOffline), errors.Is(err, supervisor.ErrShardNotHeld),
+		errors.Is(err, supervisor.ErrStartInterrupted), errors.Is(err, supervisor.ErrChildStopped),
+		errors.Is(err, supervisor.ErrChildRemoved):
+		// Refused, or cut short, by the child's state or by another
+		// lifecycle call: the request may succeed later.
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

@@ -71,6 +71,14 @@ var (
 	// because its child (or a group above it) was removed meanwhile by a
 	// RemoveChild: it never runs again.
 	ErrChildRemoved = errors.New("supervisor: child removed meanwhile")
+	// ErrClusterOffline is wrapped by the error of a StartChild or
+	// RestartChild of an Offline member cluster's group of a fleet, or of
+	// anything in it (controllermanager.ErrClusterOffline, the same
+	// value): the fleet starts the group itself once the cluster answers.
+	// It is here, with the other refusals of a lifecycle message, so that
+	// what answers those messages (the live view's controls) can tell a
+	// refusal by state from a server error.
+	ErrClusterOffline = errors.New("controllermanager: cluster offline")
 )
 
 // Unstopped is a child whose Shutdown had not returned when a shutdown's
