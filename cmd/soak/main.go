@@ -7,6 +7,10 @@
 // or anything of the manager's was left running.
 //
 //	go run ./cmd/soak -for 30m -every 1m
+//
+// With -fleet N it soaks a Fleet of N member clusters instead (fleet.go).
+//
+//	go run ./cmd/soak -fleet 50 -for 30m -every 1m
 package main
 
 import (
@@ -36,8 +40,19 @@ func main() {
 		seed       = flag.Uint64("seed", 0, "seed of the random choices (default: from the time)")
 		quietStart = flag.Bool("quiet", false, "print only the table and the verdict")
 		profiles   = flag.String("heap-profiles", "", "a directory to write a heap profile to at every interval (heap-<elapsed>.pprof), to find what grows with go tool pprof -base")
+		members    = flag.Int("fleet", 0, "soak a Fleet of this many member clusters instead (fake API servers): outages, disengages and engages, rotations, controller failures and provider restarts, -fault-rate a second")
 	)
 	flag.Parse()
+	if *members > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := runFleetSoak(ctx, fleetSoakConfig{members: *members, duration: *duration, interval: *interval,
+			faultRate: *faultRate, seed: *seed, quiet: *quietStart}); err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *profiles != "" {
 		runtime.MemProfileRate = 4 << 10 // fine enough to see a few kB a minute grow
 	}
