@@ -221,7 +221,12 @@ var errUnconfirmed = errors.New("the write could not be confirmed as the last")
 func (e *Elector) confirm(ctx context.Context, got *coordinationv1.Lease, took time.Duration) (*coordinationv1.Lease, error) {
 	after := e.cfg.confirmAfter()
 	if took >= after {
-		return got, fmt.Errorf("%w: its read and write took %s, not less than %s", errUnconfirmed, took, after)
+		hint := "no RenewDeadline lets calls this slow confirm a takeover (the window is at most 1s): use a store that keeps versions"
+		if need := 3 * took; need < 3*time.Second {
+			hint = fmt.Sprintf("a RenewDeadline above %s (on every replica) would let calls this slow confirm one", need.Round(time.Millisecond))
+		}
+		return got, fmt.Errorf("%w: its read and write took %s, not less than %s, a third of RenewDeadline; %s",
+			errUnconfirmed, took, after, hint)
 	}
 	select {
 	case <-e.cfg.Clock.After(after):

@@ -539,3 +539,23 @@ func TestUnversionedLateReleaseOverANewHolderIsWaitedOut(t *testing.T) {
 			"%s took the Lease %s after a's late release landed over %s's term, before that term could have ended", other, at.Sub(landed), holder)
 	}
 }
+
+// A takeover whose read and write took the whole confirm window is not
+// counted, and the error (logged at Warn) says what would let calls that
+// slow confirm one: a RenewDeadline above three times their time, or, past
+// the window's 1s cap, a store that keeps versions.
+func TestUnconfirmedTakeoverSaysWhatWouldConfirmIt(t *testing.T) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: testGroup, Namespace: testNamespace}}
+	for _, c := range []struct {
+		deadline, took time.Duration
+		want           string
+	}{
+		{600 * time.Millisecond, 250 * time.Millisecond, "a RenewDeadline above 750ms (on every replica)"},
+		{15 * time.Second, 1200 * time.Millisecond, "use a store that keeps versions"},
+	} {
+		e := &Elector{cfg: Config{RenewDeadline: c.deadline}}
+		_, err := e.confirm(context.Background(), lease, c.took)
+		require.ErrorIs(t, err, errUnconfirmed)
+		require.ErrorContains(t, err, c.want)
+	}
+}
