@@ -120,13 +120,14 @@ func generateSequence(seed uint64) ss.Scenario {
 func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration) {
 	t.Helper()
 	var steps, skipped, excused, answers, reelect, stalled, dropped, held, hungIn, contained, escalated, groupProbes, groupProbed int
-	var fleets, builds, offline, disengaged, ended, outages, onlineDown, online, restarted int
+	var fleets, builds, offline, disengaged, ended, outages, onlineDown, online, restarted, handled int
 	var maxPause time.Duration
 	var took []time.Duration
 	byInvariant := map[ss.Invariant][]ss.Result{}
 	for _, res := range results {
 		steps += res.Steps
 		answers += res.Answers
+		handled += res.Handled
 		if res.Reelect {
 			reelect++
 		}
@@ -199,6 +200,7 @@ func reportExploration(t *testing.T, results []ss.Result, elapsed time.Duration)
 		t.Logf("%d sequences ran a fleet: %d subtrees built, %d members Offline while down and %d disengaged judged, %d outages judged for how soon the fleet said them Offline, %d ClusterOnline said while the member was down judged for how old its verdict was, %d ClusterOnline judged for a subtree running, %d stops of a member's group followed by a start judged for a ClusterOffline between, %d Clusters found ended at the end", fleets, builds, offline, disengaged, outages, onlineDown, online, restarted, ended)
 	}
 	t.Logf("%d sequences judged %d children made unhealthy at the health timing of their own group", groupProbed, groupProbes)
+	t.Logf("%d webhook Handle calls judged for an incarnation serving and no Shutdown beside them", handled)
 	failed := 0
 	for _, res := range results {
 		if res.Failed() {

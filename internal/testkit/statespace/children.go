@@ -193,8 +193,11 @@ func (w Webhook) Ready() bool { return w.probe() }
 // Path is where the webhook is served.
 func (w Webhook) Path() string { return "/" + w.name }
 
-// Handle allows every request.
+// Handle allows every request, journalled (HandleOutside,
+// HandleBesideShutdown).
 func (w Webhook) Handle(_ context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	id := w.journal.handleEnter(w.name, w.kind)
+	defer w.journal.handleExit(w.name, id)
 	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, nil
 }
 

@@ -21,6 +21,10 @@
 //   - never two incarnations of one child inside their start→Shutdown
 //     interval at once, never a Shutdown beside its start call, one Shutdown
 //     per start call, none lost (the journal checks each entry as it comes);
+//   - a webhook's Handle, called by admission clients sending reviews to
+//     the manager's handler all along, begins only while an incarnation
+//     serves (its Start returned nil, its Shutdown not begun), and no
+//     Shutdown begins beside a Handle call younger than the drain's bound;
 //   - never a controller or store active while this replica does not hold
 //     the lease (no renewal of its own within the lease duration, or its
 //     release since), and no release while any child's call is running;

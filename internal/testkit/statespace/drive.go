@@ -19,6 +19,7 @@ func (r *runner) run(ctx context.Context) {
 		r.violate(Violation{Invariant: DoneWrong, Detail: "NewControllerManager: " + err.Error()})
 		return
 	}
+	r.startAdmission()
 	for _, st := range r.sc.Steps {
 		if ctx.Err() != nil {
 			break

@@ -163,6 +163,7 @@ func (r *runner) finish(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	r.m.ShutdownAndWait(sctx)
 	cancel()
+	close(r.admissionStop)
 	select {
 	case <-r.m.Done():
 	case <-time.After(r.cfg.Slack):

@@ -13,6 +13,15 @@ const (
 	// TwoIncarnations: a child's start call began while an earlier
 	// incarnation of it was still inside its Run→Shutdown interval.
 	TwoIncarnations Invariant = "two-incarnations"
+	// HandleOutside: a webhook's Handle began while no incarnation of it
+	// was serving: before its start call had returned nil, or once its
+	// Shutdown had begun (docs/webhooks.md: such a request is answered
+	// 503 without reaching Handle).
+	HandleOutside Invariant = "handle-outside"
+	// HandleBesideShutdown: a webhook's Shutdown began while one of its
+	// Handle calls, begun less than the drain's bound (HandleDrain) before,
+	// still ran: every stop drains the Handle calls in flight first.
+	HandleBesideShutdown Invariant = "handle-beside-shutdown"
 	// ShutdownBesideStart: an incarnation's Shutdown began before its start
 	// call had returned.
 	ShutdownBesideStart Invariant = "shutdown-beside-start"

@@ -82,12 +82,24 @@ type Journal struct {
 	open     map[string]int       // each child's calls running
 	created  time.Time
 	report   func(Violation)
+	// handles: each webhook's Handle calls running, by number, with when
+	// each began; handled counts them all. Not entries: the checks of
+	// start calls and Shutdowns do not count them.
+	handles   map[string]map[uint64]time.Time
+	handleSeq uint64
+	handled   int
 }
+
+// HandleDrain is how old a Handle call still running may be when its
+// webhook's Shutdown begins without breaking HandleBesideShutdown: a
+// stop drains the calls in flight for at most half its ShutdownTimeout
+// (ShutdownAndWait: its context, longer) before Shutdown.
+const HandleDrain = ShutdownTimeout / 2
 
 // NewJournal returns a journal that reports broken contracts to report.
 func NewJournal(report func(Violation)) *Journal {
 	return &Journal{incs: map[string][]*Incarnation{}, lastCall: map[string]time.Time{}, open: map[string]int{},
-		created: time.Now(), report: report}
+		created: time.Now(), report: report, handles: map[string]map[uint64]time.Time{}}
 }
 
 func (j *Journal) add(child, kind string, op Op, inc int, err error) {
@@ -139,6 +151,12 @@ func (j *Journal) addAt(child, kind string, op Op, inc int, err error, at time.T
 			j.violate(StartAfterShutdown, e, "incarnation %d's start call returned nil after its Shutdown had returned: what it started is never stopped", inc)
 		}
 	case ShutdownEnter:
+		for _, began := range j.handles[child] {
+			if age := e.Time.Sub(began); age < HandleDrain {
+				j.violate(HandleBesideShutdown, e, "Shutdown began while a Handle call begun %s before still ran", age.Round(time.Microsecond))
+				break
+			}
+		}
 		switch {
 		case cur == nil:
 			j.violate(ShutdownBesideStart, e, "Shutdown before the child's first start call was even entered")
@@ -155,6 +173,51 @@ func (j *Journal) addAt(child, kind string, op Op, inc int, err error, at time.T
 			cur.ShutdownOut, cur.ShutdownEnd = true, e.Time
 		}
 	}
+}
+
+// handleEnter records the beginning of a Handle call of webhook child,
+// and checks that an incarnation of it is serving; the number it returns
+// is handleExit's.
+func (j *Journal) handleEnter(child, kind string) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	now := time.Now()
+	j.handleSeq++
+	j.handled++
+	id := j.handleSeq
+	if j.handles[child] == nil {
+		j.handles[child] = map[uint64]time.Time{}
+	}
+	j.handles[child][id] = now
+	e := Entry{Seq: j.seq, Time: now, Child: child, Kind: kind, Op: "handle"}
+	incs := j.incs[child]
+	if len(incs) == 0 {
+		j.violate(HandleOutside, e, "Handle before the webhook's first Start")
+		return id
+	}
+	switch cur := incs[len(incs)-1]; {
+	case cur.StartOpen:
+		j.violate(HandleOutside, e, "Handle while incarnation %d's Start has not returned", cur.Inc)
+	case !cur.StartedOK:
+		j.violate(HandleOutside, e, "Handle after incarnation %d's Start failed", cur.Inc)
+	case cur.ShutdownIn:
+		j.violate(HandleOutside, e, "Handle after incarnation %d's Shutdown began", cur.Inc)
+	}
+	return id
+}
+
+// handleExit records the end of Handle call id of webhook child.
+func (j *Journal) handleExit(child string, id uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.handles[child], id)
+}
+
+// Handled is how many Handle calls the journal has judged.
+func (j *Journal) Handled() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.handled
 }
 
 func (j *Journal) find(child string, inc int) *Incarnation {

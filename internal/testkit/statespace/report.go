@@ -32,6 +32,9 @@ type Result struct {
 	// GroupProbes is how many children made unhealthy it judged at the
 	// health timing of a group of their own, not the manager's (NotProbed).
 	GroupProbes int
+	// Handled is how many webhook Handle calls it judged (HandleOutside,
+	// HandleBesideShutdown).
+	Handled int
 	// Fleet sequences (WithFleet): FleetBuilds is how many times the fleet
 	// built a member's subtree (FleetContextOverlap judged each one after
 	// the first), FleetOffline how many ClusterOffline events came while

@@ -77,6 +77,7 @@ func Run(ctx context.Context, sc Scenario, cfg Config) Result {
 	res.Dropped = int(r.dropped.Load())
 	res.ListsHeld = int(r.listsHung.held.Load())
 	res.GroupProbes = int(r.groupProbes.Load())
+	res.Handled = r.journal.Handled()
 	for _, e := range r.events {
 		if e.Err == nil || !strings.Contains(e.Err.Error(), "Shutdown did not return") || !strings.Contains(e.Err.Error(), "during a restart") {
 			continue
@@ -137,6 +138,8 @@ type runner struct {
 	startDone   chan error
 	background  sync.WaitGroup
 	doneWatch   chan struct{}
+	// admissionStop ends the admission clients (startAdmission).
+	admissionStop chan struct{}
 
 	mu          sync.Mutex
 	children    map[string]*child
@@ -197,7 +200,7 @@ func newRunner(sc Scenario, cfg Config) *runner {
 		sc: sc, cfg: cfg, begin: time.Now(), release: make(chan struct{}),
 		children: map[string]*child{}, phase: cm.PhaseIdle, phaseCh: make(chan struct{}),
 		stopReq: map[string]bool{}, order: map[string][]string{}, addedAt: map[string]time.Time{}, lastSeen: map[string]seenState{}, knobGen: map[string]int{}, seen: map[string]bool{},
-		startDone: make(chan error, 1), doneWatch: make(chan struct{}),
+		startDone: make(chan error, 1), doneWatch: make(chan struct{}), admissionStop: make(chan struct{}),
 	}
 	r.journal = NewJournal(r.violate)
 	r.pauses = pausewatch.Start()
