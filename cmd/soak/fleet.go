@@ -341,6 +341,16 @@ func runFleetSoak(ctx context.Context, cfg fleetSoakConfig) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	// Settled before the faults: every member Online. The same settle at
+	// the end must find the same goroutines and about the same heap, or
+	// something of the members that came and went was left behind.
+	firstCtx, cancelFirst := context.WithTimeout(ctx, 2*time.Minute)
+	err = s.settle(firstCtx)
+	cancelFirst()
+	if err != nil {
+		return fmt.Errorf("before the faults: %w", err)
+	}
+	heap0, goroutines0 := settledFigures()
 	if !cfg.quiet {
 		fmt.Printf("fleet soak: %d member clusters, %.0f faults/s (outages, disengages and engages, rotations, controller failures, provider restarts), for %s, seed %d\n",
 			cfg.members, cfg.faultRate, cfg.duration, s.cfg.seed)
@@ -392,6 +402,9 @@ loop:
 	if err := s.settle(settleCtx); err != nil {
 		return err
 	}
+	heap1, goroutines1 := settledFigures()
+	fmt.Printf("settled, every member Online: before the faults %.1fM live heap and %d goroutines, after them %.1fM and %d\n",
+		mib(heap0), goroutines0, mib(heap1), goroutines1)
 	ready, err := readySeries(s.mgr)
 	if err != nil {
 		return err
@@ -432,6 +445,17 @@ loop:
 	}
 	fmt.Println("fleet soak: every invariant held")
 	return nil
+}
+
+// settledFigures is the live heap (after a GC) and the goroutines, once
+// the idle connections of the probes' clients have been given a moment
+// to settle (a program's poll, not a test's).
+func settledFigures() (uint64, int) {
+	time.Sleep(time.Second)
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc, runtime.NumGoroutine()
 }
 
 // readySeries counts the fleet's controllermanager_cluster_ready series.
