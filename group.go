@@ -57,6 +57,8 @@ func NewGroup(name string, spec SupervisionSpec, children ...Runnable) *Group {
 // StoreChild makes s a child a group can hold (NewGroup takes Runnables,
 // and a Store needs no Shutdown): the manager recovers it as a store, and
 // its Shutdown calls s's when s has one, and does nothing otherwise.
+// StoreChild(nil) makes Start or AddChild fail with an error saying so, as
+// a nil *Group or *Fleet does.
 func StoreChild(s Store) Runnable {
 	if r, ok := s.(Runnable); ok {
 		return r
@@ -84,6 +86,9 @@ func flattenGroups(vals []any) []any { return flattenGroupsAt("", vals) }
 // groupTree is supervise.Config.Tree: v's values for supervise.Specs at
 // path parent when v is a Group.
 func groupTree(parent string, v any) ([]any, bool) {
+	if err := nilChild(parent, v); err != nil {
+		return []any{supervise.Invalid{Err: err}}, true
+	}
 	g, ok := fleetGroup(v).(*Group)
 	if !ok || g == nil {
 		return nil, false
@@ -97,7 +102,7 @@ func flattenGroupsAt(parent string, vals []any) []any {
 	has := false
 	for _, v := range vals {
 		switch v.(type) {
-		case *Group, *Fleet:
+		case *Group, *Fleet, storeChild:
 			has = true
 		}
 	}
@@ -107,6 +112,10 @@ func flattenGroupsAt(parent string, vals []any) []any {
 	out := make([]any, 0, len(vals))
 	var walk func(parent string, shard int, v any)
 	walk = func(parent string, shard int, v any) {
+		if err := nilChild(parent, v); err != nil {
+			out = append(out, supervise.Invalid{Err: err})
+			return
+		}
 		v = fleetGroup(v) // a Fleet goes where a Group goes
 		g, ok := v.(*Group)
 		if !ok || g == nil {
@@ -141,6 +150,32 @@ func flattenGroupsAt(parent string, vals []any) []any {
 		walk(parent, 0, v)
 	}
 	return out
+}
+
+// nilChild says why v, a child added in the group at path parent ("" for
+// the root), is one of the manager's own children holding nil: a nil *Group
+// or *Fleet, or StoreChild(nil), whose Name would dereference nil. It is
+// nil for any other v.
+func nilChild(parent string, v any) error {
+	var err error
+	switch x := v.(type) {
+	case *Group:
+		if x == nil {
+			err = errors.New("a nil *Group: make a group with NewGroup")
+		}
+	case *Fleet:
+		if x == nil {
+			err = errors.New("a nil *Fleet: make a fleet with NewFleet")
+		}
+	case storeChild:
+		if x.Store == nil {
+			err = errors.New("StoreChild(nil): the Store is nil")
+		}
+	}
+	if err != nil && parent != "" {
+		err = fmt.Errorf("group %q: %w", parent, err)
+	}
+	return err
 }
 
 // decl is g's declaration at path, in the group at path parent ("" for
