@@ -42,7 +42,7 @@ type LeaderElectionSpec struct {
 	// up leadership and fences. Default 15s; must be less than LeaseDuration.
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
 	// RetryPeriod is the time between attempts to acquire or renew. Default
-	// 5s; RenewDeadline must exceed 1.2 × RetryPeriod.
+	// 5s; at least 100ms; RenewDeadline must exceed 1.2 × RetryPeriod.
 	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
 	// OnLeaseLost is what the manager does once it has lost the lease and
 	// stopped every controller and store (fencing, which always happens
@@ -153,6 +153,16 @@ const (
 // The tightest timing in the repository, ctrlruntime's failover figure
 // (2s/1.5s/100ms), leaves exactly this.
 const minFenceBudget = 400 * time.Millisecond
+
+// minRetryPeriod is the least RetryPeriod a spec may set. Each retry is a
+// Lease request (a GET, and an UPDATE when held) per replica and per shard:
+// below it a replica hammers the API server, or queues behind its client's
+// rate limiter until the renewals miss RenewDeadline, for no faster
+// failover (a standby still waits out LeaseDuration, whole seconds).
+// client-go accepts any positive period; the tightest timing in the
+// repository (election_test.go, ctrlruntime's failover figure, the
+// statespace testkit) uses this one.
+const minRetryPeriod = 100 * time.Millisecond
 
 // maxLeaseDuration is the longest duration a Lease can hold: an int32 of
 // seconds.
@@ -284,6 +294,9 @@ func (spec *LeaderElectionSpec) election(defaultLeaseName string) (*electionConf
 	c.leaseDuration = duration("leaseDuration", spec.LeaseDuration, DefaultLeaseDuration)
 	c.renewDeadline = duration("renewDeadline", spec.RenewDeadline, DefaultRenewDeadline)
 	c.retryPeriod = duration("retryPeriod", spec.RetryPeriod, DefaultRetryPeriod)
+	if c.retryPeriod < minRetryPeriod {
+		errs = append(errs, fmt.Errorf("leaderElection.retryPeriod: must be at least %s (each retry is a Lease request), got %s", minRetryPeriod, c.retryPeriod))
+	}
 	switch {
 	case c.leaseDuration > maxLeaseDuration:
 		// A Lease stores the duration as an int32 of seconds: past it, the
