@@ -1,6 +1,7 @@
 package health
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,7 +17,9 @@ type Checker interface {
 	Check(req *http.Request) error
 }
 
-// Check returns a Checker named name that calls fn.
+// Check returns a Checker named name that calls fn. With a nil fn, NewHandler
+// panics when given it as a host check (WithHealthzCheck), and it fails,
+// saying so, wherever else it is run.
 func Check(name string, fn func(req *http.Request) error) Checker {
 	return funcChecker{name: name, fn: fn}
 }
@@ -26,8 +29,16 @@ type funcChecker struct {
 	fn   func(req *http.Request) error
 }
 
-func (c funcChecker) Name() string                  { return c.name }
-func (c funcChecker) Check(req *http.Request) error { return c.fn(req) }
+func (c funcChecker) Name() string { return c.name }
+func (c funcChecker) Check(req *http.Request) error {
+	if c.fn == nil {
+		return errNilFunc
+	}
+	return c.fn(req)
+}
+
+// errNilFunc is the failure of a Check whose func is nil.
+var errNilFunc = errors.New("health.Check was given a nil func")
 
 // The names of the built-in checks.
 const (

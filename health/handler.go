@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -56,12 +57,16 @@ var (
 // deadlines. Mount it at the root of a mux, or under a prefix with
 // http.StripPrefix.
 //
-// NewHandler panics when src is nil or a host check is nil or misnamed
-// (WithHealthzCheck says how), as http.ServeMux.Handle does on a bad
+// NewHandler panics when src is nil (a nil *ControllerManager too), a host
+// check is nil or misnamed (WithHealthzCheck says how) or WithTimeout is
+// negative, as http.ServeMux.Handle does on a bad
 // pattern: these are programming errors, found at startup.
 func NewHandler(src Source, opts ...Option) http.Handler {
-	if src == nil {
+	switch {
+	case src == nil:
 		panic("health: NewHandler: nil Source")
+	case nilPointer(src):
+		panic(fmt.Sprintf("health: NewHandler: nil Source (%T)", src))
 	}
 	var c config
 	for _, opt := range opts {
@@ -69,7 +74,11 @@ func NewHandler(src Source, opts ...Option) http.Handler {
 			opt(&c)
 		}
 	}
-	if err := errors.Join(validateChecks("WithHealthzCheck", c.healthz), validateChecks("WithReadyzCheck", c.readyz),
+	var negative error
+	if c.timeout < 0 {
+		negative = fmt.Errorf("WithTimeout: must not be negative, got %s", c.timeout)
+	}
+	if err := errors.Join(negative, validateChecks("WithHealthzCheck", c.healthz), validateChecks("WithReadyzCheck", c.readyz),
 		validateLivez(c.livez)); err != nil {
 		panic(fmt.Sprintf("health: NewHandler: %v", err))
 	}
@@ -90,6 +99,13 @@ func NewHandler(src Source, opts ...Option) http.Handler {
 	return h
 }
 
+// nilPointer reports whether v is a nil pointer in a non-nil interface: a
+// manager never assigned, whose methods would dereference nil.
+func nilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // margin is how long past the checks' deadline a request waits for them,
 // so that a Source bounded by the same timeout can report its own silence.
 func margin(timeout time.Duration) time.Duration {
@@ -100,9 +116,16 @@ func validateChecks(option string, checks []Checker) error {
 	var errs []error
 	seen := map[string]bool{}
 	for i, c := range checks {
-		if c == nil {
+		switch {
+		case c == nil:
 			errs = append(errs, fmt.Errorf("%s: check #%d is nil", option, i))
 			continue
+		case nilPointer(c):
+			errs = append(errs, fmt.Errorf("%s: check #%d is nil (%T)", option, i, c))
+			continue
+		}
+		if fc, ok := c.(funcChecker); ok && fc.fn == nil {
+			errs = append(errs, fmt.Errorf("%s: check %q: %w", option, fc.name, errNilFunc))
 		}
 		name := c.Name()
 		if err := validName(name); err != nil {
@@ -120,7 +143,7 @@ func validateChecks(option string, checks []Checker) error {
 func validateLivez(checks []Checker) error {
 	err := validateChecks("WithLivezCheck", checks)
 	for _, c := range checks {
-		if c != nil && c.Name() == PingCheck {
+		if c != nil && !nilPointer(c) && c.Name() == PingCheck {
 			err = errors.Join(err, fmt.Errorf("WithLivezCheck: check name %q is reserved for a built-in check", PingCheck))
 		}
 	}

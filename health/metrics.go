@@ -17,10 +17,14 @@ import (
 // HEAD; other methods get 405 with Allow: GET, HEAD, as on NewHandler's
 // /metrics, which serves this handler. Pass a manager's Gatherer, or the
 // host's registry when the manager's metrics are registered on it
-// (WithRegisterer). It panics when g is nil.
+// (WithRegisterer). It panics when g is nil (a nil *prometheus.Registry
+// too).
 func MetricsHandler(g prometheus.Gatherer) http.Handler {
-	if g == nil {
+	switch {
+	case g == nil:
 		panic("health: MetricsHandler: nil Gatherer")
+	case nilPointer(g):
+		panic(fmt.Sprintf("health: MetricsHandler: nil Gatherer (%T)", g))
 	}
 	return readOnly{promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true})}
 }

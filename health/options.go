@@ -27,7 +27,8 @@ type config struct {
 // WithTimeout sets how long a check may take before it fails with "no
 // answer". The handler answers within the timeout plus a margin of a tenth
 // of it (at least 50ms, at most 1s). Default: the Source's HealthTimeout
-// (TimeoutSource), else DefaultTimeout. Zero or negative keeps the default.
+// (TimeoutSource), else DefaultTimeout. Zero keeps the default; NewHandler
+// panics on a negative d.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
