@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -101,18 +102,25 @@ var pageAssets embed.FS
 // View for what it serves. It subscribes to src at once, to record
 // failures from now on.
 //
-// Handler panics when src is nil, the prefix is invalid
-// (WithPrefix says what is valid) or a name of WithAllowedHosts
-// is: programming errors, found at startup, as with health.NewHandler.
+// Handler panics when src is nil (a nil *ControllerManager too), the
+// prefix is invalid (WithPrefix says what is valid), a name of
+// WithAllowedHosts is, or a duration or count option is negative:
+// programming errors, found at startup, as with health.NewHandler.
 func Handler(src Source, opts ...Option) *View {
-	if src == nil {
+	switch {
+	case src == nil:
 		panic("liveview: Handler: nil Source")
+	case nilPointer(src):
+		panic(fmt.Sprintf("liveview: Handler: nil Source (%T)", src))
 	}
 	c := config{prefix: DefaultPrefix}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&c)
 		}
+	}
+	if err := c.negatives(); err != nil {
+		panic("liveview: Handler: " + err.Error())
 	}
 	c.prefix = strings.TrimSuffix(c.prefix, "/")
 	if c.prefix != "" && (!strings.HasPrefix(c.prefix, "/") || strings.ContainsAny(c.prefix, "?#") || path.Clean(c.prefix) != c.prefix) {
@@ -141,6 +149,13 @@ func Handler(src Source, opts ...Option) *View {
 		origins: http.NewCrossOriginProtection(), hosts: hosts, streams: make(chan struct{}, c.maxStreams)}
 	h.stop = src.Subscribe(h.history.record)
 	return h
+}
+
+// nilPointer reports whether v is a nil pointer in a non-nil interface: a
+// manager never assigned, whose methods would dereference nil.
+func nilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Close ends the handler's own subscription to the event stream (the

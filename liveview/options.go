@@ -1,6 +1,8 @@
 package liveview
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/actorkube/controllermanager/internal/defaults"
@@ -73,22 +75,23 @@ func WithAllowedHosts(hosts ...string) Option {
 // WithMaxStreams bounds the event streams served at once (each is a
 // browser tab, costing a subscription and a goroutine or three for as long
 // as it is open); a stream past it is answered 503 with Retry-After. Default:
-// 64. Zero or negative keeps the default.
+// 64. Zero keeps the default; Handler panics on a negative n.
 func WithMaxStreams(n int) Option {
 	return func(c *config) { c.maxStreams = n }
 }
 
 // WithTimeout bounds each Status call the handler makes (for
 // status.json and the snapshots of the event stream). Default:
-// health.DefaultTimeout. Zero or negative keeps the default.
+// health.DefaultTimeout. Zero keeps the default; Handler panics on a
+// negative d.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
 // WithRefresh sets how often the event stream also pushes a fresh
 // Status snapshot when nothing happens, so that health messages, which
-// change without an event, stay current. Default: 5s. Zero or negative
-// keeps the default.
+// change without an event, stay current. Default: 5s. Zero keeps the
+// default; Handler panics on a negative d.
 func WithRefresh(d time.Duration) Option {
 	return func(c *config) { c.refresh = d }
 }
@@ -96,14 +99,31 @@ func WithRefresh(d time.Duration) Option {
 // WithStreamBuffer sets how many events one event stream holds for a
 // browser that reads slower than events come. Past that, events are
 // dropped, the browser is told how many, and it gets a fresh snapshot.
-// Default: 256. Zero or negative keeps the default.
+// Default: 256. Zero keeps the default; Handler panics on a negative n.
 func WithStreamBuffer(n int) Option {
 	return func(c *config) { c.streamBuffer = n }
 }
 
 // WithWindow sets how far back the failure history of each child goes
-// (the page's bar of failures). Default: 10 minutes. Zero or negative keeps
-// the default.
+// (the page's bar of failures). Default: 10 minutes. Zero keeps the
+// default; Handler panics on a negative d.
 func WithWindow(d time.Duration) Option {
 	return func(c *config) { c.window = d }
+}
+
+// negatives names every duration and count option given a negative value,
+// all at once; zero is each one's default.
+func (c config) negatives() error {
+	var errs []error
+	negative := func(option string, v any, isNegative bool) {
+		if isNegative {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", option, v))
+		}
+	}
+	negative("WithTimeout", c.timeout, c.timeout < 0)
+	negative("WithRefresh", c.refresh, c.refresh < 0)
+	negative("WithStreamBuffer", c.streamBuffer, c.streamBuffer < 0)
+	negative("WithWindow", c.window, c.window < 0)
+	negative("WithMaxStreams", c.maxStreams, c.maxStreams < 0)
+	return errors.Join(errs...)
 }
