@@ -1,6 +1,7 @@
 package controllermanager
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -93,9 +94,20 @@ func WithLeaseLock(lock resourcelock.Interface) Option {
 
 // WithEventBuffer sets how many events a subscriber may fall behind before
 // the oldest it has not received are dropped (it is then sent an
-// EventsDropped event). Default 10,000.
+// EventsDropped event). Default 10,000; zero keeps the default. A negative
+// n is refused, naming the option: NewControllerManager returns the error,
+// and the Start of a WebhookManager or a BaseManager, whose constructors
+// return none, fails with it.
 func WithEventBuffer(n int) Option {
 	return func(o *options) { o.eventBuffer = n }
+}
+
+// invalid names every option given a value it cannot take, all at once.
+func (o options) invalid() error {
+	if o.eventBuffer < 0 {
+		return fmt.Errorf("WithEventBuffer: must not be negative, got %d", o.eventBuffer)
+	}
+	return nil
 }
 
 func collectOptions(opts []Option) options {

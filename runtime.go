@@ -161,7 +161,7 @@ func NewControllerManager(ctrlContext Context, ctrlCfg ControllerManagerConfigSp
 	o := collectOptions(opts)
 	sup, terr := ctrlCfg.Supervision.supervision()
 	election, eerr := newElection(ctrlContext, ctrlCfg.LeaderElection, defaultLeaseName, o)
-	if err := errors.Join(terr, eerr); err != nil {
+	if err := errors.Join(terr, eerr, o.invalid()); err != nil {
 		return nil, fmt.Errorf("controllermanager: invalid config: %w", err)
 	}
 	if election != nil {
@@ -260,6 +260,11 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 
 	msg := supervise.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)
+	if err := m.opts.invalid(); err != nil {
+		// NewWebhookManager and NewBaseManager return no error:
+		// their options' is Start's (NewControllerManager's refused it).
+		msg.Err = errors.Join(fmt.Errorf("invalid options: %w", err), msg.Err)
+	}
 	// The supervisor answers once the start has ended, and a start whose
 	// context ends ends at once (ErrStartAbandoned, as soon as its shutdown
 	// has begun): Start waits for that answer rather than returning on ctx,
