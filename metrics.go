@@ -24,6 +24,13 @@ func WithRegisterer(r prometheus.Registerer) Option {
 // else, whatever WithRegisterer says. Serve it with health.MetricsHandler
 // or health.WithMetrics; a host that passed its registry to WithRegisterer
 // serves that instead.
+//
+// Two managers in one process each have their own, and each serves its
+// own figures. Their Gatherers cannot be merged (prometheus.Gatherers):
+// the same metric names and labels collide and the scrape answers 500. To
+// serve both on one endpoint, register each on the host's registry under a
+// label of its own (WithRegisterer) and serve that registry; likewise, do
+// not merge a manager's Gatherer with the registry it is registered on.
 func (m *BaseManager) Gatherer() prometheus.Gatherer { return m.metrics.Registry }
 
 // newManagerMetrics registers m's metrics (internal/metrics) on a registry
