@@ -198,9 +198,12 @@ func (b *Builder) WithEventFilter(p predicate.Predicate) *Builder {
 
 // WithOptions is builder.Builder.WithOptions; each call replaces the
 // options of the one before, LogConstructor included, as there. Under a
-// Manager or a Context, RecoverPanic is always true (a panic is counted and
-// logged by controller-runtime, then supervised: see WithSupervision),
-// EnableWarmup is always true (Run returns once the sources have synced)
+// Manager or a Context, RecoverPanic nil or true is controller-runtime's
+// (a panic is recovered, counted, logged with its stack, and the request
+// retried with backoff; the reconciler runs on), and RecoverPanic false,
+// which would end the process under controller-runtime, fails the
+// reconciler at its first panic: the supervisor restarts it (see
+// Options.RecoverPanic). EnableWarmup is always true (Run returns once the sources have synced)
 // and SkipNameValidation is always true (every incarnation is a new
 // controller of the same name; the manager keeps child names unique).
 // NeedLeaderElection false makes a Manager run the controller on every
@@ -225,8 +228,8 @@ func (b *Builder) WithLogConstructor(f func(*reconcile.Request) logr.Logger) *Bu
 
 // WithSupervision sets how the supervisor judges the reconciler: its
 // PanicThreshold, StuckAfter, ErrorRate* and Clock fields (the others are
-// controller-runtime's, given with WithOptions). On another manager it has
-// no effect.
+// controller-runtime's, given with WithOptions, RecoverPanic included). On
+// another manager it has no effect.
 func (b *Builder) WithSupervision(opts Options) *Builder {
 	b.sup = Options{
 		PanicThreshold: opts.PanicThreshold, StuckAfter: opts.StuckAfter,
@@ -279,7 +282,9 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	if r != nil {
 		r = ShardReconciler(b.shard, r)
 	}
-	c, err := newTypedController(b.ctx, name, r, b.sup, nil)
+	sup := b.sup
+	sup.RecoverPanic = b.recoverPanic()
+	c, err := newTypedController(b.ctx, name, r, sup, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -324,6 +329,18 @@ func (b *Builder) needLeaderElection() bool {
 		return *b.mgr.options.Controller.NeedLeaderElection
 	}
 	return true
+}
+
+// recoverPanic is the controller's RecoverPanic: WithOptions', else the
+// manager's controller default, else nil (true).
+func (b *Builder) recoverPanic() *bool {
+	if b.opts.RecoverPanic != nil {
+		return b.opts.RecoverPanic
+	}
+	if b.mgr != nil {
+		return b.mgr.options.Controller.RecoverPanic
+	}
+	return nil
 }
 
 // warmKind notes a watched kind for the pre-flight, as its informer will

@@ -45,10 +45,13 @@ type TypedSource[request comparable] func(c cache.Cache) source.TypedSource[requ
 // to return, or for its context to end. GetHealth is unhealthy while the
 // watched caches have not synced, while a reconcile has run past
 // StuckAfter, and while the error rate is past ErrorRateThreshold, each
-// reason in the message. A reconcile that panics is counted; past
-// PanicThreshold in one incarnation, the reconciler reports a failure (a
-// *ReconcilePanicError) through the controllermanager.FailureReporter of
-// its Run, and the supervisor restarts it alone.
+// reason in the message. A reconcile that panics is recovered, counted,
+// logged with its stack and retried with backoff, as controller-runtime
+// does; with a positive PanicThreshold (or RecoverPanic false), the
+// PanicThreshold-th panic of one incarnation makes the reconciler report a
+// failure (a *ReconcilePanicError) through the
+// controllermanager.FailureReporter of its Run, and the supervisor
+// restarts it alone.
 type TypedController[request comparable] struct {
 	name       string
 	ctx        *Context
@@ -243,6 +246,8 @@ func (c *TypedController[request]) buildController(icache cache.Cache, sup *supe
 		// Warmup starts the sources and waits for them without starting
 		// the workers: what Run must do before it returns.
 		EnableWarmup: ptr.To(true),
+		// Never a crash of the process: with Options.RecoverPanic false,
+		// the supervised reconciler reports the first panic as a failure.
 		RecoverPanic: ptr.To(true),
 	})
 }

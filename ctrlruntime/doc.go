@@ -41,8 +41,8 @@
 //	a controller, one per process, started     a supervised Controller: every Run builds a fresh
 //	  once ("started more than once")            controller-runtime controller, queue and sources
 //	reconcile.Reconciler / TypedReconciler     the same, unchanged
-//	RecoverPanic: a panic becomes an error     the same, counted and logged; past PanicThreshold
-//	                                             in one incarnation, a failure: the reconciler restarts alone
+//	RecoverPanic: a panic becomes an error     the same, counted, logged and retried with backoff;
+//	  (false: the process ends)                  false: a failure, the reconciler restarts alone
 //	mgr.Add(manager.Runnable)                  NewRunnable(name, build): a fresh Runnable per restart
 //	LeaderElectionRunnable.NeedLeaderElection  the same: false runs a runnable or controller on
 //	                                             every replica, standby included
@@ -72,17 +72,23 @@
 // GetHealth is unhealthy, with every reason in its message, while:
 //   - the caches of the watched kinds have not synced;
 //   - one reconcile has been running for Options.StuckAfter (default 1m);
-//   - at least Options.ErrorRateThreshold (default half) of the reconciles
-//     ended in the last Options.ErrorRateWindow (default 1m) failed, once
-//     Options.ErrorRateMinReconciles (default 10) have ended in it.
+//   - at least Options.ErrorRateThreshold (default half) of the requests
+//     reconciled in the last Options.ErrorRateWindow (default 1m) failed
+//     their last reconcile, once Options.ErrorRateMinReconciles (default
+//     10) requests were reconciled in it: one object failing for ever,
+//     however often it is retried, is one failing request.
 //
 // The supervisor restarts a controller after SupervisionSpec.UnhealthyThreshold
 // unhealthy probes in a row. A reconcile that panics is handled by
-// controller-runtime first, as under its own manager: counted in
+// controller-runtime, as under its own manager: counted in
 // controller_runtime_reconcile_panics_total, logged as "Observed a panic"
-// with its stack on the controller's logger, and retried like an error.
-// The Options.PanicThreshold-th panic (default 3) of one incarnation is
-// then reported through controllermanager.FailureReporter (and counted in
+// with its stack on the controller's logger, and retried like an error,
+// with the rate limiter's backoff, while the reconciler goes on with its
+// other requests: a poison object neither restarts the reconciler nor
+// spends the restart budget. With Options.RecoverPanic false (under
+// controller-runtime, the panic would end the process), or at a positive
+// Options.PanicThreshold, the panic is also reported through
+// controllermanager.FailureReporter (and counted in
 // controllermanager_child_panics_total), and the supervisor restarts that
 // reconciler alone, the others reconciling on.
 //

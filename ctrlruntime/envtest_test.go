@@ -56,8 +56,8 @@ func inNamespace(ns string) ctrlruntime.WatchOption {
 	return ctrlruntime.WithPredicates(predicateFunc(func(o client.Object) bool { return o.GetNamespace() == ns }))
 }
 
-// A reconciler that panics on one object is restarted alone, through the
-// supervisor, while another reconciler of the same manager goes on
+// A reconciler that panics on one object, with a PanicThreshold, is
+// restarted alone, through the supervisor, while another reconciler of the same manager goes on
 // reconciling; the restart time is logged.
 func TestEnvPanickingReconcilerIsRestartedAlone(t *testing.T) {
 	config := testenv.Config(t)
@@ -74,7 +74,8 @@ func TestEnvPanickingReconcilerIsRestartedAlone(t *testing.T) {
 	}}
 	steady := &recorder{}
 	poisonedC, err := ctrlruntime.NewControllerManagedBy(cctx).Named("poisoned").
-		For(&corev1.ConfigMap{}, inNamespace(ns)).Build(poisoned)
+		For(&corev1.ConfigMap{}, inNamespace(ns)).
+		WithSupervision(ctrlruntime.Options{PanicThreshold: 3}).Build(poisoned)
 	require.NoError(t, err)
 	steadyC, err := ctrlruntime.NewControllerManagedBy(cctx).Named("steady").
 		For(&corev1.Secret{}, inNamespace(ns)).Build(steady)

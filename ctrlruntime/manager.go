@@ -119,10 +119,13 @@ type hostCluster = cluster.Cluster
 //     manager cannot return without waiting for them;
 //   - LeaderElectionNamespace, when empty, is $POD_NAMESPACE, else the
 //     service account's namespace, else "default";
-//   - Controller.RecoverPanic and Controller.EnableWarmup are ignored: a
-//     reconcile's panic is always recovered (and counted, see
-//     Options.PanicThreshold) and caches are always warm before the
-//     election.
+//   - Controller.RecoverPanic false does not end the process at a
+//     reconcile's panic: it fails the reconciler, which the supervisor
+//     restarts alone (see Options.RecoverPanic); nil and true are
+//     controller-runtime's (recovered, counted, logged, retried with
+//     backoff);
+//   - Controller.EnableWarmup is ignored: caches are always warm before
+//     the election.
 //
 // Fields it cannot honour are refused, each named in the error:
 // LeaderElectionResourceLock other than "leases", LeaderElectionLabels,

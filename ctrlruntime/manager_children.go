@@ -115,6 +115,9 @@ func (m *Manager) controllerDefaults(opts Options, gvk *schema.GroupVersionKind)
 	if opts.UsePriorityQueue == nil {
 		opts.UsePriorityQueue = def.UsePriorityQueue
 	}
+	if opts.RecoverPanic == nil {
+		opts.RecoverPanic = def.RecoverPanic
+	}
 	if opts.ReconciliationTimeout == 0 {
 		opts.ReconciliationTimeout = def.ReconciliationTimeout
 	}

@@ -13,12 +13,20 @@ import (
 const (
 	DefaultMaxConcurrentReconciles = 1
 	DefaultCacheSyncTimeout        = 2 * time.Minute
-	DefaultPanicThreshold          = 3
 	DefaultStuckAfter              = time.Minute
 	DefaultErrorRateThreshold      = 0.5
 	DefaultErrorRateWindow         = time.Minute
 	DefaultErrorRateMinReconciles  = 10
 )
+
+// DefaultPanicThreshold was the default of TypedOptions.PanicThreshold: the
+// third panic of an incarnation restarted the reconciler.
+//
+// Deprecated: a panic no longer restarts a reconciler unless
+// PanicThreshold is set (or RecoverPanic is false), as a poison object
+// panics again in every incarnation and spent the restart budget; set
+// PanicThreshold: DefaultPanicThreshold for the former behaviour.
+const DefaultPanicThreshold = 3
 
 // Options configures a reconciler hosted by NewControllerManagedBy or New.
 type Options = TypedOptions[reconcile.Request]
@@ -40,6 +48,16 @@ type TypedOptions[request comparable] struct {
 	// ReconciliationTimeout, when positive, is the deadline of each
 	// reconcile's context (controller-runtime's guardrail). Default 0: none.
 	ReconciliationTimeout time.Duration
+	// RecoverPanic is controller-runtime's option of that name. Nil or true
+	// (the default, as there): a reconcile's panic is recovered, counted in
+	// controller_runtime_reconcile_panics_total, logged ("Observed a
+	// panic", with its stack) and the request retried with the rate
+	// limiter's backoff, for ever; the reconciler runs on (see
+	// PanicThreshold). False, where controller-runtime would let the panic
+	// end the process: the first panic is a failure of the reconciler, which
+	// the supervisor restarts, within its budget, past which the manager
+	// escalates. Default: on a Manager, manager.Options.Controller's.
+	RecoverPanic *bool
 	// UsePriorityQueue selects controller-runtime's priority queue (nil:
 	// controller-runtime's default, which is on) or the classic workqueue.
 	UsePriorityQueue *bool
@@ -56,28 +74,35 @@ type TypedOptions[request comparable] struct {
 	// "controller" and the request as "object".
 	LogConstructor func(req *request) logr.Logger
 
-	// PanicThreshold is how many reconciles of one incarnation may panic
-	// before the reconciler reports a failure, so that the supervisor
-	// restarts it (Shutdown, then Run with a fresh controller and queue).
-	// Below it a panic is handled like an error (the request is retried
-	// with backoff) and counted in GetHealth. Default (0) 3; negative:
-	// panics never restart the reconciler.
+	// PanicThreshold, when positive, is how many reconciles of one
+	// incarnation may panic before the reconciler reports a failure, so
+	// that the supervisor restarts it (Shutdown, then Run with a fresh
+	// controller and queue); the restart budget counts these restarts, and
+	// a poison object, which panics again in every incarnation, spends it.
+	// Default (0), and negative: panics never restart the reconciler, as
+	// under controller-runtime; each is handled like an error (the request
+	// is retried with backoff) and counted in GetHealth's summary and in
+	// the error rate. RecoverPanic false makes it 1.
 	PanicThreshold int
 	// StuckAfter is how long one reconcile may run before GetHealth says
 	// the reconciler is stuck (unhealthy, naming the request). Past the
 	// manager's SupervisionSpec.UnhealthyThreshold probes in a row, the
 	// supervisor restarts it. Default (0) 1m; negative: never stuck.
 	StuckAfter time.Duration
-	// ErrorRateThreshold is the share of failed reconciles (an error, a
-	// panic) within ErrorRateWindow at or past which GetHealth is unhealthy,
-	// once ErrorRateMinReconciles have ended in the window. Default (0)
-	// 0.5; negative: never unhealthy for errors.
+	// ErrorRateThreshold is the share of failing requests within
+	// ErrorRateWindow at or past which GetHealth is unhealthy: of the
+	// distinct requests reconciled in the window (once there are
+	// ErrorRateMinReconciles of them), those whose last reconcile failed (an
+	// error, a panic). A request counts once however often it was retried,
+	// so that one object failing for ever (retried with backoff, as under
+	// controller-runtime) does not make the reconciler unhealthy and
+	// restart it. Default (0) 0.5; negative: never unhealthy for errors.
 	ErrorRateThreshold float64
 	// ErrorRateWindow is the period the error rate is measured over.
 	// Default (0) 1m.
 	ErrorRateWindow time.Duration
-	// ErrorRateMinReconciles is how many reconciles must have ended in the
-	// window before the error rate counts. Default (0) 10.
+	// ErrorRateMinReconciles is how many distinct requests must have been
+	// reconciled in the window before the error rate counts. Default (0) 10.
 	ErrorRateMinReconciles int
 	// Clock times reconciles for StuckAfter and ErrorRateWindow; tests pass
 	// a k8s.io/utils/clock/testing.FakeClock. Default: the real clock.
@@ -91,8 +116,8 @@ func (o TypedOptions[request]) withDefaults() TypedOptions[request] {
 	if o.CacheSyncTimeout <= 0 {
 		o.CacheSyncTimeout = DefaultCacheSyncTimeout
 	}
-	if o.PanicThreshold == 0 {
-		o.PanicThreshold = DefaultPanicThreshold
+	if o.RecoverPanic != nil && !*o.RecoverPanic {
+		o.PanicThreshold = 1
 	}
 	if o.StuckAfter == 0 {
 		o.StuckAfter = DefaultStuckAfter

@@ -16,8 +16,8 @@ import (
 )
 
 // ReconcilePanicError is a panic in a reconcile, recovered by the reconciler's
-// host. Past TypedOptions.PanicThreshold it is the failure the reconciler
-// reports to the supervisor.
+// host. At TypedOptions.PanicThreshold, when positive (1 with RecoverPanic
+// false), it is the failure the reconciler reports to the supervisor.
 type ReconcilePanicError struct {
 	Controller string // the reconciler's name
 	Request    string // the request being reconciled, as %v prints it
@@ -50,12 +50,13 @@ const maxOutcomes = 1024
 
 type outcome struct {
 	at     time.Time
+	req    string // the request, as %v prints it
 	failed bool
 }
 
 // supervised wraps one incarnation's reconciler: it recovers panics, times
 // every reconcile and keeps the recent outcomes, for GetHealth and for the
-// failure report past the panic threshold.
+// failure report at the panic threshold (PanicThreshold, when positive).
 type supervised[request comparable] struct {
 	name   string
 	inner  reconcile.TypedReconciler[request]
@@ -92,7 +93,8 @@ func newSupervised[request comparable](name string, inner reconcile.TypedReconci
 }
 
 // Reconcile calls the user's reconciler; a panic becomes an error (the
-// request is retried with backoff), and past the threshold a failure report.
+// request is retried with backoff), and at a positive PanicThreshold a
+// failure report.
 func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res reconcile.Result, err error) {
 	if s.busy != nil {
 		if !s.busy.enter(req) {
@@ -101,19 +103,20 @@ func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res r
 		}
 		defer s.busy.leave(req)
 	}
+	key := fmt.Sprint(req)
 	s.mu.Lock()
 	id := s.nextID
 	s.nextID++
-	s.inFlight[id] = running{req: fmt.Sprint(req), since: s.opts.Clock.Now()}
+	s.inFlight[id] = running{req: key, since: s.opts.Clock.Now()}
 	s.mu.Unlock()
 	defer func() {
 		v := recover()
 		if v == nil {
-			s.end(id, err, nil)
+			s.end(id, key, err, nil)
 			return
 		}
-		perr := &ReconcilePanicError{Controller: s.name, Request: fmt.Sprint(req), Value: v, Stack: debug.Stack()}
-		s.end(id, perr, perr)
+		perr := &ReconcilePanicError{Controller: s.name, Request: key, Value: v, Stack: debug.Stack()}
+		s.end(id, key, perr, perr)
 		if s.repanic {
 			panic(v)
 		}
@@ -122,10 +125,10 @@ func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res r
 	return s.inner.Reconcile(ctx, req)
 }
 
-func (s *supervised[request]) end(id uint64, err error, perr *ReconcilePanicError) {
+func (s *supervised[request]) end(id uint64, key string, err error, perr *ReconcilePanicError) {
 	s.mu.Lock()
 	delete(s.inFlight, id)
-	o := outcome{at: s.opts.Clock.Now(), failed: err != nil}
+	o := outcome{at: s.opts.Clock.Now(), req: key, failed: err != nil}
 	if len(s.outcomes) < maxOutcomes {
 		s.outcomes = append(s.outcomes, o)
 	} else {
@@ -168,18 +171,25 @@ func (s *supervised[request]) problems() (problems []string, summary string) {
 		}
 	}
 	if s.opts.ErrorRateThreshold > 0 {
+		// Each request counts once, by its last outcome in the window: a
+		// request retried with backoff after every failure is one failing
+		// request, not many failed reconciles.
 		since := now.Add(-s.opts.ErrorRateWindow)
-		var n, failed int
-		for _, o := range s.outcomes {
+		last := map[string]bool{}
+		for i := range s.outcomes {
+			o := s.outcomes[(s.head+i)%len(s.outcomes)] // oldest first
 			if o.at.After(since) {
-				n++
-				if o.failed {
-					failed++
-				}
+				last[o.req] = o.failed
+			}
+		}
+		n, failed := len(last), 0
+		for _, f := range last {
+			if f {
+				failed++
 			}
 		}
 		if n >= s.opts.ErrorRateMinReconciles && float64(failed) >= s.opts.ErrorRateThreshold*float64(n) {
-			problems = append(problems, fmt.Sprintf("error rate %d%%: %d of the %d reconciles of the last %s failed, the last with: %v",
+			problems = append(problems, fmt.Sprintf("error rate %d%%: %d of the %d requests reconciled in the last %s failed their last reconcile, the last with: %v",
 				100*failed/n, failed, n, s.opts.ErrorRateWindow, s.lastErr))
 		}
 	}

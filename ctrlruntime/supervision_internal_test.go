@@ -3,6 +3,7 @@ package ctrlruntime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -85,6 +87,24 @@ func TestSupervisedStuckReconcile(t *testing.T) {
 	assert.Empty(t, problems, "healthy again once it returned")
 }
 
+func TestSupervisedPanicsRestartOnlyWhenAskedTo(t *testing.T) {
+	panicking := reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		panic("x")
+	}))
+	s := newSupervised("c", panicking, Options{}.withDefaults(), func(err error) { t.Errorf("reported %v", err) })
+	for range 100 {
+		_, err := s.Reconcile(context.Background(), req("poison"))
+		require.Error(t, err, "retried like an error, as under controller-runtime")
+	}
+
+	var reports []error
+	strict := Options{RecoverPanic: ptr.To(false), PanicThreshold: 5}.withDefaults()
+	s = newSupervised("c", panicking, strict, func(err error) { reports = append(reports, err) })
+	_, err := s.Reconcile(context.Background(), req("poison"))
+	require.Error(t, err)
+	require.Len(t, reports, 1, "RecoverPanic false: the first panic is a failure")
+}
+
 func TestSupervisedErrorRate(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	var fail bool
@@ -93,11 +113,13 @@ func TestSupervisedErrorRate(t *testing.T) {
 			return reconcile.Result{}, errors.New("conflict")
 		}
 		return reconcile.Result{}, nil
-	})), Options{Clock: clock}.withDefaults(), nil) // defaults: half of at least 10 in 1m
-	run := func(n int, failing bool) {
+	})), Options{Clock: clock}.withDefaults(), nil) // defaults: half of at least 10 requests in 1m
+	next := 0
+	run := func(n int, failing bool) { // n reconciles of n new requests
 		fail = failing
 		for range n {
-			_, _ = s.Reconcile(context.Background(), req("x"))
+			next++
+			_, _ = s.Reconcile(context.Background(), req(fmt.Sprint("r", next)))
 		}
 	}
 	tests := []struct {
@@ -111,15 +133,35 @@ func TestSupervisedErrorRate(t *testing.T) {
 		{"18 of 28", func() { run(9, true) }, false},
 		{"a minute later the window is empty", func() { clock.SetTime(clock.Now().Add(time.Minute)) }, true},
 		{"successes only", func() { run(20, false) }, true},
+		{"one request failing 500 times is one failing request", func() {
+			fail = true
+			for range 500 {
+				_, _ = s.Reconcile(context.Background(), req("poison"))
+			}
+		}, true},
+		{"10 requests failing", func() {
+			clock.SetTime(clock.Now().Add(time.Minute))
+			fail = true
+			for i := range 10 {
+				_, _ = s.Reconcile(context.Background(), req(fmt.Sprint("again", i)))
+			}
+		}, false},
+		{"the same 10 requests succeeding at last", func() {
+			fail = false
+			for i := range 10 {
+				_, _ = s.Reconcile(context.Background(), req(fmt.Sprint("again", i)))
+			}
+		}, true},
 	}
 	for _, tt := range tests {
 		tt.step()
 		problems, _ := s.problems()
 		assert.Equal(t, tt.healthy, len(problems) == 0, "%s: %v", tt.name, problems)
 	}
-	fail = true
-	run(20, true)
+	clock.SetTime(clock.Now().Add(time.Minute))
+	run(10, false)
+	run(10, true)
 	problems, _ := s.problems()
 	require.Len(t, problems, 1)
-	assert.Equal(t, "error rate 50%: 20 of the 40 reconciles of the last 1m0s failed, the last with: conflict", problems[0])
+	assert.Equal(t, "error rate 50%: 10 of the 20 requests reconciled in the last 1m0s failed their last reconcile, the last with: conflict", problems[0])
 }
