@@ -175,7 +175,9 @@ func (c *Context) Warm(objs ...client.Object) {
 }
 
 // Start starts the shared cache, once, then starts the informer of every
-// kind given to Warm and waits until all have synced or ctx ends. The cache
+// kind given to Warm and waits until all have synced or ctx ends. A kind
+// with no REST mapping yet (a CRD not yet established) is left out: its
+// informer starts when a reconciler's source asks for it. The cache
 // runs on until Stop, whatever ctx does: a manager cancels the context of
 // its pre-flight once the pre-flight is over.
 func (c *Context) Start(ctx context.Context) error {
@@ -198,6 +200,15 @@ func (c *Context) Start(ctx context.Context) error {
 
 	for _, obj := range warm {
 		if _, err := c.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+			if meta.IsNoMatchError(err) {
+				// A kind the API server does not serve yet (a CRD applied
+				// with the Deployment, not yet established) does not hold
+				// the manager back, as under controller-runtime, whose
+				// manager starts and whose controller of that kind
+				// retries its informer: so does the reconciler's source
+				// here, within its CacheSyncTimeout.
+				continue
+			}
 			return fmt.Errorf("ctrlruntime: informer for %s: %w", c.kindOf(obj), err)
 		}
 	}
