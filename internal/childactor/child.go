@@ -3,7 +3,6 @@ package childactor
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -427,19 +426,7 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 		return
 	}
 	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
-	var calls *sync.WaitGroup
-	if a := c.admission; a != nil && a.runs != nil && a.gen == c.gen && c.next == nil && watchOf(stopCtx).judges() {
-		// A webhook stopped by ShutdownAndWait (its watch judges calls
-		// against its context): the Handle calls whose answers are still
-		// awaited return first, or their requests end, within that
-		// context, so that ShutdownAndWait does not return while they run
-		// and Shutdown does not run beside them. Past the context the
-		// Shutdown runs anyway; it then returns after the context ended,
-		// and the watch names the webhook as unstopped. Restarts and the
-		// other stops do not wait: the new admit refuses with 503 as
-		// before.
-		calls = &a.runs.calls
-	}
+	calls := c.admissionsToDrain() // a webhook's Handle calls still awaited: Shutdown waits for them
 	c.cfg.Goroutines.GoDeep(func() {
 		begin := clk.Now()
 		var err error
@@ -459,17 +446,6 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 			(*next)() // the start call made while stopDone was delivered
 		}
 	})
-}
-
-// drainAdmissions waits until the Handle calls counted by calls are no
-// longer awaited (each returned or its request ended), or ctx has ended.
-func drainAdmissions(ctx context.Context, calls *sync.WaitGroup) {
-	idle := make(chan struct{})
-	go func() { calls.Wait(); close(idle) }() // ends with the last call's request, at the latest
-	select {
-	case <-idle:
-	case <-ctx.Done():
-	}
 }
 
 func (c *child) stopDone(ctx actor.Context, m stopDone) {

@@ -94,9 +94,9 @@ type admissionState struct {
 type admissionRuns struct {
 	failures atomic.Int64
 	// calls counts the incarnation's Handle calls whose request is still
-	// live: a ShutdownAndWait waits for them (within its context) before
-	// the webhook's Shutdown, so that it does not return, nor Shutdown
-	// run, while a Handle whose answer is still awaited runs (runShutdown).
+	// live: its stop waits for them (within a bound, see drainAdmissions)
+	// before the webhook's Shutdown, so that Shutdown does not run beside
+	// a Handle whose answer is still awaited.
 	calls sync.WaitGroup
 }
 
@@ -126,6 +126,49 @@ func (c *child) admit(m *AdmissionCall) {
 	gen, runs := c.gen, a.runs
 	runs.calls.Add(1)
 	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
+}
+
+// admissionsToDrain returns the Handle calls of the incarnation being stopped
+// whose answers are still awaited, for its Shutdown to wait for
+// (drainAdmissions); nil for a child that is not a webhook, or that served
+// none.
+//
+// Every stop drains them, a restart's (RestartChild, or a failure's) as
+// well as StopChild's, RemoveChild's and ShutdownAndWait's: a Shutdown that
+// frees what Handle uses must not run beside a call whose answer the API
+// server waits for. New requests are refused 503 meanwhile (the child is
+// stopping).
+func (c *child) admissionsToDrain() *sync.WaitGroup {
+	if a := c.admission; a != nil && a.runs != nil && a.gen == c.gen {
+		return &a.runs.calls
+	}
+	return nil
+}
+
+// drainAdmissions waits until the Handle calls counted by calls are no
+// longer awaited (each returned, or its request ended), or its bound has
+// passed. A ShutdownAndWait's stop (its watch judges its calls against
+// its context) waits for as long as its context lasts: it is the caller's
+// bound for the whole stop, and a Shutdown past it makes the webhook
+// unstopped, as it says. Any other stop waits at most half of what is left
+// of its context (ShutdownTimeout), so that a Handle that hangs with its
+// request still live leaves Shutdown the other half: the restart does not
+// turn into an overdue Shutdown, which escalates. Past the bound Shutdown
+// runs anyway, beside the calls that still run.
+func drainAdmissions(ctx context.Context, calls *sync.WaitGroup) {
+	idle := make(chan struct{})
+	go func() { calls.Wait(); close(idle) }() // ends with the last call's request, at the latest
+	var bound <-chan time.Time
+	if deadline, ok := ctx.Deadline(); ok && !watchOf(ctx).judges() {
+		timer := time.NewTimer(time.Until(deadline) / 2)
+		defer timer.Stop()
+		bound = timer.C
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	case <-bound:
+	}
 }
 
 func refuse(m *AdmissionCall, err error) {
