@@ -19,3 +19,9 @@ var (
 // ErrNoResponse is wrapped by the failure of a Handle that returned neither
 // a response nor an error.
 var ErrNoResponse = errors.New("actors: Handle returned neither a response nor an error")
+
+// ErrHandlesAbandoned is wrapped by the failure of a webhook's incarnation
+// whose MaxInFlight slots are all held by Handle calls that outlived their
+// requests (calls that ignore their context): the supervisor restarts it,
+// and the new incarnation has a budget of its own.
+var ErrHandlesAbandoned = errors.New("actors: every in-flight slot is held by Handle calls that outlived their requests")

@@ -14,9 +14,14 @@ type Config struct {
 	// objects (old and new) of at most 3 MiB each (the API server's limit on
 	// a request body), and less than 1 MiB of the rest.
 	MaxBodyBytes int64
-	// MaxInFlight bounds, per webhook, the Handle calls running at once,
-	// those that outlived their request's deadline included; a request past
-	// it is answered 429. Default (0) 256; negative: no bound.
+	// MaxInFlight bounds, per webhook and per incarnation of it, the Handle
+	// calls running at once, those that outlived their request's deadline
+	// included; a request past it is answered 429. A restart gives the
+	// webhook a fresh budget (the calls of the incarnation before no longer
+	// count), and an incarnation whose slots are all held by calls that
+	// outlived their requests fails (actors.ErrHandlesAbandoned), whatever
+	// FailureThreshold says, so that its supervisor restarts it. Default
+	// (0) 256; negative: no bound.
 	MaxInFlight int
 	// MaxBodyReads bounds the request bodies being read and decoded at
 	// once, across the handler's webhooks: a request past it is answered

@@ -53,8 +53,10 @@ func (m *AdmissionCall) take() bool { return m.claim.CompareAndSwap(0, 1) }
 // bound on requests in flight, no wait for Ready (a Ready that does not
 // answer at once refuses the call), and errors that never fail the webhook.
 type AdmissionPolicy struct {
-	// MaxInFlight > 0 bounds the Handle calls of the webhook running at once
-	// (those that outlived their request included): a call past it is
+	// MaxInFlight > 0 bounds the Handle calls of the webhook's incarnation
+	// running at once (those that outlived their request included; once
+	// such calls hold them all, the incarnation fails with
+	// ErrHandlesAbandoned): a call past it is
 	// refused with ErrTooManyRequests.
 	MaxInFlight int
 	// ReadyTimeout is how long a call waits for the webhook's Ready before
@@ -82,16 +84,28 @@ type AdmissionResult struct {
 
 // admissionState is a webhook child's bookkeeping of its admission requests.
 type admissionState struct {
-	inFlight atomic.Int64 // Handle calls running, across incarnations: only Receive adds
-	ready    readyGate
+	ready readyGate
 
-	// Owned by Receive: the failure count of the current incarnation.
+	// Owned by Receive: the bookkeeping of the current incarnation.
 	gen  uint64
 	runs *admissionRuns
 }
 
-// admissionRuns counts the failed Handle calls in a row of one incarnation.
+// admissionRuns is one incarnation's bookkeeping of its Handle calls. Each
+// incarnation has its own, so that a restart gives the webhook a fresh
+// MaxInFlight budget: the calls of the incarnation before, which may still
+// run (a Handle that ignores its context outlives its request), no longer
+// count against it.
 type admissionRuns struct {
+	// inFlight counts the incarnation's Handle calls running (those that
+	// outlived their request included): only Receive adds.
+	inFlight atomic.Int64
+	// abandoned counts those of them that outlived their request; once
+	// they hold every slot the incarnation fails (wedged, once), for no
+	// request could be served by it again until they return.
+	abandoned atomic.Int64
+	wedged    atomic.Bool
+	// failures counts the failed calls in a row.
 	failures atomic.Int64
 	// calls counts the incarnation's Handle calls whose request is still
 	// live: its stop waits for them (within a bound, see drainAdmissions)
@@ -115,15 +129,15 @@ func (c *child) admit(m *AdmissionCall) {
 		return
 	}
 	a := c.admission // a webhook has one
-	if limit := m.Policy.MaxInFlight; limit > 0 && a.inFlight.Load() >= int64(limit) {
-		refuse(m, fmt.Errorf("%w: webhook %q already serves %d", actors.ErrTooManyRequests, c.spec.Name, limit))
-		return
-	}
-	a.inFlight.Add(1)
 	if a.runs == nil || a.gen != c.gen {
 		a.gen, a.runs = c.gen, &admissionRuns{}
 	}
 	gen, runs := c.gen, a.runs
+	if limit := m.Policy.MaxInFlight; limit > 0 && runs.inFlight.Load() >= int64(limit) {
+		refuse(m, fmt.Errorf("%w: webhook %q already serves %d", actors.ErrTooManyRequests, c.spec.Name, limit))
+		return
+	}
+	runs.inFlight.Add(1)
 	runs.calls.Add(1)
 	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
 }
@@ -183,7 +197,7 @@ func refuse(m *AdmissionCall, err error) {
 // failure reaches the actor before the caller can send another request.
 func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, runs *admissionRuns) {
 	a := c.admission
-	defer a.inFlight.Add(-1)
+	defer runs.inFlight.Add(-1)
 	name := c.spec.Name
 	ctx := m.Ctx
 	if ctx == nil {
@@ -208,11 +222,26 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 		return
 	}
 
-	// outcome: 0 while Handle runs; then 1 once it has returned, or 2 once
-	// the request's deadline passed first. Whichever comes first counts.
+	// outcome: callRunning while Handle runs; then callReturned once it
+	// has returned, or callEnded once its request ended first, and
+	// callAbandoned if it still runs abandonGrace later (it then counts in
+	// runs.abandoned until it returns). Whichever of returning and the
+	// request's end comes first counts. Only a deadline counts as a
+	// failure: a request its client gave up on says nothing about the
+	// webhook.
 	var outcome atomic.Int32
+	var grace *time.Timer // set before outcome leaves callRunning, read after
 	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && outcome.CompareAndSwap(0, 2) {
+		grace = time.AfterFunc(abandonGrace, func() {
+			if outcome.CompareAndSwap(callEnded, callAbandoned) {
+				c.abandonAdmission(gen, runs, m.Policy)
+			}
+		})
+		if !outcome.CompareAndSwap(callRunning, callEnded) {
+			grace.Stop()
+			return
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			c.accountAdmission(gen, runs, m.Policy, fmt.Errorf("webhook %q: Handle did not return before the request's deadline: %w", name, context.DeadlineExceeded))
 		}
 	})
@@ -226,9 +255,15 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 		return err
 	})
 	stop()
-	// A request its client gave up on says nothing about the webhook.
-	if outcome.CompareAndSwap(0, 1) && !errors.Is(ctx.Err(), context.Canceled) {
-		c.accountAdmission(gen, runs, m.Policy, err)
+	switch {
+	case outcome.CompareAndSwap(callRunning, callReturned):
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			c.accountAdmission(gen, runs, m.Policy, err)
+		}
+	case outcome.CompareAndSwap(callEnded, callReturned): // within the grace: never counted as abandoned
+		grace.Stop()
+	default: // abandoned: it gives its slot back (deferred) and no longer counts as holding it
+		runs.abandoned.Add(-1)
 	}
 	if err != nil {
 		resp = nil
@@ -237,6 +272,35 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 	case m.Reply <- AdmissionResult{Response: resp, Err: err}:
 	default:
 	}
+}
+
+// The outcomes of a Handle call (serveAdmission).
+const (
+	callRunning int32 = iota
+	callReturned
+	callEnded
+	callAbandoned
+)
+
+// abandonGrace is how long a Handle may run on after its request ended
+// before the call counts as abandoned: one that honours its context
+// returns well within it, so that a burst of deadlines, or of clients
+// going away, while every slot is taken does not fail the webhook.
+const abandonGrace = time.Second
+
+// abandonAdmission counts a call of incarnation gen whose Handle still ran
+// abandonGrace after its request ended. Once such calls hold every MaxInFlight slot
+// the incarnation fails, whatever FailureThreshold says: no request can be
+// served by it until they return, which a Handle that ignores its context
+// may never do, and the restart gives the new incarnation a budget of its
+// own. A call that returns later gives its slot back as usual.
+func (c *child) abandonAdmission(gen uint64, runs *admissionRuns, p AdmissionPolicy) {
+	n, limit := runs.abandoned.Add(1), int64(p.MaxInFlight)
+	if limit <= 0 || n < limit || !runs.wedged.CompareAndSwap(false, true) {
+		return
+	}
+	c.system.Root.Send(c.self, callFailed{gen: gen, err: fmt.Errorf(
+		"webhook %q: %w: all %d of its MaxInFlight slots", c.spec.Name, actors.ErrHandlesAbandoned, limit)})
 }
 
 // accountAdmission counts one call's outcome; a panic, or FailureThreshold
