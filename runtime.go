@@ -212,8 +212,8 @@ func newBaseManager(ctrlContext Context, mode supervise.Mode, sup supervision, e
 // WebhookManager starts the Webhooks; every other Runnable is only shut
 // down. Add after Start has no effect; Add cannot fail, so a nil runnable,
 // a duplicate name or an invalid one (empty, blank or holding a "/", at any
-// depth: an error wrapping ErrInvalidName) makes Start fail with an error
-// naming it.
+// depth: an error wrapping ErrInvalidName), or two webhooks with one Path()
+// (ErrDuplicatePath), makes Start fail with an error naming it.
 func (m *BaseManager) Add(runnables ...Runnable) {
 	vals := make([]any, len(runnables))
 	for i, r := range runnables {
@@ -260,6 +260,9 @@ func (m *BaseManager) start(ctx context.Context, startTimeout time.Duration) err
 
 	msg := supervise.StartManager{Ctx: ctx, StartTimeout: startTimeout}
 	msg.Children, msg.Err = m.specs(added)
+	if msg.Err == nil {
+		msg.Err = startWebhookPaths(msg.Children) // two webhooks at one path: see ErrDuplicatePath
+	}
 	if err := m.opts.invalid(); err != nil {
 		// NewWebhookManager and NewBaseManager return no error:
 		// their options' is Start's (NewControllerManager's refused it).
@@ -618,10 +621,15 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // AddChild returns once they have (supervisor.AddChild's Parent adds a
 // child or a group under a group). An empty or blank name, or one holding
 // a "/" (its own or one inside a group it brings), is refused with an error
-// wrapping ErrInvalidName; a name taken already, with ErrDuplicateChild. A
-// ctx that has ended already returns an error wrapping ctx's error, and
-// nothing is added.
+// wrapping ErrInvalidName; a name taken already, with ErrDuplicateChild; a
+// webhook whose Path() another webhook of the manager (or of the group)
+// has, with ErrDuplicatePath, naming both (a Request of
+// supervisor.AddChild is not checked). A ctx that has ended already
+// returns an error wrapping ctx's error, and nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
+	if err := m.addChildWebhookPaths(child); err != nil {
+		return fmt.Errorf("controllermanager: add child: %w", err)
+	}
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})
 	return err
 }

@@ -1,11 +1,19 @@
 package controllermanager
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/actorkube/controllermanager/actors"
 	"github.com/actorkube/controllermanager/internal/admission"
+	"github.com/actorkube/controllermanager/internal/childactor"
 	"github.com/actorkube/controllermanager/internal/supervise"
 	"github.com/actorkube/controllermanager/webhook"
 )
@@ -26,6 +34,10 @@ const (
 	DefaultWebhookReadyTimeout     = webhook.DefaultReadyTimeout
 	DefaultWebhookFailureThreshold = webhook.DefaultFailureThreshold
 )
+
+// ErrDuplicatePath is wrapped by the error of Start or AddChild when two
+// webhooks have one Path(); see webhook.ErrDuplicatePath.
+var ErrDuplicatePath = webhook.ErrDuplicatePath
 
 // WebhookServerConfig configures a WebhookServer; see webhook.ServerConfig.
 type WebhookServerConfig = webhook.ServerConfig
@@ -68,7 +80,10 @@ func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookCo
 // included) at each request; Path() is asked once per webhook and must not
 // change (one that has not returned within a second is waited for again,
 // up to a second, by each request for a path no webhook serves, until it
-// has). Of two webhooks with one path, the one added first serves it.
+// has). Start and AddChild refuse two webhooks with one path (an error
+// wrapping ErrDuplicatePath names both); should two still meet (one added
+// by Request, or whose Path() was late at the check), the one added first
+// serves it.
 // The handler may be created before Start; until then it answers 503. A
 // BaseManager hosts no webhooks (they are plain runnables to it): its
 // handler answers 404. Its requests are counted in the manager's metrics
@@ -88,3 +103,135 @@ type webhookHost struct {
 
 // Send delivers msg to the actor pid from outside the actor system.
 func (h webhookHost) Send(pid *actor.PID, msg any) { h.system.Root.Send(pid, msg) }
+
+// pathCheckTimeout bounds the Path() calls of the duplicate-path check, as
+// the admission handler bounds its own: a webhook whose Path() has not
+// returned by then is left out of the check (the handler logs it, and
+// serves it once its Path() returns).
+const pathCheckTimeout = time.Second
+
+// namedWebhook is a webhook with the name (the path, in a group) its child
+// has, for the duplicate-path check; an empty name is its group's path
+// (prefix, "" at the root) and its Name().
+type namedWebhook struct {
+	name, prefix string
+	wh           actors.Webhook
+}
+
+// startWebhookPaths checks the webhooks among specs, the children of a
+// Start, for two with one path.
+func startWebhookPaths(specs []childactor.Spec) error {
+	var added []namedWebhook
+	for _, s := range specs {
+		if wh, ok := s.Impl.(actors.Webhook); ok && s.Kind == actors.KindWebhook {
+			added = append(added, namedWebhook{name: s.Name, wh: wh})
+		}
+	}
+	return checkWebhookPaths(nil, added)
+}
+
+// addChildWebhookPaths checks the webhooks child (a child of AddChild, or a
+// group with its children) brings into the running manager against those
+// it has, and against one another, for two with one path.
+func (m *BaseManager) addChildWebhookPaths(child any) error {
+	if m.mode == supervise.ModeBase {
+		return nil // it hosts no webhooks: they are plain runnables to it
+	}
+	var added []namedWebhook
+	for _, v := range flattenGroups([]any{child}) {
+		parent := ""
+		if in, ok := v.(supervise.InGroup); ok {
+			parent, v = in.Parent+"/", in.Value
+		}
+		wh, ok := v.(actors.Webhook)
+		if !ok || m.mode == supervise.ModeControllers && isController(v) {
+			continue // a controller first, as the supervisor classifies it
+		}
+		added = append(added, namedWebhook{prefix: parent, wh: wh}) // named by askWebhookPath
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	var known []namedWebhook
+	if table := m.handle.Observed.Webhooks(); table != nil {
+		for _, rt := range table.Routes {
+			known = append(known, namedWebhook{name: rt.Name, wh: rt.Webhook})
+		}
+	}
+	return checkWebhookPaths(known, added)
+}
+
+func isController(v any) bool { _, ok := v.(actors.Controller); return ok }
+
+// checkWebhookPaths returns an error wrapping ErrDuplicatePath for each
+// webhook of added whose Path() is that of a webhook before it (in known,
+// then in added), naming both and the path; nil if there is none. Paths
+// are compared as the admission handler serves them (a leading "/"
+// added). Path() (and Name(), for a webhook named by its parent only) is
+// user code: each webhook is asked in a goroutine, under recover, side by
+// side, and waited for pathCheckTimeout at most; one that panics, is empty
+// or is late is left out.
+func checkWebhookPaths(known, added []namedWebhook) error {
+	all := append(slices.Clip(known), added...)
+	answers := make([]chan namedPath, len(all))
+	for i, w := range all {
+		answers[i] = make(chan namedPath, 1)
+		go func() { answers[i] <- askWebhookPath(w) }()
+	}
+	timer := time.NewTimer(pathCheckTimeout)
+	defer timer.Stop()
+	expired := false
+	first := map[string]string{} // path → the name of the first webhook at it
+	var errs []error
+	for i := range all {
+		var a namedPath
+		if !expired {
+			select {
+			case a = <-answers[i]:
+			case <-timer.C:
+				expired = true
+			}
+		}
+		if expired {
+			select {
+			case a = <-answers[i]:
+			default: // late: left out
+			}
+		}
+		if a.path == "" {
+			continue
+		}
+		if name, dup := first[a.path]; dup {
+			if i >= len(known) {
+				errs = append(errs, fmt.Errorf("%w: %q and %q at %q", ErrDuplicatePath, name, a.name, a.path))
+			}
+			continue
+		}
+		first[a.path] = a.name
+	}
+	return errors.Join(errs...)
+}
+
+// namedPath is a webhook's name and its path as the handler serves it; an
+// empty path when it could not be had.
+type namedPath struct{ name, path string }
+
+// askWebhookPath asks w for its Path() (and its Name(), when w has no name
+// yet), under recover.
+func askWebhookPath(w namedWebhook) namedPath {
+	a := namedPath{name: w.name}
+	err := childactor.Call(actors.KindWebhook, cmp.Or(w.name, w.prefix), "Path", func() error {
+		if a.name == "" {
+			a.name = w.prefix + w.wh.Name()
+		}
+		a.path = w.wh.Path()
+		return nil
+	})
+	switch {
+	case err != nil:
+		return namedPath{}
+	case a.path != "" && !strings.HasPrefix(a.path, "/"):
+		a.path = "/" + a.path
+	}
+	return a
+}

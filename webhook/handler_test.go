@@ -774,7 +774,12 @@ func TestWebhookRoutesFollowAddAndRemove(t *testing.T) {
 	}
 	f.post(t, "/second", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
 	dup := newAdmHook("duplicate", "/first")
-	if err := f.mgr.AddChild(context.Background(), dup); err != nil {
+	if err := f.mgr.AddChild(context.Background(), dup); !errors.Is(err, cm.ErrDuplicatePath) {
+		t.Fatalf("AddChild of a second webhook at /first: %v, want ErrDuplicatePath", err)
+	}
+	// Request is not checked: the handler still serves a shared path with
+	// the webhook added first.
+	if _, err := f.mgr.Request(context.Background(), supervisor.AddChild{Runnable: dup}); err != nil {
 		t.Fatal(err)
 	}
 	f.post(t, "/first", v1).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)

@@ -117,7 +117,9 @@ type Host interface {
 // included) at each request; Path() is asked once per webhook and must not
 // change (one that has not returned within a second is waited for again,
 // up to a second, by each request for a path no webhook serves, until it
-// has). Of two webhooks with one path, the one added first serves it.
+// has). Of two webhooks with one path (the manager's Start and AddChild
+// refuse them, but one added by Request, or whose Path() was late at the
+// check, is not), the one added first serves it.
 // The handler may be created before the manager starts; until then it
 // answers 503. See docs/webhooks.md for the flow and every status.
 func NewHandler(host Host, cfg webhook.Config, logger *slog.Logger, metrics *Metrics) http.Handler {
