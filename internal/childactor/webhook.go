@@ -229,16 +229,20 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 	// request's end comes first counts. Only a deadline counts as a
 	// failure: a request its client gave up on says nothing about the
 	// webhook.
-	var outcome atomic.Int32
-	var grace *time.Timer // set before outcome leaves callRunning, read after
+	// One variable for both, so that the closures cost one allocation.
+	var call struct {
+		outcome atomic.Int32
+		grace   *time.Timer // set before outcome leaves callRunning, read after
+	}
+	outcome := &call.outcome
 	stop := context.AfterFunc(ctx, func() {
-		grace = time.AfterFunc(abandonGrace, func() {
+		call.grace = time.AfterFunc(abandonGrace, func() {
 			if outcome.CompareAndSwap(callEnded, callAbandoned) {
 				c.abandonAdmission(gen, runs, m.Policy)
 			}
 		})
 		if !outcome.CompareAndSwap(callRunning, callEnded) {
-			grace.Stop()
+			call.grace.Stop()
 			return
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -261,7 +265,7 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 			c.accountAdmission(gen, runs, m.Policy, err)
 		}
 	case outcome.CompareAndSwap(callEnded, callReturned): // within the grace: never counted as abandoned
-		grace.Stop()
+		call.grace.Stop()
 	default: // abandoned: it gives its slot back (deferred) and no longer counts as holding it
 		runs.abandoned.Add(-1)
 	}
