@@ -293,11 +293,12 @@ const (
 const abandonGrace = time.Second
 
 // abandonAdmission counts a call of incarnation gen whose Handle still ran
-// abandonGrace after its request ended. Once such calls hold every MaxInFlight slot
-// the incarnation fails, whatever FailureThreshold says: no request can be
-// served by it until they return, which a Handle that ignores its context
-// may never do, and the restart gives the new incarnation a budget of its
-// own. A call that returns later gives its slot back as usual.
+// abandonGrace after its request ended. Once such calls hold every
+// MaxInFlight slot the incarnation fails, whatever FailureThreshold says:
+// no request can be served by it until they return, which a Handle that
+// ignores its context may never do, and the restart gives the new
+// incarnation a budget of its own. A call that returns later gives its
+// slot back as usual.
 func (c *child) abandonAdmission(gen uint64, runs *admissionRuns, p AdmissionPolicy) {
 	n, limit := runs.abandoned.Add(1), int64(p.MaxInFlight)
 	if limit <= 0 || n < limit || !runs.wedged.CompareAndSwap(false, true) {
