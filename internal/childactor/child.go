@@ -3,6 +3,7 @@ package childactor
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/actorkube/controllermanager/actors"
@@ -426,7 +427,17 @@ func (c *child) runShutdown(stopCtx context.Context, call *userCall) {
 		return
 	}
 	gen, self, system, clk := c.gen, c.self, c.system, c.cfg.Clock
-	calls := c.admissionsToDrain() // a webhook's Handle calls still awaited: Shutdown waits for them
+	var calls *sync.WaitGroup
+	if a := c.admission; a != nil && a.runs != nil && a.gen == c.gen {
+		// A webhook's Handle calls of this incarnation whose answers are
+		// still awaited: every stop (a restart's, StopChild's,
+		// RemoveChild's, ShutdownAndWait's) waits for them, within a bound
+		// (drainAdmissions), before Shutdown, which must not free what a
+		// running Handle uses. New requests are refused 503 meanwhile (the
+		// child is stopping). Inline, not a function of its own: it is on
+		// the path of every child's stop (docs/architecture.md's walks).
+		calls = &a.runs.calls
+	}
 	c.cfg.Goroutines.GoDeep(func() {
 		begin := clk.Now()
 		var err error

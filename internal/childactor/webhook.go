@@ -108,7 +108,8 @@ type admissionRuns struct {
 	// failures counts the failed calls in a row.
 	failures atomic.Int64
 	// calls counts the incarnation's Handle calls whose request is still
-	// live: its stop waits for them (within a bound, see drainAdmissions)
+	// live: its stop waits for them (within a bound, see drainAdmissions and
+	// runShutdown)
 	// before the webhook's Shutdown, so that Shutdown does not run beside
 	// a Handle whose answer is still awaited.
 	calls sync.WaitGroup
@@ -140,23 +141,6 @@ func (c *child) admit(m *AdmissionCall) {
 	runs.inFlight.Add(1)
 	runs.calls.Add(1)
 	c.cfg.Goroutines.Go(func() { c.serveAdmission(wh, m, gen, runs) })
-}
-
-// admissionsToDrain returns the Handle calls of the incarnation being stopped
-// whose answers are still awaited, for its Shutdown to wait for
-// (drainAdmissions); nil for a child that is not a webhook, or that served
-// none.
-//
-// Every stop drains them, a restart's (RestartChild, or a failure's) as
-// well as StopChild's, RemoveChild's and ShutdownAndWait's: a Shutdown that
-// frees what Handle uses must not run beside a call whose answer the API
-// server waits for. New requests are refused 503 meanwhile (the child is
-// stopping).
-func (c *child) admissionsToDrain() *sync.WaitGroup {
-	if a := c.admission; a != nil && a.runs != nil && a.gen == c.gen {
-		return &a.runs.calls
-	}
-	return nil
 }
 
 // drainAdmissions waits until the Handle calls counted by calls are no
