@@ -108,10 +108,9 @@ type admissionRuns struct {
 	// failures counts the failed calls in a row.
 	failures atomic.Int64
 	// calls counts the incarnation's Handle calls whose request is still
-	// live: its stop waits for them (within a bound, see drainAdmissions and
-	// runShutdown)
-	// before the webhook's Shutdown, so that Shutdown does not run beside
-	// a Handle whose answer is still awaited.
+	// live: its stop waits for them (within a bound: runShutdown,
+	// drainAdmissions) before the webhook's Shutdown, so that Shutdown does
+	// not run beside a Handle whose answer is still awaited.
 	calls sync.WaitGroup
 }
 
