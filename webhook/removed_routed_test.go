@@ -130,10 +130,34 @@ func TestAWebhookRemovedWhileItsHandleRunsAnswersAsHandleSays(t *testing.T) {
 	case <-time.After(admWait):
 		t.Fatal("Handle never ran")
 	}
-	if err := f.mgr.RemoveChild(context.Background(), "busy"); err != nil {
-		t.Fatal(err)
+	// The removal drains the running Handle before the webhook's Shutdown
+	// (docs/webhooks.md, "Stops and restarts"): it waits until Handle is
+	// released, not for its bound (half the default ShutdownTimeout, 15s).
+	removed := make(chan error, 1)
+	go func() { removed <- f.mgr.RemoveChild(context.Background(), "busy") }()
+	deadline := time.Now().Add(admWait)
+	for {
+		st, err := f.mgr.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, ok := st.Child("busy"); ok && c.State == "Stopping" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the webhook never began to stop")
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+	select {
+	case err := <-removed:
+		t.Fatalf("RemoveChild returned (%v) while the Handle it drains still ran", err)
+	default:
 	}
 	close(release)
 	r := <-done
 	r.wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
 }
