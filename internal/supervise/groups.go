@@ -356,15 +356,15 @@ func backoffFor(rec *childRecord, ran time.Duration, window, initial, maxBackoff
 // inherited, exceeds its MaxBackoff, its own or inherited (the level would
 // silently wait MaxBackoff): specs is what a Start or an AddChild brings,
 // groups before their children.
-func (s *root) checkBackoffs(specs []childactor.Spec) error {
+func checkBackoffs(top *level, reg *registry, specs []childactor.Spec) error {
 	type pair struct{ initial, max time.Duration }
 	eff := map[string]pair{}
 	lookup := func(path string) pair {
 		if p, ok := eff[path]; ok {
 			return p
 		}
-		lvl := s.tree
-		if g := s.reg.groupNamed(path); g != nil {
+		lvl := top
+		if g := reg.groupNamed(path); g != nil {
 			lvl = g
 		}
 		return pair{lvl.initialBackoff, lvl.maxBackoff}

@@ -313,7 +313,7 @@ func (s *root) onChildNamed(m childNamed) {
 			}
 		}
 		if err == nil {
-			err = s.checkBackoffs(paths)
+			err = checkBackoffs(s.tree, &s.reg, paths)
 		}
 		if err == nil {
 			err = admit(paths) // last: a child told it is added is added

@@ -122,7 +122,7 @@ func (s *root) onStartManager(m StartManager, replyTo *actor.PID) {
 		err = validateSpecs(m.Children, nil)
 	}
 	if err == nil {
-		err = s.checkBackoffs(m.Children)
+		err = checkBackoffs(s.tree, &s.reg, m.Children)
 	}
 	if err == nil {
 		err = s.shards.validate(m.Children)
