@@ -370,8 +370,8 @@ func checkBackoffs(top *level, reg *registry, specs []childactor.Spec) error {
 		return pair{lvl.initialBackoff, lvl.maxBackoff}
 	}
 	for _, spec := range specs {
-		d, ok := spec.Impl.(*GroupDecl)
-		if !spec.Kind.IsGroup() || !ok {
+		d, ok := spec.Impl.(*GroupDecl) // a group's spec (specs), whatever its Kind
+		if !ok {
 			continue
 		}
 		p := lookup(spec.Group)

@@ -757,6 +757,7 @@ func (r *childRequest) step() {
 			r.next++
 			owned := next.queued() == r
 			r.unqueue(next)
+			planHolds := rec.sub != nil && next.inPlan() // a group's child that a restart plan holds (below)
 			switch {
 			case s.ending():
 				err := supervisor.ErrShutdown
@@ -764,7 +765,7 @@ func (r *childRequest) step() {
 					err = r.failed // the failure that, escalated, began the shutdown
 				}
 				r.answer(fmt.Errorf("%s %q: %w", r.op, rec.spec.Name, err))
-			case !owned || next.stopRequested || !s.leaseHeld(next) || next.state.Active() || (rec.sub != nil && next.inPlan()):
+			case !owned || next.stopRequested || !s.leaseHeld(next) || next.state.Active() || planHolds:
 				// Taken out by a stand-down (takeOut: the next start round
 				// starts it), stopped meanwhile by a StopChild of its own (a
 				// group's child), or its shard is not held now: it starts
@@ -778,7 +779,7 @@ func (r *childRequest) step() {
 				// asked for alone is started here, and the plan skips it:
 				// its answer is that start's.)
 				r.lost = r.lost || (!next.stopRequested && !s.leaseHeld(next))
-				r.replanned = r.replanned || (rec.sub != nil && next.inPlan())
+				r.replanned = r.replanned || planHolds
 				continue
 			default:
 				r.wait = s.startIncarnation(r, next)
