@@ -52,7 +52,15 @@ func newElection(ctrlContext Context, spec *LeaderElectionSpec, defaultLeaseName
 	if identity == "" {
 		identity = lease.NewIdentity()
 	}
-	events := newKubeEvents(o, client, c.namespace, c.name, identity)
+	// The manager's own Events go through the controllers' clientset, not
+	// the one WithLeaderElectionClient gives the Lease: that one's rate
+	// limiter is the renewals' own, and a wave of ShardLost and
+	// ShardAcquired Events would spend it while renewals wait.
+	evClient := client
+	if ctrlContext != nil && ctrlContext.Kubernetes() != nil {
+		evClient = ctrlContext.Kubernetes()
+	}
+	events := newKubeEvents(o, evClient, c.namespace, c.name, identity)
 	ecfg := elect.Config{
 		Client: client, Lock: o.lock, Namespace: c.namespace, Name: c.name, Identity: identity, Shards: c.shards,
 		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
@@ -108,7 +116,10 @@ func (e *election) kubeEvents(o options) *kubeEvents {
 }
 
 // WithLeaderElectionClient gives leader election a clientset of its own for
-// the Lease. Default: Context.Kubernetes(), the controllers' clientset.
+// the Lease. Default: Context.Kubernetes(), the controllers' clientset. The
+// manager's own Kubernetes Events (LeaderElected, ShardLost, ...) go through
+// Context.Kubernetes() whenever it is set, so that they never spend this
+// clientset's rate limit.
 //
 // Give it one: client-go's rate limiter belongs to a clientset (5 requests
 // per second, burst 10, unless the rest.Config says otherwise), so on a
