@@ -104,6 +104,11 @@ func TestFleetMemberSaidFailedWhenItsGroupsStopOverruns(t *testing.T) {
 	require.Error(t, mgr.RestartChild(ctx, "fleet/b/ctrl"))
 	failed := log.waitFor(t, clk, fleetPeriod, is(cm.ChildFailed, "fleet/b"))
 	require.ErrorContains(t, failed.Err, "spent its restart budget")
+	// The group's stop has called the Shutdown that will not return, on a
+	// goroutine of its own: stepping the clock by an hour before that
+	// goroutine ran (a loaded machine) said the member Failed, rightly,
+	// with no Shutdown under way yet, and the check below failed.
+	log.waitUntil(t, nil, 0, func() bool { return ctrl.inShutdown.Load() > 0 })
 	// The group's ShutdownTimeout passes (the restarts before it stepped
 	// the clock by a second, so no Shutdown of theirs overran an hour).
 	off := log.waitFor(t, clk, time.Hour, is(cm.ClusterOffline, "fleet/b"))
