@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	k8srecord "k8s.io/client-go/tools/record"
 
 	cm "github.com/actorkube/controllermanager"
 	"github.com/actorkube/controllermanager/lease"
@@ -123,8 +124,18 @@ func (r *shReplica) start(s *shScenario) {
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = int32(s.shards)
 	logger := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Kubernetes Events go to a recorder that keeps none, not through
+	// r.client: client-go's fake clientset holds one mutex across every
+	// call it serves, and serves an Event's aggregation Patch with a
+	// managed-fields tracker that builds a REST mapper each time (a third
+	// of the process's CPU under -race). Each replica's Lease renewals
+	// then queued behind its own ShardLost and ShardAcquired Events past
+	// the renew deadline on a loaded machine, every loss bringing more:
+	// scenarios churned for minutes, thousands of shards lost. No API
+	// server serialises a client's requests so; this test is about the
+	// Leases.
 	m, err := cm.NewControllerManager(cm.NewContext(r.client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
-		cm.WithIdentity(id), cm.WithLogger(logger))
+		cm.WithIdentity(id), cm.WithLogger(logger), cm.WithEventRecorder(&k8srecord.FakeRecorder{}))
 	require.NoError(t, err)
 	r.m, r.done = m, make(chan error, 1)
 	r.events.subscribe(m)
