@@ -36,6 +36,17 @@
 //     holders.
 //     Prefer this package for tests of the election itself: it refuses
 //     the second write as the API server does.
+//
+// # One call at a time per Client
+//
+// A Client is client-go's fake clientset underneath, which serves one call
+// at a time (its Invokes holds one lock), Leases and everything else alike.
+// A manager records its Kubernetes Events through its Context's clientset:
+// when that is the same Client as its Lease's, every ShardLost and
+// ShardAcquired Event (a Patch, slow on the fake under -race) holds the
+// renewals up, and on a loaded machine a wave of losses feeds itself. With
+// many shards, give the manager's Context a clientset of its own
+// (WithLeaderElectionClient for the Client), or WithEventRecorder.
 package leasetest
 
 import (
