@@ -32,6 +32,7 @@ type fleetSoakConfig struct {
 	faultRate float64
 	seed      uint64
 	quiet     bool
+	profiles  string // a directory for heap profiles of the two settled states, or ""
 }
 
 // fleetSoak runs a Fleet whose member clusters go through outages,
@@ -351,6 +352,11 @@ func runFleetSoak(ctx context.Context, cfg fleetSoakConfig) error {
 		return fmt.Errorf("before the faults: %w", err)
 	}
 	heap0, goroutines0 := settledFigures()
+	if cfg.profiles != "" {
+		if err := writeHeapProfile(cfg.profiles, 0); err != nil {
+			return err
+		}
+	}
 	if !cfg.quiet {
 		fmt.Printf("fleet soak: %d member clusters, %.0f faults/s (outages, disengages and engages, rotations, controller failures, provider restarts), for %s, seed %d\n",
 			cfg.members, cfg.faultRate, cfg.duration, s.cfg.seed)
@@ -403,6 +409,11 @@ loop:
 		return err
 	}
 	heap1, goroutines1 := settledFigures()
+	if cfg.profiles != "" {
+		if err := writeHeapProfile(cfg.profiles, time.Since(begin)); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("settled, every member Online: before the faults %.1fM live heap and %d goroutines, after them %.1fM and %d\n",
 		mib(heap0), goroutines0, mib(heap1), goroutines1)
 	ready, err := readySeries(s.mgr)

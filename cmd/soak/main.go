@@ -39,22 +39,22 @@ func main() {
 		admRate    = flag.Float64("admission-rate", 100, "reviews per second per admission client (0: as fast as answered)")
 		seed       = flag.Uint64("seed", 0, "seed of the random choices (default: from the time)")
 		quietStart = flag.Bool("quiet", false, "print only the table and the verdict")
-		profiles   = flag.String("heap-profiles", "", "a directory to write a heap profile to at every interval (heap-<elapsed>.pprof), to find what grows with go tool pprof -base")
+		profiles   = flag.String("heap-profiles", "", "a directory to write a heap profile to at every interval (heap-<elapsed>.pprof), to find what grows with go tool pprof -base; with -fleet, at the two settled states")
 		members    = flag.Int("fleet", 0, "soak a Fleet of this many member clusters instead (fake API servers): outages, disengages and engages, rotations, controller failures and provider restarts, -fault-rate a second")
 	)
 	flag.Parse()
+	if *profiles != "" {
+		runtime.MemProfileRate = 4 << 10 // fine enough to see a few kB a minute grow
+	}
 	if *members > 0 {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := runFleetSoak(ctx, fleetSoakConfig{members: *members, duration: *duration, interval: *interval,
-			faultRate: *faultRate, seed: *seed, quiet: *quietStart}); err != nil {
+			faultRate: *faultRate, seed: *seed, quiet: *quietStart, profiles: *profiles}); err != nil {
 			fmt.Fprintln(os.Stderr, "soak:", err)
 			os.Exit(1)
 		}
 		return
-	}
-	if *profiles != "" {
-		runtime.MemProfileRate = 4 << 10 // fine enough to see a few kB a minute grow
 	}
 	if err := run(*duration, *interval, *children, *faultRate, *lifecycle, *admission, *admRate, *seed, *quietStart, *profiles); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
