@@ -104,6 +104,11 @@ var (
 	// ErrTooManyRequests: the webhook already runs WebhookConfig.MaxInFlight
 	// Handle calls.
 	ErrTooManyRequests = actors.ErrTooManyRequests
+	// ErrHandlesAbandoned is wrapped by the failure of a webhook's
+	// incarnation whose MaxInFlight slots are all held by Handle calls that
+	// outlived their requests (a Handle that ignores its context): it is
+	// restarted, and its new incarnation has a budget of its own.
+	ErrHandlesAbandoned = actors.ErrHandlesAbandoned
 )
 
 // Errors of leader election: Err and Serve after a lost lease, the lease
