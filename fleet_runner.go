@@ -472,16 +472,32 @@ func (f *Fleet) leave(mb *member) {
 	if f.members[mb.name] == mb {
 		delete(f.members, mb.name)
 	}
-	if f.leaving[mb.name] != mb {
-		f.leaving[mb.name], mb.left = mb, make(chan struct{})
+	if mb.left == nil || closed(mb.left) {
+		mb.left = make(chan struct{})
 	}
+	// Another member of the name may be leaving still (one removed with
+	// its runner, one disengaged by its loop): its waiters hold its own
+	// channel, which its left closes, and then wait for this one.
+	f.leaving[mb.name] = mb
 }
 
 // left: mb's ClusterDisengaged is published. f.mu is held.
 func (f *Fleet) left(mb *member) {
 	if f.leaving[mb.name] == mb {
 		delete(f.leaving, mb.name)
-		close(mb.left)
+	}
+	if mb.left != nil && !closed(mb.left) {
+		close(mb.left) // every close is under f.mu: checked, then closed, at once
+	}
+}
+
+// closed reports whether ch is closed; it never blocks.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
