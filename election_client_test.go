@@ -67,8 +67,23 @@ func TestWithLeaderElectionClientNeedsNoContextClientset(t *testing.T) {
 type logRecorder struct {
 	mu       sync.Mutex
 	messages []string
+	times    []time.Time // each message's record time
 	whys     []string
 	lines    []string // every record, its time and attributes: told when a test fails
+}
+
+// since counts the records whose message begins with prefix, logged at t
+// or later.
+func (r *logRecorder) since(prefix string, t time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for i, m := range r.messages {
+		if strings.HasPrefix(m, prefix) && !r.times[i].Before(t) {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
@@ -76,6 +91,7 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.messages = append(r.messages, rec.Message)
+	r.times = append(r.times, rec.Time)
 	line := rec.Time.Format("15:04:05.000") + " " + rec.Message
 	rec.Attrs(func(a slog.Attr) bool {
 		line += " " + a.String()
