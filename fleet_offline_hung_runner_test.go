@@ -24,15 +24,9 @@ import (
 // subtree started again, only after the Shutdown returns. The manager never leaves
 // Running and stops cleanly.
 func TestFleetOfflineStopHeldAcrossAProviderRestart(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
 	var mu sync.Mutex
 	built := map[string][]*hangingCtrl{}
-	build := func(c cm.Cluster) []cm.Runnable {
+	f := startHeldOffline(t, func(c cm.Cluster, release <-chan struct{}) []cm.Runnable {
 		h := &hangingCtrl{}
 		if c.Name() == "b" {
 			h.release = release
@@ -41,23 +35,13 @@ func TestFleetOfflineStopHeldAcrossAProviderRestart(t *testing.T) {
 		built[c.Name()] = append(built[c.Name()], h)
 		mu.Unlock()
 		return []cm.Runnable{h}
-	}
+	})
 	builds := func(name string) []*hangingCtrl {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]*hangingCtrl(nil), built[name]...)
 	}
-	spec := fleetSpec()
-	spec.Supervision.ShutdownTimeout = metav1.Duration{Duration: time.Second}
-	fleet := cm.NewFleet("fleet", prov, build, spec)
-	mgr, log := fleetManager(t, clk, fleet)
-	t.Cleanup(free) // runs before the manager's shutdown
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
-
-	b.set(memberFailing)
-	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/b"))
+	clk, b, mgr, log, free := f.clk, f.b, f.mgr, f.log, f.free
 	cs, ok := fleetChild(t, mgr, "fleet/b/hung")
 	require.True(t, ok)
 	require.Equal(t, supervisor.StateStopping, cs.State, "its Shutdown is held")
@@ -114,15 +98,9 @@ func TestFleetOfflineStopHeldAcrossAProviderRestart(t *testing.T) {
 // Shutdown: ShutdownAndWait returns within its context and names the
 // member's hung child, with its stack; the other member is stopped.
 func TestFleetShutdownMeetsAHeldOfflineStop(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
-	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
 	var mu sync.Mutex
 	ctrls := map[string]*clusterCtrl{}
-	build := func(c cm.Cluster) []cm.Runnable {
+	f := startHeldOffline(t, func(c cm.Cluster, release <-chan struct{}) []cm.Runnable {
 		if c.Name() == "b" {
 			return []cm.Runnable{&hangingCtrl{release: release}}
 		}
@@ -131,17 +109,8 @@ func TestFleetShutdownMeetsAHeldOfflineStop(t *testing.T) {
 		ctrls[c.Name()] = cc
 		mu.Unlock()
 		return []cm.Runnable{cc}
-	}
-	spec := fleetSpec()
-	spec.Supervision.ShutdownTimeout = metav1.Duration{Duration: time.Second}
-	fleet := cm.NewFleet("fleet", prov, build, spec)
-	mgr, log := fleetManager(t, clk, fleet)
-	t.Cleanup(free)
-	startFleet(t, mgr)
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
-	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
-	b.set(memberFailing)
-	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/b"))
+	})
+	clk, mgr, log := f.clk, f.mgr, f.log
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -169,4 +138,36 @@ func TestFleetShutdownMeetsAHeldOfflineStop(t *testing.T) {
 	// shutdown goes on past ShutdownAndWait's return.
 	require.Eventually(t, func() bool { return ca.stops.Load() == 1 }, 20*time.Second, 5*time.Millisecond,
 		"the other member was stopped")
+}
+
+// heldOffline is a fleet of members a and b whose controllers build makes
+// (release ends the hung Shutdowns), with a 1s ShutdownTimeout: started,
+// both Online, then b's API server down and b said Offline.
+type heldOffline struct {
+	clk  *clocktesting.FakeClock
+	b    *fakeMember
+	mgr  *cm.ControllerManager
+	log  *eventLog
+	free func() // releases every hung Shutdown; also at the test's end
+}
+
+func startHeldOffline(t *testing.T, build func(c cm.Cluster, release <-chan struct{}) []cm.Runnable) heldOffline {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	a, b := newFakeMember(t, memberOK), newFakeMember(t, memberOK)
+	prov := newHandProvider(map[string]*rest.Config{"a": a.config(), "b": b.config()})
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	spec := fleetSpec()
+	spec.Supervision.ShutdownTimeout = metav1.Duration{Duration: time.Second}
+	fleet := cm.NewFleet("fleet", prov, func(c cm.Cluster) []cm.Runnable { return build(c, release) }, spec)
+	mgr, log := fleetManager(t, clk, fleet)
+	t.Cleanup(free) // runs before the manager's shutdown
+	startFleet(t, mgr)
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/a"))
+	log.waitFor(t, nil, 0, is(cm.ClusterOnline, "fleet/b"))
+	b.set(memberFailing)
+	log.waitFor(t, clk, fleetPeriod, is(cm.ClusterOffline, "fleet/b"))
+	return heldOffline{clk: clk, b: b, mgr: mgr, log: log, free: free}
 }
