@@ -47,18 +47,7 @@ func TestAttackFleetShardedOnAFakeClientset(t *testing.T) {
 				if why := spreadOK(reps, clusters, shards); why != "" {
 					return why
 				}
-				for _, r := range reps {
-					n := 0
-					for i := range shards {
-						if r.mgr.ShardLeaseGuard(i) == nil {
-							n++
-						}
-					}
-					if n == 0 {
-						return r.id + " holds no shard"
-					}
-				}
-				return ""
+				return holdsNoShard(reps, shards)
 			})
 			require.Empty(t, act.overlaps())
 

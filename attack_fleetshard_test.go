@@ -461,16 +461,8 @@ func TestAttackFleetInShardedGroupOverReplicas(t *testing.T) {
 	b.down = false
 	reps := []*fleetReplica{a, b}
 	pollUntil(t, 3*elWait, func() string {
-		for _, r := range reps {
-			n := 0
-			for i := range shards {
-				if r.mgr.ShardLeaseGuard(i) == nil {
-					n++
-				}
-			}
-			if n == 0 {
-				return r.id + " holds no shard"
-			}
+		if why := holdsNoShard(reps, shards); why != "" {
+			return why
 		}
 		if why := spreadOK(reps, clusters, shards); why != "" {
 			return why

@@ -71,6 +71,21 @@ func (r *fleetReplica) write(cluster string) error {
 	return err
 }
 
+// holdsNoShard names the first of reps that holds no shard of shards, or
+// returns "".
+func holdsNoShard(reps []*fleetReplica, shards int) string {
+	for _, r := range reps {
+		held := false
+		for i := range shards {
+			held = held || r.mgr.ShardLeaseGuard(i) == nil
+		}
+		if !held {
+			return r.id + " holds no shard"
+		}
+	}
+	return ""
+}
+
 // spreadOK says why the clusters are not spread as sharding wants, or "":
 // each cluster's controller runs on exactly one live replica, the one that
 // holds its shard, and only there do its Config's writes pass.
