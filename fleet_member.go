@@ -431,7 +431,18 @@ func (mb *member) addGroup(ctx context.Context) {
 			mb.announce(ClusterStateFailed, mb.failed)
 			return
 		}
-		mb.pending = NewGroup(mb.name, f.spec.Supervision, children...)
+		group := NewGroup(mb.name, f.spec.Supervision, children...)
+		// A webhook of the subtree at a path another webhook serves (the
+		// same path in every member, or a root webhook's) would answer
+		// that one's requests, for another cluster: the member fails, as
+		// AddChild refuses such a child. Its own previous group's
+		// webhooks are left out: this group replaces it.
+		if err := host.addChildWebhookPaths(group, parent, mb.path+"/"); err != nil {
+			mb.failed = fmt.Errorf("cluster %q: %w", mb.name, err)
+			mb.announce(ClusterStateFailed, mb.failed)
+			return
+		}
+		mb.pending = group
 		mb.pending.kind = actors.KindCluster // its record, events and status say "cluster"
 		mb.pending.hook = memberAdmission{mb: mb, gen: mb.applied}
 		if n := host.shardCount(); n > 1 {

@@ -627,7 +627,7 @@ func (m *BaseManager) Status(ctx context.Context) (Status, error) {
 // supervisor.AddChild is not checked). A ctx that has ended already
 // returns an error wrapping ctx's error, and nothing is added.
 func (m *BaseManager) AddChild(ctx context.Context, child any) error {
-	if err := m.addChildWebhookPaths(child); err != nil {
+	if err := m.addChildWebhookPaths(child, "", ""); err != nil {
 		return fmt.Errorf("controllermanager: add child: %w", err)
 	}
 	_, err := m.Request(ctx, supervisor.AddChild{Runnable: child})

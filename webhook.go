@@ -132,13 +132,16 @@ func startWebhookPaths(specs []childactor.Spec) error {
 
 // addChildWebhookPaths checks the webhooks child (a child of AddChild, or a
 // group with its children) brings into the running manager against those
-// it has, and against one another, for two with one path.
-func (m *BaseManager) addChildWebhookPaths(child any) error {
+// it has, and against one another, for two with one path; parent is the
+// group child goes under ("" for the root). The webhooks served under
+// replaces ("<path>/", or "" for none) are left out: a fleet member's
+// group built again replaces the one that was at its path.
+func (m *BaseManager) addChildWebhookPaths(child any, parent, replaces string) error {
 	if m.mode == supervise.ModeBase {
 		return nil // it hosts no webhooks: they are plain runnables to it
 	}
 	var added []namedWebhook
-	for _, v := range flattenGroups([]any{child}) {
+	for _, v := range flattenGroupsAt(parent, []any{child}) {
 		parent := ""
 		if in, ok := v.(supervise.InGroup); ok {
 			parent, v = in.Parent+"/", in.Value
@@ -155,6 +158,9 @@ func (m *BaseManager) addChildWebhookPaths(child any) error {
 	var known []namedWebhook
 	if table := m.handle.Observed.Webhooks(); table != nil {
 		for _, rt := range table.Routes {
+			if replaces != "" && strings.HasPrefix(rt.Name, replaces) {
+				continue
+			}
 			known = append(known, namedWebhook{name: rt.Name, wh: rt.Webhook})
 		}
 	}
