@@ -85,17 +85,6 @@ func assign(shards int, members, holders []string, acquired []time.Time) []strin
 	return out
 }
 
-// Owned returns the shards that Assign gives to identity, in index order.
-func Owned(assignment []string, identity string) []int {
-	var own []int
-	for s, m := range assignment {
-		if m == identity {
-			own = append(own, s)
-		}
-	}
-	return own
-}
-
 // score is the rendezvous hash of identity and shard.
 func score(identity string, shard int) uint64 {
 	h := fnv.New64a()

@@ -213,7 +213,6 @@ func TestAssignIgnoresOrderAndDuplicates(t *testing.T) {
 	assert.Equal(t, 4, countOf(want, holders, "b"), "b keeps its four")
 	assert.Equal(t, []string{"", ""}, Assign(2, nil, []string{"a", "b"}))
 	assert.Empty(t, Assign(0, []string{"a"}, nil))
-	assert.Equal(t, []int{1, 3}, Owned([]string{"a", "b", "a", "b"}, "b"))
 }
 
 func countOf(assignment, holders []string, m string) int {

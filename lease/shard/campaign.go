@@ -313,9 +313,6 @@ func (e *Elector) campaigned(w *written) {
 	e.terms[i], e.renewed[i] = w.term, h.renewedAt
 	e.announcing[i] = true // until Acquired has returned (below)
 	e.publishTerms()
-	if w.previous != "" && w.previous != e.cfg.Identity {
-		e.moved++
-	}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()

@@ -203,7 +203,6 @@ type Elector struct {
 	mu         sync.Mutex
 	acks       []any // from the done functions and the writes, which must never block
 	status     []Status
-	moved      int                           // shards acquired from another holder, or given up, so far
 	terms      map[int]*lease.Term           // the held shards' terms, for Guard
 	renewed    map[int]time.Time             // the held shards' last renewals, for Check and the deadline watcher
 	early      map[int]bool                  // shards the deadline watcher gave up, not yet seen by the loop: whether Lost's done was called
@@ -325,14 +324,6 @@ func (e *Elector) Status() []Status {
 	return slices.Clone(e.status)
 }
 
-// Moved is how many times this replica acquired a shard from another holder
-// or gave one up (released or lost).
-func (e *Elector) Moved() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.moved
-}
-
 // FenceTimeout is how long after a lost shard its children must have
 // stopped: four fifths of LeaseDuration − RenewDeadline − RetryPeriod, the
 // time before another replica may take the shard over, the rest being the
@@ -352,15 +343,13 @@ func (c Config) provenUntil(sent time.Time) time.Time {
 	return sent.Add(c.LeaseDuration - c.clockSkewMargin())
 }
 
-// drop forgets held shard i, here and in what Guard and Check read, and
-// counts it as moved.
+// drop forgets held shard i, here and in what Guard and Check read.
 func (e *Elector) drop(i int) {
 	delete(e.held, i)
 	e.mu.Lock()
 	delete(e.terms, i)
 	delete(e.renewed, i)
 	e.publishTerms()
-	e.moved++
 	e.mu.Unlock()
 }
 
