@@ -51,8 +51,8 @@ type Config struct {
 	// LeaseDuration may be taken over; a holder that could not renew for
 	// RenewDeadline gives the shard up as lost; every RetryPeriod the held
 	// Leases are renewed and expired ones campaigned for. LeaseDuration >
-	// RenewDeadline > RetryPeriod > 0, and LeaseDuration whole seconds, at
-	// most 2^31−1 s (what a Lease records).
+	// RenewDeadline > RetryPeriod ≥ 100ms (minRetryPeriod), and
+	// LeaseDuration whole seconds, at most 2^31−1 s (what a Lease records).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Clock is the clock of the election's timers (ticks, retries, the
 	// deadline watcher, each term's end) and of the local-observation
@@ -136,8 +136,8 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("shard: shards must be at least 1, got %d", c.Shards))
 	}
 	switch {
-	case c.RetryPeriod <= 0:
-		errs = append(errs, errors.New("shard: retry period must be positive"))
+	case c.RetryPeriod < minRetryPeriod:
+		errs = append(errs, fmt.Errorf("shard: RetryPeriod must be at least %s (each retry is a Lease request per shard held), got %s", minRetryPeriod, c.RetryPeriod))
 	case c.RenewDeadline <= c.RetryPeriod:
 		errs = append(errs, fmt.Errorf("shard: renew deadline %s must exceed the retry period %s", c.RenewDeadline, c.RetryPeriod))
 	case c.LeaseDuration <= c.RenewDeadline:
@@ -152,6 +152,12 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minRetryPeriod is the least Config.RetryPeriod, the manager's least
+// leaderElection.retryPeriod (config.go's minRetryPeriod): a shorter one
+// hammers the API server, or queues the renewals behind the client's rate
+// limiter, for no faster failover (a standby still waits out LeaseDuration).
+const minRetryPeriod = 100 * time.Millisecond
 
 // ShardLease is the name of shard i's Lease in group name.
 func ShardLease(name string, i int) string { return name + "-" + strconv.Itoa(i) }
