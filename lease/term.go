@@ -15,13 +15,14 @@ import (
 // errors.Is; the error is a *NotHeldError with the figures.
 var ErrNotHeld = errors.New("lease: not held")
 
-// A Term is the fencing at the write that client-go's leader election does
-// not give: it tells, without any API call, whether this replica can prove
-// that it holds a Lease at this instant. A worker asks it synchronously just
-// before each write (see the root package's GuardTransport), so that a
-// leader that was paused (a GC pause, SIGSTOP, a starved node) refuses its
-// first write after waking instead of racing its own elector to notice the
-// loss.
+// A Term is one hold of a Lease by this replica (lease/shard's elector
+// holds one per shard Lease, the single lease being shard 0), and the
+// fencing at the write that client-go's leader election does not give: it
+// tells, without any API call, whether this replica can prove that it holds
+// the Lease at this instant. A worker asks it synchronously just before
+// each write (see the root package's GuardTransport), so that a leader that
+// was paused (a GC pause, SIGSTOP, a starved node) refuses its first write
+// after waking instead of racing its own elector to notice the loss.
 //
 // The proof: every successful renewal is a write of the Lease naming this
 // replica. Another replica starts its expiry clock only when it observes
@@ -34,16 +35,15 @@ var ErrNotHeld = errors.New("lease: not held")
 // sent (Elapsed), and published only once the request has succeeded
 // (Renewed). The margin covers the difference between the replicas' clock
 // rates and the time a write that passed the check takes to be committed.
-
-// The states of a term's sent, besides a send time.
-const (
-	neverRenewed = math.MinInt64     // no successful write of the lease yet
-	termEnded    = math.MinInt64 + 1 // the election is over: for ever not held
-)
-
-// term is one hold: what the elector holding it publishes, and what the
-// guards of the children running under it read.
-type term struct {
+//
+// Its owner reads Elapsed just before sending each write that names this
+// replica holder, calls Renewed with that reading once the write has
+// succeeded, and End once the hold is over (lost, or about to be released).
+// Check and Guard are an atomic load and a clock read, with no lock and no
+// allocation when they pass; once the term has ended they fail for ever,
+// even when this replica acquires the Lease again under a new Term. A Term
+// is safe for concurrent use. A nil *Term holds nothing.
+type Term struct {
 	clk      clock.PassiveClock
 	base     time.Time     // the clock's reading when the term began; sends are offsets from it
 	validFor time.Duration // the recorded lease duration less the margin
@@ -60,8 +60,84 @@ type term struct {
 	checkFunc func() error
 }
 
+// The states of a term's sent, besides a send time.
+const (
+	neverRenewed = math.MinInt64     // no successful write of the lease yet
+	termEnded    = math.MinInt64 + 1 // the election is over: for ever not held
+)
+
+// Why a term ended.
+const (
+	reasonLost     = "lost"
+	reasonResigned = "resigned"
+)
+
+// NewTerm starts a term for the Lease described by lease (namespace/name,
+// for errors), whose recorded duration is duration (whole seconds, as the
+// Lease records it), on clk. A renewal proves the hold for duration − margin
+// after it was sent. It holds nothing until the first Renewed.
+func NewTerm(clk clock.PassiveClock, lease string, duration, margin time.Duration) *Term {
+	t := &Term{clk: clk, base: clk.Now(), validFor: duration - margin, lease: lease, duration: duration, margin: margin}
+	t.sent.Store(neverRenewed)
+	t.checkFunc = t.check
+	return t
+}
+
+// Elapsed is the term's clock reading to pass to Renewed: read it just
+// before the write is sent.
+func (t *Term) Elapsed() time.Duration { return t.clk.Since(t.base) }
+
+// Renewed publishes a successful write sent at the reading sent. Sends only
+// move forward, and never revive an ended term.
+func (t *Term) Renewed(sent time.Duration) {
+	for {
+		old := t.sent.Load()
+		if old == termEnded || old >= int64(sent) {
+			return
+		}
+		if t.sent.CompareAndSwap(old, int64(sent)) {
+			return
+		}
+	}
+}
+
+// End ends the term: lost says whether the Lease was lost (the guards'
+// errors then wrap ErrLost too) rather than given up.
+func (t *Term) End(lost bool) {
+	if t == nil {
+		return
+	}
+	if lost {
+		t.end(reasonLost)
+		return
+	}
+	t.end(reasonResigned)
+}
+
+// end ends the term for ever: every guard bound to it fails from now on.
+func (t *Term) end(why string) {
+	t.why.CompareAndSwap(nil, &why)
+	t.sent.Store(termEnded)
+}
+
+// Check returns nil while the term proves the hold, else a *NotHeldError.
+func (t *Term) Check() error {
+	if t == nil {
+		return &NotHeldError{Reason: "not acquired"}
+	}
+	return t.check()
+}
+
+// Guard is Check, made once: hand it to what runs under this term.
+func (t *Term) Guard() func() error {
+	if t == nil {
+		return (*Term)(nil).Check
+	}
+	return t.checkFunc
+}
+
 // check is the hot path: one atomic load and one clock read.
-func (t *term) check() error {
+func (t *Term) check() error {
 	sent := t.sent.Load()
 	if sent > termEnded {
 		now := t.clk.Since(t.base)
@@ -80,7 +156,7 @@ func (t *term) check() error {
 	return t.notHeld(sent, t.clk.Since(t.base), why)
 }
 
-func (t *term) notHeld(sent int64, now time.Duration, why string) error {
+func (t *Term) notHeld(sent int64, now time.Duration, why string) error {
 	e := &NotHeldError{
 		Lease: t.lease, Reason: why, Now: t.base.Add(now),
 		LeaseDuration: t.duration, Margin: t.margin, lost: why == reasonLost,
@@ -90,35 +166,6 @@ func (t *term) notHeld(sent int64, now time.Duration, why string) error {
 	}
 	return e
 }
-
-// renewed publishes a successful renewal sent at offset sent. Sends only
-// move forward, and never revive an ended term.
-func (t *term) renewed(sent time.Duration) {
-	for {
-		old := t.sent.Load()
-		if old == termEnded || old >= int64(sent) {
-			return
-		}
-		if t.sent.CompareAndSwap(old, int64(sent)) {
-			return
-		}
-	}
-}
-
-// end ends the term for ever: every guard bound to it fails from now on.
-func (t *term) end(why string) {
-	if t == nil {
-		return
-	}
-	t.why.CompareAndSwap(nil, &why)
-	t.sent.Store(termEnded)
-}
-
-// Why a term ended.
-const (
-	reasonLost     = "lost"
-	reasonResigned = "resigned"
-)
 
 // NotHeldError is the error of a failed check: why this replica cannot
 // prove it holds the lease, with the figures. It wraps ErrNotHeld, and
@@ -153,62 +200,4 @@ func (e *NotHeldError) Unwrap() []error {
 		return []error{ErrNotHeld, ErrLost}
 	}
 	return []error{ErrNotHeld}
-}
-
-// Term is one hold of a Lease by this replica (lease/shard's elector holds
-// one per shard Lease, the single lease being shard 0). Its owner reads
-// Elapsed just before sending each write that names this replica holder,
-// calls Renewed with that reading once the write has succeeded, and End once
-// the hold is over (lost, or about to be released). Check and Guard are an
-// atomic load and a clock read, with no lock and no allocation when they
-// pass; once the term has ended they fail for ever, even when this replica
-// acquires the Lease again under a new Term. A Term is safe for concurrent
-// use. A nil *Term holds nothing.
-type Term struct{ t *term }
-
-// NewTerm starts a term for the Lease described by lease (namespace/name,
-// for errors), whose recorded duration is duration (whole seconds, as the
-// Lease records it), on clk. A renewal proves the hold for duration − margin
-// after it was sent. It holds nothing until the first Renewed.
-func NewTerm(clk clock.PassiveClock, lease string, duration, margin time.Duration) *Term {
-	t := &term{clk: clk, base: clk.Now(), validFor: duration - margin, lease: lease, duration: duration, margin: margin}
-	t.sent.Store(neverRenewed)
-	t.checkFunc = t.check
-	return &Term{t: t}
-}
-
-// Elapsed is the term's clock reading to pass to Renewed: read it just
-// before the write is sent.
-func (t *Term) Elapsed() time.Duration { return t.t.clk.Since(t.t.base) }
-
-// Renewed publishes a successful write sent at the reading sent.
-func (t *Term) Renewed(sent time.Duration) { t.t.renewed(sent) }
-
-// End ends the term: lost says whether the Lease was lost (the guards' errors
-// then wrap ErrLost too) rather than given up.
-func (t *Term) End(lost bool) {
-	if t == nil {
-		return
-	}
-	if lost {
-		t.t.end(reasonLost)
-		return
-	}
-	t.t.end(reasonResigned)
-}
-
-// Check returns nil while the term proves the hold, else a *NotHeldError.
-func (t *Term) Check() error {
-	if t == nil {
-		return &NotHeldError{Reason: "not acquired"}
-	}
-	return t.t.check()
-}
-
-// Guard is Check, made once: hand it to what runs under this term.
-func (t *Term) Guard() func() error {
-	if t == nil {
-		return (*Term)(nil).Check
-	}
-	return t.t.checkFunc
 }
