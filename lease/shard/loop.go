@@ -62,14 +62,10 @@ func (e *Elector) Run(ctx context.Context) {
 			case <-e.done:
 				e.beginStop()
 			case <-e.abandon: // every held shard's term ends; nothing is released
-				for _, h := range e.held {
+				for i, h := range e.held {
 					h.term.End(false)
+					e.drop(i)
 				}
-				e.mu.Lock()
-				clear(e.terms)
-				e.publishTerms()
-				clear(e.renewed)
-				e.mu.Unlock()
 				return
 			case ev := <-e.events:
 				e.handle(ev)
