@@ -197,10 +197,8 @@ func (e *Elector) campaign(i int) {
 		w.at = read // the Update may land from here on: its deadline and proof count from it
 		got, err := e.update(ctx, decided, l, true)
 		if err != nil && decided.ResourceVersion == "" && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			// No versions, and an answer that does not say the write was
-			// refused (a 500, a timeout): it may have landed, perhaps over a
-			// rival's confirmed takeover. As unconfirmed: a Lease naming us
-			// is not campaigned for until a lease duration from now.
+			// No versions, and an answer that is no refusal (a 500, a timeout):
+			// it may have landed, perhaps over a rival's confirmed takeover.
 			return got, fmt.Errorf("%w: its write was answered %w, and may have landed", errUnconfirmed, err)
 		}
 		if err != nil || decided.ResourceVersion != "" {
@@ -294,9 +292,6 @@ func (e *Elector) campaigned(w *written) {
 		return
 	}
 	w.term.Renewed(w.sent)
-	// The renew deadline counts from the write's send time, as the term
-	// does: it may have landed then, and a standby that saw it takes over
-	// a lease duration after that, whenever our answer came.
 	h := &held{lease: w.got, renewedAt: w.at, term: w.term, provenUntil: e.cfg.provenUntil(w.at)}
 	e.held[i] = h
 	e.replaySeen(i, h)

@@ -271,8 +271,13 @@ type observed struct {
 
 // held is a shard Lease this replica holds.
 type held struct {
-	lease     *coordinationv1.Lease // as last written by us
-	renewedAt time.Time             // local time the last successful write was sent: the renew deadline counts from it
+	lease *coordinationv1.Lease // as last written by us
+	// renewedAt is the local time the last successful write was sent, not
+	// answered: the renew deadline counts from it, as the term does, for the
+	// write may have landed then and a standby that saw it takes over a
+	// lease duration after that, whenever our answer came (rule 2 of "Read
+	// before write").
+	renewedAt time.Time
 	// provenUntil is when the last successful write stops proving the
 	// hold by its send time (Config.provenUntil), as the term counts it;
 	// unlike the term, an end of the hold does not move it.
@@ -362,7 +367,7 @@ func (e *Elector) drop(i int) {
 // Guard returns the check behind the lease guard of what runs under shard i
 // now: bound to this replica's current hold of the shard's Lease, it passes
 // while a renewal sent within the recorded lease duration, less the margin
-// (see lease.Fence), proves the hold, and fails for ever once that hold has
+// (see lease.Term), proves the hold, and fails for ever once that hold has
 // ended, even if the shard is acquired again. When the shard is not held it
 // always fails. Safe to call from any goroutine.
 func (e *Elector) Guard(i int) func() error {

@@ -248,7 +248,6 @@ func (t *tickState) end(ticks interface{ Add(int64) int64 }) {
 	}
 }
 
-// noteShown raises Elector.shown to l's resourceVersion, if it is a number.
 func (e *Elector) noteShown(l *coordinationv1.Lease) {
 	if v, err := strconv.ParseInt(l.ResourceVersion, 10, 64); err == nil && v > e.shown.Load() {
 		e.shown.Store(v)

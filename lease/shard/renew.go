@@ -34,8 +34,7 @@ func (e *Elector) renewAll() {
 		}
 		l := h.lease.DeepCopy()
 		at := e.cfg.Clock.Now()
-		now := microTime(at)
-		l.Spec.RenewTime = &now
+		l.Spec.RenewTime = ptr.To(microTime(at))
 		h.writing = true
 		w := &written{kind: writeRenewal, shard: i, h: h, at: at, sent: h.term.Elapsed()}
 		term, decided, proven := h.term, h.lease, h.provenUntil
@@ -50,10 +49,7 @@ func (e *Elector) renewAll() {
 			}
 			mayHaveLanded := err == nil || !apierrors.IsConflict(err) && !apierrors.IsNotFound(err)
 			if mayHaveLanded && decided.ResourceVersion == "" && !e.cfg.Clock.Now().Before(proven) {
-				// No versions, and the last renewal's proof has run out: a
-				// rival may have been written over (errRenewedLate). An error
-				// other than a refusal (a 500, a timeout) may hide a write
-				// that landed: as late as a success.
+				// A 500 or a timeout may hide a write that landed: as late as a success.
 				return got, errRenewedLate
 			}
 			return got, err
@@ -80,8 +76,6 @@ func (e *Elector) renewedShard(w *written) {
 	h.writing = false
 	switch {
 	case w.err == nil:
-		// From the send time, not the answer's: the write may have landed
-		// then (rule 2 of "Read before write").
 		h.lease, h.renewedAt, h.confirmed, h.unsure = w.got, w.at, false, false
 		h.term.Renewed(w.sent)
 		if p := e.cfg.provenUntil(w.at); p.After(h.provenUntil) {
@@ -155,8 +149,7 @@ func (e *Elector) renewAfterConflict(ctx context.Context, decided *coordinationv
 		}
 	}
 	at = e.cfg.Clock.Now()
-	now := microTime(at)
-	l.Spec.RenewTime = &now
+	l.Spec.RenewTime = ptr.To(microTime(at))
 	sent = term.Elapsed()
 	got, err = write(ctx, l)
 	return got, at, sent, err == nil
@@ -307,7 +300,6 @@ func released(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
 	return l
 }
 
-// recordEvent passes message to Config.RecordEvent in single-lease mode.
 func (e *Elector) recordEvent(message string) {
 	if e.cfg.SingleLease && e.cfg.RecordEvent != nil {
 		e.cfg.RecordEvent(message)

@@ -20,8 +20,7 @@ import (
 // server's Lease client, or a client-go lock (Config.Lock). Update is
 // optimistic where the store keeps versions (the API server, a lock): it
 // fails with a conflict unless l.ResourceVersion is still the stored
-// version. client-go's fake clientsets keep none: Elector.update reads
-// before it writes there.
+// version. client-go's fake clientsets keep none (Elector.update).
 type leaseStore interface {
 	Get(ctx context.Context, name string) (*coordinationv1.Lease, error)
 	Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
