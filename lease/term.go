@@ -10,10 +10,16 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrNotHeld is wrapped by every error of a Term or of a guard: this
-// replica cannot prove, now, that it holds the lease. Match it with
-// errors.Is; the error is a *NotHeldError with the figures.
-var ErrNotHeld = errors.New("lease: not held")
+var (
+	// ErrNotHeld is wrapped by every error of a Term or of a guard: this
+	// replica cannot prove, now, that it holds the lease. Match it with
+	// errors.Is; the error is a *NotHeldError with the figures.
+	ErrNotHeld = errors.New("lease: not held")
+	// ErrLost is the cause of a manager stopped because it lost its lease:
+	// errors.Is(manager.Err(), lease.ErrLost) tells the host why it stopped.
+	// A *NotHeldError of a term that ended lost wraps it too.
+	ErrLost = errors.New("lease: lost")
+)
 
 // A Term is one hold of a Lease by this replica (lease/shard's elector
 // holds one per shard Lease, the single lease being shard 0), and the
