@@ -311,7 +311,7 @@ func (b *Builder) replay(c cache.Cache, r reconcile.TypedReconciler[reconcile.Re
 			err = fmt.Errorf("ctrlruntime: building the controller panicked: %v", v)
 		}
 	}()
-	host := &incarnationHost{cache: c, ctx: b.ctx, mgr: b.mgr}
+	host := &incarnationHost{cache: c, ctx: b.ctx}
 	u := builder.ControllerManagedBy(host)
 	for _, s := range b.steps {
 		u = s(u, c)
@@ -320,25 +320,24 @@ func (b *Builder) replay(c cache.Cache, r reconcile.TypedReconciler[reconcile.Re
 }
 
 // needLeaderElection is the controller's NeedLeaderElection: WithOptions',
-// else the manager's controller default, else true.
+// else the controller default of the Manager whose Context it is built on,
+// else true.
 func (b *Builder) needLeaderElection() bool {
 	if b.opts.NeedLeaderElection != nil {
 		return *b.opts.NeedLeaderElection
 	}
-	if b.mgr != nil && b.mgr.options.Controller.NeedLeaderElection != nil {
-		return *b.mgr.options.Controller.NeedLeaderElection
-	}
-	return true
+	return b.ctx.defaults.needLeaderElection()
 }
 
 // recoverPanic is the controller's RecoverPanic: WithOptions', else the
-// manager's controller default, else nil (true).
+// controller default of the Manager whose Context it is built on, else nil
+// (true).
 func (b *Builder) recoverPanic() *bool {
 	if b.opts.RecoverPanic != nil {
 		return b.opts.RecoverPanic
 	}
-	if b.mgr != nil {
-		return b.mgr.options.Controller.RecoverPanic
+	if d := b.ctx.defaults; d != nil {
+		return d.controller.RecoverPanic
 	}
 	return nil
 }
@@ -384,14 +383,14 @@ func asMetadata(obj client.Object, scheme *runtime.Scheme) (client.Object, error
 
 // incarnationHost is the manager.Manager controller-runtime's builder
 // builds one incarnation on: the incarnation's cache, the Context's
-// scheme and mapper, the Manager's logger and controller defaults. The
+// scheme and mapper, and the logger and controller defaults of the
+// Manager whose Context it is, if any. The
 // builder calls nothing else; Add keeps nothing, the incarnation starts the
 // controller itself.
 type incarnationHost struct {
 	manager.Manager // nil: any other method is a bug of this package, and panics
 	cache           cache.Cache
 	ctx             *Context
-	mgr             *Manager
 }
 
 func (h *incarnationHost) GetCache() cache.Cache          { return h.cache }
@@ -402,8 +401,8 @@ func (h *incarnationHost) Add(manager.Runnable) error     { return nil }
 func (h *incarnationHost) GetLogger() logr.Logger         { return h.logger() }
 func (h *incarnationHost) GetControllerOptions() config.Controller {
 	var o config.Controller
-	if h.mgr != nil {
-		o = h.mgr.options.Controller
+	if d := h.ctx.defaults; d != nil {
+		o = d.controller
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = h.logger()
@@ -413,8 +412,8 @@ func (h *incarnationHost) GetControllerOptions() config.Controller {
 }
 
 func (h *incarnationHost) logger() logr.Logger {
-	if h.mgr != nil {
-		return h.mgr.logger
+	if d := h.ctx.defaults; d != nil {
+		return d.logger
 	}
 	return logr.Discard()
 }

@@ -68,6 +68,10 @@ type Context struct {
 	cache      cache.Cache
 	client     client.Client
 	kubernetes kubernetes.Interface
+	// defaults are the controller defaults of the Manager this is the
+	// Context of (manager.Options.Controller, and its logger); nil for a
+	// Context of its own.
+	defaults *managerDefaults
 
 	mu        sync.Mutex
 	warming   sync.WaitGroup  // Warm's informer starts after Start
@@ -341,9 +345,10 @@ func (c clusterCache) Start(ctx context.Context) error { return c.cluster.Start(
 // controller-runtime's manager builds them, so that every cluster option
 // (NewCache, NewClient, MapperProvider, EventBroadcaster) means what it
 // means there. Its Start starts the cluster; its Stop stops it.
-func newContextForCluster(config *rest.Config, cl cluster.Cluster, clientset kubernetes.Interface) *Context {
+func newContextForCluster(config *rest.Config, cl cluster.Cluster, clientset kubernetes.Interface, defaults *managerDefaults) *Context {
 	return &Context{
 		config: config, httpClient: cl.GetHTTPClient(), scheme: cl.GetScheme(), mapper: cl.GetRESTMapper(),
 		cache: clusterCache{Cache: cl.GetCache(), cluster: cl}, client: cl.GetClient(), kubernetes: clientset,
+		defaults: defaults,
 	}
 }

@@ -116,7 +116,12 @@ type incarnation[request comparable] struct {
 // New hosts a typed reconciler named name (unique in its manager; the name
 // of its controller-runtime metrics) fed by sources. The kinds the sources
 // watch are not known to the Context: give them to ctx.Warm to have their
-// informers synced before the election.
+// informers synced before the election. On a Manager's Context, the zero
+// fields of opts take the manager's controller defaults
+// (manager.Options.Controller: MaxConcurrentReconciles, CacheSyncTimeout,
+// UsePriorityQueue, RecoverPanic, ReconciliationTimeout, Logger), and its
+// NeedLeaderElection is the controller's, as controller.NewTyped does with
+// a manager.
 func New[request comparable](ctx *Context, name string, r reconcile.TypedReconciler[request], opts TypedOptions[request], sources ...TypedSource[request]) (*TypedController[request], error) {
 	var errs []error
 	if len(sources) == 0 {
@@ -127,11 +132,16 @@ func New[request comparable](ctx *Context, name string, r reconcile.TypedReconci
 			errs = append(errs, fmt.Errorf("source #%d is nil", i))
 		}
 	}
-	c, err := newTypedController(ctx, name, r, opts, errs)
+	var defaults *managerDefaults
+	if ctx != nil {
+		defaults = ctx.defaults
+	}
+	c, err := newTypedController(ctx, name, r, withControllerDefaults(defaults, opts), errs)
 	if err != nil {
 		return nil, err
 	}
 	c.sources = sources
+	c.needLeaderElection = defaults.needLeaderElection()
 	return c, nil
 }
 

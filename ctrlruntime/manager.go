@@ -190,7 +190,7 @@ func newManager(config *rest.Config, options manager.Options, supervision *cm.Su
 	// client-go's elector, which never runs here: the manager's own gauge,
 	// set by the fenced election, takes its name.
 	dropElectionGauge()
-	cctx := newContextForCluster(config, cl, clientset)
+	cctx := newContextForCluster(config, cl, clientset, &managerDefaults{controller: options.Controller, logger: options.Logger})
 	spec := managerSpec(options)
 	spec.Supervision = supervision
 	ctrl, err := cm.NewControllerManager(cctx, spec, options.LeaderElectionID, cmOpts...)

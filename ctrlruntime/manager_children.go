@@ -7,8 +7,9 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -99,17 +100,30 @@ func (e everyReplica) unsyncedCaches() []string {
 	return nil
 }
 
-// controllerDefaults fills the zero fields of opts from the manager's
-// controller options, as controller-runtime's builder does.
-func (m *Manager) controllerDefaults(opts Options, gvk *schema.GroupVersionKind) Options {
-	def := m.options.Controller
-	if opts.MaxConcurrentReconciles == 0 && gvk != nil {
-		opts.MaxConcurrentReconciles = def.GroupKindConcurrency[gvk.GroupKind().String()]
+// managerDefaults are what a Manager gives the controllers built on its
+// Context: manager.Options.Controller, and the manager's logger.
+type managerDefaults struct {
+	controller config.Controller
+	logger     logr.Logger
+}
+
+// withControllerDefaults fills the zero fields of opts from the controller
+// defaults of the Manager whose Context built the controller, as
+// controller-runtime's controller.NewTyped fills them from
+// mgr.GetControllerOptions() (TypedOptions.DefaultFromConfig); nil d (a
+// Context of its own) leaves opts as they are. GroupKindConcurrency is the
+// builder's (it knows the For kind), as there; SkipNameValidation and
+// EnableWarmup are always true here; NeedLeaderElection is the
+// controller's own field (see New).
+func withControllerDefaults[request comparable](d *managerDefaults, opts TypedOptions[request]) TypedOptions[request] {
+	if d == nil {
+		return opts
 	}
-	if opts.MaxConcurrentReconciles == 0 {
+	def := d.controller
+	if opts.MaxConcurrentReconciles <= 0 && def.MaxConcurrentReconciles > 0 {
 		opts.MaxConcurrentReconciles = def.MaxConcurrentReconciles
 	}
-	if opts.CacheSyncTimeout == 0 {
+	if opts.CacheSyncTimeout == 0 && def.CacheSyncTimeout > 0 {
 		opts.CacheSyncTimeout = def.CacheSyncTimeout
 	}
 	if opts.UsePriorityQueue == nil {
@@ -125,7 +139,13 @@ func (m *Manager) controllerDefaults(opts Options, gvk *schema.GroupVersionKind)
 		opts.Logger = def.Logger
 	}
 	if opts.Logger.GetSink() == nil {
-		opts.Logger = m.logger
+		opts.Logger = d.logger
 	}
 	return opts
+}
+
+// needLeaderElection is the manager's Controller.NeedLeaderElection, true
+// when unset or without a Manager.
+func (d *managerDefaults) needLeaderElection() bool {
+	return d == nil || d.controller.NeedLeaderElection == nil || *d.controller.NeedLeaderElection
 }
