@@ -284,6 +284,10 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	}
 	sup := b.sup
 	sup.RecoverPanic = b.recoverPanic()
+	if d := b.ctx.defaults; d != nil {
+		// For GetLogger, and what Shutdown logs.
+		sup.Logger = withControllerDefaults(d, Options{Logger: b.opts.Logger}).Logger
+	}
 	c, err := newTypedController(b.ctx, name, r, sup, nil)
 	if err != nil {
 		return nil, err

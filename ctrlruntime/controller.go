@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/ptr"
@@ -73,6 +74,9 @@ type TypedController[request comparable] struct {
 	// deaf to its context outlives its incarnation's Shutdown, and the
 	// next incarnation must not reconcile its key at once with it.
 	busy busyKeys[request]
+	// ending, set by a Manager, reports whether the manager is shutting
+	// down (see Shutdown); nil: never known.
+	ending atomic.Pointer[func() bool]
 }
 
 type busyKeys[request comparable] struct {
@@ -109,8 +113,11 @@ type incarnation[request comparable] struct {
 	done       chan struct{} // closed when the controller's Start has returned
 	cache      *incarnationCache
 	supervised *supervised[request]
-	synced     bool // Run's wait for the sources is over
-	stopped    bool // Shutdown has been called
+	// guard is the lease guard of Run's context (nil without one): it
+	// fails once the lease this incarnation runs under is lost.
+	guard   func() error
+	synced  bool // Run's wait for the sources is over
+	stopped bool // Shutdown has been called
 }
 
 // New hosts a typed reconciler named name (unique in its manager; the name
@@ -199,6 +206,9 @@ func (c *TypedController[request]) Run(ctx context.Context) error {
 
 	workCtx, cancel := context.WithCancel(context.Background())
 	inc := &incarnation[request]{cancel: cancel, done: make(chan struct{}), cache: icache, supervised: sup}
+	if guard, ok := cm.LeaseGuard(ctx); ok {
+		inc.guard = guard
+	}
 	c.mu.Lock()
 	c.cur = inc
 	c.runs++
@@ -282,9 +292,24 @@ func (c *TypedController[request]) watchSources(ctrl controller.TypedController[
 
 // Shutdown stops the sources and the queue and waits until every reconcile
 // in flight has returned, or ctx ends. The handlers the incarnation added to
-// the shared informers are removed either way; a reconcile still running
-// when ctx ends goes on in the background, and the next Run does not wait
-// for it.
+// the shared informers are removed either way.
+//
+// A reconcile that ignores its context and is still running when ctx ends
+// decides what Shutdown does then:
+//   - for a restart (a failure, RestartChild), under the lease, Shutdown
+//     returns: the reconcile goes on in the background, the next
+//     incarnation starts, and it does not reconcile that key until the old
+//     reconcile has returned (no key is ever reconciled twice at once);
+//   - when the lease this incarnation ran under is lost (its lease guard
+//     fails), or the Manager it was added to is shutting down, Shutdown
+//     does not return until the reconcile has: a Shutdown that has
+//     returned tells the manager this controller's code has stopped, and
+//     the manager then gives the Lease up to another replica. The manager
+//     reports the controller as unstopped instead (Start's error, an
+//     *UnstoppedError naming it; a lost lease fails the manager at the
+//     fence timeout), and keeps the Lease, which expires once the process
+//     has exited, rather than hand it over while this replica still
+//     reconciles.
 func (c *TypedController[request]) Shutdown(ctx context.Context) {
 	c.mu.Lock()
 	inc := c.cur
@@ -299,9 +324,29 @@ func (c *TypedController[request]) Shutdown(ctx context.Context) {
 	select {
 	case <-inc.done:
 	case <-ctx.Done():
+		if c.final(inc) {
+			running := inc.supervised.running()
+			c.GetLogger().Error(context.Cause(ctx), "reconciles ignore their context: Shutdown waits for them, so that the Lease is not given up while they run",
+				"reconciles", running)
+			<-inc.done
+		}
 	}
 	inc.cache.removeHandlers()
 }
+
+// final reports whether inc's Shutdown is its last under this lease: the
+// lease it ran under is lost, or the Manager it was added to is shutting
+// down.
+func (c *TypedController[request]) final(inc *incarnation[request]) bool {
+	if inc.guard != nil && inc.guard() != nil {
+		return true
+	}
+	ending := c.ending.Load()
+	return ending != nil && (*ending)()
+}
+
+// setEnding has Shutdown ask ending whether the manager is shutting down.
+func (c *TypedController[request]) setEnding(ending func() bool) { c.ending.Store(&ending) }
 
 // GetHealth says whether the current incarnation is healthy; the message
 // gives every reason it is not, and its reconcile counts.

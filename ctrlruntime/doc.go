@@ -67,6 +67,22 @@
 // handlers an incarnation added to the shared informers are removed, so
 // restarts leak none.
 //
+// A reconcile that ignores its context outlives a restart's Shutdown: the
+// next incarnation starts, and requeues that key until the old reconcile
+// has returned. But when the lease is lost, or the Manager shuts down,
+// Shutdown does not return while it runs, so that the Lease is never
+// handed to another replica while this one still reconciles: Start
+// returns an error naming the reconciler (an *UnstoppedError; with a lost
+// lease, the fence fails at its timeout), the Lease is kept until the
+// reconcile returns or the process exits, and expires then.
+// controller-runtime, at the end of GracefulShutdownTimeout, gives the
+// Lease up while such a reconcile still runs. A watch that stops
+// delivering (a stalled connection, a source whose channel is closed) is
+// noticed neither here nor there: client-go's reflector ends each watch
+// after 5 to 10 minutes and resumes it (an informer that has stopped does
+// make the reconciler unhealthy, below). ReconciliationTimeout bounds a
+// reconcile that honours its context.
+//
 // # Health and failures
 //
 // GetHealth is unhealthy, with every reason in its message, while:

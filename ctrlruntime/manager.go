@@ -445,6 +445,11 @@ func (m *Manager) childFor(r manager.Runnable) (cm.Runnable, error) {
 	// controller whose NeedLeaderElection is false).
 	le, ok := r.(manager.LeaderElectionRunnable)
 	everywhere := ok && !le.NeedLeaderElection()
+	if e, ok := r.(endingSetter); ok && !everywhere {
+		// Its Shutdown at the manager's shutdown does not return while a
+		// reconcile runs (TypedController.Shutdown).
+		e.setEnding(m.ending)
+	}
 	var child cm.Controller
 	switch c := r.(type) {
 	case cm.Controller:
@@ -463,6 +468,16 @@ func (m *Manager) childFor(r manager.Runnable) (cm.Runnable, error) {
 	}
 	return child, nil
 }
+
+// endingSetter is a hosted controller that asks, as it shuts down, whether
+// the manager is shutting down (TypedController.Shutdown).
+type endingSetter interface{ setEnding(func() bool) }
+
+// ending reports whether the manager is shutting down (or has stopped):
+// its readiness is withdrawn before any child's Shutdown is called, and is
+// not withdrawn again once given while the manager runs. A controller that
+// needs the election runs only after the pre-flight has made it ready.
+func (m *Manager) ending() bool { return m.ctrl.GetReadiness() != nil }
 
 // uniqueName is base, or base-2, base-3... when taken.
 func (m *Manager) uniqueName(base string) string {

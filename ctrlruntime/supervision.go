@@ -197,6 +197,20 @@ func (s *supervised[request]) problems() (problems []string, summary string) {
 	return problems, summary
 }
 
+// running lists the requests being reconciled, each with how long it has
+// run.
+func (s *supervised[request]) running() []string {
+	now := s.opts.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.inFlight))
+	for _, r := range s.inFlight {
+		out = append(out, fmt.Sprintf("%s (for %s)", r.req, now.Sub(r.since).Round(time.Millisecond)))
+	}
+	sort.Strings(out)
+	return out
+}
+
 // counts returns the reconciles ended, failed and panicked so far.
 func (s *supervised[request]) counts() (total, failed, panics int) {
 	s.mu.Lock()
