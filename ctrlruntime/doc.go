@@ -101,7 +101,17 @@
 // with its stack on the controller's logger, and retried like an error,
 // with the rate limiter's backoff, while the reconciler goes on with its
 // other requests: a poison object neither restarts the reconciler nor
-// spends the restart budget. With Options.RecoverPanic false (under
+// spends the restart budget. Such a panic fails no child, so the
+// manager's own observability, which follows failures, does not see it:
+// no supervision event (Subscribe), no controllermanager_child_panics_total,
+// no Kubernetes Event. Watch controller_runtime_reconcile_panics_total
+// (label controller: the reconciler's child name), which a Manager serves
+// on its metrics server and a Context puts on ContextOptions.Registerer
+// (alert on increase(controller_runtime_reconcile_panics_total[1h]) > 0
+// beside controllermanager_child_panics_total); the reconciler's health
+// message (GetHealth, Status, /healthz?verbose, the live view) also counts
+// the panics of its incarnation and names the last one's request and
+// value. With Options.RecoverPanic false (under
 // controller-runtime, the panic would end the process), or at a positive
 // Options.PanicThreshold, the panic is also reported through
 // controllermanager.FailureReporter (and counted in

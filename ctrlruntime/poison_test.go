@@ -174,6 +174,19 @@ func TestEnvPoisonObjectIsRetriedNotRestarted(t *testing.T) {
 	assert.GreaterOrEqual(t, gathered(t, ctrlmetrics.Registry, "controller_runtime_reconcile_panics_total", "controller", name), 200.0)
 	assert.NotEmpty(t, logs.with(`"msg"="Observed a panic"`, `"controller"="`+name+`"`, `"stacktrace"=`),
 		"controller-runtime's line, with the stack")
+	// A recovered panic fails no child: the manager's own panic counter
+	// does not see it (only a failure carries a panic to it), and its
+	// health message does, healthy, naming the last one.
+	assert.Zero(t, gathered(t, mgr.ControllerManager().Gatherer(), "controllermanager_child_panics_total", "child", name))
+	var health cm.HealthStatus
+	for _, h := range mgr.ControllerManager().GetHealth() {
+		if h.Name == name {
+			health = h
+		}
+	}
+	assert.True(t, health.Healthy, "%+v", health)
+	assert.Contains(t, health.Message, "; the last panic ")
+	assert.Contains(t, health.Message, "reconciling "+ns+"/poison: cannot handle poison")
 }
 
 // RecoverPanic false is honoured: under controller-runtime the panic would

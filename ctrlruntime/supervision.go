@@ -24,6 +24,7 @@ type ReconcilePanicError struct {
 	Value      any    // what was passed to panic
 	Stack      []byte // the stack of the panicking goroutine
 	Panics     int    // panics of this incarnation so far, this one included
+	at         time.Time
 }
 
 // Error names the reconciler, the request and the panic value.
@@ -81,6 +82,10 @@ type supervised[request comparable] struct {
 	errors   int
 	panics   int
 	lastErr  error
+	// lastPanic is the last panic recovered in this incarnation, for the
+	// health message: a recovered panic fails no child, so no supervision
+	// event or controllermanager_* metric tells of it.
+	lastPanic *ReconcilePanicError
 }
 
 type running struct {
@@ -115,7 +120,7 @@ func (s *supervised[request]) Reconcile(ctx context.Context, req request) (res r
 			s.end(id, key, err, nil)
 			return
 		}
-		perr := &ReconcilePanicError{Controller: s.name, Request: key, Value: v, Stack: debug.Stack()}
+		perr := &ReconcilePanicError{Controller: s.name, Request: key, Value: v, Stack: debug.Stack(), at: s.opts.Clock.Now()}
 		s.end(id, key, perr, perr)
 		if s.repanic {
 			panic(v)
@@ -144,6 +149,7 @@ func (s *supervised[request]) end(id uint64, key string, err error, perr *Reconc
 	if perr != nil {
 		s.panics++
 		perr.Panics = s.panics
+		s.lastPanic = perr
 		reportIt = s.opts.PanicThreshold > 0 && s.panics == s.opts.PanicThreshold
 	}
 	s.mu.Unlock()
@@ -194,6 +200,9 @@ func (s *supervised[request]) problems() (problems []string, summary string) {
 		}
 	}
 	summary = fmt.Sprintf("%d reconciles, %d failed, %d panicked, %d running", s.total, s.errors, s.panics, len(s.inFlight))
+	if p := s.lastPanic; p != nil {
+		summary += fmt.Sprintf("; the last panic %s ago, reconciling %s: %v", now.Sub(p.at).Round(time.Second), p.Request, p.Value)
+	}
 	return problems, summary
 }
 

@@ -165,3 +165,21 @@ func TestSupervisedErrorRate(t *testing.T) {
 	require.Len(t, problems, 1)
 	assert.Equal(t, "error rate 50%: 10 of the 20 requests reconciled in the last 1m0s failed their last reconcile, the last with: conflict", problems[0])
 }
+
+// A recovered panic fails no child, so neither the manager's events nor
+// its controllermanager_* metrics see it; the health message does (GetHealth,
+// Status, /healthz?verbose, the live view): the count, and the last one's
+// request and value.
+func TestSupervisedHealthNamesTheLastPanic(t *testing.T) {
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	s := newSupervised("c", reconcile.TypedReconciler[reconcile.Request](reconcileFunc(func(_ context.Context, r reconcile.Request) (reconcile.Result, error) {
+		panic("cannot handle " + r.Name)
+	})), Options{Clock: clock}.withDefaults(), func(err error) { t.Errorf("reported %v", err) })
+	_, _ = s.Reconcile(context.Background(), req("a"))
+	clock.SetTime(clock.Now().Add(time.Minute))
+	_, _ = s.Reconcile(context.Background(), req("poison"))
+	clock.SetTime(clock.Now().Add(3 * time.Second))
+	problems, summary := s.problems()
+	assert.Empty(t, problems, "two requests, both failing, are under ErrorRateMinReconciles")
+	assert.Equal(t, "2 reconciles, 2 failed, 2 panicked, 0 running; the last panic 3s ago, reconciling ns/poison: cannot handle poison", summary)
+}
