@@ -113,8 +113,9 @@ type incarnation[request comparable] struct {
 	done       chan struct{} // closed when the controller's Start has returned
 	cache      *incarnationCache
 	supervised *supervised[request]
-	// guard is the lease guard of Run's context (nil without one): it
-	// fails once the lease this incarnation runs under is lost.
+	// guard is the lease guard of Run's context (nil without one): its
+	// error wraps ErrLeaseLost once the lease this incarnation runs under
+	// is lost.
 	guard   func() error
 	synced  bool // Run's wait for the sources is over
 	stopped bool // Shutdown has been called
@@ -338,7 +339,9 @@ func (c *TypedController[request]) Shutdown(ctx context.Context) {
 // lease it ran under is lost, or the Manager it was added to is shutting
 // down.
 func (c *TypedController[request]) final(inc *incarnation[request]) bool {
-	if inc.guard != nil && inc.guard() != nil {
+	if inc.guard != nil && errors.Is(inc.guard(), cm.ErrLeaseLost) {
+		// Lost, not merely unproven for a moment (a late renewal): a
+		// restart then still goes ahead.
 		return true
 	}
 	ending := c.ending.Load()
