@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 
 	cm "github.com/actorkube/controllermanager"
@@ -199,5 +200,72 @@ func TestWebhookMetricsOnTheRegistererNeverGlobal(t *testing.T) {
 		if v, ok := admSeries(t, g.g, "controller_runtime_webhook_requests_total", labels); ok != g.want || (ok && v != 1) {
 			t.Errorf("%s registry: have %v (present %v), want present %v", g.name, v, ok, g.want)
 		}
+	}
+}
+
+// TestWebhookMetricsCountAbandonedHandles: a Handle that ignores its
+// context and runs on past its request's end is counted as abandoned, a
+// second after the request ended, on the manager's own registry and on
+// WithRegisterer's; the gauge of abandoned calls still running falls back
+// once it returns, and the counter stays. Before, nothing said how many
+// calls were abandoned, though they hold MaxInFlight slots and, once they
+// hold them all, restart the webhook.
+func TestWebhookMetricsCountAbandonedHandles(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mgr := cm.NewWebhookManager(cm.NewContext(nil), admQuiet, cm.WithRegisterer(reg))
+	h := newHangingHook(t, "hung", 1)
+	mgr.Add(h.admHook)
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.free()
+		ctx, cancel := context.WithTimeout(context.Background(), admWait)
+		defer cancel()
+		mgr.ShutdownAndWait(ctx)
+	})
+	srv := httptest.NewTLSServer(mgr.WebhookHandler(webhook.Config{FailureThreshold: -1}))
+	t.Cleanup(srv.Close)
+
+	const (
+		total   = "controllermanager_webhook_handles_abandoned_total"
+		running = "controllermanager_webhook_handles_abandoned_running"
+	)
+	path := map[string]string{"webhook": "/hung"}
+	gatherers := []struct {
+		name string
+		g    prometheus.Gatherer
+	}{{"the manager's own", mgr.Gatherer()}, {"WithRegisterer's", reg}}
+	// want waits until every registry has value for the series of name.
+	want := func(name string, value float64, why string) {
+		t.Helper()
+		for _, g := range gatherers {
+			var have float64
+			var ok bool
+			require.Eventually(t, func() bool {
+				have, ok = admSeries(t, g.g, name, path)
+				return ok && have == value
+			}, admWait, 10*time.Millisecond, "%s on %s registry: have %v (present %v), want %v: %s", name, g.name, have, ok, value, why)
+		}
+	}
+
+	body := admBody(t, admV1)
+	replied := make(chan admReply, 1)
+	go func() { replied <- admDo(t, srv.Client(), http.MethodPost, srv.URL+"/hung?timeout=1s", body) }()
+	select {
+	case <-h.entered:
+	case <-time.After(admWait):
+		t.Fatal("Handle not called")
+	}
+	want(total, 0, "the series is there, at 0, once the path is served")
+	(<-replied).wantDenial(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", 504, "did not answer")
+
+	want(total, 1, "Handle still runs a second after its request ended")
+	want(running, 1, "the abandoned Handle has not returned")
+	h.free()
+	want(running, 0, "the abandoned Handle has returned")
+	want(total, 1, "a counter: the call was abandoned all the same")
+	if _, ok := admSeries(t, prometheus.DefaultGatherer, total, path); ok {
+		t.Errorf("%s is on the global registry", total)
 	}
 }

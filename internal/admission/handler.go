@@ -159,13 +159,20 @@ type admissionHandler struct {
 // pathRoutes maps paths to webhooks for one published WebhookTable.
 type pathRoutes struct {
 	table  *supervise.WebhookTable
-	byPath map[string]supervise.WebhookRoute
+	byPath map[string]pathRoute
 	paths  map[*actor.PID]string // each webhook's Path(), asked once; "" when it could not be had
 	// late holds the Path() calls that had not returned within pathTimeout:
 	// a request that finds no webhook at its path waits for them again
 	// (rebuildRoutes), rather than their webhooks going unserved until the
 	// table changes.
 	late map[*actor.PID]<-chan string
+}
+
+// pathRoute is the webhook served at a path, and the series its abandoned
+// Handle calls count in (nil without metrics).
+type pathRoute struct {
+	supervise.WebhookRoute
+	abandoned *abandonedSeries
 }
 
 // pathTimeout bounds a webhook's Path() call.
@@ -252,12 +259,15 @@ func (h *admissionHandler) readReview(w http.ResponseWriter, r *http.Request, re
 
 // admit sends the request to the webhook's actor and answers with its
 // result, or with a denial once the request's deadline has passed.
-func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route supervise.WebhookRoute, review *admissionv1.AdmissionReview, timeout time.Duration) {
+func (h *admissionHandler) admit(w http.ResponseWriter, r *http.Request, route pathRoute, review *admissionv1.AdmissionReview, timeout time.Duration) {
 	answerBy := timeout - min(timeout/10, time.Second)
 	ctx, cancel := context.WithTimeout(r.Context(), answerBy)
 	defer cancel()
 	reply := make(chan childactor.AdmissionResult, 1)
 	call := &childactor.AdmissionCall{Ctx: ctx, Request: review.Request, Policy: h.policy, Reply: reply}
+	if route.abandoned != nil { // never a typed nil in the interface
+		call.Abandonments = route.abandoned
+	}
 	h.host.Send(route.PID, call)
 
 	var res childactor.AdmissionResult
@@ -317,7 +327,7 @@ wait:
 }
 
 // route finds the webhook served at path.
-func (h *admissionHandler) route(path string) (supervise.WebhookRoute, bool) {
+func (h *admissionHandler) route(path string) (pathRoute, bool) {
 	table := h.host.Webhooks()
 	routes := h.routes.Load()
 	if routes != nil && routes.table != table {
@@ -364,7 +374,7 @@ func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable, seen *pa
 	if old != nil && old.table == table && (old != seen || len(old.late) == 0) {
 		return old
 	}
-	next := &pathRoutes{table: table, byPath: map[string]supervise.WebhookRoute{}, paths: map[*actor.PID]string{}}
+	next := &pathRoutes{table: table, byPath: map[string]pathRoute{}, paths: map[*actor.PID]string{}}
 	if table != nil {
 		// The new webhooks are asked for their paths at once, side by
 		// side, and the late ones waited for alongside: n of them wait
@@ -404,8 +414,7 @@ func (h *admissionHandler) rebuildRoutes(table *supervise.WebhookTable, seen *pa
 				}
 				continue
 			}
-			next.byPath[path] = rt
-			h.metrics.serving(path)
+			next.byPath[path] = pathRoute{WebhookRoute: rt, abandoned: h.metrics.serving(path)}
 		}
 	}
 	h.routes.Store(next)

@@ -17,7 +17,16 @@ import (
 //   - controller_runtime_webhook_latency_seconds{webhook}, a histogram of the
 //     time from the request's arrival at the handler to its answer;
 //   - controller_runtime_webhook_requests_in_flight{webhook}, a gauge of the
-//     requests being served.
+//     requests being served;
+//
+// and two of the manager's own, of Handle calls that outlived their request
+// (still running a second after it ended, a call childactor counts as
+// abandoned, against MaxInFlight until it returns):
+//
+//   - controllermanager_webhook_handles_abandoned_total{webhook}, a counter
+//     of the calls abandoned;
+//   - controllermanager_webhook_handles_abandoned_running{webhook}, a gauge
+//     of those of them still running.
 //
 // The webhook label is the webhook's path, as with controller-runtime. Only
 // requests to a path some webhook serves are counted, so a client cannot
@@ -34,6 +43,10 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
+	// abandoned and abandonedRunning count the Handle calls that outlived
+	// their request, through the abandonedSeries of each path.
+	abandoned        *prometheus.CounterVec
+	abandonedRunning *prometheus.GaugeVec
 }
 
 // NewMetrics returns metrics with no series yet: a path gets its series, the
@@ -53,35 +66,66 @@ func NewMetrics() *Metrics {
 			Name: "controller_runtime_webhook_requests_in_flight",
 			Help: "Current number of admission requests being served.",
 		}, []string{"webhook"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controllermanager_webhook_handles_abandoned_total",
+			Help: "Handle calls of a webhook still running a second after their request ended (abandoned): each holds a MaxInFlight slot until it returns, and once they hold every slot the webhook fails and restarts.",
+		}, []string{"webhook"}),
+		abandonedRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controllermanager_webhook_handles_abandoned_running",
+			Help: "Abandoned Handle calls of a webhook (see controllermanager_webhook_handles_abandoned_total) that have not returned yet, those of incarnations before a restart included.",
+		}, []string{"webhook"}),
 	}
 }
 
-// Describe sends the descriptors of the three metrics.
+// Describe sends the descriptors of the five metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.latency.Describe(ch)
 	m.inFlight.Describe(ch)
+	m.abandoned.Describe(ch)
+	m.abandonedRunning.Describe(ch)
 }
 
-// Collect sends the series of the three metrics.
+// Collect sends the series of the five metrics.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.latency.Collect(ch)
 	m.inFlight.Collect(ch)
+	m.abandoned.Collect(ch)
+	m.abandonedRunning.Collect(ch)
 }
 
 // serving creates path's series, as controller-runtime does when it
 // registers a webhook, so that a rate of errors is 0, not absent, before
-// the first one. A nil m does nothing.
-func (m *Metrics) serving(path string) {
+// the first one, and returns the series its abandoned calls count in. A nil
+// m does nothing and returns nil.
+func (m *Metrics) serving(path string) *abandonedSeries {
 	if m == nil {
-		return
+		return nil
 	}
 	m.requests.WithLabelValues(path, "200")
 	m.requests.WithLabelValues(path, "500")
 	m.latency.WithLabelValues(path)
 	m.inFlight.WithLabelValues(path)
+	return &abandonedSeries{total: m.abandoned.WithLabelValues(path), running: m.abandonedRunning.WithLabelValues(path)}
 }
+
+// abandonedSeries is one path's series of abandoned Handle calls: the
+// childactor.AbandonedCalls of the calls routed to it, looked up once per
+// route rather than once per request.
+type abandonedSeries struct {
+	total   prometheus.Counter
+	running prometheus.Gauge
+}
+
+// Abandoned counts a call abandoned, and running.
+func (s *abandonedSeries) Abandoned() {
+	s.total.Inc()
+	s.running.Inc()
+}
+
+// Returned counts an abandoned call no longer running.
+func (s *abandonedSeries) Returned() { s.running.Dec() }
 
 // begin counts a request to path in flight and returns the writer that
 // records its status; end records the rest.

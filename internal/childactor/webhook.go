@@ -34,6 +34,11 @@ type AdmissionCall struct {
 	// enough): the child never blocks on it, and drops a result Reply has
 	// no room for.
 	Reply chan<- AdmissionResult
+	// Abandonments, when not nil, is told when the call's Handle is counted
+	// abandoned (it still runs abandonGrace after the request ended) and,
+	// after that, when it returns; an admission handler counts them in its
+	// metrics. Its methods run on the call's goroutines and must not block.
+	Abandonments AbandonedCalls
 
 	// claim: 1 once the child has taken the call (it will answer), 2 once
 	// the caller has abandoned it (the child must not run it).
@@ -47,6 +52,18 @@ func (m *AdmissionCall) Abandon() bool { return m.claim.CompareAndSwap(0, 2) }
 
 // take is the child taking the call; false if its caller abandoned it.
 func (m *AdmissionCall) take() bool { return m.claim.CompareAndSwap(0, 1) }
+
+// AbandonedCalls is told of the Handle calls that outlive their request
+// (see AdmissionCall.Abandonments): Abandoned once a call counts as abandoned,
+// then Returned once its Handle returns, if it ever does. A call that
+// returns within abandonGrace of its request's end is never reported.
+type AbandonedCalls interface {
+	// Abandoned reports a Handle still running abandonGrace after its
+	// request ended.
+	Abandoned()
+	// Returned reports that a Handle reported to Abandoned has returned.
+	Returned()
+}
 
 // AdmissionPolicy is how a webhook's child serves an AdmissionCall. Admission
 // handlers fill it in from their configuration; its zero value means no
@@ -212,15 +229,25 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 	// request's end comes first counts. Only a deadline counts as a
 	// failure: a request its client gave up on says nothing about the
 	// webhook.
-	// One variable for both, so that the closures cost one allocation.
+	// One variable for them all, so that the closures cost one allocation.
 	var call struct {
 		outcome atomic.Int32
 		grace   *time.Timer // set before outcome leaves callRunning, read after
+		// reported counts the two ends of an abandoned call, the grace
+		// timer's report and Handle's return: the second reports the
+		// return to m.Abandonments, so that it never comes before the report.
+		reported atomic.Int32
 	}
 	outcome := &call.outcome
 	stop := context.AfterFunc(ctx, func() {
 		call.grace = time.AfterFunc(abandonGrace, func() {
 			if outcome.CompareAndSwap(callEnded, callAbandoned) {
+				if o := m.Abandonments; o != nil {
+					o.Abandoned()
+					if call.reported.Add(1) == 2 {
+						o.Returned()
+					}
+				}
 				c.abandonAdmission(gen, runs, m.Policy)
 			}
 		})
@@ -251,6 +278,9 @@ func (c *child) serveAdmission(wh actors.Webhook, m *AdmissionCall, gen uint64, 
 		call.grace.Stop()
 	default: // abandoned: it gives its slot back (deferred) and no longer counts as holding it
 		runs.abandoned.Add(-1)
+		if o := m.Abandonments; o != nil && call.reported.Add(1) == 2 {
+			o.Returned()
+		}
 	}
 	if err != nil {
 		resp = nil

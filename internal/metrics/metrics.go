@@ -79,7 +79,8 @@ type Manager struct {
 	// probe is observed by GetHealth: the time to gather every
 	// controller's health.
 	probe prometheus.Histogram
-	// Webhooks counts the admission requests of every WebhookHandler.
+	// Webhooks counts the admission requests of every WebhookHandler, and
+	// their Handle calls abandoned (still running after the request ended).
 	Webhooks *admission.Metrics
 	// KubeEventsDropped counts, by reason, the Kubernetes Events the
 	// manager's own recorder dropped: still queued when it stopped
