@@ -269,3 +269,35 @@ func TestWebhookMetricsCountAbandonedHandles(t *testing.T) {
 		t.Errorf("%s is on the global registry", total)
 	}
 }
+
+// TestWebhookAbandonMetricsBesideControllerRuntimes: on a registry where
+// controller-runtime's webhook server has the controller_runtime_webhook_*
+// names (its metrics.Registry), the manager cannot register its own under
+// them, but its abandoned-calls metrics, a collector of their own, are
+// registered all the same.
+func TestWebhookAbandonMetricsBesideControllerRuntimes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "controller_runtime_webhook_requests_total",
+		Help: "Total number of admission requests by HTTP status code.",
+	}, []string{"webhook", "code"}))
+	mgr := cm.NewWebhookManager(cm.NewContext(nil), admQuiet, cm.WithRegisterer(reg))
+	mgr.Add(newAdmHook("validate", "/validate"))
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), admWait)
+		defer cancel()
+		mgr.ShutdownAndWait(ctx)
+	})
+	srv := httptest.NewTLSServer(mgr.Handler())
+	t.Cleanup(srv.Close)
+	admDo(t, srv.Client(), http.MethodPost, srv.URL+"/validate", admBody(t, admV1)).wantReview(t, "admission.k8s.io/v1", "705ab4f5-6393-11e8-b7cc-42010a800002", true)
+
+	for _, name := range []string{"controllermanager_webhook_handles_abandoned_total", "controllermanager_webhook_handles_abandoned_running"} {
+		if v, ok := admSeries(t, reg, name, map[string]string{"webhook": "/validate"}); !ok || v != 0 {
+			t.Errorf("%s: have %v (present %v), want 0 present", name, v, ok)
+		}
+	}
+}

@@ -19,9 +19,10 @@ import (
 //   - controller_runtime_webhook_requests_in_flight{webhook}, a gauge of the
 //     requests being served;
 //
-// and two of the manager's own, of Handle calls that outlived their request
-// (still running a second after it ended, a call childactor counts as
-// abandoned, against MaxInFlight until it returns):
+// and, in a collector of their own (Abandonments), two of the manager's, of
+// the Handle calls that outlived their request (still running a second
+// after it ended: childactor counts such a call as abandoned, against
+// MaxInFlight until it returns):
 //
 //   - controllermanager_webhook_handles_abandoned_total{webhook}, a counter
 //     of the calls abandoned;
@@ -36,18 +37,43 @@ import (
 // went away before its answer counts as a 200 with nothing written, as
 // net/http answers it.
 //
-// Metrics is a prometheus.Collector: register it on a registry of one's
+// Metrics is a prometheus.Collector of the controller-runtime metrics, and
+// Abandonments one of the other two: register both on a registry of one's
 // own, never on a global one unless the program chooses to. A manager
-// registers one on its registry and on the Registerer of WithRegisterer.
+// registers them on its registry and on the Registerer of WithRegisterer,
+// each on its own, so that a registry where controller-runtime's webhook
+// server has taken the names of the first (its metrics.Registry) still
+// takes the second.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	inFlight *prometheus.GaugeVec
-	// abandoned and abandonedRunning count the Handle calls that outlived
-	// their request, through the abandonedSeries of each path.
-	abandoned        *prometheus.CounterVec
-	abandonedRunning *prometheus.GaugeVec
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	inFlight  *prometheus.GaugeVec
+	abandoned *abandonedMetrics
 }
+
+// abandonedMetrics count the Handle calls that outlived their request,
+// through the abandonedSeries of each path.
+type abandonedMetrics struct {
+	total   *prometheus.CounterVec
+	running *prometheus.GaugeVec
+}
+
+// Describe sends the descriptors of the two metrics.
+func (a *abandonedMetrics) Describe(ch chan<- *prometheus.Desc) {
+	a.total.Describe(ch)
+	a.running.Describe(ch)
+}
+
+// Collect sends the series of the two metrics.
+func (a *abandonedMetrics) Collect(ch chan<- prometheus.Metric) {
+	a.total.Collect(ch)
+	a.running.Collect(ch)
+}
+
+// Abandonments is the collector of controllermanager_webhook_handles_abandoned_total
+// and controllermanager_webhook_handles_abandoned_running, which m does not
+// collect itself.
+func (m *Metrics) Abandonments() prometheus.Collector { return m.abandoned }
 
 // NewMetrics returns metrics with no series yet: a path gets its series, the
 // counters of codes 200 and 500 at zero among them, when a handler first
@@ -66,33 +92,31 @@ func NewMetrics() *Metrics {
 			Name: "controller_runtime_webhook_requests_in_flight",
 			Help: "Current number of admission requests being served.",
 		}, []string{"webhook"}),
-		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controllermanager_webhook_handles_abandoned_total",
-			Help: "Handle calls of a webhook still running a second after their request ended (abandoned): each holds a MaxInFlight slot until it returns, and once they hold every slot the webhook fails and restarts.",
-		}, []string{"webhook"}),
-		abandonedRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "controllermanager_webhook_handles_abandoned_running",
-			Help: "Abandoned Handle calls of a webhook (see controllermanager_webhook_handles_abandoned_total) that have not returned yet, those of incarnations before a restart included.",
-		}, []string{"webhook"}),
+		abandoned: &abandonedMetrics{
+			total: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "controllermanager_webhook_handles_abandoned_total",
+				Help: "Handle calls of a webhook still running a second after their request ended (abandoned): each holds a MaxInFlight slot until it returns, and once they hold every slot the webhook fails and restarts.",
+			}, []string{"webhook"}),
+			running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "controllermanager_webhook_handles_abandoned_running",
+				Help: "Abandoned Handle calls of a webhook (see controllermanager_webhook_handles_abandoned_total) that have not returned yet, those of incarnations before a restart included.",
+			}, []string{"webhook"}),
+		},
 	}
 }
 
-// Describe sends the descriptors of the five metrics.
+// Describe sends the descriptors of the three controller-runtime metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.latency.Describe(ch)
 	m.inFlight.Describe(ch)
-	m.abandoned.Describe(ch)
-	m.abandonedRunning.Describe(ch)
 }
 
-// Collect sends the series of the five metrics.
+// Collect sends the series of the three controller-runtime metrics.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.latency.Collect(ch)
 	m.inFlight.Collect(ch)
-	m.abandoned.Collect(ch)
-	m.abandonedRunning.Collect(ch)
 }
 
 // serving creates path's series, as controller-runtime does when it
@@ -107,7 +131,7 @@ func (m *Metrics) serving(path string) *abandonedSeries {
 	m.requests.WithLabelValues(path, "500")
 	m.latency.WithLabelValues(path)
 	m.inFlight.WithLabelValues(path)
-	return &abandonedSeries{total: m.abandoned.WithLabelValues(path), running: m.abandonedRunning.WithLabelValues(path)}
+	return &abandonedSeries{total: m.abandoned.total.WithLabelValues(path), running: m.abandoned.running.WithLabelValues(path)}
 }
 
 // abandonedSeries is one path's series of abandoned Handle calls: the

@@ -152,9 +152,13 @@ func New(src Source) *Manager {
 		lastPanic: map[string]*actors.PanicError{},
 	}
 	col := &statusCollector{src: src, mm: mm}
-	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.KubeEventsDropped, mm.ClusterReady)
+	// The webhooks' abandoned calls are a collector of their own: on a
+	// registry where controller-runtime's webhook server has the names of
+	// mm.Webhooks, they are registered all the same.
+	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.Webhooks.Abandonments(), mm.KubeEventsDropped, mm.ClusterReady)
 	if r := src.Registerer; r != nil {
-		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.KubeEventsDropped), r.Register(mm.ClusterReady)); err != nil {
+		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.Webhooks.Abandonments()),
+			r.Register(mm.KubeEventsDropped), r.Register(mm.ClusterReady)); err != nil {
 			src.Logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}
