@@ -88,7 +88,9 @@ func (m *BaseManager) Handler() http.Handler { return m.WebhookHandler(WebhookCo
 // BaseManager hosts no webhooks (they are plain runnables to it): its
 // handler answers 404. Its requests are counted in the manager's metrics
 // under controller-runtime's names (controller_runtime_webhook_requests_total,
-// _latency_seconds and _requests_in_flight, labelled by path); see
+// _latency_seconds and _requests_in_flight, labelled by path), and its
+// Handle calls that outlived their request under the manager's
+// (controllermanager_webhook_handles_abandoned_total and _running); see
 // docs/webhooks.md for the flow and every status.
 func (m *BaseManager) WebhookHandler(cfg WebhookConfig) http.Handler {
 	host := webhookHost{Observed: m.handle.Observed, system: m.handle.System}

@@ -20,8 +20,11 @@ type Config struct {
 	// webhook a fresh budget (the calls of the incarnation before no longer
 	// count), and an incarnation whose slots are all held by calls that
 	// outlived their requests fails (actors.ErrHandlesAbandoned), whatever
-	// FailureThreshold says, so that its supervisor restarts it. Default
-	// (0) 256; negative: no bound.
+	// FailureThreshold says, so that its supervisor restarts it. The
+	// manager's metrics count such calls by path:
+	// controllermanager_webhook_handles_abandoned_total and
+	// controllermanager_webhook_handles_abandoned_running. Default (0) 256;
+	// negative: no bound.
 	MaxInFlight int
 	// MaxBodyReads bounds the request bodies being read and decoded at
 	// once, across the handler's webhooks: a request past it is answered
