@@ -351,6 +351,14 @@ func (r *fakeReplica) setbacks() int {
 // fakeSettleWait with none, and no settling.
 func fakeSettle(t *testing.T, what string, reps []*fakeReplica, cond func() bool) {
 	t.Helper()
+	fakeSettleWithin(t, fakeSettleWait, what, reps, cond)
+}
+
+// fakeSettleWithin is fakeSettle with wait in place of fakeSettleWait:
+// cond must hold within wait of the later of its start and the last
+// setback of any of reps (within fakeSettleCap at all).
+func fakeSettleWithin(t *testing.T, wait time.Duration, what string, reps []*fakeReplica, cond func() bool) {
+	t.Helper()
 	count := func() int {
 		n := 0
 		for _, r := range reps {
@@ -371,9 +379,9 @@ func fakeSettle(t *testing.T, what string, reps []*fakeReplica, cond func() bool
 			tell(t, reps)
 			t.Fatalf("not within %s: %s (%d setbacks meanwhile, the last %s ago)", fakeSettleCap, what, seen-first,
 				now.Sub(from).Round(time.Millisecond))
-		case now.Sub(from) > fakeSettleWait:
+		case now.Sub(from) > wait:
 			tell(t, reps)
-			t.Fatalf("not within %s of the last setback (or the start): %s (%d setbacks in %s)", fakeSettleWait, what, seen-first,
+			t.Fatalf("not within %s of the last setback (or the start): %s (%d setbacks in %s)", wait, what, seen-first,
 				now.Sub(start).Round(time.Millisecond))
 		}
 		<-tick.C
