@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,28 +76,30 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			var cut atomic.Bool
 			var handover sync.Once
 			shutdownDone := make(chan struct{})
-			mk := func(id string, client kubernetes.Interface, hook func()) *cm.ControllerManager {
+			mk := func(id string, client kubernetes.Interface, hook func()) *fakeReplica {
 				return startShardedReplica(t, id, client, shards, activity, hook)
 			}
 			var a *cm.ControllerManager
 			var shutdownErr atomic.Value
-			a = mk("a", cutClient{Interface: srv.clientFor("a"), cut: &cut}, func() {
+			ra := mk("a", cutClient{Interface: srv.clientFor("a"), cut: &cut}, func() {
 				handover.Do(func() {
 					cut.Store(true)
 					go func() {
 						defer close(shutdownDone)
-						ctx, cancel := context.WithTimeout(context.Background(), 3*fakeLeaseDuration)
+						ctx, cancel := context.WithTimeout(context.Background(), 3*handoverLeaseDuration)
 						defer cancel()
 						a.ShutdownAndWait(ctx)
 						shutdownErr.Store(fmt.Sprint(ctx.Err()))
 					}()
 				})
 			})
-			elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return shardsHeld(a) == shards })
-			b := mk("b", srv.clientFor("b"), nil)
+			a = ra.m
+			fakeSettle(t, "a holds everything", []*fakeReplica{ra}, func() bool { return shardsHeld(a) == shards })
+			rb := mk("b", srv.clientFor("b"), nil)
+			b := rb.m
 			select {
 			case <-shutdownDone:
-			case <-time.After(3*fakeLeaseDuration + elWait):
+			case <-time.After(3*handoverLeaseDuration + elWait):
 				t.Fatal("a's ShutdownAndWait did not return")
 			}
 			require.Equal(t, "<nil>", shutdownErr.Load(), "ShutdownAndWait ran out its context")
@@ -113,7 +116,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			for i := 0; i < shards; i++ {
 				require.Error(t, a.ShardLeaseGuard(i), "a's guard of shard %d", i)
 			}
-			elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return shardsHeld(b) == shards })
+			fakeSettleWithin(t, 3*handoverLeaseDuration+elWait, "b holds everything", []*fakeReplica{rb}, func() bool { return shardsHeld(b) == shards })
 			noShardOverlap(t, activity)
 		})
 	}
@@ -133,11 +136,11 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	returned := make(chan struct{})
-	mk := func(id string, hook func()) *cm.ControllerManager {
+	mk := func(id string, hook func()) *fakeReplica {
 		return startShardedReplica(t, id, srv.clientFor(id), shards, activity, hook)
 	}
 	var a *cm.ControllerManager
-	a = mk("a", func() {
+	ra := mk("a", func() {
 		first := false
 		hung.Do(func() { first = true })
 		if !first {
@@ -151,9 +154,10 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 		}()
 		<-release // ignores its context
 	})
-	aev := (&elEvents{}).subscribe(a)
-	elEventuallyWithin(t, fakeSettleWait, "a holds everything", func() bool { return shardsHeld(a) == shards })
-	b := mk("b", nil)
+	a, aev := ra.m, ra.events
+	fakeSettle(t, "a holds everything", []*fakeReplica{ra}, func() bool { return shardsHeld(a) == shards })
+	rb := mk("b", nil)
+	b := rb.m
 	select {
 	case <-returned:
 	case <-time.After(elWait):
@@ -170,7 +174,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	// renewal, "not renewed"): a shard lost while its child's Shutdown
 	// hangs cannot be fenced (the process must exit, docs/architecture.md),
 	// and b takes it once it has expired.
-	elConsistently(t, fakeLeaseDuration+time.Second, "b never runs beside a's hung Shutdown", func() bool {
+	elConsistently(t, handoverLeaseDuration+time.Second, "b never runs beside a's hung Shutdown", func() bool {
 		return noShardOverlapUnless(t, activity, func(x, y elSpan) bool { return lostToTheMachine(aev, x, y) })
 	})
 	releaseOnce.Do(func() { close(release) })
@@ -180,7 +184,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 		t.Fatal("a not Done once its Shutdown returned")
 	}
 	require.ErrorIs(t, a.Err(), cm.ErrUnstopped, "Err changed once stopped: %v", a.Err())
-	elEventuallyWithin(t, 3*fakeLeaseDuration+elWait, "b holds everything", func() bool { return shardsHeld(b) == shards })
+	fakeSettleWithin(t, 3*handoverLeaseDuration+elWait, "b holds everything", []*fakeReplica{rb}, func() bool { return shardsHeld(b) == shards })
 	noShardOverlapUnless(t, activity, func(x, y elSpan) bool { return lostToTheMachine(aev, x, y) })
 }
 
@@ -290,18 +294,43 @@ func TestAttackLeaseLockCutAndShutdown(t *testing.T) {
 	}
 }
 
+// These scenarios' lease and renew deadline (with elRetryPeriod): the
+// fence budget fakeLeaseDuration gave them (6s − 3s − 100ms = 2.9s, a fence
+// timeout of 2.32s), and a confirm window (rule 5 of "Read before write",
+// docs/leader-election.md: a third of the renew deadline, at most 1s) of
+// 1s, three times the 333ms of election_test.go's 1s deadline. On
+// NewClientset-100ms a takeover's read and write spend 200ms in the fake's
+// delay alone: beside three busy loops and other -race runs they took
+// 370ms–990ms, so that with 333ms b's takeovers were left unconfirmed one
+// lease duration after another, and the renewals of those it did confirm
+// missed the 1s deadline ("not within 22s: b holds everything").
+const (
+	handoverLeaseDuration = 6 * time.Second
+	handoverRenewDeadline = 3 * time.Second
+)
+
 // startShardedReplica starts (without waiting) a replica id electing
 // shards Leases over client with Reelect, one elController per shard
-// (ctl-<i>) recording into activity; hook, when set, runs in each
-// controller's Shutdown. The test's cleanup shuts it down.
-func startShardedReplica(t *testing.T, id string, client kubernetes.Interface, shards int32, activity *elActivity, hook func()) *cm.ControllerManager {
+// (ctl-<i>) recording into activity, its events and its elector's log
+// recorded; hook, when set, runs in each controller's Shutdown. The test's
+// cleanup shuts it down, and tells its log if the test failed.
+func startShardedReplica(t *testing.T, id string, client kubernetes.Interface, shards int32, activity *elActivity, hook func()) *fakeReplica {
 	t.Helper()
 	spec := elSpec(cm.LeaseLostReelect)
 	spec.Shards = shards
-	spec.LeaseDuration.Duration = fakeLeaseDuration
+	spec.LeaseDuration.Duration = handoverLeaseDuration
+	spec.RenewDeadline.Duration = handoverRenewDeadline
+	r := &fakeReplica{id: id, events: &elEvents{}, done: make(chan error, 1), log: &logRecorder{}}
 	m, err := cm.NewControllerManager(cm.NewContext(client), cm.ControllerManagerConfigSpec{LeaderElection: spec}, "",
-		cm.WithIdentity(id), elQuiet)
+		cm.WithIdentity(id), cm.WithLogger(slog.New(r.log)))
 	require.NoError(t, err)
+	r.m = m
+	r.events.subscribe(m)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s: %d setbacks (%d takeovers left unconfirmed), its log:\n%s", id, r.setbacks(), r.unconfirmed(), r.log.told())
+		}
+	})
 	m.AddSharded("ctl", func(sh cm.Shard) cm.Controller {
 		c := &elController{replica: id, name: fmt.Sprintf("ctl-%d", sh.Index), activity: activity}
 		if hook != nil {
@@ -314,8 +343,8 @@ func startShardedReplica(t *testing.T, id string, client kubernetes.Interface, s
 		defer cancel()
 		m.ShutdownAndWait(ctx)
 	})
-	go func() { _ = m.Start(context.Background(), 0) }()
-	return m
+	go func() { r.done <- m.Start(context.Background(), 0) }()
+	return r
 }
 
 // shardsHeld is how many shards m's Status says it holds, -1 when Status
