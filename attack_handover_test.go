@@ -73,7 +73,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			const shards = 4
 			srv, activity := newFakeServer(backend), newElActivity(t)
-			var cut atomic.Bool
+			var cut, armed atomic.Bool
 			var handover sync.Once
 			shutdownDone := make(chan struct{})
 			mk := func(id string, client kubernetes.Interface, hook func()) *fakeReplica {
@@ -82,6 +82,9 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			var a *cm.ControllerManager
 			var shutdownErr atomic.Value
 			ra := mk("a", cutClient{Interface: srv.clientFor("a"), cut: &cut}, func() {
+				if !armed.Load() {
+					return // a fence of a's own settling (a starved renewal), not the hand-over's
+				}
 				handover.Do(func() {
 					cut.Store(true)
 					go func() {
@@ -95,6 +98,7 @@ func TestAttackShutdownMeetsHandoverAndCut(t *testing.T) {
 			})
 			a = ra.m
 			fakeSettle(t, "a holds everything", []*fakeReplica{ra}, func() bool { return shardsHeld(a) == shards })
+			armed.Store(true)
 			rb := mk("b", srv.clientFor("b"), nil)
 			b := rb.m
 			select {
@@ -136,11 +140,15 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	returned := make(chan struct{})
+	var armed atomic.Bool
 	mk := func(id string, hook func()) *fakeReplica {
 		return startShardedReplica(t, id, srv.clientFor(id), shards, activity, hook)
 	}
 	var a *cm.ControllerManager
 	ra := mk("a", func() {
+		if !armed.Load() {
+			return // a fence of a's own settling (a starved renewal), not the hand-over's
+		}
 		first := false
 		hung.Do(func() { first = true })
 		if !first {
@@ -156,6 +164,7 @@ func TestAttackShutdownMeetsHungHandover(t *testing.T) {
 	})
 	a, aev := ra.m, ra.events
 	fakeSettle(t, "a holds everything", []*fakeReplica{ra}, func() bool { return shardsHeld(a) == shards })
+	armed.Store(true)
 	rb := mk("b", nil)
 	b := rb.m
 	select {
