@@ -254,8 +254,25 @@ func TestErrIsUnstoppedAsShutdownAndWaitReturns(t *testing.T) {
 // controller's Run ignores its context, reports the Run that Shutdown waits
 // for; run under -race, the report reads the call only after the child has
 // set everything it carries (issue 23: a data race on the call's waitsFor).
+//
+// The report names the Run only once the child has taken its Stop, and
+// nothing bounds when it does: on a starved machine the context can end
+// first, and the report then rightly lists the child as not stopped yet
+// (no Call, no goroutine), and "fine" beside it when its quick Shutdown
+// (or its Stop) came after the context's end too (both seen in 3 of 800
+// loaded runs). So each report is held to what it may say, and the test
+// asks again, a ShutdownAndWait at a time (each sends the Stop again with
+// its own watch), until the Stop has been taken and the report names the
+// Run: it waits for that event, not for an interval. Each ask's deadline
+// doubles (50ms to 1.6s), so that a supervisor slower than the first one
+// still takes a Stop within a later one.
 func TestUnstoppedDuringStartReportsTheRun(t *testing.T) {
 	release, running := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	// Deferred, so that it runs before newManager's cleanup, whose
+	// ShutdownAndWait would otherwise wait its whole bound for this Run.
+	defer unblock()
 	m := newManager(t, nil, nil)
 	m.Add(testchild.NewController("fine", testchild.Behavior{}),
 		testchild.NewController("deaf", testchild.Behavior{Run: func(context.Context, int) error {
@@ -267,15 +284,41 @@ func TestUnstoppedDuringStartReportsTheRun(t *testing.T) {
 	go func() { started <- m.Start(context.Background(), 0) }()
 	<-running
 
-	shutdownWithin(m, 50*time.Millisecond)
-	var uerr *cm.UnstoppedError
-	require.ErrorAs(t, m.Err(), &uerr)
-	require.Len(t, uerr.Children, 1)
-	assert.Equal(t, "deaf", uerr.Children[0].Name)
-	assert.Equal(t, "Run", uerr.Children[0].Call, "the start call its Shutdown waits for")
-	assert.Positive(t, uerr.Children[0].Goroutine)
+	var deaf cm.Unstopped
+	reports, deadline := 0, 50*time.Millisecond
+	named := testchild.Eventually(wait, func() bool {
+		reports++
+		shutdownWithin(m, deadline)
+		deadline = min(2*deadline, 1600*time.Millisecond)
+		var uerr *cm.UnstoppedError
+		require.ErrorAs(t, m.Err(), &uerr, "report %d", reports)
+		deaf = cm.Unstopped{}
+		for _, u := range uerr.Children {
+			switch u.Name {
+			case "deaf":
+				require.Empty(t, deaf.Name, "deaf listed twice in report %d: %v", reports, uerr)
+				deaf = u
+				// Its Stop not taken yet (no call), or taken: then the
+				// start call its Shutdown waits for, never that Shutdown.
+				require.Contains(t, []string{"", "Run"}, u.Call, "report %d: %v", reports, uerr)
+			case "fine":
+				// Not stopped yet, or in a Shutdown that had not returned
+				// when the context ended.
+				require.Contains(t, []string{"", "Shutdown"}, u.Call, "report %d: %v", reports, uerr)
+			default:
+				t.Fatalf("report %d names %q: %v", reports, u.Name, uerr)
+			}
+		}
+		require.Equal(t, "deaf", deaf.Name, "deaf is in every report %d: %v", reports, uerr)
+		return deaf.Call == "Run"
+	})
+	t.Logf("the Run named by report %d", reports)
+	require.True(t, named, "no report named deaf's Run in %d reports", reports)
+	assert.Positive(t, deaf.Goroutine)
+	assert.Contains(t, deaf.Stack, fmt.Sprintf("goroutine %d [", deaf.Goroutine))
+	assert.Contains(t, deaf.Stack, "TestUnstoppedDuringStartReportsTheRun", "the stack of the Run, where it ignores its context")
 
-	close(release)
+	unblock()
 	require.Error(t, <-started, "a Start ended by a shutdown fails")
 	<-m.Done()
 }
