@@ -44,6 +44,48 @@ func (d *deafReconciler) Reconcile(context.Context, reconcile.Request) (reconcil
 
 func (d *deafReconciler) free() { d.releaseOnce.Do(func() { close(d.release) }) }
 
+// deafLeader is a Manager electing on a Lease of its own, hosting one
+// reconciler (named name) that is deaf to its context, started and inside
+// that reconcile.
+type deafLeader struct {
+	direct          client.Client
+	ns, lease, name string
+	mgr             *ctrlruntime.Manager
+	deaf            *deafReconciler
+	cancel          context.CancelFunc
+	stopped         chan error // Start's error
+}
+
+// startDeafLeader starts a deafLeader with opts (its metrics server and
+// election fields are set here) and waits until its reconcile is running.
+func startDeafLeader(t *testing.T, opts manager.Options) *deafLeader {
+	t.Helper()
+	cfg := testenv.Config(t)
+	direct, err := client.New(cfg, client.Options{})
+	require.NoError(t, err)
+	d := &deafLeader{direct: direct, ns: namespace(t, direct), lease: "deaf-" + rand.String(6), name: "deaf-" + rand.String(6),
+		deaf: newDeafReconciler(), stopped: make(chan error, 1)}
+	opts.Metrics = metricsserver.Options{BindAddress: "0"}
+	opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, d.lease, d.ns
+	d.mgr, err = ctrlruntime.NewManager(cfg, opts)
+	require.NoError(t, err)
+	t.Cleanup(d.deaf.free)
+	require.NoError(t, ctrlruntime.NewControllerManagedBy(d.mgr).Named(d.name).
+		For(&corev1.ConfigMap{}, inNamespace(d.ns)).Complete(d.deaf))
+	require.NoError(t, direct.Create(context.Background(), configMap(d.ns, "k")))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d.cancel = cancel
+	go func() { d.stopped <- d.mgr.Start(ctx) }()
+	select {
+	case <-d.deaf.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("no reconcile within a minute")
+	}
+	return d
+}
+
 // A JobSet-style attack: the leader is asked to stop (SIGTERM) while a
 // reconcile ignores its context. controller-runtime waits
 // GracefulShutdownTimeout, then releases the Lease (LeaderElectionReleaseOnCancel)
@@ -53,36 +95,13 @@ func (d *deafReconciler) free() { d.releaseOnce.Do(func() { close(d.release) }) 
 // reconcile of the leader still runs: Start returns an error naming the
 // reconciler (an *UnstoppedError), and the Lease is left to expire.
 func TestEnvDeafReconcileKeepsTheLeaseAtShutdown(t *testing.T) {
-	cfg := testenv.Config(t)
-	direct, err := client.New(cfg, client.Options{})
-	require.NoError(t, err)
-	ns := namespace(t, direct)
-	leaseName := "deaf-" + rand.String(6)
-	mgr, err := ctrlruntime.NewManager(cfg, manager.Options{
-		Metrics:        metricsserver.Options{BindAddress: "0"},
-		LeaderElection: true, LeaderElectionID: leaseName, LeaderElectionNamespace: ns,
+	d := startDeafLeader(t, manager.Options{
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 durationPtr(2 * time.Second), RenewDeadline: durationPtr(1500 * time.Millisecond),
 		RetryPeriod:             durationPtr(100 * time.Millisecond),
 		GracefulShutdownTimeout: durationPtr(time.Second),
 	})
-	require.NoError(t, err)
-	deaf := newDeafReconciler()
-	t.Cleanup(deaf.free)
-	name := "deaf-" + rand.String(6)
-	require.NoError(t, ctrlruntime.NewControllerManagedBy(mgr).Named(name).
-		For(&corev1.ConfigMap{}, inNamespace(ns)).Complete(deaf))
-	require.NoError(t, direct.Create(context.Background(), configMap(ns, "k")))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	select {
-	case <-deaf.entered:
-	case <-time.After(time.Minute):
-		t.Fatal("no reconcile within a minute")
-	}
+	direct, ns, leaseName, name, mgr, deaf, cancel, stopped := d.direct, d.ns, d.lease, d.name, d.mgr, d.deaf, d.cancel, d.stopped
 	st, err := mgr.ControllerManager().Status(context.Background())
 	require.NoError(t, err)
 	identity := st.Identity
@@ -130,34 +149,11 @@ func TestEnvDeafReconcileKeepsTheLeaseAtShutdown(t *testing.T) {
 // fenced because its Shutdown gave up waiting. (Under controller-runtime,
 // Start returns "leader election lost" at once and the process exits.)
 func TestEnvDeafReconcileFailsTheFence(t *testing.T) {
-	cfg := testenv.Config(t)
-	direct, err := client.New(cfg, client.Options{})
-	require.NoError(t, err)
-	ns := namespace(t, direct)
-	leaseName := "deaf-" + rand.String(6)
-	mgr, err := ctrlruntime.NewManager(cfg, manager.Options{
-		Metrics:        metricsserver.Options{BindAddress: "0"},
-		LeaderElection: true, LeaderElectionID: leaseName, LeaderElectionNamespace: ns,
+	d := startDeafLeader(t, manager.Options{
 		LeaseDuration: durationPtr(3 * time.Second), RenewDeadline: durationPtr(2 * time.Second),
 		RetryPeriod: durationPtr(100 * time.Millisecond),
 	})
-	require.NoError(t, err)
-	deaf := newDeafReconciler()
-	t.Cleanup(deaf.free)
-	name := "deaf-" + rand.String(6)
-	require.NoError(t, ctrlruntime.NewControllerManagedBy(mgr).Named(name).
-		For(&corev1.ConfigMap{}, inNamespace(ns)).Complete(deaf))
-	require.NoError(t, direct.Create(context.Background(), configMap(ns, "k")))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	select {
-	case <-deaf.entered:
-	case <-time.After(time.Minute):
-		t.Fatal("no reconcile within a minute")
-	}
+	direct, ns, leaseName, name, deaf, stopped := d.direct, d.ns, d.lease, d.name, d.deaf, d.stopped
 	// Another holder takes the Lease.
 	require.Eventually(t, func() bool {
 		var l coordinationv1.Lease
