@@ -155,10 +155,14 @@ func New(src Source) *Manager {
 	// The webhooks' abandoned calls are a collector of their own: on a
 	// registry where controller-runtime's webhook server has the names of
 	// mm.Webhooks, they are registered all the same.
-	mm.Registry.MustRegister(col, mm.probe, mm.Webhooks, mm.Webhooks.Abandonments(), mm.KubeEventsDropped, mm.ClusterReady)
+	collectors := []prometheus.Collector{col, mm.probe, mm.Webhooks, mm.Webhooks.Abandonments(), mm.KubeEventsDropped, mm.ClusterReady}
+	mm.Registry.MustRegister(collectors...)
 	if r := src.Registerer; r != nil {
-		if err := errors.Join(r.Register(col), r.Register(mm.probe), r.Register(mm.Webhooks), r.Register(mm.Webhooks.Abandonments()),
-			r.Register(mm.KubeEventsDropped), r.Register(mm.ClusterReady)); err != nil {
+		errs := make([]error, 0, len(collectors))
+		for _, c := range collectors {
+			errs = append(errs, r.Register(c))
+		}
+		if err := errors.Join(errs...); err != nil {
 			src.Logger.Error("cannot register the manager's metrics on the registerer of WithRegisterer; they are on the manager's own registry only (Gatherer)",
 				"err", err)
 		}
